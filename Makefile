@@ -1,0 +1,131 @@
+# nmt: plain, non-recursive Makefile. No configure step.
+#   make                 build tools into bin/ and plugins as bin/nmt-backend-*.so
+#   make check           install missing dependencies, build, run every test (plain, then ASan+UBSan), fuzz
+#   make install PREFIX=/usr/local
+# Sources are found by wildcard: libcommon/*.c form libnmt.a, tools/NAME.c becomes bin/nmt-NAME
+# (tools/nmt.c becomes bin/nmt), plugins/NAME/*.c become bin/nmt-backend-NAME.so,
+# tests/unit/test_*.c become unit test programs.
+
+PREFIX   ?= /usr/local
+O        ?= .
+BIN      := $(O)/bin
+OBJ      := $(O)/build
+VERSION  := 0.1.0
+PLUGINDIR := $(PREFIX)/lib/nmt
+
+CC       ?= cc
+OPT      ?= -O2
+CFLAGS   ?= $(OPT) -g
+WFLAGS   := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+CPPFLAGS += -D_GNU_SOURCE -Ilibcommon -Iplugins -DNMT_VERSION='"$(VERSION)"' -DNMT_PLUGINDIR='"$(PLUGINDIR)"'
+SAN      ?=
+ifeq ($(SAN),1)
+  CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+  LDFLAGS += -fsanitize=address,undefined
+endif
+LIBS     := -lzstd -lcsv -lutf8proc -lm -ldl -lpthread
+BLASLIBS := -lopenblas
+
+LIB_SRC  := $(wildcard libcommon/*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=$(OBJ)/%.o)
+LIB_A    := $(OBJ)/libnmt.a
+
+TOOL_SRC := $(wildcard tools/*.c)
+TOOLS    := $(patsubst tools/%.c,$(BIN)/nmt-%,$(filter-out tools/nmt.c,$(TOOL_SRC)))
+ifneq ($(wildcard tools/nmt.c),)
+  TOOLS  += $(BIN)/nmt
+endif
+
+PLUGIN_NAMES := $(filter-out cuda,$(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/*.c)))))
+PLUGINS  := $(PLUGIN_NAMES:%=$(BIN)/nmt-backend-%.so)
+
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNITS    := $(patsubst tests/unit/%.c,$(OBJ)/tests/%,$(UNIT_SRC))
+TESTPLUGIN_SRC := $(wildcard tests/plugins/*.c)
+TESTPLUGINS := $(patsubst tests/plugins/%.c,$(OBJ)/tests/plugins/%.so,$(TESTPLUGIN_SRC))
+
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+ifneq ($(NVCC),)
+  ifneq ($(wildcard plugins/cuda/*.cu),)
+    HAVE_CUDA := 1
+  endif
+endif
+
+.PHONY: all check test test-san fuzz install clean deps bench demo tests-built
+all: $(TOOLS) $(PLUGINS) $(if $(HAVE_CUDA),$(BIN)/nmt-backend-cuda.so)
+	@echo "nmt: built $(words $(TOOLS)) tools and $(words $(PLUGINS)) plugin(s) in $(BIN)/; CUDA: $(if $(HAVE_CUDA),found ($(NVCC)),not found (cuda plugin skipped))"
+
+$(OBJ)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(WFLAGS) $(CFLAGS) -MMD -MP -fPIC -c $< -o $@
+
+$(LIB_A): $(LIB_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BIN)/nmt-%: $(OBJ)/tools/%.o $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -rdynamic $< $(LIB_A) $(LIBS) -o $@
+
+$(BIN)/nmt: $(OBJ)/tools/nmt.o $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $< $(LIB_A) $(LIBS) -o $@
+
+# A plugin is every .c file under plugins/NAME/, linked as one shared object.
+.SECONDEXPANSION:
+$(BIN)/nmt-backend-%.so: $$(patsubst %.c,$(OBJ)/%.o,$$(wildcard plugins/$$*/*.c))
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -shared $^ $(BLASLIBS) -lm -lpthread -o $@
+
+$(OBJ)/tests/%: $(OBJ)/tests/unit/%.o $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -rdynamic $< $(LIB_A) $(LIBS) $(BLASLIBS) -o $@
+
+$(OBJ)/tests/plugins/%.so: $(OBJ)/tests/plugins/%.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -shared $^ -o $@
+
+tests-built: all $(UNITS) $(TESTPLUGINS)
+
+deps:
+	@bash scripts/deps.sh
+
+# The whole suite: plain build, then the same tests under ASan+UBSan, then the fuzzers.
+check: deps
+	@rm -f .check-counts; st=0; \
+	$(MAKE) tests-built || exit 1; \
+	bash tests/run.sh . .check-counts || st=1; \
+	$(MAKE) O=san SAN=1 tests-built || exit 1; \
+	bash tests/run.sh san .check-counts || st=1; \
+	$(MAKE) fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-$(FUZZ_SECONDS)} || st=1; \
+	bash tests/summary.sh .check-counts || st=1; \
+	exit $$st
+
+test: tests-built
+	@rm -f .check-counts
+	bash tests/run.sh . .check-counts
+	@bash tests/summary.sh .check-counts
+
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZERS  := $(patsubst tests/fuzz/%.c,fuzz-build/%,$(FUZZ_SRC))
+FUZZ_SECONDS ?= 30
+fuzz-build/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard libcommon/*.h)
+	@mkdir -p $(@D)
+	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) $(LIBS) -o $@
+
+fuzz: $(FUZZERS)
+	bash tests/fuzz/run.sh $(FUZZ_SECONDS) .check-counts $(FUZZERS)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(PREFIX)/share/man/man1 \
+	    $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7
+	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	$(if $(strip $(PLUGINS)),install -m 755 $(wildcard $(BIN)/nmt-backend-*.so) $(DESTDIR)$(PLUGINDIR)/)
+	for p in man/*.1; do [ -e "$$p" ] && install -m 644 "$$p" $(DESTDIR)$(PREFIX)/share/man/man1/; done; true
+	for p in man/*.5; do [ -e "$$p" ] && install -m 644 "$$p" $(DESTDIR)$(PREFIX)/share/man/man5/; done; true
+	for p in man/*.7; do [ -e "$$p" ] && install -m 644 "$$p" $(DESTDIR)$(PREFIX)/share/man/man7/; done; true
+
+clean:
+	rm -rf bin build san fuzz-build .check-counts
+
+-include $(shell find $(OBJ) -name '*.d' 2>/dev/null)

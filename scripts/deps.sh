@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages nmt needs, only those missing, and says what it does.
+# Run as root (or with sudo available). Set NMT_NO_DEPS=1 to skip.
+set -eu
+[ "${NMT_NO_DEPS:-0}" = 1 ] && exit 0
+# package: why
+pkgs=(
+  build-essential    # cc, make
+  clang              # libFuzzer for the fuzz targets
+  libclang-rt-dev    # clang's sanitizer and fuzzer runtimes
+  libzstd-dev        # record stream frames
+  zstd               # the zstd CLI, used in tests to read streams as plain zstd
+  libcsv-dev         # TSV/CSV input and CSV logs
+  libopenblas-dev    # sgemm for the cpu backend
+  libutf8proc-dev    # Unicode normalisation, case mapping and categories
+  bats               # command-line tests
+  valgrind           # memory checks of the tools
+  man-db groff-base  # man -l to render and check the man pages
+  python3            # test helpers
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all packages present"
+  exit 0
+fi
+echo "deps: installing ${missing[*]}"
+SUDO=
+[ "$(id -u)" = 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

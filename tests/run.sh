@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs every test suite against the build under DIR (. for bin/ and build/, san for the sanitizer
+# build): the C unit tests (build/tests/test_*) and the Bats suites (tests/bats/*.bats).
+# Appends "suite passed failed" lines to COUNTS. Exit status 1 if any test failed.
+set -u
+dir=${1:-.}
+counts=${2:-/dev/null}
+src=$(cd "$(dirname "$0")/.." && pwd)
+cd "$src"
+bin=$(cd "$dir/bin" && pwd)
+export NMT_SRCDIR=$src NMT_BIN=$bin NMT_PLUGIN_PATH=$bin PATH="$bin:$PATH"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+label=$([ "$dir" = . ] && echo plain || echo "$dir")
+status=0
+
+tap_count() { # reads TAP on stdin, echoes "passed failed"
+    awk '/^ok /{p++} /^not ok /{f++} END{print p+0, f+0}'
+}
+
+for t in "$dir"/build/tests/test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    out=$(mktemp)
+    "$t" > "$out" 2> "$out.err"
+    rc=$?
+    read -r p f < <(tap_count < "$out")
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # a crash or abort counts as a failure
+    grep '^not ok' "$out" | sed "s/^/  [$label $name] /"
+    if [ "$f" -ne 0 ]; then tail -20 "$out.err" | sed "s/^/  [$label $name stderr] /"; status=1; fi
+    echo "$label unit $name: $p passed, $f failed"
+    echo "$label-unit-$name $p $f" >> "$counts"
+    rm -f "$out" "$out.err"
+done
+
+shopt -s nullglob
+suites=(tests/bats/*.bats)
+if [ ${#suites[@]} -gt 0 ]; then
+    out=$(mktemp)
+    bats --tap "${suites[@]}" > "$out" 2>&1
+    rc=$?
+    read -r p f < <(tap_count < "$out")
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; cat "$out"; fi
+    awk '/^not ok /{show=1} /^ok /{show=0} show' "$out" | head -200 | sed "s/^/  [$label bats] /"
+    [ "$f" -ne 0 ] && status=1
+    echo "$label bats: $p passed, $f failed"
+    echo "$label-bats $p $f" >> "$counts"
+    rm -f "$out"
+fi
+exit $status
