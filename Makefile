@@ -118,7 +118,7 @@ FUZZERS  := $(patsubst tests/fuzz/%.c,fuzz-build/%,$(FUZZ_SRC))
 FUZZ_SECONDS ?= 30
 fuzz-build/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard libcommon/*.h)
 	@mkdir -p $(@D)
-	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) $(LIBS) -o $@
+	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) $(LIBS) $(BLASLIBS) -o $@
 
 fuzz: $(FUZZERS)
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS) .check-counts $(FUZZERS)
