@@ -41,6 +41,8 @@ PLUGINS  := $(PLUGIN_NAMES:%=$(BIN)/nmt-backend-%.so)
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNITS    := $(patsubst tests/unit/%.c,$(OBJ)/tests/%,$(UNIT_SRC))
+BENCH_SRC := $(wildcard bench/*.c)
+BENCHES  := $(patsubst bench/%.c,$(OBJ)/bench/%,$(BENCH_SRC))
 HELPER_SRC := $(wildcard tests/helpers/*.c)
 HELPERS  := $(patsubst tests/helpers/%.c,$(OBJ)/tests/helpers/%,$(HELPER_SRC))
 TESTPLUGIN_SRC := $(wildcard tests/plugins/*.c)
@@ -53,7 +55,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all check test test-san fuzz install clean deps bench demo tests-built
+.PHONY: bench-built all check test test-san fuzz install clean deps bench demo tests-built
 all: $(TOOLS) $(PLUGINS) $(if $(HAVE_CUDA),$(BIN)/nmt-backend-cuda.so)
 	@echo "nmt: built $(words $(TOOLS)) tools and $(words $(PLUGINS)) plugin(s) in $(BIN)/; CUDA: $(if $(HAVE_CUDA),found ($(NVCC)),not found (cuda plugin skipped))"
 
@@ -87,6 +89,12 @@ $(OBJ)/tests/test_%: $(OBJ)/tests/unit/test_%.o $(LIB_A)
 $(OBJ)/tests/helpers/%: $(OBJ)/tests/helpers/%.o $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $< $(LIB_A) $(LIBS) -o $@
+
+$(OBJ)/bench/%: $(OBJ)/bench/%.o $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -rdynamic $< $(LIB_A) $(LIBS) $(BLASLIBS) -o $@
+
+bench-built: all $(BENCHES)
 
 $(OBJ)/tests/plugins/%.so: $(OBJ)/tests/plugins/%.o
 	@mkdir -p $(@D)

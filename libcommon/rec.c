@@ -102,8 +102,10 @@ struct rec_writer {
         size_t len, cap;
     } out;                        /* compressed bytes not yet written */
     size_t chunk_bound;
-    size_t chunk_payload;         /* uncompressed bytes in the open chunk */
-    int chunk_open;
+    struct {
+        unsigned char *p;
+        size_t len, cap;
+    } chunk;                      /* uncompressed records of the open chunk */
     uint64_t count, chunks;
     int failed;
 };
@@ -136,24 +138,20 @@ static int out_drain(struct rec_writer *w)
     return 0;
 }
 
-/* Runs the compressor over IN with directive MODE, appending to the output buffer. */
-static int compress_run(struct rec_writer *w, const void *src, size_t len, ZSTD_EndDirective mode)
+/* Compresses the open chunk as one zstd frame into the output buffer. */
+static int compress_chunk(struct rec_writer *w)
 {
-    ZSTD_inBuffer in = {src, len, 0};
-    for (;;) {
-        if (out_reserve(w, ZSTD_CStreamOutSize()) < 0)
-            return REC_ENOMEM;
-        ZSTD_outBuffer out = {w->out.p + w->out.len, w->out.cap - w->out.len, 0};
-        size_t r = ZSTD_compressStream2(w->cctx, &out, &in, mode);
-        w->out.len += out.pos;
-        if (ZSTD_isError(r)) {
-            w->failed = 1;
-            nmt_seterr("%s: compression failed: %s", w->name, ZSTD_getErrorName(r));
-            return REC_EIO;
-        }
-        if (mode == ZSTD_e_continue ? in.pos == in.size : r == 0)
-            return 0;
+    size_t bound = ZSTD_compressBound(w->chunk.len);
+    if (out_reserve(w, bound) < 0)
+        return REC_ENOMEM;
+    size_t r = ZSTD_compress2(w->cctx, w->out.p + w->out.len, w->out.cap - w->out.len, w->chunk.p, w->chunk.len);
+    if (ZSTD_isError(r)) {
+        w->failed = 1;
+        nmt_seterr("%s: compression failed: %s", w->name, ZSTD_getErrorName(r));
+        return REC_EIO;
     }
+    w->out.len += r;
+    return 0;
 }
 
 static int put_skippable(struct rec_writer *w, uint32_t magic, const unsigned char *payload, size_t n)
@@ -211,7 +209,7 @@ struct rec_writer *rec_writer_open(int fd, const char *name, const char *kind, c
         rec_writer_abort(w);
         return NULL;
     }
-    int level = opts && opts->level ? opts->level : 3;
+    int level = opts && opts->level ? opts->level : 1;
     w->chunk_bound = opts && opts->chunk_bound ? opts->chunk_bound : REC_CHUNK_BOUND;
     ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, level);
     ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_checksumFlag, 1);
@@ -253,13 +251,12 @@ struct rec_writer *rec_writer_open(int fd, const char *name, const char *kind, c
 
 static int end_chunk(struct rec_writer *w)
 {
-    if (!w->chunk_open)
+    if (w->chunk.len == 0)
         return 0;
-    int rc = compress_run(w, NULL, 0, ZSTD_e_end);
+    int rc = compress_chunk(w);
     if (rc < 0)
         return rc;
-    w->chunk_open = 0;
-    w->chunk_payload = 0;
+    w->chunk.len = 0;
     w->chunks++;
     return 0;
 }
@@ -272,20 +269,31 @@ int rec_write(struct rec_writer *w, const void *data, size_t len)
         nmt_seterr("%s: record of %zu bytes exceeds the limit of %u", w->name, len, REC_MAX_RECORD);
         return REC_EUSAGE;
     }
-    unsigned char pre[4];
-    nmt_put32(pre, (uint32_t)len);
-    w->chunk_open = 1;
-    int rc = compress_run(w, pre, 4, ZSTD_e_continue);
-    if (rc == 0 && len)
-        rc = compress_run(w, data, len, ZSTD_e_continue);
-    if (rc < 0)
-        return rc;
+    if (w->chunk.cap - w->chunk.len < len + 4) {
+        size_t cap = w->chunk.cap ? w->chunk.cap : 64 * 1024;
+        while (cap - w->chunk.len < len + 4)
+            cap *= 2;
+        unsigned char *p = nmt_realloc(w->chunk.p, cap);
+        if (!p)
+            return REC_ENOMEM;
+        w->chunk.p = p;
+        w->chunk.cap = cap;
+    }
+    nmt_put32(w->chunk.p + w->chunk.len, (uint32_t)len);
+    if (len)
+        memcpy(w->chunk.p + w->chunk.len + 4, data, len);
+    w->chunk.len += 4 + len;
     w->count++;
-    w->chunk_payload += 4 + len;
-    if (w->chunk_payload >= w->chunk_bound && (rc = end_chunk(w)) < 0)
+    int rc;
+    if (w->chunk.len >= w->chunk_bound && (rc = end_chunk(w)) < 0)
         return rc;
     if (w->out.len >= REC_OUT_FLUSH)
         return out_drain(w);
+    if (w->chunk.cap > 2 * w->chunk_bound + 4096 && w->chunk.len == 0) { /* give back a huge record's buffer */
+        free(w->chunk.p);
+        w->chunk.p = NULL;
+        w->chunk.cap = 0;
+    }
     return 0;
 }
 
@@ -325,6 +333,7 @@ void rec_writer_abort(struct rec_writer *w)
         return;
     ZSTD_freeCCtx(w->cctx);
     free(w->out.p);
+    free(w->chunk.p);
     free(w->name);
     free(w);
 }
