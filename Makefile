@@ -123,7 +123,7 @@ test: tests-built
 
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZERS  := $(patsubst tests/fuzz/%.c,fuzz-build/%,$(FUZZ_SRC))
-FUZZ_SECONDS ?= 30
+FUZZ_SECONDS ?= 60
 fuzz-build/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard libcommon/*.h)
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) $(LIBS) $(BLASLIBS) -o $@
