@@ -241,8 +241,8 @@ static int pair_cmp(const void *va, const void *vb)
     const struct bpair *a = va, *b = vb;
     if (a->slen != b->slen)
         return a->slen < b->slen ? -1 : 1;
-    if (a->tlen != b->tlen)
-        return a->tlen < b->tlen ? -1 : 1;
+    if (a->tlen != b->tlen) /* alternate direction so neighbouring source lengths meet at similar targets */
+        return (a->tlen < b->tlen) == (a->slen % 2 == 1) ? -1 : 1;
     if (a->key != b->key)
         return a->key < b->key ? -1 : 1;
     return a->index < b->index ? -1 : a->index > b->index;

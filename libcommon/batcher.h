@@ -1,8 +1,9 @@
 /* batcher.h: token-budget batching of ids streams into batch streams (nmt-batch(1)).
  *
  * Pairs are read a window at a time (at most `window` pairs in memory). Inside a window the pairs
- * are sorted by length (source, then target, then a random key) so that neighbours have similar
- * lengths, cut greedily into batches whose padded size stays within the budget, and the batches
+ * are sorted by length (source, then target in "snake" order: ascending for odd source lengths,
+ * descending for even ones, then a random key) so that neighbours have similar lengths on both
+ * sides, cut greedily into batches whose padded size stays within the budget, and the batches
  * are shuffled. Randomness comes from a seeded xoshiro256** generator: the same input, options and
  * seed give the same batches in the same order. Epoch e uses the seed seed+e. */
 #ifndef NMT_BATCHER_H

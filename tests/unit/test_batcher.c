@@ -2,7 +2,7 @@
  * suite uses to build inputs and read outputs:
  *   test_batcher gen [--kind KIND] [--vocab V]   TSV "source<TAB>target" lines on stdin -> ids stream
  *                                                 on stdout (a line without a TAB gives a one-sided
- *                                                 record; a token of digits is that id, any other
+ *                                                 record; a token #N is the id N, any other
  *                                                 token hashes to an id >= 4)
  *   test_batcher dump FILE                       batch stream -> one line per row:
  *                                                 "batch index src_len tgt_len B S T src tgt"
@@ -25,12 +25,12 @@
 
 static uint32_t word_id(const char *w, size_t n)
 {
-    int digits = n > 0;
-    for (size_t i = 0; i < n; i++)
+    int digits = n > 1 && n < 11 && w[0] == '#';
+    for (size_t i = 1; i < n; i++)
         if (w[i] < '0' || w[i] > '9')
             digits = 0;
-    if (digits && n < 10)
-        return (uint32_t)strtoul(w, NULL, 10);
+    if (digits)
+        return (uint32_t)strtoul(w + 1, NULL, 10);
     return 4 + (uint32_t)(nmt_fnv1a(NMT_FNV_INIT, w, n) % 30000);
 }
 
