@@ -339,3 +339,14 @@ indices() { "$H" dump "$1" | awk '{print $2}'; }
     [[ "$output" == *"120 pairs read"* ]]
     diff <(indices "$D/out" | sort -n | uniq -c | awk '$1 != 2') /dev/null
 }
+
+@test "man page renders without warnings and lists every --help option" {
+    page="$NMT_SRCDIR/man/nmt-batch.1"
+    run bash -c "LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l '$page' 2>&1 >/dev/null"
+    [ "$status" -eq 0 ]
+    [ -z "$output" ]
+    text=$(MANWIDTH=200 man -l "$page" 2>/dev/null)
+    for o in $(nmt-batch --help | grep -oE -- '--[a-z][a-z-]+' | sort -u); do
+        [[ "$text" == *"$o"* ]] || { echo "man page lacks $o"; return 1; }
+    done
+}
