@@ -544,7 +544,7 @@ static int next_frame(struct rec_reader *r)
             if (rc == 0 && r->expect[0] && strcmp(h.kind, r->expect) != 0)
                 rc = fail(r, REC_EKIND, off, "expected a %s stream, got %s %u.%u", r->expect, h.kind, h.major, h.minor);
             if (rc == 0 && r->streams > 0 && strcmp(h.kind, r->header.kind) != 0)
-                rc = fail(r, REC_EKIND, off, "a %s stream is concatenated to a %s stream", h.kind, r->header.kind);
+                rc = fail(r, REC_EKIND, off, "a stream of kind %s follows one of kind %s", h.kind, r->header.kind);
             if (rc < 0) {
                 header_clear(&h);
                 return rc;
