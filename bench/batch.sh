@@ -9,7 +9,7 @@ runs=${RUNS:-11}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 en=data/multi30k/train.en.gz de=data/multi30k/train.de.gz
-paste <(zcat "$en") <(zcat "$de") | build/tests/test_batcher gen --vocab bench > "$tmp/train.ids"
+paste <(zcat "$en") <(zcat "$de") | build/tests/helpers/batch_io gen --vocab bench > "$tmp/train.ids"
 median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 timeit() { # command... -> median wall seconds over $runs runs
     for _ in $(seq "$runs"); do

@@ -1,11 +1,11 @@
 #!/usr/bin/env bats
 # nmt-batch: options, errors, determinism, coverage and padding (Multi30k).
-# Inputs are built and outputs read with build/tests/test_batcher (gen / dump / header): see
-# tests/unit/test_batcher.c. dump prints one line per row:
+# Inputs are built and outputs read with build/tests/helpers/batch_io (gen / dump / header): see
+# tests/helpers/batch_io.c. dump prints one line per row:
 #   batch index src_len tgt_len B S T src_ids tgt_ids
 
 setup_file() {
-    export H="$NMT_BIN/../build/tests/test_batcher"
+    export H="$NMT_BIN/../build/tests/helpers/batch_io"
     export FX="$NMT_SRCDIR/tests/fixtures/batch"
     export D="$BATS_FILE_TMPDIR"
     "$H" gen --vocab test:v1 < "$FX/small.tsv" > "$D/small.ids"
@@ -176,7 +176,10 @@ indices() { "$H" dump "$1" | awk '{print $2}'; }
     run nmt-batch --max-tokens 4096 "$D/m30k.ids" -o "$D/out"
     [ "$status" -eq 0 ]
     [[ "$output" == "nmt-batch: 1 epoch, 29000 pairs read, 0 dropped"* ]]
-    diff <(indices "$D/out" | sort -n) <(seq 0 28999)
+    nmt-cat --check "$D/out"
+    # the index fields of the batch records, read by nmt-cat: each pair exactly once
+    nmt-cat --json "$D/out" | grep -o '"index":\[[0-9,]*\]' | tr -c '0-9\n' '\n' | grep . | sort -n > "$D/idx"
+    diff "$D/idx" <(seq 0 28999)
     dump "$D/out" | awk '{ w = $6 > $7 ? $6 : $7; if ($5 * w > 4096) { print "over budget: " $0; exit 1 } }'
     pad=$(echo "$output" | sed -n 's/.*padding \([0-9.]*\)%$/\1/p')
     echo "# Multi30k train, --max-tokens 4096: padding $pad%" >&3
