@@ -65,7 +65,7 @@ static void usage(FILE *f)
     qsort(tools, n, sizeof *tools, cmp_str);
     fprintf(f,
             "Usage: nmt COMMAND [ARGS...]\n"
-            "Run the nmt tool nmt-COMMAND with ARGS (e.g. 'nmt cat --check x.ids').\n"
+            "Run the nmt tool nmt-COMMAND with ARGS (e.g. 'nmt cat x.ids').\n"
             "\n"
             "  -h, --help       show this help and the commands found, and exit\n"
             "      --version    show version information and exit\n"
