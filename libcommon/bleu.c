@@ -851,7 +851,8 @@ static int ter_pair(bleu_metric *m, const int32_t *hyp, size_t nh, const int32_t
     }
     if (ter_alloc(m, nh, nr) < 0)
         return -1;
-    memcpy(m->wa, hyp, nh * sizeof *hyp);
+    if (nh)
+        memcpy(m->wa, hyp, nh * sizeof *hyp);
     int shifts = 0, checked = 0;
     for (;;) {
         int delta;
