@@ -433,7 +433,7 @@ static int chrf_side(bleu_metric *m, side *sd, const char *s, size_t len)
     }
     size_t k = 0;
     for (size_t i = 0; i < t->n; i++)
-        if (m->cfg.whitespace || !bleu_isspace(t->p[i]))
+        if (m->cfg.whitespace || !bleu_isspace_fast(t->p[i]))
             sd->chars[k++] = t->p[i];
     sd->nchars = k;
     sd->nw = 0;

@@ -5,6 +5,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+int bleu_isspace_slow(int32_t cp); /* non-ASCII part of bleu_isspace */
+static inline int bleu_isspace_fast(int32_t cp)
+{
+    if (cp < 0x80)
+        return (cp >= 9 && cp <= 13) || (cp >= 0x1C && cp <= 0x20);
+    return bleu_isspace_slow(cp);
+}
+
 /* A growable array of code points. */
 typedef struct {
     int32_t *p;

@@ -167,10 +167,10 @@ static char *encode_all(const bleu_cps *b, size_t *out_len)
 
 /* ---- Python character classes ---- */
 
-int bleu_isspace(int32_t cp)
+int bleu_isspace(int32_t cp) { return bleu_isspace_fast(cp); }
+
+int bleu_isspace_slow(int32_t cp)
 {
-    if (cp < 0x80)
-        return (cp >= 9 && cp <= 13) || (cp >= 0x1C && cp <= 0x20);
     if (cp > 0x10FFFF)
         return 0;
     const utf8proc_property_t *p = utf8proc_get_property(cp);
@@ -181,7 +181,7 @@ int bleu_isspace(int32_t cp)
 
 size_t bleu_cps_rstrip(const int32_t *p, size_t n)
 {
-    while (n > 0 && bleu_isspace(p[n - 1]))
+    while (n > 0 && bleu_isspace_fast(p[n - 1]))
         n--;
     return n;
 }
@@ -289,12 +289,12 @@ int bleu_split(const int32_t *p, size_t n, bleu_toks *t)
     t->n = 0;
     size_t i = 0;
     while (i < n) {
-        while (i < n && bleu_isspace(p[i]))
+        while (i < n && bleu_isspace_fast(p[i]))
             i++;
         if (i == n)
             break;
         size_t st = i;
-        while (i < n && !bleu_isspace(p[i]))
+        while (i < n && !bleu_isspace_fast(p[i]))
             i++;
         if (t->n == t->cap) {
             size_t cap = t->cap ? t->cap * 2 : 64;
@@ -343,14 +343,6 @@ static int replace_str(const bleu_cps *in, const char *from, const char *to, ble
     return 0;
 }
 
-static int has_cp(const bleu_cps *b, int32_t c)
-{
-    for (size_t i = 0; i < b->n; i++)
-        if (b->p[i] == c)
-            return 1;
-    return 0;
-}
-
 static void swap_cps(bleu_cps *a, bleu_cps *b)
 {
     bleu_cps t = *a;
@@ -361,11 +353,14 @@ static void swap_cps(bleu_cps *a, bleu_cps *b)
 static inline int is_digit(int32_t c) { return c >= '0' && c <= '9'; }
 
 /* The first regex of the 13a post-tokenizer: [\{-\~\[-\` -\&\(-\+\:-\@\/] */
-static inline int re13a_sym(int32_t c)
-{
-    return (c >= 0x7B && c <= 0x7E) || (c >= 0x5B && c <= 0x60) || (c >= 0x20 && c <= 0x26)
-           || (c >= 0x28 && c <= 0x2B) || (c >= 0x3A && c <= 0x40) || c == 0x2F;
-}
+static const unsigned char re13a_tab[128] = {
+    [0x20] = 1, [0x21] = 1, [0x22] = 1, [0x23] = 1, [0x24] = 1, [0x25] = 1, [0x26] = 1,
+    [0x28] = 1, [0x29] = 1, [0x2A] = 1, [0x2B] = 1, [0x2F] = 1,
+    [0x3A] = 1, [0x3B] = 1, [0x3C] = 1, [0x3D] = 1, [0x3E] = 1, [0x3F] = 1, [0x40] = 1,
+    [0x5B] = 1, [0x5C] = 1, [0x5D] = 1, [0x5E] = 1, [0x5F] = 1, [0x60] = 1,
+    [0x7B] = 1, [0x7C] = 1, [0x7D] = 1, [0x7E] = 1,
+};
+static inline int re13a_sym(int32_t c) { return c >= 0 && c < 128 && re13a_tab[c]; }
 
 /* sacreBLEU's TokenizerRegexp (shared by 13a and zh): four regex substitutions applied in turn,
  * each scanning left to right without overlaps. IN -> OUT, W as scratch. */
@@ -376,8 +371,11 @@ static int tok_regexp(const bleu_cps *in, bleu_cps *out, bleu_cps *w, int ter_s)
     w->n = 0;
     if (bleu_cps_reserve(w, n * 3 + 1) < 0)
         return -1;
+    int punct = 0, dash = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t c = in->p[i];
+        punct |= c == '.' || c == ',';
+        dash |= c == '-';
         if (re13a_sym(c)) {
             w->p[k++] = ' ';
             w->p[k++] = c;
@@ -404,6 +402,10 @@ static int tok_regexp(const bleu_cps *in, bleu_cps *out, bleu_cps *w, int ter_s)
         }
         out->n = k;
         swap_cps(out, w);
+    }
+    if (!punct && !dash) { /* regexes 2-4 cannot match */
+        swap_cps(out, w);
+        return 0;
     }
     /* 2: ([^0-9])([\.,]) -> "\1 \2 " */
     n = w->n;
@@ -462,23 +464,45 @@ static int tok_regexp(const bleu_cps *in, bleu_cps *out, bleu_cps *w, int ter_s)
 static int tok_13a(const bleu_cps *in, bleu_cps *out, bleu_tokws *ws)
 {
     bleu_cps *a = &ws->a, *b = &ws->b;
-    if (replace_str(in, "<skipped>", "", a) < 0 || replace_str(a, "-\n", "", b) < 0
-        || replace_str(b, "\n", " ", a) < 0)
-        return -1;
-    if (has_cp(a, '&')) {
-        if (replace_str(a, "&quot;", "\"", b) < 0 || replace_str(b, "&amp;", "&", a) < 0
+    const bleu_cps *cur = in;
+    int lt = 0, nl = 0, amp = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        int32_t c = in->p[i];
+        lt |= c == '<';
+        nl |= c == '\n';
+        amp |= c == '&';
+    }
+    if (lt || nl) { /* the replacements can only apply when these characters occur */
+        if (replace_str(in, "<skipped>", "", a) < 0 || replace_str(a, "-\n", "", b) < 0
+            || replace_str(b, "\n", " ", a) < 0)
+            return -1;
+        cur = a;
+    }
+    if (amp) {
+        if (replace_str(cur, "&quot;", "\"", b) < 0 || replace_str(b, "&amp;", "&", a) < 0
             || replace_str(a, "&lt;", "<", b) < 0 || replace_str(b, "&gt;", ">", a) < 0)
             return -1;
+        cur = a;
     }
     /* f" {line} " */
-    b->n = 0;
-    if (bleu_cps_reserve(b, a->n + 2) < 0)
+    if (cur == a) {
+        b->n = 0;
+        if (bleu_cps_reserve(b, a->n + 2) < 0)
+            return -1;
+        b->p[0] = ' ';
+        memcpy(b->p + 1, a->p, a->n * sizeof *a->p);
+        b->p[a->n + 1] = ' ';
+        b->n = a->n + 2;
+        return tok_regexp(b, out, a, 0);
+    }
+    a->n = 0;
+    if (bleu_cps_reserve(a, in->n + 2) < 0)
         return -1;
-    b->p[0] = ' ';
-    memcpy(b->p + 1, a->p, a->n * sizeof *a->p);
-    b->p[a->n + 1] = ' ';
-    b->n = a->n + 2;
-    return tok_regexp(b, out, a, 0);
+    a->p[0] = ' ';
+    memcpy(a->p + 1, in->p, in->n * sizeof *in->p);
+    a->p[in->n + 1] = ' ';
+    a->n = in->n + 2;
+    return tok_regexp(a, out, b, 0);
 }
 
 /* sacreBLEU's _is_chinese_char, including the effect of its two malformed range ends
@@ -504,9 +528,9 @@ static int is_chinese(int32_t c)
 static int tok_zh(const bleu_cps *in, bleu_cps *out, bleu_tokws *ws)
 {
     size_t st = 0, en = in->n;
-    while (st < en && bleu_isspace(in->p[st]))
+    while (st < en && bleu_isspace_fast(in->p[st]))
         st++;
-    while (en > st && bleu_isspace(in->p[en - 1]))
+    while (en > st && bleu_isspace_fast(in->p[en - 1]))
         en--;
     bleu_cps *a = &ws->a;
     a->n = 0;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -108,6 +109,9 @@ static int read_lines(const char *path, lines_t *l)
         return -1;
     }
     size_t cap = 1 << 16, n = 0;
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0)
+        cap = (size_t)sb.st_size + 1; /* one read, no regrowth */
     char *buf = nmt_malloc(cap);
     if (!buf) {
         nmt_error("%s", nmt_errmsg());
