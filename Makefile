@@ -41,6 +41,8 @@ PLUGINS  := $(PLUGIN_NAMES:%=$(BIN)/nmt-backend-%.so)
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNITS    := $(patsubst tests/unit/%.c,$(OBJ)/tests/%,$(UNIT_SRC))
+HELPER_SRC := $(wildcard tests/helpers/*.c)
+HELPERS  := $(patsubst tests/helpers/%.c,$(OBJ)/tests/helpers/%,$(HELPER_SRC))
 TESTPLUGIN_SRC := $(wildcard tests/plugins/*.c)
 TESTPLUGINS := $(patsubst tests/plugins/%.c,$(OBJ)/tests/plugins/%.so,$(TESTPLUGIN_SRC))
 
@@ -72,20 +74,25 @@ $(BIN)/nmt: $(OBJ)/tools/nmt.o $(LIB_A)
 	$(CC) $(LDFLAGS) $< $(LIB_A) $(LIBS) -o $@
 
 # A plugin is every .c file under plugins/NAME/, linked as one shared object.
+.SECONDARY:
 .SECONDEXPANSION:
 $(BIN)/nmt-backend-%.so: $$(patsubst %.c,$(OBJ)/%.o,$$(wildcard plugins/$$*/*.c))
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -shared $^ $(BLASLIBS) -lm -lpthread -o $@
 
-$(OBJ)/tests/%: $(OBJ)/tests/unit/%.o $(LIB_A)
+$(OBJ)/tests/test_%: $(OBJ)/tests/unit/test_%.o $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -rdynamic $< $(LIB_A) $(LIBS) $(BLASLIBS) -o $@
+
+$(OBJ)/tests/helpers/%: $(OBJ)/tests/helpers/%.o $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $< $(LIB_A) $(LIBS) -o $@
 
 $(OBJ)/tests/plugins/%.so: $(OBJ)/tests/plugins/%.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -shared $^ -o $@
 
-tests-built: all $(UNITS) $(TESTPLUGINS)
+tests-built: all $(UNITS) $(TESTPLUGINS) $(HELPERS)
 
 deps:
 	@bash scripts/deps.sh
@@ -111,7 +118,7 @@ FUZZERS  := $(patsubst tests/fuzz/%.c,fuzz-build/%,$(FUZZ_SRC))
 FUZZ_SECONDS ?= 30
 fuzz-build/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard libcommon/*.h)
 	@mkdir -p $(@D)
-	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) $(LIBS) -o $@
+	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) $(LIBS) $(BLASLIBS) -o $@
 
 fuzz: $(FUZZERS)
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS) .check-counts $(FUZZERS)
