@@ -267,8 +267,8 @@ int vocab_format(const struct vocab *v, struct nmt_buf *out)
                        "size %u\n", VOCAB_MAJOR, VOCAB_MINOR, v->n, count[0], count[1], count[2], count[3], v->n);
     if (rc == 0 && v->options && *v->options) {
         rc = nmt_buf_append(out, "options ", 8);
-        if (rc == 0)
-            rc = escape(out, v->options, strlen(v->options)); /* keeps it on one line */
+        for (const char *q = v->options; rc == 0 && *q; q++) /* one line: control bytes become '?' */
+            rc = nmt_buf_append(out, (unsigned char)*q < 0x20 || *q == 0x7F ? "?" : q, 1);
         if (rc == 0)
             rc = nmt_buf_append(out, "\n", 1);
     }
@@ -450,10 +450,12 @@ static int parse_header(struct parser *p, struct vocab *v, uint32_t *size, uint6
             *have_fp = 1;
         } else if (klen == 7 && memcmp(p->cur, "options", 7) == 0) {
             struct nmt_buf b = {0};
-            if (unescape(&b, val, val + vlen) < 0 || nmt_buf_append(&b, "", 1) < 0 ||
-                strlen((char *)b.data) != b.len - 1 || vocab_set_options(v, (char *)b.data) < 0) {
+            int bad = nmt_buf_append(&b, val, vlen) < 0 || nmt_buf_append(&b, "", 1) < 0;
+            for (size_t i = 0; !bad && i < vlen; i++)
+                bad = (unsigned char)val[i] < 0x20 || val[i] == 0x7F;
+            if (bad || vocab_set_options(v, (char *)b.data) < 0) {
                 nmt_buf_free(&b);
-                return perr(p, "bad options line");
+                return perr(p, "bad options line (control characters)");
             }
             nmt_buf_free(&b);
         }
