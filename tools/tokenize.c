@@ -792,6 +792,18 @@ int main(int argc, char **argv)
         st.norm = o.norm >= 0 ? (enum text_norm)o.norm : TEXT_NORM_NFKC;
     }
 
+    const char *inputs[3] = {o.src ? o.src : o.in, o.tgt, NULL};
+    for (int k = 0; k < 2; k++) { /* fail on a missing input before writing a stream header */
+        if (!inputs[k] || strcmp(inputs[k], "-") == 0)
+            continue;
+        int ifd = nmt_open_in(inputs[k]);
+        if (ifd < 0) {
+            nmt_error("%s", nmt_errmsg());
+            rc = NMT_EXIT_DATA;
+            goto out;
+        }
+        close(ifd);
+    }
     int text_out = o.text || o.decode;
     int fd = nmt_open_out(o.out, !text_out);
     if (fd < 0) {
@@ -840,6 +852,8 @@ int main(int argc, char **argv)
         r = run_csv(&st, o.in);
     else
         r = run_lines(&st, o.in);
+    if (st.tf)
+        fflush(st.tf); /* what was printed comes before the message */
     if (r < 0) {
         nmt_error("%s", nmt_errmsg());
         rc = NMT_EXIT_DATA;
