@@ -562,7 +562,8 @@ static int cache_put(struct bpe_encoder *e, const char *s, size_t len, const uin
         e->cache_n[k] = UINT32_MAX;
         return 0;
     }
-    memcpy(e->cache_ids + e->ncache_ids, ids, n * sizeof *ids);
+    if (n)
+        memcpy(e->cache_ids + e->ncache_ids, ids, n * sizeof *ids);
     e->cache_off[k] = (uint32_t)e->ncache_ids;
     e->cache_n[k] = n;
     e->ncache_ids += n;
@@ -578,7 +579,8 @@ int bpe_encode_word(struct bpe_encoder *e, const char *s, size_t len, uint32_t *
             uint32_t m = e->cache_n[k];
             if (reserve_ids(ids, *n, cap, m) < 0)
                 return -1;
-            memcpy(*ids + *n, e->cache_ids + e->cache_off[k], m * sizeof **ids);
+            if (m)
+                memcpy(*ids + *n, e->cache_ids + e->cache_off[k], m * sizeof **ids);
             *n += m;
             return 0;
         }
@@ -640,7 +642,8 @@ int bpe_encode_word(struct bpe_encoder *e, const char *s, size_t len, uint32_t *
     }
     if (reserve_ids(ids, *n, cap, ns) < 0)
         return -1;
-    memcpy(*ids + *n, sym, ns * sizeof *sym);
+    if (ns)
+        memcpy(*ids + *n, sym, ns * sizeof *sym);
     *n += ns;
     if (use_cache && cache_put(e, s, len, sym, ns) < 0)
         return -1;

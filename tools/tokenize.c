@@ -774,9 +774,10 @@ int main(int argc, char **argv)
             return NMT_EXIT_DATA;
         }
         if (o.norm >= 0 && (enum text_norm)o.norm != st.v->normalize) {
+            enum text_norm vn = st.v->normalize;
             vocab_free(st.v);
             return nmt_usage_error("--normalize %s differs from the vocabulary's %s", text_norm_name(o.norm),
-                                   text_norm_name(st.v->normalize));
+                                   text_norm_name(vn));
         }
         st.norm = st.v->normalize;
         if (!o.decode) {
