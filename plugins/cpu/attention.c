@@ -71,10 +71,9 @@ CPU_VEC static void fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
         float inv = 1.0f / sum;
         for (int j = 0; j < n; j++)
             s[j] *= inv;
-        if (prow) {
-            memcpy(prow, s, (size_t)n * sizeof *prow);
-            memset(prow + n, 0, (size_t)(Tk - n) * sizeof *prow);
-        }
+        if (prow)
+            for (int j = 0; j < Tk; j++)
+                prow[j] = j < n ? s[j] : 0.0f;
         uint64_t ctr = a->offset + (uint64_t)r * (uint64_t)Tk;
         for (int j = 0; j < n; j++) {
             float p = s[j];
