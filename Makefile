@@ -75,8 +75,9 @@ $(BIN)/nmt: $(OBJ)/tools/nmt.o $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $< $(LIB_A) $(LIBS) -o $@
 
-# The cpu plugin's kernels: full optimisation; -fno-math-errno lets sqrtf vectorise; only the entry symbol is exported.
-$(OBJ)/plugins/cpu/%.o: CFLAGS += -O3 -fno-math-errno -fvisibility=hidden
+# The cpu plugin's kernels: full optimisation; -fno-math-errno and -fno-trapping-math let sqrtf and
+# conditional expressions vectorise (no result changes); only the entry symbol is exported.
+$(OBJ)/plugins/cpu/%.o: CFLAGS += -O3 -fno-math-errno -fno-trapping-math -fvisibility=hidden
 
 # A plugin is every .c file under plugins/NAME/, linked as one shared object.
 .SECONDARY:
