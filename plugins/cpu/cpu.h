@@ -122,7 +122,7 @@ static inline __attribute__((always_inline)) uint64_t rng_mix(uint64_t z)
 /* The keyed seed rng_mix(seed + 0x632BE59BD9B4E019) is computed once per call by the caller. */
 static inline __attribute__((always_inline)) float rng_uniform_keyed(uint64_t key, uint64_t counter)
 {
-    return (float)(rng_mix(counter * 0x9E3779B97F4A7C15ULL + key) >> 40) * (1.0f / 16777216.0f);
+    return (float)(int32_t)(rng_mix(counter * 0x9E3779B97F4A7C15ULL + key) >> 40) * (1.0f / 16777216.0f);
 }
 static inline uint64_t rng_key(uint64_t seed) { return rng_mix(seed + 0x632BE59BD9B4E019ULL); }
 
