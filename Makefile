@@ -1,6 +1,7 @@
 # nmt: plain, non-recursive Makefile. No configure step.
 #   make                 build tools into bin/ and plugins as bin/nmt-backend-*.so
-#   make check           install missing dependencies, build, run every test (plain, then ASan+UBSan), fuzz
+#   make check           install missing dependencies, build, run every test (plain, ASan+UBSan,
+#                        valgrind for the unit tests), fuzz
 #   make install PREFIX=/usr/local
 # Sources are found by wildcard: libcommon/*.c form libnmt.a, tools/NAME.c becomes bin/nmt-NAME
 # (tools/nmt.c becomes bin/nmt), plugins/NAME/*.c become bin/nmt-backend-NAME.so,
@@ -56,7 +57,7 @@ ifneq ($(NVCC),)
 endif
 
 comma := ,
-.PHONY: bench-built all check test test-san fuzz install clean deps bench demo tests-built
+.PHONY: valgrind bench-built all check test test-san fuzz install clean deps bench demo tests-built
 all: $(TOOLS) $(PLUGINS) $(if $(HAVE_CUDA),$(BIN)/nmt-backend-cuda.so)
 	@echo "nmt: built $(words $(TOOLS)) tools and $(words $(PLUGINS) $(if $(HAVE_CUDA),cuda)) plugin(s) in $(BIN)/; CUDA: $(if $(NVCC),nvcc found ($(NVCC)),nvcc not found)$(if $(HAVE_CUDA),$(comma) cuda plugin built,$(comma) cuda plugin skipped)"
 
@@ -136,9 +137,13 @@ check: deps
 	bash tests/run.sh . .check-counts || st=1; \
 	$(MAKE) O=san SAN=1 tests-built || exit 1; \
 	bash tests/run.sh san .check-counts || st=1; \
+	VALGRIND=1 bash tests/run.sh . .check-counts || st=1; \
 	$(MAKE) fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-$(FUZZ_SECONDS)} || st=1; \
 	bash tests/summary.sh .check-counts || st=1; \
 	exit $$st
+
+valgrind: tests-built
+	VALGRIND=1 bash tests/run.sh . /dev/null
 
 test: tests-built
 	@rm -f .check-counts

@@ -89,7 +89,7 @@ teardown() { rm -rf "$TMP"; }
 @test "printing a truncated stream fails after the records it could read" {
     run nmt-cat no-end-marker.nmt
     [ "$status" -eq 1 ]
-    [[ "$output" == *"truncated at byte 365"* ]]
+    [[ "$output" == *"truncated at byte 368"* ]]
 }
 
 @test "--kind requires a kind" {
