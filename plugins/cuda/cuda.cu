@@ -64,8 +64,9 @@ void *cu_scratch(struct nmt_bctx *ctx, size_t bytes)
     if (ctx->scratch_bytes && bytes < 2 * ctx->scratch_bytes)
         bytes = 2 * ctx->scratch_bytes;
     void *p = NULL;
-    /* cudaFree waits for the kernels that may still use the old scratch */
-    if (ctx->scratch && cu_check(ctx, cudaFree(ctx->scratch), "cudaFree (scratch)") < 0)
+    /* the kernels queued so far may still use the old scratch */
+    if (ctx->scratch && (cu_check(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize (scratch)") < 0 ||
+                         cu_check(ctx, cudaFree(ctx->scratch), "cudaFree (scratch)") < 0))
         return NULL;
     ctx->scratch = NULL;
     ctx->scratch_bytes = 0;
