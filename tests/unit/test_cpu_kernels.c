@@ -686,6 +686,48 @@ static void test_memory(void)
     test_ok(OPS.props(CTX, &p) == 0 && p.threads == 2 && (p.dtypes & NMT_DTYPE_F32), "props: %s", p.device);
 }
 
+
+/* ---------------- thread-count independence of the remaining kernels ---------------- */
+
+static void test_threads(void)
+{
+    int N = 301, D = 96, V = 211;
+    size_t nd = (size_t)N * D, nv = (size_t)N * V;
+    float *x = frand(nd, -2, 2), *g = frand(D, 0.5, 1.5), *b = frand(D, -1, 1), *dout = frand(nd, -1, 1);
+    float *z = frand(nv, -3, 3), *emb = frand((size_t)V * D, -1, 1);
+    int32_t *ids = malloc(N * sizeof *ids), *pos = malloc(N * sizeof *pos), *tgt = malloc(N * sizeof *tgt);
+    for (int n = 0; n < N; n++)
+        ids[n] = (int32_t)(urand() * V), pos[n] = n % 40, tgt[n] = n % 9 ? ids[n] : 0;
+    struct backend *bs[2] = { be, be1 };
+    float *res[2];
+    size_t nres = 3 * nd + 2 * N + 4 * D + nv + N + (size_t)V * D + D + 2;
+    for (int k = 0; k < 2; k++) {
+        struct backend *c = bs[k];
+        float *r = res[k] = calloc(nres, sizeof *r), *o = r;
+        c->ops.layernorm_forward(c->ctx, o, o + nd, o + nd + N, x, g, b, N, D, 1e-5f);
+        c->ops.layernorm_backward(c->ctx, o + nd + 2 * N, o + 2 * nd + 2 * N, o + 2 * nd + 2 * N + D, dout, x, o + nd,
+                                  o + nd + N, g, N, D);
+        o += 2 * nd + 2 * N + 2 * D;
+        c->ops.bias_grad(c->ctx, o, dout, N, D);
+        o += D;
+        c->ops.embedding_forward(c->ctx, o, ids, pos, emb, N, D, V, 1.5f);
+        o += nd;
+        c->ops.embedding_backward(c->ctx, o, dout, ids, pos, N, D, V, 1.5f);
+        o += (size_t)V * D;
+        struct nmt_xent_result xr;
+        c->ops.cross_entropy(c->ctx, &xr, o, o + nv, z, tgt, N, V, 0.1f, 0, 1.0f);
+        o += nv + N;
+        o[0] = (float)xr.loss, o[1] = (float)(xr.loss - o[0]);
+        float *p = fcopy(x, nd), *m = calloc(nd, sizeof *m), *v = calloc(nd, sizeof *v);
+        c->ops.adam_update(c->ctx, p, m, v, dout, nd, 1e-3f, 0.9f, 0.98f, 1e-9f, 3, 0.5f);
+        memcpy(o + 2, p, D * sizeof *p); /* a sample of the result */
+        free(p), free(m), free(v);
+    }
+    test_ok(!memcmp(res[0], res[1], nres * sizeof *res[0]),
+            "layernorm, bias_grad, embedding, cross_entropy, adam: 1 thread and 2 threads give identical bits");
+    free(res[0]), free(res[1]), free(x), free(g), free(b), free(dout), free(z), free(emb), free(ids), free(pos), free(tgt);
+}
+
 int main(void)
 {
     struct nmt_backend_opts o2 = { .size = sizeof o2, .threads = 2 }, o1 = { .size = sizeof o1, .threads = 1 };
@@ -707,6 +749,7 @@ int main(void)
     test_xent(5, 97);
     test_adam();
     test_topk();
+    test_threads();
     backend_close(be);
     backend_close(be1);
     return test_done();
