@@ -70,7 +70,7 @@ __global__ void k_dropout(float *out, const float *x, size_t n, float p, uint64_
 {
     float keep = 1.0f / (1.0f - p);
     for (size_t i = gidx(); i < n; i += gstep())
-        out[i] = cu_rng_uniform(seed, offset + (uint64_t)i) >= p ? x[i] * keep : 0.0f;
+        out[i] = x[i] * (cu_rng_uniform(seed, offset + (uint64_t)i) >= p ? keep : 0.0f); /* x * 0: NaN stays NaN */
 }
 
 int cu_add(nmt_bctx *ctx, float *out, const float *a, const float *b, size_t n)
