@@ -2,6 +2,7 @@
 #   make                 build tools into bin/ and plugins as bin/nmt-backend-*.so
 #   make check           install missing dependencies, build, run every test (plain, ASan+UBSan,
 #                        valgrind for the unit tests), fuzz
+#   make demo            train en-de on the bundled Multi30k data, translate and score the test set
 #   make install PREFIX=/usr/local
 # Sources are found by wildcard: libcommon/*.c form libnmt.a, tools/NAME.c becomes bin/nmt-NAME
 # (tools/nmt.c becomes bin/nmt), plugins/NAME/*.c become bin/nmt-backend-NAME.so,
@@ -159,6 +160,11 @@ fuzz-build/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard libcommon/*.h)
 
 fuzz: $(FUZZERS)
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS) .check-counts $(FUZZERS)
+
+# The main job: train English-German on the bundled Multi30k data, translate the test set, score it.
+demo: deps
+	$(MAKE) all
+	$(MAKE) -C pipelines/multi30k demo
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(PREFIX)/share/man/man1 \
