@@ -159,6 +159,65 @@ static inline pk_ent *pk_get(pk_tab *t, uint64_t key, int insert)
     }
 }
 
+/* chrF's packed table: 16-byte entries, key 0 = empty; the slots used by a reference are
+ * listed and emptied again after it (no stamp, so more entries fit in the L1 cache). */
+typedef struct {
+    uint64_t key;
+    int32_t a, d; /* count in the reference, hits of the hypothesis */
+} ck_ent;
+
+typedef struct {
+    ck_ent *e;
+    size_t cap;
+    int shift;
+    uint32_t *used; /* (cap / 2) */
+    size_t nused;
+} ck_tab;
+
+/* Empties T (only the listed slots) and makes room for WANT keys at a load of at most 1/2. */
+static int ck_reset(ck_tab *t, size_t want)
+{
+    for (size_t i = 0; i < t->nused; i++)
+        t->e[t->used[i]].key = 0;
+    t->nused = 0;
+    size_t need = 64;
+    int lg = 6;
+    while (need < want * 2) {
+        need *= 2;
+        lg++;
+    }
+    if (need > t->cap) {
+        free(t->e);
+        free(t->used);
+        t->e = nmt_calloc(need, sizeof *t->e);
+        t->used = nmt_malloc(need / 2 * sizeof *t->used);
+        if (!t->e || !t->used) {
+            free(t->e);
+            free(t->used);
+            t->e = NULL;
+            t->used = NULL;
+            t->cap = 0;
+            return -1;
+        }
+        t->cap = need;
+        t->shift = 64 - lg;
+    }
+    return 0;
+}
+
+static inline ck_ent *ck_find(ck_tab *t, uint64_t key, size_t *slot)
+{
+    size_t mask = t->cap - 1, i = (size_t)((key * 0x9E3779B97F4A7C15ULL) >> t->shift);
+    for (;;) {
+        ck_ent *e = &t->e[i];
+        if (e->key == key || e->key == 0) {
+            *slot = i;
+            return e;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
 /* Number of bits needed to write K. */
 static int bit_width(uint32_t k)
 {
@@ -287,6 +346,7 @@ struct bleu_metric {
     ng_tab tab, intern;
     int32_t next_id;
     pk_tab pk;
+    ck_tab ck;
     bs_tab bs;
     uint64_t *cmap; /* chrF: code point < CMAP_N -> stamp << 32 | id, (CMAP_N) */
     pk_tab cbig;    /* chrF: ids of the other code points (key cp + 1, id in a) */
@@ -363,6 +423,8 @@ void bleu_metric_free(bleu_metric *m)
     free(m->tab.e);
     free(m->intern.e);
     free(m->pk.e);
+    free(m->ck.e);
+    free(m->ck.used);
     free(m->bs.e);
     free(m->cmap);
     free(m->cbig.e);
@@ -890,32 +952,43 @@ static int chrf_side_ids(bleu_metric *m, side *sd, const char *str, size_t len)
  * keys (BITS * C <= 64); matches per order added to MATCH. */
 static int chrf_match_packed(bleu_metric *m, const side *h, const side *r, int C, int bits, double *match)
 {
-    if (pk_reset(&m->pk, r->ncids * (size_t)C) < 0)
-        return -1;
+    ck_tab *t = &m->ck;
     const int32_t *id = r->cids;
-    size_t rl = r->ncids;
+    size_t rl = r->ncids, slot;
+    /* distinct n-grams: at most rl * C, and at most cap / 2 are listed */
+    if (ck_reset(t, rl * (size_t)C) < 0)
+        return -1;
     for (size_t i = 0; i < rl; i++) {
         uint64_t key = 0;
         size_t top = i + (size_t)C <= rl ? i + (size_t)C : rl;
         for (size_t j = i; j < top; j++) {
             key = (key << bits) | (uint64_t)id[j];
-            pk_get(&m->pk, key, 1)->a++;
+            ck_ent *e = ck_find(t, key, &slot);
+            if (e->key == 0) {
+                e->key = key;
+                e->a = 0;
+                e->d = 0;
+                t->used[t->nused++] = (uint32_t)slot;
+            }
+            e->a++;
         }
     }
     id = h->cids;
     size_t hl = h->ncids;
+    long hits[BLEU_MAX_ORDER] = {0};
     for (size_t i = 0; i < hl; i++) {
         uint64_t key = 0;
         size_t top = i + (size_t)C <= hl ? i + (size_t)C : hl;
         for (size_t j = i; j < top; j++) {
             key = (key << bits) | (uint64_t)id[j];
-            pk_ent *e = pk_get(&m->pk, key, 0);
-            if (!e)
+            ck_ent *e = ck_find(t, key, &slot);
+            if (e->key == 0)
                 break; /* a longer n-gram with this prefix cannot be in the reference */
-            if (++e->d <= e->a)
-                match[j - i] += 1;
+            hits[j - i] += ++e->d <= e->a;
         }
     }
+    for (int n = 0; n < C; n++)
+        match[n] += (double)hits[n];
     return 0;
 }
 

@@ -58,6 +58,13 @@ int bleu_utf8_check(const char *str, size_t len, size_t *bad)
         unsigned c = s[i];
         if (c < 0x80) {
             i++;
+            while (i + 8 <= len) { /* ASCII eight bytes at a time */
+                uint64_t w;
+                memcpy(&w, s + i, 8);
+                if (w & 0x8080808080808080ULL)
+                    break;
+                i += 8;
+            }
             continue;
         }
         size_t need;

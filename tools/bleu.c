@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,7 +65,8 @@ static void usage(void)
 }
 
 typedef struct {
-    char *data;       /* file content */
+    char *data;       /* file content (malloc'ed, or mapped when map_len > 0) */
+    size_t map_len;
     const char **line; /* rstripped lines (pointers into data) */
     size_t *len;
     size_t n;
@@ -72,7 +74,10 @@ typedef struct {
 
 static void lines_free(lines_t *l)
 {
-    free(l->data);
+    if (l->map_len)
+        munmap(l->data, l->map_len);
+    else
+        free(l->data);
     free(l->line);
     free(l->len);
     memset(l, 0, sizeof *l);
@@ -110,9 +115,19 @@ static int read_lines(const char *path, lines_t *l)
     }
     size_t cap = 1 << 16, n = 0;
     struct stat sb;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0)
+    char *buf = NULL;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+        /* a regular file is mapped (read-only, private), else read at once */
+        void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+        if (p != MAP_FAILED) {
+            buf = p;
+            n = (size_t)sb.st_size;
+            l->map_len = n;
+            goto have_data;
+        }
         cap = (size_t)sb.st_size + 1; /* one read, no regrowth */
-    char *buf = nmt_malloc(cap);
+    }
+    buf = nmt_malloc(cap);
     if (!buf) {
         nmt_error("%s", nmt_errmsg());
         goto fail_fd;
@@ -140,6 +155,7 @@ static int read_lines(const char *path, lines_t *l)
             break;
         n += (size_t)r;
     }
+have_data:
     if (fd != 0)
         close(fd);
     l->data = buf;
