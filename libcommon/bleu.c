@@ -232,7 +232,7 @@ static int bit_width(uint32_t k)
 /* ---- byte-string interning (tokens of the byte-level tokenizer) ---- */
 
 typedef struct {
-    uint64_t h;
+    uint64_t h, w; /* hash; the first eight bytes (zero padded) */
     const char *p;
     uint32_t len, stamp;
     int32_t id;
@@ -266,39 +266,42 @@ static int bs_reset(bs_tab *t, size_t want)
     return 0;
 }
 
-static inline uint64_t bytes_hash(const char *p, size_t n)
+/* Returns the id of token P[0..LEN) (a new id *NEXT, then *NEXT+1, when unseen). END is the end
+ * of the text holding the token: bytes up to it may be read. */
+static inline int32_t bs_intern(bs_tab *t, const char *p, uint32_t len, const char *end, int32_t *next)
 {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ ((uint64_t)n << 56), w;
-    while (n >= 8) {
+    uint64_t w = 0, h;
+    if (len <= 8) {
+        if (end - p >= 8) {
+            memcpy(&w, p, 8);
+            if (len < 8)
+                w &= ((uint64_t)1 << (8 * len)) - 1; /* little-endian: the first LEN bytes */
+        } else
+            for (uint32_t i = 0; i < len; i++)
+                w |= (uint64_t)(unsigned char)p[i] << (8 * i);
+        h = (w ^ ((uint64_t)len << 59)) * 0x9E3779B97F4A7C15ULL;
+    } else {
         memcpy(&w, p, 8);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
-        h ^= h >> 32;
-        p += 8;
-        n -= 8;
+        h = 0xC4CEB9FE1A85EC53ULL ^ len;
+        for (uint32_t i = 0; i < len; i++)
+            h = (h ^ (unsigned char)p[i]) * 0x100000001B3ULL;
+        h *= 0x9E3779B97F4A7C15ULL;
     }
-    w = 0;
-    for (size_t i = 0; i < n; i++)
-        w |= (uint64_t)(unsigned char)p[i] << (8 * i);
-    h = (h ^ w) * 0xC4CEB9FE1A85EC53ULL;
-    return h ^ (h >> 29);
-}
-
-/* Returns the id of token P[0..LEN) (a new id NEXT, then *NEXT+1, when unseen). */
-static inline int32_t bs_intern(bs_tab *t, const char *p, uint32_t len, int32_t *next)
-{
-    uint64_t h = bytes_hash(p, len);
+    h ^= h >> 29;
     size_t mask = t->cap - 1, i = (size_t)h & mask;
     for (;;) {
         bs_ent *e = &t->e[i];
         if (e->stamp != t->stamp) {
             e->stamp = t->stamp;
             e->h = h;
+            e->w = w;
             e->p = p;
             e->len = len;
             e->id = (*next)++;
             return e->id;
         }
-        if (e->h == h && e->len == len && memcmp(e->p, p, len) == 0)
+        /* up to eight bytes the word is the token; longer ones are compared */
+        if (e->h == h && e->len == len && e->w == w && (len <= 8 || memcmp(e->p, p, len) == 0))
             return e->id;
         i = (i + 1) & mask;
     }
@@ -638,7 +641,7 @@ static int segment_bleu(bleu_metric *m, const char *hyp, size_t hyp_len, const c
             if (ensure_ids(sd, len[r]) < 0)
                 return -1;
             for (size_t i = 0; i < len[r]; i++)
-                sd->ids[i] = bs_intern(&m->bs, sd->bt.p[i], sd->bt.len[i], &m->next_id);
+                sd->ids[i] = bs_intern(&m->bs, sd->bt.p[i], sd->bt.len[i], sd->bt.end, &m->next_id);
             ids[r] = sd->ids;
         }
     } else {

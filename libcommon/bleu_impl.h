@@ -56,6 +56,7 @@ typedef struct {
     const char **p;
     uint32_t *len;
     size_t n, cap;
+    const char *end; /* end of the text the spans point into */
     char *buf, *buf2, *chunk; /* preprocessed text, its scratch, chunk scratch */
     size_t buf_cap, chunk_cap;
     bleu_cps a, b; /* lowercasing of non-ASCII text */

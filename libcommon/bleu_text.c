@@ -727,22 +727,20 @@ int bleu_tokenizer_parse(const char *name)
  * '.', ',', '-' and digits, and only insert spaces) treat independently: a chunk is seen as if
  * padded by one space on each side. Chunks without '.', ',' or '-' are single tokens. */
 
-enum { B13_PLAIN, B13_SPACE, B13_SYM, B13_PUNCT, B13_DIGIT, B13_DASH, B13_LEAD };
+/* B13_PLAIN: letters, digits, other bytes no rule names */
+enum { B13_PLAIN, B13_SPACE, B13_SYM, B13_PUNCT, B13_DASH, B13_LEAD, B13_PRE };
 
 static const unsigned char b13_class[256] = {
-    [0x09] = B13_SPACE, [0x0A] = B13_SPACE, [0x0B] = B13_SPACE, [0x0C] = B13_SPACE,
+    [0x09] = B13_SPACE, [0x0A] = B13_PRE, /* '\n', '&', '<': 13a's replacements may apply */ [0x0B] = B13_SPACE, [0x0C] = B13_SPACE,
     [0x0D] = B13_SPACE, [0x1C] = B13_SPACE, [0x1D] = B13_SPACE, [0x1E] = B13_SPACE,
     [0x1F] = B13_SPACE, [0x20] = B13_SPACE,
     [0x21] = B13_SYM, [0x22] = B13_SYM, [0x23] = B13_SYM, [0x24] = B13_SYM, [0x25] = B13_SYM,
-    [0x26] = B13_SYM, [0x28] = B13_SYM, [0x29] = B13_SYM, [0x2A] = B13_SYM, [0x2B] = B13_SYM,
-    [0x2F] = B13_SYM, [0x3A] = B13_SYM, [0x3B] = B13_SYM, [0x3C] = B13_SYM, [0x3D] = B13_SYM,
+    [0x26] = B13_PRE, [0x28] = B13_SYM, [0x29] = B13_SYM, [0x2A] = B13_SYM, [0x2B] = B13_SYM,
+    [0x2F] = B13_SYM, [0x3A] = B13_SYM, [0x3B] = B13_SYM, [0x3C] = B13_PRE, [0x3D] = B13_SYM,
     [0x3E] = B13_SYM, [0x3F] = B13_SYM, [0x40] = B13_SYM, [0x5B] = B13_SYM, [0x5C] = B13_SYM,
     [0x5D] = B13_SYM, [0x5E] = B13_SYM, [0x5F] = B13_SYM, [0x60] = B13_SYM, [0x7B] = B13_SYM,
     [0x7C] = B13_SYM, [0x7D] = B13_SYM, [0x7E] = B13_SYM,
     [0x2C] = B13_PUNCT, [0x2E] = B13_PUNCT, [0x2D] = B13_DASH,
-    [0x30] = B13_DIGIT, [0x31] = B13_DIGIT, [0x32] = B13_DIGIT, [0x33] = B13_DIGIT,
-    [0x34] = B13_DIGIT, [0x35] = B13_DIGIT, [0x36] = B13_DIGIT, [0x37] = B13_DIGIT,
-    [0x38] = B13_DIGIT, [0x39] = B13_DIGIT,
     /* lead bytes of the non-ASCII whitespace (U+0085, U+00A0, U+1680, U+2000.., U+3000) */
     [0xC2] = B13_LEAD, [0xE1] = B13_LEAD, [0xE2] = B13_LEAD, [0xE3] = B13_LEAD,
 };
@@ -759,23 +757,30 @@ void bleu_btoks_free(bleu_btoks *t)
     memset(t, 0, sizeof *t);
 }
 
-static int btoks_push(bleu_btoks *t, const char *p, size_t len)
+/* Makes room for N tokens (a text of N bytes has at most N). */
+static int btoks_reserve(bleu_btoks *t, size_t n)
 {
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 256;
-        const char **a = nmt_realloc(t->p, cap * sizeof *a);
-        if (!a)
-            return -1;
-        t->p = a;
-        uint32_t *b = nmt_realloc(t->len, cap * sizeof *b);
-        if (!b)
-            return -1;
-        t->len = b;
-        t->cap = cap;
-    }
+    if (n <= t->cap)
+        return 0;
+    size_t cap = t->cap ? t->cap : 256;
+    while (cap < n)
+        cap *= 2;
+    const char **a = nmt_realloc(t->p, cap * sizeof *a);
+    if (!a)
+        return -1;
+    t->p = a;
+    uint32_t *b = nmt_realloc(t->len, cap * sizeof *b);
+    if (!b)
+        return -1;
+    t->len = b;
+    t->cap = cap;
+    return 0;
+}
+
+static inline void btoks_push(bleu_btoks *t, const char *p, size_t len)
+{
     t->p[t->n] = p;
     t->len[t->n++] = (uint32_t)len;
-    return 0;
 }
 
 /* Width of the whitespace character at S (valid UTF-8, lead byte of class B13_LEAD), or 0. */
@@ -856,8 +861,7 @@ static int b13_chunk(bleu_btoks *t, const char *p, size_t m)
         while (i < k && b[i] != ' ')
             i++;
         if (i > st) {
-            if (btoks_push(t, p + cur, i - st) < 0)
-                return -1;
+            btoks_push(t, p + cur, i - st);
             cur += i - st;
         }
     }
@@ -897,6 +901,7 @@ static int btoks_buf(bleu_btoks *t, size_t need)
 
 int bleu_tok13a_bytes(const char *str, size_t len, int lowercase, bleu_btoks *t)
 {
+    t->end = str + len;
     t->n = 0;
     if (lowercase) {
         int ascii = 1;
@@ -923,43 +928,50 @@ int bleu_tok13a_bytes(const char *str, size_t len, int lowercase, bleu_btoks *t)
         }
         len = bleu_rstrip_len(t->buf, len);
         str = t->buf;
+        t->end = str + len;
     }
-    if (len == 0)
-        return 0;
-    int lt = memchr(str, '<', len) != NULL, nl = memchr(str, '\n', len) != NULL;
-    int amp = memchr(str, '&', len) != NULL;
-    if (lt || nl || amp) { /* 13a's string replacements (none makes the text longer) */
-        if (btoks_buf(t, len + 1) < 0)
-            return -1;
-        char *x = t->buf, *y = t->buf2;
-        if (str != x) {
-            memcpy(x, str, len);
-            str = x;
-        }
-        if (lt || nl) {
-            len = replace_bytes(x, len, "<skipped>", "", y);
-            len = replace_bytes(y, len, "-\n", "", x);
-            len = replace_bytes(x, len, "\n", " ", y);
-            memcpy(x, y, len);
-        }
-        if (amp) {
-            len = replace_bytes(x, len, "&quot;", "\"", y);
-            len = replace_bytes(y, len, "&amp;", "&", x);
-            len = replace_bytes(x, len, "&lt;", "<", y);
-            len = replace_bytes(y, len, "&gt;", ">", x);
-        }
-    }
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0, w;
+    if (len == 0 || btoks_reserve(t, len) < 0)
+        return len == 0 ? 0 : -1;
+    int pre = 0;
+    const unsigned char *s;
+    size_t i, w;
+again:
+    s = (const unsigned char *)str;
+    i = 0;
     while (i < len) {
         int k = b13_class[s[i]];
         if (k == B13_SPACE) {
             i++;
             continue;
         }
+        if (k == B13_PRE) {
+            if (!pre) { /* 13a's string replacements (none makes the text longer), then again */
+                if (btoks_buf(t, len + 1) < 0)
+                    return -1;
+                char *x = t->buf, *y = t->buf2;
+                if (str != x)
+                    memcpy(x, str, len);
+                len = replace_bytes(x, len, "<skipped>", "", y);
+                len = replace_bytes(y, len, "-\n", "", x);
+                len = replace_bytes(x, len, "\n", " ", y);
+                len = replace_bytes(y, len, "&quot;", "\"", x);
+                len = replace_bytes(x, len, "&amp;", "&", y);
+                len = replace_bytes(y, len, "&lt;", "<", x);
+                len = replace_bytes(x, len, "&gt;", ">", y);
+                memcpy(x, y, len);
+                str = x;
+                t->end = str + len;
+                pre = 1;
+                t->n = 0;
+                goto again;
+            }
+            if (s[i] != '\n') /* '&' and '<' are rule-1 symbols */
+                btoks_push(t, str + i, 1);
+            i++;
+            continue;
+        }
         if (k == B13_SYM) {
-            if (btoks_push(t, str + i, 1) < 0)
-                return -1;
+            btoks_push(t, str + i, 1);
             i++;
             continue;
         }
@@ -970,12 +982,12 @@ int bleu_tok13a_bytes(const char *str, size_t len, int lowercase, bleu_btoks *t)
         size_t st = i;
         int special = 0;
         while (i < len) {
-            k = b13_class[s[i]];
-            if (k == B13_PLAIN || k == B13_DIGIT) {
+            while (i < len && b13_class[s[i]] == B13_PLAIN)
                 i++;
-                continue;
-            }
-            if (k == B13_SPACE || k == B13_SYM)
+            if (i == len)
+                break;
+            k = b13_class[s[i]];
+            if (k == B13_SPACE || k == B13_SYM || k == B13_PRE)
                 break;
             if (k == B13_LEAD) {
                 if (b13_uspace(s + i))
@@ -986,7 +998,9 @@ int bleu_tok13a_bytes(const char *str, size_t len, int lowercase, bleu_btoks *t)
             special = 1; /* '.', ',' or '-' */
             i++;
         }
-        if (!special ? btoks_push(t, str + st, i - st) < 0 : b13_chunk(t, str + st, i - st) < 0)
+        if (!special)
+            btoks_push(t, str + st, i - st);
+        else if (b13_chunk(t, str + st, i - st) < 0)
             return -1;
     }
     return 0;

@@ -788,8 +788,10 @@ int main(int argc, char **argv)
                 if (!met[k])
                     continue;
                 int ns = bleu_metric_nstats(met[k]);
-                sys[s].rows[k] = malloc(nlines * (size_t)ns * sizeof(double));
-                double *sum = malloc((size_t)ns * sizeof *sum);
+                /* rows are kept for the bootstrap; otherwise summed as they come (same order) */
+                int keep = ci || pbs;
+                sys[s].rows[k] = malloc((keep ? nlines : 1) * (size_t)ns * sizeof(double));
+                double *sum = calloc((size_t)ns, sizeof *sum);
                 if (!sys[s].rows[k] || !sum) {
                     nmt_error("out of memory");
                     return NMT_EXIT_DATA;
@@ -799,13 +801,17 @@ int main(int argc, char **argv)
                         refp[r] = reflines[r].line[i];
                         refl[r] = reflines[r].len[i];
                     }
-                    if (bleu_metric_segment(met[k], sys[s].l.line[i], sys[s].l.len[i], refp, refl, nrefs,
-                                            sys[s].rows[k] + i * (size_t)ns) < 0) {
+                    double *row = sys[s].rows[k] + (keep ? i * (size_t)ns : 0);
+                    if (bleu_metric_segment(met[k], sys[s].l.line[i], sys[s].l.len[i], refp, refl, nrefs, row) < 0) {
                         nmt_error("line %zu: %s", i + 1, nmt_errmsg());
                         return NMT_EXIT_DATA;
                     }
+                    if (!keep)
+                        for (int j = 0; j < ns; j++)
+                            sum[j] += row[j];
                 }
-                bleu_metric_sum(met[k], sys[s].rows[k], nlines, NULL, sum);
+                if (keep)
+                    bleu_metric_sum(met[k], sys[s].rows[k], nlines, NULL, sum);
                 bleu_metric_score(met[k], sum, &sys[s].score[k]);
                 sys[s].sum[k] = sum;
             }
