@@ -1,6 +1,7 @@
 /* bleu.c: sacreBLEU 2.6.0's BLEU, chrF/chrF++ and TER: segment statistics, scores, signatures,
- * output formatting and bootstrap resampling. N-grams are counted in a per-segment open-
- * addressing table over code point / token-id sequences (no allocation per n-gram). */
+ * output formatting and bootstrap resampling. N-grams are counted in per-segment open-addressing
+ * tables (no allocation per n-gram): as single 64-bit keys of per-segment token/character ids
+ * when they fit, else as id sequences. BLEU with 13a tokenizes the UTF-8 bytes directly. */
 #include "bleu.h"
 #include "bleu_impl.h"
 
