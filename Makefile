@@ -36,7 +36,7 @@ ifneq ($(wildcard tools/nmt.c),)
   TOOLS  += $(BIN)/nmt
 endif
 
-PLUGIN_NAMES := $(filter-out cuda,$(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/*.c)))))
+PLUGIN_NAMES := $(sort $(filter-out cuda,$(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/*.c))))))
 PLUGINS  := $(PLUGIN_NAMES:%=$(BIN)/nmt-backend-%.so)
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -71,9 +71,12 @@ $(BIN)/nmt: $(OBJ)/tools/nmt.o $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $< $(LIB_A) $(LIBS) -o $@
 
+# The cpu plugin's kernels: full optimisation; -fno-math-errno lets sqrtf vectorise; only the entry symbol is exported.
+$(OBJ)/plugins/cpu/%.o: CFLAGS += -O3 -fno-math-errno -fvisibility=hidden
+
 # A plugin is every .c file under plugins/NAME/, linked as one shared object.
 .SECONDEXPANSION:
-$(BIN)/nmt-backend-%.so: $$(patsubst %.c,$(OBJ)/%.o,$$(wildcard plugins/$$*/*.c))
+$(BIN)/nmt-backend-%.so: $$(addprefix $(OBJ)/,$$(addsuffix .o,$$(basename $$(wildcard plugins/$$*/*.c))))
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -shared $^ $(BLASLIBS) -lm -lpthread -o $@
 

@@ -1,0 +1,165 @@
+/* attention.c: fused masked multi-head attention, forward and backward (contract in
+ * plugins/backend.h, struct nmt_attn_args). Plain loops over (batch, head, query): scores, a
+ * softmax over the visible prefix of the keys, optional counter-based dropout, weighted sum. */
+#include <math.h>
+
+#include "cpu.h"
+
+struct attn {
+    float *out, *P, *dq, *dk, *dv;
+    const float *q, *k, *v, *dout, *Pin;
+    const struct nmt_attn_args *a;
+    nmt_bctx *ctx;
+};
+
+/* Number of keys visible to query I of batch item B: a prefix [0, n) of the keys. */
+static int visible(const struct nmt_attn_args *a, int b, int i)
+{
+    int n = a->klen ? a->klen[b] : a->Tk;
+    if (a->causal) {
+        int64_t c = (int64_t)i + a->causal_shift + 1;
+        if (c < n)
+            n = c < 0 ? 0 : (int)c;
+    }
+    return n;
+}
+
+static int check(nmt_bctx *ctx, const char *what, const struct nmt_attn_args *a)
+{
+    if (a->B < 0 || a->Tq < 0 || a->Tk < 0 || a->H <= 0 || a->dh <= 0)
+        return cpu_err(ctx, "%s: invalid size B=%d Tq=%d Tk=%d H=%d dh=%d", what, a->B, a->Tq, a->Tk, a->H, a->dh);
+    int64_t w = (int64_t)a->H * a->dh;
+    if (a->q_ld < w || a->k_ld < w || a->v_ld < w || a->o_ld < w)
+        return cpu_err(ctx, "%s: row stride smaller than H*dh=%lld", what, (long long)w);
+    if (!(a->dropout >= 0 && a->dropout < 1))
+        return cpu_err(ctx, "%s: dropout %g outside [0, 1)", what, (double)a->dropout);
+    if (a->klen)
+        for (int b = 0; b < a->B; b++)
+            if (a->klen[b] < 0 || a->klen[b] > a->Tk)
+                return cpu_err(ctx, "%s: key length %d of batch item %d outside [0, %d]", what, a->klen[b], b, a->Tk);
+    return 0;
+}
+
+CPU_VEC static void fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct attn *t = arg;
+    const struct nmt_attn_args *a = t->a;
+    int dh = a->dh, Tk = a->Tk;
+    float *s = cpu_scratch_of(t->ctx, tid); /* (Tk) */
+    float keep = 1.0f / (1.0f - a->dropout);
+    for (int64_t r = lo; r < hi; r++) { /* r = (b*H + h)*Tq + i */
+        int i = (int)(r % a->Tq), h = (int)(r / a->Tq % a->H), b = (int)(r / a->Tq / a->H);
+        const float *qi = t->q + b * a->q_bs + i * a->q_ld + h * dh;
+        float *o = t->out + b * a->o_bs + i * a->o_ld + h * dh;
+        float *prow = t->P ? t->P + r * Tk : NULL;
+        int n = visible(a, b, i);
+        for (int d = 0; d < dh; d++)
+            o[d] = 0;
+        if (n == 0) {
+            if (prow)
+                memset(prow, 0, (size_t)Tk * sizeof *prow);
+            continue;
+        }
+        const float *kb = t->k + b * a->k_bs + h * dh, *vb = t->v + b * a->v_bs + h * dh;
+        for (int j = 0; j < n; j++)
+            s[j] = vdot(qi, kb + j * a->k_ld, dh) * a->scale;
+        float mx = vmax(s, n), sum = 0;
+        for (int j = 0; j < n; j++) {
+            s[j] = vexp(s[j] - mx);
+            sum += s[j];
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < n; j++)
+            s[j] *= inv;
+        if (prow) {
+            memcpy(prow, s, (size_t)n * sizeof *prow);
+            memset(prow + n, 0, (size_t)(Tk - n) * sizeof *prow);
+        }
+        uint64_t ctr = a->offset + (uint64_t)r * (uint64_t)Tk;
+        for (int j = 0; j < n; j++) {
+            float p = s[j];
+            if (a->dropout > 0)
+                p = nmt_rng_uniform(a->seed, ctr + (uint64_t)j) >= a->dropout ? p * keep : 0.0f;
+            const float *vj = vb + j * a->v_ld;
+            for (int d = 0; d < dh; d++)
+                o[d] += p * vj[d];
+        }
+    }
+}
+
+int cpu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, const float *k, const float *v,
+                          const struct nmt_attn_args *a)
+{
+    if (check(ctx, "attention_forward", a) < 0 || cpu_scratch(ctx, (size_t)(a->Tk + 1) * sizeof(float)) < 0)
+        return -1;
+    struct attn t = { .out = out, .P = P, .q = q, .k = k, .v = v, .a = a, .ctx = ctx };
+    int64_t rows = (int64_t)a->B * a->H * a->Tq;
+    pool_for(ctx->pool, rows, 4, fwd_body, &t);
+    return 0;
+}
+
+/* One (b, h) pair per index: dk and dv of that pair are owned by one chunk, queries in order. */
+CPU_VEC static void bwd_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct attn t0 = *(struct attn *)arg, *t = &t0;
+    const struct nmt_attn_args *a = t->a;
+    int dh = a->dh, Tk = a->Tk, Tq = a->Tq;
+    float *dp = cpu_scratch_of(t->ctx, tid); /* (Tk) */
+    float keep = 1.0f / (1.0f - a->dropout);
+    for (int64_t bh = lo; bh < hi; bh++) {
+        int b = (int)(bh / a->H), h = (int)(bh % a->H);
+        const float *kb = t->k + b * a->k_bs + h * dh, *vb = t->v + b * a->v_bs + h * dh;
+        float *dkb = t->dk + b * a->k_bs + h * dh, *dvb = t->dv + b * a->v_bs + h * dh;
+        for (int j = 0; j < Tk; j++) {
+            memset(dkb + j * a->k_ld, 0, (size_t)dh * sizeof(float));
+            memset(dvb + j * a->v_ld, 0, (size_t)dh * sizeof(float));
+        }
+        for (int i = 0; i < Tq; i++) {
+            int64_t r = bh * Tq + i;
+            const float *qi = t->q + b * a->q_bs + i * a->q_ld + h * dh;
+            const float *go = t->dout + b * a->o_bs + i * a->o_ld + h * dh;
+            float *dqi = t->dq + b * a->q_bs + i * a->q_ld + h * dh;
+            const float *prow = t->Pin + r * Tk;
+            int n = visible(a, b, i);
+            for (int d = 0; d < dh; d++)
+                dqi[d] = 0;
+            if (n == 0)
+                continue;
+            uint64_t ctr = a->offset + (uint64_t)r * (uint64_t)Tk;
+            float dot = 0;
+            for (int j = 0; j < n; j++) {
+                float m = a->dropout > 0 ? (nmt_rng_uniform(a->seed, ctr + (uint64_t)j) >= a->dropout ? keep : 0.0f)
+                                         : 1.0f;
+                /* dV_j += P'_ij dO_i ; dP_ij = (dO_i . V_j) * m */
+                float pp = prow[j] * m;
+                float *dvj = dvb + j * a->v_ld;
+                for (int d = 0; d < dh; d++)
+                    dvj[d] += pp * go[d];
+                dp[j] = vdot(go, vb + j * a->v_ld, dh) * m;
+                dot += prow[j] * dp[j];
+            }
+            for (int j = 0; j < n; j++) {
+                float ds = prow[j] * (dp[j] - dot) * a->scale;
+                const float *kj = kb + j * a->k_ld;
+                float *dkj = dkb + j * a->k_ld;
+                for (int d = 0; d < dh; d++) {
+                    dqi[d] += ds * kj[d];
+                    dkj[d] += ds * qi[d];
+                }
+            }
+        }
+    }
+}
+
+int cpu_attention_backward(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, const float *P, const struct nmt_attn_args *a)
+{
+    if (check(ctx, "attention_backward", a) < 0 || cpu_scratch(ctx, (size_t)(a->Tk + 1) * sizeof(float)) < 0)
+        return -1;
+    if (!P)
+        return cpu_err(ctx, "attention_backward: no saved probabilities");
+    struct attn t = { .dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v, .Pin = P, .a = a,
+                      .ctx = ctx };
+    pool_for(ctx->pool, (int64_t)a->B * a->H, 1, bwd_body, &t);
+    return 0;
+}

@@ -1,0 +1,287 @@
+/* cpu.c: the cpu backend: context, memory, matrix products through OpenBLAS, and the table. */
+#include <cblas.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "cpu.h"
+
+/* kernels.c and attention.c */
+int cpu_bias_add(nmt_bctx *ctx, float *out, const float *bias, int M, int N);
+int cpu_bias_grad(nmt_bctx *ctx, float *dbias, const float *dout, int M, int N);
+int cpu_embedding_forward(nmt_bctx *ctx, float *out, const int32_t *ids, const int32_t *pos, const float *emb,
+                          int N, int D, int V, float scale);
+int cpu_embedding_backward(nmt_bctx *ctx, float *demb, const float *dout, const int32_t *ids, const int32_t *pos,
+                           int N, int D, int V, float scale);
+int cpu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, const float *k, const float *v,
+                          const struct nmt_attn_args *a);
+int cpu_attention_backward(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, const float *P, const struct nmt_attn_args *a);
+int cpu_layernorm_forward(nmt_bctx *ctx, float *out, float *mean, float *rstd, const float *x, const float *gamma,
+                          const float *beta, int N, int D, float eps);
+int cpu_layernorm_backward(nmt_bctx *ctx, float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
+                           const float *mean, const float *rstd, const float *gamma, int N, int D);
+int cpu_add(nmt_bctx *ctx, float *out, const float *a, const float *b, size_t n);
+int cpu_axpy(nmt_bctx *ctx, float *y, const float *x, size_t n, float alpha);
+int cpu_scale(nmt_bctx *ctx, float *x, size_t n, float alpha);
+int cpu_relu_forward(nmt_bctx *ctx, float *out, const float *x, size_t n);
+int cpu_relu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *y, size_t n);
+int cpu_gelu_forward(nmt_bctx *ctx, float *out, const float *x, size_t n);
+int cpu_gelu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *x, size_t n);
+int cpu_dropout_forward(nmt_bctx *ctx, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t offset);
+int cpu_dropout_backward(nmt_bctx *ctx, float *dx, const float *dout, size_t n, float p, uint64_t seed,
+                         uint64_t offset);
+int cpu_cross_entropy(nmt_bctx *ctx, struct nmt_xent_result *res, float *dlogits, float *row_nll, const float *logits,
+                      const int32_t *tgt, int N, int V, float eps, int pad_id, float grad_scale);
+int cpu_adam_update(nmt_bctx *ctx, float *param, float *m, float *v, const float *grad, size_t n, float lr,
+                    float beta1, float beta2, float eps, int64_t t, float grad_scale);
+int cpu_sumsq(nmt_bctx *ctx, double *out, const float *x, size_t n);
+int cpu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K);
+int cpu_gather_rows(nmt_bctx *ctx, float *dst, const float *src, const int32_t *idx, int N, int64_t row);
+
+static _Thread_local char open_err[512];
+
+int cpu_err(struct nmt_bctx *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx ? ctx->err : open_err, ctx ? sizeof ctx->err : sizeof open_err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int cpu_scratch(struct nmt_bctx *ctx, size_t per)
+{
+    per = (per + 63) & ~(size_t)63;
+    if (per <= ctx->scratch_per)
+        return 0;
+    void *s = aligned_alloc(64, per * (size_t)ctx->threads);
+    if (!s)
+        return cpu_err(ctx, "out of memory (%zu bytes of scratch)", per * (size_t)ctx->threads);
+    free(ctx->scratch);
+    ctx->scratch = s;
+    ctx->scratch_per = per;
+    return 0;
+}
+
+static int cpu_score(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 15 : 10;
+}
+
+static nmt_bctx *cpu_open(const struct nmt_backend_opts *opts)
+{
+    int threads = 0;
+    if (opts && opts->size >= offsetof(struct nmt_backend_opts, threads) + sizeof opts->threads)
+        threads = opts->threads;
+    if (threads < 0)
+        return cpu_err(NULL, "invalid thread count %d", threads), NULL;
+    if (threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    if (threads > 1024)
+        threads = 1024;
+    nmt_bctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return cpu_err(NULL, "out of memory"), NULL;
+    ctx->threads = threads;
+    ctx->pool = pool_new(threads);
+    if (!ctx->pool) {
+        free(ctx);
+        return cpu_err(NULL, "cannot start %d threads", threads), NULL;
+    }
+    openblas_set_num_threads(threads);
+    return ctx;
+}
+
+static void cpu_close(nmt_bctx *ctx)
+{
+    if (!ctx)
+        return;
+    for (size_t i = 0; i < ctx->nbufs; i++)
+        free(ctx->bufs[i]);
+    free(ctx->bufs);
+    free(ctx->pe);
+    free(ctx->scratch);
+    pool_free(ctx->pool);
+    free(ctx);
+}
+
+static const char *cpu_last_error(nmt_bctx *ctx) { return ctx ? ctx->err : open_err; }
+
+static int cpu_props(nmt_bctx *ctx, struct nmt_backend_props *out)
+{
+    memset(out, 0, sizeof *out);
+    char model[96] = "unknown cpu";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "model name", 10)) {
+                char *c = strchr(line, ':');
+                if (c) {
+                    c += 1 + (c[1] == ' ');
+                    c[strcspn(c, "\n")] = 0;
+                    snprintf(model, sizeof model, "%s", c);
+                }
+                break;
+            }
+        fclose(f);
+    }
+    snprintf(out->device, sizeof out->device, "cpu: %s (%d thread%s, %s)", model, ctx->threads,
+             ctx->threads == 1 ? "" : "s", cpu_score() > 10 ? "avx2+fma" : "baseline");
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    out->memory_bytes = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+    out->dtypes = NMT_DTYPE_F32;
+    out->threads = ctx->threads;
+    return 0;
+}
+
+static void *cpu_alloc(nmt_bctx *ctx, size_t bytes)
+{
+    if (bytes == 0 || bytes > SIZE_MAX - 64)
+        return cpu_err(ctx, "invalid allocation size %zu", bytes), NULL;
+    if (ctx->nbufs == ctx->capbufs) {
+        size_t cap = ctx->capbufs ? 2 * ctx->capbufs : 16;
+        void **nb = realloc(ctx->bufs, cap * sizeof *nb);
+        if (!nb)
+            return cpu_err(ctx, "out of memory"), NULL;
+        ctx->bufs = nb;
+        ctx->capbufs = cap;
+    }
+    void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!p)
+        return cpu_err(ctx, "out of memory (%zu bytes)", bytes), NULL;
+    ctx->bufs[ctx->nbufs++] = p;
+    return p;
+}
+
+static void cpu_free(nmt_bctx *ctx, void *buf)
+{
+    if (!buf)
+        return;
+    for (size_t i = 0; i < ctx->nbufs; i++)
+        if (ctx->bufs[i] == buf) {
+            ctx->bufs[i] = ctx->bufs[--ctx->nbufs];
+            free(buf);
+            return;
+        }
+    cpu_err(ctx, "free of a pointer not returned by alloc");
+}
+
+static int cpu_upload(nmt_bctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (bytes && (!dst || !src))
+        return cpu_err(ctx, "upload: NULL pointer");
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_memset_zero(nmt_bctx *ctx, void *dst, size_t bytes)
+{
+    if (bytes && !dst)
+        return cpu_err(ctx, "memset_zero: NULL pointer");
+    if (bytes)
+        memset(dst, 0, bytes);
+    return 0;
+}
+
+static int cpu_sync(nmt_bctx *ctx) { return 0; }
+
+static int check_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, int lda, int ldb, int ldc)
+{
+    if (M < 0 || N < 0 || K < 0)
+        return cpu_err(ctx, "gemm: negative size M=%d N=%d K=%d", M, N, K);
+    int acols = transA ? M : K, bcols = transB ? K : N;
+    if (lda < (acols > 1 ? acols : 1) || ldb < (bcols > 1 ? bcols : 1) || ldc < (N > 1 ? N : 1))
+        return cpu_err(ctx, "gemm: leading dimension too small (lda=%d ldb=%d ldc=%d for M=%d N=%d K=%d)", lda, ldb,
+                       ldc, M, N, K);
+    return 0;
+}
+
+static void scale_c(float *C, int M, int N, int ldc, float beta)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++)
+            C[(size_t)i * ldc + j] = beta == 0 ? 0 : beta * C[(size_t)i * ldc + j];
+}
+
+static int cpu_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if (check_gemm(ctx, transA, transB, M, N, K, lda, ldb, ldc) < 0)
+        return -1;
+    if (M == 0 || N == 0)
+        return 0;
+    if (K == 0 || alpha == 0) {
+        scale_c(C, M, N, ldc, beta);
+        return 0;
+    }
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+                A, lda, B, ldb, beta, C, ldc);
+    return 0;
+}
+
+static int cpu_gemm_batched(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                            int lda, int64_t strideA, const float *B, int ldb, int64_t strideB, float beta, float *C,
+                            int ldc, int64_t strideC, int count)
+{
+    if (count < 0)
+        return cpu_err(ctx, "gemm_batched: negative count %d", count);
+    if (check_gemm(ctx, transA, transB, M, N, K, lda, ldb, ldc) < 0)
+        return -1;
+    for (int i = 0; i < count; i++)
+        cpu_gemm(ctx, transA, transB, M, N, K, alpha, A + i * strideA, lda, B + i * strideB, ldb, beta,
+                 C + i * strideC, ldc);
+    return 0;
+}
+
+static const struct nmt_backend cpu_table = {
+    .abi_major = NMT_BACKEND_ABI_MAJOR,
+    .abi_minor = NMT_BACKEND_ABI_MINOR,
+    .size = sizeof(struct nmt_backend),
+    .name = "cpu",
+    .description = "OpenBLAS sgemm + threaded, vectorised C kernels (the reference backend)",
+    .score = cpu_score,
+    .open = cpu_open,
+    .close = cpu_close,
+    .last_error = cpu_last_error,
+    .props = cpu_props,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_upload,
+    .download = cpu_upload,
+    .memset_zero = cpu_memset_zero,
+    .copy = cpu_upload,
+    .sync = cpu_sync,
+    .gemm = cpu_gemm,
+    .gemm_batched = cpu_gemm_batched,
+    .bias_add = cpu_bias_add,
+    .bias_grad = cpu_bias_grad,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .add = cpu_add,
+    .axpy = cpu_axpy,
+    .scale = cpu_scale,
+    .relu_forward = cpu_relu_forward,
+    .relu_backward = cpu_relu_backward,
+    .dropout_forward = cpu_dropout_forward,
+    .dropout_backward = cpu_dropout_backward,
+    .cross_entropy = cpu_cross_entropy,
+    .adam_update = cpu_adam_update,
+    .sumsq = cpu_sumsq,
+    .topk_logsoftmax = cpu_topk_logsoftmax,
+    .gather_rows = cpu_gather_rows,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+};
+
+__attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void) { return &cpu_table; }

@@ -1,0 +1,114 @@
+/* cpu.h: internals of the cpu backend plugin (context, thread pool, vector helpers). */
+#ifndef NMT_CPU_H
+#define NMT_CPU_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../backend.h"
+
+/* Hot loops are compiled twice (AVX2+FMA and baseline) and picked at load time by the CPU. */
+#define CPU_VEC __attribute__((target_clones("arch=haswell", "default")))
+
+/* A body run by the pool on the index range [lo, hi) by worker TID (0 = the calling thread). */
+typedef void (*pool_fn)(void *arg, int64_t lo, int64_t hi, int tid);
+
+struct pool;
+/* Starts NTHREADS-1 workers (the caller is thread 0); returns the pool or NULL. */
+struct pool *pool_new(int nthreads);
+/* Joins the workers and frees POOL; NULL is a no-op. */
+void pool_free(struct pool *p);
+/* Runs FN over [0, N) split into at most nthreads contiguous chunks of at least GRAIN indices;
+ * returns when all are done. Results must not depend on the split. */
+void pool_for(struct pool *p, int64_t n, int64_t grain, pool_fn fn, void *arg);
+
+struct nmt_bctx {
+    int threads;
+    struct pool *pool;
+    char err[512];
+    void **bufs; /* live allocations, freed by close */
+    size_t nbufs, capbufs;
+    float *pe;   /* (pe_rows, pe_d) sinusoidal position table */
+    int pe_rows, pe_d;
+    void *scratch; /* threads * scratch_per bytes of per-thread scratch */
+    size_t scratch_per;
+};
+
+/* Sets CTX's error text; returns -1. */
+int cpu_err(struct nmt_bctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Makes sure each thread has PER bytes of scratch (64-byte aligned); 0 or -1 with the error set. */
+int cpu_scratch(struct nmt_bctx *ctx, size_t per);
+/* Returns thread TID's scratch area. */
+static inline void *cpu_scratch_of(struct nmt_bctx *ctx, int tid)
+{
+    return (char *)ctx->scratch + (size_t)tid * ctx->scratch_per;
+}
+
+/* ---- vector helpers: multi-lane accumulators so the compiler vectorises without reassociating
+ * anything the C source does not say; the order of operations is fixed. ---- */
+#define LANES 16
+
+static inline float vsum(const float *x, int64_t n)
+{
+    float acc[LANES] = { 0 };
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++)
+            acc[l] += x[i + l];
+    for (int l = 0; i < n; i++, l++)
+        acc[l] += x[i];
+    float s = 0;
+    for (int l = 0; l < LANES; l++)
+        s += acc[l];
+    return s;
+}
+
+static inline float vdot(const float *a, const float *b, int64_t n)
+{
+    float acc[LANES] = { 0 };
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++)
+            acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; i < n; i++, l++)
+        acc[l] += a[i] * b[i];
+    float s = 0;
+    for (int l = 0; l < LANES; l++)
+        s += acc[l];
+    return s;
+}
+
+static inline float vmax(const float *x, int64_t n)
+{
+    float acc[LANES];
+    int64_t i = 0;
+    for (int l = 0; l < LANES; l++)
+        acc[l] = x[0];
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++)
+            acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+    for (int l = 0; i < n; i++, l++)
+        acc[l] = x[i] > acc[l] ? x[i] : acc[l];
+    float m = acc[0];
+    for (int l = 1; l < LANES; l++)
+        m = acc[l] > m ? acc[l] : m;
+    return m;
+}
+
+/* exp(x) for x <= 0 region and moderate positives, relative error about 2e-7; vectorisable
+ * (range reduction by a round-to-nearest magic constant, degree-6 polynomial, exponent bits). */
+static inline float vexp(float x)
+{
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    float t = x * 1.44269504088896341f + 12582912.0f;
+    float n = t - 12582912.0f;
+    float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-06f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    union { float f; int32_t i; } u;
+    u.i = ((int32_t)n + 127) << 23;
+    return p * u.f;
+}
+
+#endif

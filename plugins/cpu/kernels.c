@@ -1,0 +1,625 @@
+/* kernels.c: the cpu backend's non-matmul kernels except attention (see plugins/backend.h for
+ * every kernel's contract). Each kernel validates its arguments serially, then runs a body over
+ * a parallel-for whose result does not depend on how the range is split. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+
+#define EW_GRAIN 16384 /* elements per chunk of an elementwise loop, at least */
+#define SUMSQ_BLOCK 4096
+
+/* ---------------- elementwise ---------------- */
+
+struct ew {
+    float *out;
+    const float *a, *b;
+    float s;
+    uint64_t seed, offset;
+};
+
+CPU_VEC static void add_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct ew *e = arg;
+    for (int64_t i = lo; i < hi; i++)
+        e->out[i] = e->a[i] + e->b[i];
+}
+
+CPU_VEC static void axpy_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct ew *e = arg;
+    for (int64_t i = lo; i < hi; i++)
+        e->out[i] += e->s * e->a[i];
+}
+
+CPU_VEC static void scale_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct ew *e = arg;
+    for (int64_t i = lo; i < hi; i++)
+        e->out[i] *= e->s;
+}
+
+CPU_VEC static void relu_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct ew *e = arg;
+    for (int64_t i = lo; i < hi; i++)
+        e->out[i] = e->a[i] > 0 ? e->a[i] : 0.0f;
+}
+
+CPU_VEC static void relu_back_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct ew *e = arg; /* out = dx, a = dout, b = y */
+    for (int64_t i = lo; i < hi; i++)
+        e->out[i] = e->b[i] > 0 ? e->a[i] : 0.0f;
+}
+
+static void gelu_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct ew *e = arg;
+    for (int64_t i = lo; i < hi; i++) {
+        float x = e->a[i];
+        e->out[i] = 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    }
+}
+
+static void gelu_back_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct ew *e = arg; /* out = dx, a = dout, b = x */
+    for (int64_t i = lo; i < hi; i++) {
+        float x = e->b[i];
+        float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+        float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+        e->out[i] = e->a[i] * (cdf + x * pdf);
+    }
+}
+
+CPU_VEC static void dropout_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct ew *e = arg; /* out, a = input, s = p */
+    float p = e->s, k = 1.0f / (1.0f - p);
+    for (int64_t i = lo; i < hi; i++)
+        e->out[i] = nmt_rng_uniform(e->seed, e->offset + (uint64_t)i) >= p ? e->a[i] * k : 0.0f;
+}
+
+static int ew_run(nmt_bctx *ctx, pool_fn fn, struct ew *e, size_t n)
+{
+    pool_for(ctx->pool, (int64_t)n, EW_GRAIN, fn, e);
+    return 0;
+}
+
+int cpu_add(nmt_bctx *ctx, float *out, const float *a, const float *b, size_t n)
+{
+    struct ew e = { .out = out, .a = a, .b = b };
+    return ew_run(ctx, add_body, &e, n);
+}
+
+int cpu_axpy(nmt_bctx *ctx, float *y, const float *x, size_t n, float alpha)
+{
+    struct ew e = { .out = y, .a = x, .s = alpha };
+    return ew_run(ctx, axpy_body, &e, n);
+}
+
+int cpu_scale(nmt_bctx *ctx, float *x, size_t n, float alpha)
+{
+    struct ew e = { .out = x, .s = alpha };
+    return ew_run(ctx, scale_body, &e, n);
+}
+
+int cpu_relu_forward(nmt_bctx *ctx, float *out, const float *x, size_t n)
+{
+    struct ew e = { .out = out, .a = x };
+    return ew_run(ctx, relu_body, &e, n);
+}
+
+int cpu_relu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *y, size_t n)
+{
+    struct ew e = { .out = dx, .a = dout, .b = y };
+    return ew_run(ctx, relu_back_body, &e, n);
+}
+
+int cpu_gelu_forward(nmt_bctx *ctx, float *out, const float *x, size_t n)
+{
+    struct ew e = { .out = out, .a = x };
+    return ew_run(ctx, gelu_body, &e, n);
+}
+
+int cpu_gelu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *x, size_t n)
+{
+    struct ew e = { .out = dx, .a = dout, .b = x };
+    return ew_run(ctx, gelu_back_body, &e, n);
+}
+
+int cpu_dropout_forward(nmt_bctx *ctx, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t offset)
+{
+    if (!(p >= 0 && p < 1))
+        return cpu_err(ctx, "dropout: probability %g outside [0, 1)", (double)p);
+    if (p == 0) {
+        if (out != x && n)
+            memcpy(out, x, n * sizeof *out);
+        return 0;
+    }
+    struct ew e = { .out = out, .a = x, .s = p, .seed = seed, .offset = offset };
+    return ew_run(ctx, dropout_body, &e, n);
+}
+
+int cpu_dropout_backward(nmt_bctx *ctx, float *dx, const float *dout, size_t n, float p, uint64_t seed,
+                         uint64_t offset)
+{
+    return cpu_dropout_forward(ctx, dx, dout, n, p, seed, offset);
+}
+
+/* ---------------- bias ---------------- */
+
+struct rows {
+    float *out, *out2, *out3;
+    const float *a, *b, *c, *d, *e;
+    const int32_t *ids, *pos;
+    int M, N, V;
+    float s;
+    double *dres;
+};
+
+CPU_VEC static void bias_add_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct rows *r = arg;
+    for (int64_t i = lo; i < hi; i++) {
+        float *o = r->out + i * r->N;
+        for (int j = 0; j < r->N; j++)
+            o[j] += r->a[j];
+    }
+}
+
+int cpu_bias_add(nmt_bctx *ctx, float *out, const float *bias, int M, int N)
+{
+    if (M < 0 || N < 0)
+        return cpu_err(ctx, "bias_add: negative size M=%d N=%d", M, N);
+    struct rows r = { .out = out, .a = bias, .M = M, .N = N };
+    pool_for(ctx->pool, M, N ? EW_GRAIN / N + 1 : M, bias_add_body, &r);
+    return 0;
+}
+
+/* Column sums over the column range [lo, hi), rows in order: deterministic. */
+CPU_VEC static void bias_grad_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct rows *r = arg;
+    for (int64_t i = 0; i < r->M; i++) {
+        const float *g = r->a + i * r->N;
+        for (int64_t j = lo; j < hi; j++)
+            r->out[j] += g[j];
+    }
+}
+
+int cpu_bias_grad(nmt_bctx *ctx, float *dbias, const float *dout, int M, int N)
+{
+    if (M < 0 || N < 0)
+        return cpu_err(ctx, "bias_grad: negative size M=%d N=%d", M, N);
+    struct rows r = { .out = dbias, .a = dout, .M = M, .N = N };
+    pool_for(ctx->pool, N, 64, bias_grad_body, &r);
+    return 0;
+}
+
+/* ---------------- embedding ---------------- */
+
+/* Makes the position table cover positions < ROWS for width D; 0 or -1. */
+static int pe_table(nmt_bctx *ctx, int rows, int D)
+{
+    if (ctx->pe && ctx->pe_d == D && ctx->pe_rows >= rows)
+        return 0;
+    if (ctx->pe_d == D && ctx->pe_rows * 2 > rows)
+        rows = ctx->pe_rows * 2;
+    float *pe = malloc((size_t)rows * (size_t)D * sizeof *pe);
+    if (!pe)
+        return cpu_err(ctx, "out of memory (position table %d x %d)", rows, D);
+    for (int p = 0; p < rows; p++)
+        for (int i = 0; i < D; i += 2) {
+            double ang = p / pow(10000.0, (double)i / D);
+            pe[(size_t)p * D + i] = (float)sin(ang);
+            pe[(size_t)p * D + i + 1] = (float)cos(ang);
+        }
+    free(ctx->pe);
+    ctx->pe = pe;
+    ctx->pe_rows = rows;
+    ctx->pe_d = D;
+    return 0;
+}
+
+static int check_ids(nmt_bctx *ctx, const char *what, const int32_t *ids, const int32_t *pos, int N, int D, int V,
+                     int *maxpos)
+{
+    if (N < 0 || D <= 0 || V <= 0)
+        return cpu_err(ctx, "%s: invalid size N=%d D=%d V=%d", what, N, D, V);
+    if (D % 2)
+        return cpu_err(ctx, "%s: model width %d is odd", what, D);
+    int mp = -1;
+    for (int n = 0; n < N; n++) {
+        if (pos[n] < 0)
+            continue;
+        if (ids[n] < 0 || ids[n] >= V)
+            return cpu_err(ctx, "%s: token id %d at row %d outside [0, %d)", what, ids[n], n, V);
+        if (pos[n] > mp)
+            mp = pos[n];
+    }
+    *maxpos = mp;
+    return 0;
+}
+
+CPU_VEC static void emb_fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct rows *r = arg; /* out, a = emb, b = pe table */
+    int D = r->N;
+    for (int64_t n = lo; n < hi; n++) {
+        float *o = r->out + n * D;
+        if (r->pos[n] < 0) {
+            memset(o, 0, (size_t)D * sizeof *o);
+            continue;
+        }
+        const float *e = r->a + (int64_t)r->ids[n] * D, *p = r->b + (int64_t)r->pos[n] * D;
+        for (int j = 0; j < D; j++)
+            o[j] = e[j] * r->s + p[j];
+    }
+}
+
+int cpu_embedding_forward(nmt_bctx *ctx, float *out, const int32_t *ids, const int32_t *pos, const float *emb, int N,
+                          int D, int V, float scale)
+{
+    int mp;
+    if (check_ids(ctx, "embedding_forward", ids, pos, N, D, V, &mp) < 0 || pe_table(ctx, mp + 1, D) < 0)
+        return -1;
+    struct rows r = { .out = out, .a = emb, .b = ctx->pe, .ids = ids, .pos = pos, .N = D, .s = scale };
+    pool_for(ctx->pool, N, EW_GRAIN / D + 1, emb_fwd_body, &r);
+    return 0;
+}
+
+/* Each chunk owns a column range of demb and visits the rows in order: deterministic. */
+CPU_VEC static void emb_bwd_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct rows *r = arg; /* out = demb, a = dout, M = rows, N = D */
+    for (int64_t n = 0; n < r->M; n++) {
+        if (r->pos[n] < 0)
+            continue;
+        float *g = r->out + (int64_t)r->ids[n] * r->N;
+        const float *d = r->a + n * r->N;
+        for (int64_t j = lo; j < hi; j++)
+            g[j] += r->s * d[j];
+    }
+}
+
+int cpu_embedding_backward(nmt_bctx *ctx, float *demb, const float *dout, const int32_t *ids, const int32_t *pos,
+                           int N, int D, int V, float scale)
+{
+    int mp;
+    if (check_ids(ctx, "embedding_backward", ids, pos, N, D, V, &mp) < 0)
+        return -1;
+    struct rows r = { .out = demb, .a = dout, .ids = ids, .pos = pos, .M = N, .N = D, .s = scale };
+    pool_for(ctx->pool, D, 32, emb_bwd_body, &r);
+    return 0;
+}
+
+/* ---------------- layer norm ---------------- */
+
+CPU_VEC static void ln_fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct rows *r = arg; /* out, out2 = mean, out3 = rstd, a = x, b = gamma, c = beta, s = eps */
+    int D = r->N;
+    for (int64_t n = lo; n < hi; n++) {
+        const float *x = r->a + n * D;
+        float *o = r->out + n * D;
+        float mean = vsum(x, D) / D;
+        float acc[LANES] = { 0 };
+        int j = 0;
+        for (; j + LANES <= D; j += LANES)
+            for (int l = 0; l < LANES; l++)
+                acc[l] += (x[j + l] - mean) * (x[j + l] - mean);
+        for (int l = 0; j < D; j++, l++)
+            acc[l] += (x[j] - mean) * (x[j] - mean);
+        float var = vsum(acc, LANES) / D;
+        float rstd = 1.0f / sqrtf(var + r->s);
+        if (r->out2)
+            r->out2[n] = mean;
+        if (r->out3)
+            r->out3[n] = rstd;
+        for (j = 0; j < D; j++)
+            o[j] = (x[j] - mean) * rstd * r->b[j] + r->c[j];
+    }
+}
+
+int cpu_layernorm_forward(nmt_bctx *ctx, float *out, float *mean, float *rstd, const float *x, const float *gamma,
+                          const float *beta, int N, int D, float eps)
+{
+    if (N < 0 || D <= 0)
+        return cpu_err(ctx, "layernorm_forward: invalid size N=%d D=%d", N, D);
+    struct rows r = { .out = out, .out2 = mean, .out3 = rstd, .a = x, .b = gamma, .c = beta, .N = D, .s = eps };
+    pool_for(ctx->pool, N, EW_GRAIN / D + 1, ln_fwd_body, &r);
+    return 0;
+}
+
+/* dgamma/dbeta over a column range, rows in order. */
+CPU_VEC static void ln_bwd_param_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct rows *r = arg; /* out = dgamma, out2 = dbeta, a = dout, b = x, c = mean, d = rstd */
+    int D = r->N;
+    for (int64_t n = 0; n < r->M; n++) {
+        const float *g = r->a + n * D, *x = r->b + n * D;
+        float mu = r->c[n], rs = r->d[n];
+        for (int64_t j = lo; j < hi; j++) {
+            r->out[j] += g[j] * ((x[j] - mu) * rs);
+            r->out2[j] += g[j];
+        }
+    }
+}
+
+CPU_VEC static void ln_bwd_x_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct rows *r = arg; /* out = dx, a = dout, b = x, c = mean, d = rstd, e = gamma */
+    int D = r->N;
+    for (int64_t n = lo; n < hi; n++) {
+        const float *g = r->a + n * D, *x = r->b + n * D;
+        float *dx = r->out + n * D;
+        float mu = r->c[n], rs = r->d[n];
+        float a1[LANES] = { 0 }, a2[LANES] = { 0 };
+        int j = 0;
+        for (; j + LANES <= D; j += LANES)
+            for (int l = 0; l < LANES; l++) {
+                float dxh = g[j + l] * r->e[j + l];
+                a1[l] += dxh;
+                a2[l] += dxh * ((x[j + l] - mu) * rs);
+            }
+        for (int l = 0; j < D; j++, l++) {
+            float dxh = g[j] * r->e[j];
+            a1[l] += dxh;
+            a2[l] += dxh * ((x[j] - mu) * rs);
+        }
+        float m1 = vsum(a1, LANES) / D, m2 = vsum(a2, LANES) / D;
+        for (j = 0; j < D; j++)
+            dx[j] = rs * (g[j] * r->e[j] - m1 - (x[j] - mu) * rs * m2);
+    }
+}
+
+int cpu_layernorm_backward(nmt_bctx *ctx, float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
+                           const float *mean, const float *rstd, const float *gamma, int N, int D)
+{
+    if (N < 0 || D <= 0)
+        return cpu_err(ctx, "layernorm_backward: invalid size N=%d D=%d", N, D);
+    struct rows r = { .out = dgamma, .out2 = dbeta, .a = dout, .b = x, .c = mean, .d = rstd, .M = N, .N = D };
+    pool_for(ctx->pool, D, 32, ln_bwd_param_body, &r); /* before dx, which may overwrite dout */
+    struct rows r2 = { .out = dx, .a = dout, .b = x, .c = mean, .d = rstd, .e = gamma, .M = N, .N = D };
+    pool_for(ctx->pool, N, EW_GRAIN / D + 1, ln_bwd_x_body, &r2);
+    return 0;
+}
+
+/* ---------------- cross-entropy ---------------- */
+
+struct xent {
+    float *dlogits, *row_nll;
+    const float *logits;
+    const int32_t *tgt;
+    int V, pad;
+    float eps, gscale;
+    double *loss, *nll; /* (N) per-row results, summed in order afterwards */
+};
+
+CPU_VEC static void xent_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct xent *x = arg;
+    int V = x->V;
+    for (int64_t n = lo; n < hi; n++) {
+        const float *z = x->logits + n * V;
+        int t = x->tgt[n];
+        if (t == x->pad) {
+            x->loss[n] = x->nll[n] = 0;
+            if (x->row_nll)
+                x->row_nll[n] = 0;
+            if (x->dlogits)
+                memset(x->dlogits + n * V, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        float mx = vmax(z, V);
+        float acc[LANES] = { 0 };
+        int j = 0;
+        for (; j + LANES <= V; j += LANES)
+            for (int l = 0; l < LANES; l++)
+                acc[l] += vexp(z[j + l] - mx);
+        for (int l = 0; j < V; j++, l++)
+            acc[l] += vexp(z[j] - mx);
+        double lse = mx + log((double)vsum(acc, LANES));
+        double sumz = vsum(z, V);
+        double nll = lse - z[t];
+        x->nll[n] = nll;
+        x->loss[n] = (1 - (double)x->eps) * nll + (double)x->eps * (lse - sumz / V);
+        if (x->row_nll)
+            x->row_nll[n] = (float)nll;
+        if (x->dlogits) {
+            float *d = x->dlogits + n * V;
+            float flse = (float)lse, s = x->gscale, sm = x->eps / V;
+            float zt = z[t]; /* d may alias z */
+            for (j = 0; j < V; j++)
+                d[j] = s * (vexp(z[j] - flse) - sm);
+            d[t] = s * (vexp(zt - flse) - sm - (1 - x->eps));
+        }
+    }
+}
+
+int cpu_cross_entropy(nmt_bctx *ctx, struct nmt_xent_result *res, float *dlogits, float *row_nll, const float *logits,
+                      const int32_t *tgt, int N, int V, float eps, int pad_id, float grad_scale)
+{
+    if (N < 0 || V <= 0)
+        return cpu_err(ctx, "cross_entropy: invalid size N=%d V=%d", N, V);
+    if (!(eps >= 0 && eps <= 1))
+        return cpu_err(ctx, "cross_entropy: label smoothing %g outside [0, 1]", (double)eps);
+    int64_t count = 0;
+    for (int n = 0; n < N; n++) {
+        if (tgt[n] == pad_id)
+            continue;
+        if (tgt[n] < 0 || tgt[n] >= V)
+            return cpu_err(ctx, "cross_entropy: target %d at row %d outside [0, %d)", tgt[n], n, V);
+        count++;
+    }
+    double *tmp = malloc(2 * (size_t)(N ? N : 1) * sizeof *tmp);
+    if (!tmp)
+        return cpu_err(ctx, "out of memory");
+    struct xent x = { .dlogits = dlogits, .row_nll = row_nll, .logits = logits, .tgt = tgt, .V = V, .pad = pad_id,
+                      .eps = eps, .gscale = grad_scale, .loss = tmp, .nll = tmp + N };
+    pool_for(ctx->pool, N, 1, xent_body, &x);
+    double loss = 0, nll = 0;
+    for (int n = 0; n < N; n++) {
+        loss += tmp[n];
+        nll += tmp[N + n];
+    }
+    free(tmp);
+    if (res) {
+        res->loss = loss;
+        res->nll = nll;
+        res->count = count;
+    }
+    return 0;
+}
+
+/* ---------------- optimizer ---------------- */
+
+struct adam {
+    float *p, *m, *v;
+    const float *g;
+    float b1, b2, eps, step, rbc2, gs;
+};
+
+CPU_VEC static void adam_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct adam *a = arg;
+    for (int64_t i = lo; i < hi; i++) {
+        float g = a->g[i] * a->gs;
+        float m = a->b1 * a->m[i] + (1 - a->b1) * g;
+        float v = a->b2 * a->v[i] + (1 - a->b2) * g * g;
+        a->m[i] = m;
+        a->v[i] = v;
+        a->p[i] -= a->step * m / (sqrtf(v) * a->rbc2 + a->eps);
+    }
+}
+
+int cpu_adam_update(nmt_bctx *ctx, float *param, float *m, float *v, const float *grad, size_t n, float lr,
+                    float beta1, float beta2, float eps, int64_t t, float grad_scale)
+{
+    if (t < 1)
+        return cpu_err(ctx, "adam_update: step %lld < 1", (long long)t);
+    double bc1 = 1 - pow(beta1, (double)t), bc2 = 1 - pow(beta2, (double)t);
+    if (!(bc1 > 0 && bc2 > 0))
+        return cpu_err(ctx, "adam_update: betas %g, %g must be in [0, 1)", (double)beta1, (double)beta2);
+    struct adam a = { .p = param, .m = m, .v = v, .g = grad, .b1 = beta1, .b2 = beta2, .eps = eps,
+                      .step = (float)(lr / bc1), .rbc2 = (float)(1 / sqrt(bc2)), .gs = grad_scale };
+    pool_for(ctx->pool, (int64_t)n, EW_GRAIN, adam_body, &a);
+    return 0;
+}
+
+struct sumsq {
+    const float *x;
+    int64_t n;
+    double *part;
+};
+
+CPU_VEC static void sumsq_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct sumsq *s = arg;
+    for (int64_t b = lo; b < hi; b++) {
+        int64_t i0 = b * SUMSQ_BLOCK, len = s->n - i0 < SUMSQ_BLOCK ? s->n - i0 : SUMSQ_BLOCK;
+        s->part[b] = vdot(s->x + i0, s->x + i0, len);
+    }
+}
+
+int cpu_sumsq(nmt_bctx *ctx, double *out, const float *x, size_t n)
+{
+    int64_t nb = ((int64_t)n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK;
+    double *part = malloc((size_t)(nb ? nb : 1) * sizeof *part);
+    if (!part)
+        return cpu_err(ctx, "out of memory");
+    struct sumsq s = { .x = x, .n = (int64_t)n, .part = part };
+    pool_for(ctx->pool, nb, 4, sumsq_body, &s);
+    double t = 0;
+    for (int64_t b = 0; b < nb; b++)
+        t += part[b];
+    free(part);
+    *out = t;
+    return 0;
+}
+
+/* ---------------- decoding ---------------- */
+
+struct topk {
+    float *values;
+    int32_t *idx;
+    const float *logits;
+    int V, K;
+};
+
+CPU_VEC static void topk_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct topk *t = arg;
+    int V = t->V, K = t->K;
+    for (int64_t n = lo; n < hi; n++) {
+        const float *z = t->logits + n * V;
+        float *val = t->values + n * K;
+        int32_t *id = t->idx + n * K;
+        float mx = vmax(z, V);
+        float acc[LANES] = { 0 };
+        int j = 0;
+        for (; j + LANES <= V; j += LANES)
+            for (int l = 0; l < LANES; l++)
+                acc[l] += vexp(z[j + l] - mx);
+        for (int l = 0; j < V; j++, l++)
+            acc[l] += vexp(z[j] - mx);
+        float lse = mx + logf(vsum(acc, LANES));
+        /* insertion into a sorted list; scanning in index order and inserting after equal
+         * values keeps ties in index order */
+        int have = 0;
+        for (j = 0; j < V; j++) {
+            float x = z[j];
+            if (have == K && !(x > val[K - 1]))
+                continue;
+            int at = have < K ? have : K - 1;
+            while (at > 0 && x > val[at - 1]) {
+                val[at] = val[at - 1];
+                id[at] = id[at - 1];
+                at--;
+            }
+            val[at] = x;
+            id[at] = j;
+            if (have < K)
+                have++;
+        }
+        for (int k = 0; k < K; k++)
+            val[k] -= lse;
+    }
+}
+
+int cpu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K)
+{
+    if (N < 0 || V <= 0 || K < 1 || K > V)
+        return cpu_err(ctx, "topk_logsoftmax: invalid size N=%d V=%d K=%d", N, V, K);
+    struct topk t = { .values = values, .idx = indices, .logits = logits, .V = V, .K = K };
+    pool_for(ctx->pool, N, 1, topk_body, &t);
+    return 0;
+}
+
+struct gather {
+    float *dst;
+    const float *src;
+    const int32_t *idx;
+    int64_t row;
+};
+
+static void gather_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct gather *g = arg;
+    for (int64_t i = lo; i < hi; i++)
+        memcpy(g->dst + i * g->row, g->src + (int64_t)g->idx[i] * g->row, (size_t)g->row * sizeof(float));
+}
+
+int cpu_gather_rows(nmt_bctx *ctx, float *dst, const float *src, const int32_t *idx, int N, int64_t row)
+{
+    if (N < 0 || row < 0)
+        return cpu_err(ctx, "gather_rows: invalid size N=%d row=%lld", N, (long long)row);
+    for (int i = 0; i < N; i++)
+        if (idx[i] < 0)
+            return cpu_err(ctx, "gather_rows: negative index %d at %d", idx[i], i);
+    struct gather g = { .dst = dst, .src = src, .idx = idx, .row = row };
+    pool_for(ctx->pool, N, row ? EW_GRAIN / row + 1 : N, gather_body, &g);
+    return 0;
+}
