@@ -1,6 +1,7 @@
 # nmt: plain, non-recursive Makefile. No configure step.
 #   make                 build tools into bin/ and plugins as bin/nmt-backend-*.so
-#   make check           install missing dependencies, build, run every test (plain, then ASan+UBSan), fuzz
+#   make check           install missing dependencies, build, run every test (plain, ASan+UBSan,
+#                        valgrind for the unit tests), fuzz
 #   make install PREFIX=/usr/local
 # Sources are found by wildcard: libcommon/*.c form libnmt.a, tools/NAME.c becomes bin/nmt-NAME
 # (tools/nmt.c becomes bin/nmt), plugins/NAME/*.c become bin/nmt-backend-NAME.so,
@@ -41,6 +42,10 @@ PLUGINS  := $(PLUGIN_NAMES:%=$(BIN)/nmt-backend-%.so)
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNITS    := $(patsubst tests/unit/%.c,$(OBJ)/tests/%,$(UNIT_SRC))
+BENCH_SRC := $(wildcard bench/*.c)
+BENCHES  := $(patsubst bench/%.c,$(OBJ)/bench/%,$(BENCH_SRC))
+HELPER_SRC := $(wildcard tests/helpers/*.c)
+HELPERS  := $(patsubst tests/helpers/%.c,$(OBJ)/tests/helpers/%,$(HELPER_SRC))
 TESTPLUGIN_SRC := $(wildcard tests/plugins/*.c)
 TESTPLUGINS := $(patsubst tests/plugins/%.c,$(OBJ)/tests/plugins/%.so,$(TESTPLUGIN_SRC))
 
@@ -51,7 +56,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all check test test-san fuzz install clean deps bench demo tests-built
+.PHONY: valgrind bench-built all check test test-san fuzz install clean deps bench demo tests-built
 all: $(TOOLS) $(PLUGINS) $(if $(HAVE_CUDA),$(BIN)/nmt-backend-cuda.so)
 	@echo "nmt: built $(words $(TOOLS)) tools and $(words $(PLUGINS)) plugin(s) in $(BIN)/; CUDA: $(if $(HAVE_CUDA),found ($(NVCC)),not found (cuda plugin skipped))"
 
@@ -71,24 +76,36 @@ $(BIN)/nmt: $(OBJ)/tools/nmt.o $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $< $(LIB_A) $(LIBS) -o $@
 
-# The cpu plugin's kernels: full optimisation; -fno-math-errno lets sqrtf vectorise; only the entry symbol is exported.
-$(OBJ)/plugins/cpu/%.o: CFLAGS += -O3 -fno-math-errno -fvisibility=hidden
+# The cpu plugin's kernels: full optimisation; -fno-math-errno and -fno-trapping-math let sqrtf and
+# conditional expressions vectorise (no result changes); only the entry symbol is exported.
+$(OBJ)/plugins/cpu/%.o: CFLAGS += -O3 -fno-math-errno -fno-trapping-math -fvisibility=hidden
 
 # A plugin is every .c file under plugins/NAME/, linked as one shared object.
+.SECONDARY:
 .SECONDEXPANSION:
 $(BIN)/nmt-backend-%.so: $$(addprefix $(OBJ)/,$$(addsuffix .o,$$(basename $$(wildcard plugins/$$*/*.c))))
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -shared $^ $(BLASLIBS) -lm -lpthread -o $@
 
-$(OBJ)/tests/%: $(OBJ)/tests/unit/%.o $(LIB_A)
+$(OBJ)/tests/test_%: $(OBJ)/tests/unit/test_%.o $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -rdynamic $< $(LIB_A) $(LIBS) $(BLASLIBS) -o $@
+
+$(OBJ)/tests/helpers/%: $(OBJ)/tests/helpers/%.o $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $< $(LIB_A) $(LIBS) -o $@
+
+$(OBJ)/bench/%: $(OBJ)/bench/%.o $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -rdynamic $< $(LIB_A) $(LIBS) $(BLASLIBS) -o $@
+
+bench-built: all $(BENCHES)
 
 $(OBJ)/tests/plugins/%.so: $(OBJ)/tests/plugins/%.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -shared $^ -o $@
 
-tests-built: all $(UNITS) $(TESTPLUGINS)
+tests-built: all $(UNITS) $(TESTPLUGINS) $(HELPERS)
 
 deps:
 	@bash scripts/deps.sh
@@ -100,9 +117,13 @@ check: deps
 	bash tests/run.sh . .check-counts || st=1; \
 	$(MAKE) O=san SAN=1 tests-built || exit 1; \
 	bash tests/run.sh san .check-counts || st=1; \
+	VALGRIND=1 bash tests/run.sh . .check-counts || st=1; \
 	$(MAKE) fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-$(FUZZ_SECONDS)} || st=1; \
 	bash tests/summary.sh .check-counts || st=1; \
 	exit $$st
+
+valgrind: tests-built
+	VALGRIND=1 bash tests/run.sh . /dev/null
 
 test: tests-built
 	@rm -f .check-counts
@@ -111,10 +132,10 @@ test: tests-built
 
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZERS  := $(patsubst tests/fuzz/%.c,fuzz-build/%,$(FUZZ_SRC))
-FUZZ_SECONDS ?= 30
+FUZZ_SECONDS ?= 60
 fuzz-build/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard libcommon/*.h)
 	@mkdir -p $(@D)
-	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) $(LIBS) -o $@
+	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) $(LIBS) $(BLASLIBS) -o $@
 
 fuzz: $(FUZZERS)
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS) .check-counts $(FUZZERS)

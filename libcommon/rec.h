@@ -68,7 +68,7 @@ struct rec_writer;
 
 /* Options for rec_writer_open. Zero-initialise and set what you need. */
 struct rec_writer_opts {
-    int level;                 /* zstd level; 0 means the default (3) */
+    int level;                 /* zstd level; 0 means the default (1) */
     size_t chunk_bound;        /* payload bytes per chunk; 0 means REC_CHUNK_BOUND */
 };
 

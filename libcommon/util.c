@@ -206,3 +206,47 @@ uint64_t nmt_fnv1a(uint64_t h, const void *data, size_t len)
     }
     return h;
 }
+
+int nmt_json_string(FILE *f, const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    putc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned c = p[i];
+        if (c == '"' || c == '\\') {
+            putc('\\', f);
+            putc((int)c, f);
+        } else if (c < 0x20 || c == 0x7f) {
+            switch (c) {
+            case '\n': fputs("\\n", f); break;
+            case '\t': fputs("\\t", f); break;
+            case '\r': fputs("\\r", f); break;
+            default: fprintf(f, "\\u%04x", c);
+            }
+        } else if (c < 0x80) {
+            putc((int)c, f);
+        } else {
+            /* copy a well-formed UTF-8 sequence, else emit U+FFFD */
+            size_t len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+            int ok = len > 0 && i + len <= n;
+            for (size_t k = 1; ok && k < len; k++)
+                ok = (p[i + k] & 0xC0) == 0x80;
+            if (ok && len == 3) {
+                unsigned cp = ((c & 0x0F) << 12) | ((p[i + 1] & 0x3F) << 6);
+                ok = cp >= 0x800 && !(cp >= 0xD800 && cp <= 0xDFFF);
+            }
+            if (ok && len == 4) {
+                unsigned cp = ((c & 0x07) << 18) | ((p[i + 1] & 0x3F) << 12);
+                ok = cp >= 0x10000 && cp <= 0x10FFFF;
+            }
+            if (ok) {
+                fwrite(p + i, 1, len, f);
+                i += len - 1;
+            } else {
+                fputs("\\ufffd", f);
+            }
+        }
+    }
+    putc('"', f);
+    return ferror(f) ? -1 : 0;
+}

@@ -78,3 +78,10 @@ static inline void nmt_put64(unsigned char *p, uint64_t v) { nmt_put32(p, (uint3
 uint64_t nmt_fnv1a(uint64_t h, const void *data, size_t len);
 
 #endif
+
+#ifndef NMT_UTIL_JSON
+#define NMT_UTIL_JSON
+/* Writes S (N bytes) to F as a JSON string literal with quotes; invalid UTF-8 bytes become
+ * U+FFFD. Returns 0, or -1 if the stream is in error. */
+int nmt_json_string(FILE *f, const char *s, size_t n);
+#endif

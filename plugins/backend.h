@@ -236,7 +236,8 @@ struct nmt_backend {
     int (*relu_forward)(nmt_bctx *ctx, float *out, const float *x, size_t n);
     /* dx = dout where y > 0, else 0; Y is the forward output (or input: same sign). */
     int (*relu_backward)(nmt_bctx *ctx, float *dx, const float *dout, const float *y, size_t n);
-    /* out = dropout(x): kept elements x / (1-p), others 0 (see RANDOM NUMBERS); p in [0,1). */
+    /* out = dropout(x): kept elements x / (1-p), others x * 0 (0 for finite x, as PyTorch's x * mask)
+     * (see RANDOM NUMBERS); p in [0,1); p = 0 copies. out may alias x. */
     int (*dropout_forward)(nmt_bctx *ctx, float *out, const float *x, size_t n, float p,
                            uint64_t seed, uint64_t offset);
     /* dx = dout masked and scaled by the same mask as the forward with (p, seed, offset). */

@@ -11,6 +11,13 @@ bin=$(cd "$dir/bin" && pwd)
 export NMT_SRCDIR=$src NMT_BIN=$bin NMT_PLUGIN_PATH=$bin PATH="$bin:$PATH"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 label=$([ "$dir" = . ] && echo plain || echo "$dir")
+# VALGRIND=1: run the unit tests under valgrind's memcheck (errors and leaks fail the test), skip Bats.
+wrap=()
+if [ "${VALGRIND:-0}" = 1 ]; then
+    label=valgrind
+    wrap=(valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite)
+    export NMT_TEST_QUICK=1
+fi
 status=0
 
 tap_count() { # reads TAP on stdin, echoes "passed failed"
@@ -21,7 +28,7 @@ for t in "$dir"/build/tests/test_*; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
     out=$(mktemp)
-    "$t" > "$out" 2> "$out.err"
+    "${wrap[@]}" "$t" > "$out" 2> "$out.err"
     rc=$?
     read -r p f < <(tap_count < "$out")
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # a crash or abort counts as a failure
@@ -34,7 +41,7 @@ done
 
 shopt -s nullglob
 suites=(tests/bats/*.bats)
-if [ ${#suites[@]} -gt 0 ]; then
+if [ ${#suites[@]} -gt 0 ] && [ "${VALGRIND:-0}" != 1 ]; then
     out=$(mktemp)
     bats --tap "${suites[@]}" > "$out" 2>&1
     rc=$?

@@ -47,6 +47,7 @@ CPU_VEC static void fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
     int dh = a->dh, Tk = a->Tk;
     float *s = cpu_scratch_of(t->ctx, tid); /* (Tk) */
     float keep = 1.0f / (1.0f - a->dropout);
+    uint64_t key = rng_key(a->seed);
     for (int64_t r = lo; r < hi; r++) { /* r = (b*H + h)*Tq + i */
         int i = (int)(r % a->Tq), h = (int)(r / a->Tq % a->H), b = (int)(r / a->Tq / a->H);
         const float *qi = t->q + b * a->q_bs + i * a->q_ld + h * dh;
@@ -71,15 +72,14 @@ CPU_VEC static void fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
         float inv = 1.0f / sum;
         for (int j = 0; j < n; j++)
             s[j] *= inv;
-        if (prow) {
-            memcpy(prow, s, (size_t)n * sizeof *prow);
-            memset(prow + n, 0, (size_t)(Tk - n) * sizeof *prow);
-        }
+        if (prow)
+            for (int j = 0; j < Tk; j++)
+                prow[j] = j < n ? s[j] : 0.0f;
         uint64_t ctr = a->offset + (uint64_t)r * (uint64_t)Tk;
         for (int j = 0; j < n; j++) {
             float p = s[j];
             if (a->dropout > 0)
-                p = nmt_rng_uniform(a->seed, ctr + (uint64_t)j) >= a->dropout ? p * keep : 0.0f;
+                p = rng_uniform_keyed(key, ctr + (uint64_t)j) >= a->dropout ? p * keep : 0.0f;
             const float *vj = vb + j * a->v_ld;
             for (int d = 0; d < dh; d++)
                 o[d] += p * vj[d];
@@ -106,6 +106,7 @@ CPU_VEC static void bwd_body(void *arg, int64_t lo, int64_t hi, int tid)
     int dh = a->dh, Tk = a->Tk, Tq = a->Tq;
     float *dp = cpu_scratch_of(t->ctx, tid); /* (Tk) */
     float keep = 1.0f / (1.0f - a->dropout);
+    uint64_t key = rng_key(a->seed);
     for (int64_t bh = lo; bh < hi; bh++) {
         int b = (int)(bh / a->H), h = (int)(bh % a->H);
         const float *kb = t->k + b * a->k_bs + h * dh, *vb = t->v + b * a->v_bs + h * dh;
@@ -128,7 +129,7 @@ CPU_VEC static void bwd_body(void *arg, int64_t lo, int64_t hi, int tid)
             uint64_t ctr = a->offset + (uint64_t)r * (uint64_t)Tk;
             float dot = 0;
             for (int j = 0; j < n; j++) {
-                float m = a->dropout > 0 ? (nmt_rng_uniform(a->seed, ctr + (uint64_t)j) >= a->dropout ? keep : 0.0f)
+                float m = a->dropout > 0 ? (rng_uniform_keyed(key, ctr + (uint64_t)j) >= a->dropout ? keep : 0.0f)
                                          : 1.0f;
                 /* dV_j += P'_ij dO_i ; dP_ij = (dO_i . V_j) * m */
                 float pp = prow[j] * m;

@@ -221,6 +221,8 @@ static int cpu_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, 
         scale_c(C, M, N, ldc, beta);
         return 0;
     }
+    if (openblas_get_num_threads() != ctx->threads) /* process-global: follow this context */
+        openblas_set_num_threads(ctx->threads);
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K, alpha,
                 A, lda, B, ldb, beta, C, ldc);
     return 0;

@@ -50,7 +50,7 @@ static inline void *cpu_scratch_of(struct nmt_bctx *ctx, int tid)
  * anything the C source does not say; the order of operations is fixed. ---- */
 #define LANES 16
 
-static inline float vsum(const float *x, int64_t n)
+static inline __attribute__((always_inline)) float vsum(const float *x, int64_t n)
 {
     float acc[LANES] = { 0 };
     int64_t i = 0;
@@ -65,7 +65,7 @@ static inline float vsum(const float *x, int64_t n)
     return s;
 }
 
-static inline float vdot(const float *a, const float *b, int64_t n)
+static inline __attribute__((always_inline)) float vdot(const float *a, const float *b, int64_t n)
 {
     float acc[LANES] = { 0 };
     int64_t i = 0;
@@ -80,7 +80,7 @@ static inline float vdot(const float *a, const float *b, int64_t n)
     return s;
 }
 
-static inline float vmax(const float *x, int64_t n)
+static inline __attribute__((always_inline)) float vmax(const float *x, int64_t n)
 {
     float acc[LANES];
     int64_t i = 0;
@@ -99,7 +99,7 @@ static inline float vmax(const float *x, int64_t n)
 
 /* exp(x) for x <= 0 region and moderate positives, relative error about 2e-7; vectorisable
  * (range reduction by a round-to-nearest magic constant, degree-6 polynomial, exponent bits). */
-static inline float vexp(float x)
+static inline __attribute__((always_inline)) float vexp(float x)
 {
     x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
     float t = x * 1.44269504088896341f + 12582912.0f;
@@ -110,5 +110,20 @@ static inline float vexp(float x)
     u.i = ((int32_t)n + 127) << 23;
     return p * u.f;
 }
+
+/* nmt_rng_uniform (backend.h), restated so that it is always inlined into the vectorised clones;
+ * tests check that both give the same masks. */
+static inline __attribute__((always_inline)) uint64_t rng_mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+/* The keyed seed rng_mix(seed + 0x632BE59BD9B4E019) is computed once per call by the caller. */
+static inline __attribute__((always_inline)) float rng_uniform_keyed(uint64_t key, uint64_t counter)
+{
+    return (float)(int32_t)(rng_mix(counter * 0x9E3779B97F4A7C15ULL + key) >> 40) * (1.0f / 16777216.0f);
+}
+static inline uint64_t rng_key(uint64_t seed) { return rng_mix(seed + 0x632BE59BD9B4E019ULL); }
 
 #endif

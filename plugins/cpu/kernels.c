@@ -77,8 +77,9 @@ CPU_VEC static void dropout_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
     struct ew *e = arg; /* out, a = input, s = p */
     float p = e->s, k = 1.0f / (1.0f - p);
+    uint64_t key = rng_key(e->seed);
     for (int64_t i = lo; i < hi; i++)
-        e->out[i] = nmt_rng_uniform(e->seed, e->offset + (uint64_t)i) >= p ? e->a[i] * k : 0.0f;
+        e->out[i] = e->a[i] * (rng_uniform_keyed(key, e->offset + (uint64_t)i) >= p ? k : 0.0f);
 }
 
 static int ew_run(nmt_bctx *ctx, pool_fn fn, struct ew *e, size_t n)

@@ -1,0 +1,108 @@
+#!/usr/bin/env bats
+# The backend loader through nmt-backends: discovery, selection, and refusal of broken plugins.
+
+setup() {
+    P="$NMT_BIN/../build/tests/plugins"
+    G="$NMT_SRCDIR/tests/fixtures/backend/nmt-backend-garbage.so"
+    TMP=$(mktemp -d)
+}
+teardown() { rm -rf "$TMP"; }
+
+@test "lists the cpu plugin with its score and ABI, and the default" {
+    run nmt-backends
+    [ "$status" -eq 0 ]
+    [ "${lines[0]}" = "$(printf 'NAME\tSCORE\tABI\tPATH\tSTATUS')" ]
+    grep -qP '^cpu\t1[0-9]\t1\.0\t.*/nmt-backend-cpu\.so\tok$' <<< "$output"
+    grep -q '^default: cpu (' <<< "$output"
+}
+
+@test "--backend cpu opens it and prints its properties" {
+    run nmt-backends --backend cpu --threads 1
+    [ "$status" -eq 0 ]
+    grep -qx "$(printf 'name\tcpu')" <<< "$output"
+    grep -qx "$(printf 'abi\t1.0')" <<< "$output"
+    grep -qP '^device\tcpu: .*\(1 thread, ' <<< "$output"
+    grep -qx "$(printf 'dtypes\tf32')" <<< "$output"
+}
+
+@test "--backend auto and NMT_BACKEND select cpu; an explicit path loads that file" {
+    run nmt-backends -b auto
+    [ "$status" -eq 0 ] && grep -qx "$(printf 'name\tcpu')" <<< "$output"
+    NMT_BACKEND=cpu run nmt-backends -b ''
+    [ "$status" -eq 0 ] && grep -qx "$(printf 'name\tcpu')" <<< "$output"
+    run nmt-backends -b "$NMT_BIN/nmt-backend-cpu.so"
+    [ "$status" -eq 0 ] && grep -qx "$(printf 'path\t%s' "$NMT_BIN/nmt-backend-cpu.so")" <<< "$output"
+}
+
+@test "a plugin with another ABI major version is refused" {
+    run nmt-backends --backend "$P/bad_abi.so"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-backends: refusing backend '$P/bad_abi.so': ABI 2.0, this program needs ABI 1.x" ]
+}
+
+@test "a plugin with a missing required slot is refused" {
+    run nmt-backends --backend "$P/missing_slot.so"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-backends: refusing backend '$P/missing_slot.so': required slot 'attention_backward' is missing" ]
+}
+
+@test "a plugin whose table is too small is refused" {
+    run nmt-backends --backend "$P/too_small.so"
+    [ "$status" -eq 1 ]
+    [[ "$output" == "nmt-backends: refusing backend '$P/too_small.so': table of "*" bytes is smaller than ABI 1.0's "* ]]
+}
+
+@test "a shared object without the entry symbol is refused" {
+    run nmt-backends --backend "$P/no_entry.so"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-backends: refusing backend '$P/no_entry.so': not an nmt backend plugin (no symbol nmt_backend_entry)" ]
+}
+
+@test "a file that is not a shared object is refused" {
+    run nmt-backends --backend "$G"
+    [ "$status" -eq 1 ]
+    [[ "$output" == "nmt-backends: refusing backend '$G': not a loadable shared object ("*"invalid ELF header)" ]]
+}
+
+@test "a missing file and an unknown name are errors naming what was searched" {
+    run nmt-backends --backend "$TMP/none.so"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-backends: cannot load backend '$TMP/none.so': No such file or directory" ]
+    NMT_PLUGIN_PATH="$TMP" run nmt-backends --backend nosuch
+    [ "$status" -eq 1 ]
+    [[ "$output" == "nmt-backends: no backend plugin 'nosuch' found (searched $TMP:"*":$NMT_BIN)" ]]
+}
+
+@test "the listing shows refused plugins with their reasons; auto skips them" {
+    for f in bad_abi missing_slot no_entry minor_old; do cp "$P/$f.so" "$TMP/nmt-backend-$f.so"; done
+    cp "$G" "$TMP/"
+    NMT_PLUGIN_PATH="$TMP" run nmt-backends
+    [ "$status" -eq 0 ]
+    grep -qP "^bad_abi\t-\t-\t$TMP/nmt-backend-bad_abi.so\trefusing backend .*: ABI 2.0, " <<< "$output"
+    grep -qP "^missing_slot\t-\t-\t.*required slot 'attention_backward' is missing$" <<< "$output"
+    grep -qP "^no_entry\t-\t-\t.*no symbol nmt_backend_entry\)$" <<< "$output"
+    grep -qP "^garbage\t-\t-\t.*not a loadable shared object" <<< "$output"
+    grep -qP "^minor_old\t1\t1\.0\t$TMP/nmt-backend-minor_old.so\tok$" <<< "$output"
+    grep -qP '^cpu\t' <<< "$output"
+    grep -q '^default: cpu (' <<< "$output"
+}
+
+@test "the first directory of the search path wins for a name" {
+    cp "$P/bad_abi.so" "$TMP/nmt-backend-cpu.so"
+    NMT_PLUGIN_PATH="$TMP" run nmt-backends --backend cpu
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"refusing backend '$TMP/nmt-backend-cpu.so': ABI 2.0"* ]]
+}
+
+@test "usage errors exit 2; --help and --version exit 0" {
+    run nmt-backends --bogus
+    [ "$status" -eq 2 ]
+    run nmt-backends extra
+    [ "$status" -eq 2 ]
+    run nmt-backends --threads x
+    [ "$status" -eq 2 ]
+    run nmt-backends --help
+    [ "$status" -eq 0 ] && [[ "${lines[0]}" == "Usage: nmt-backends"* ]]
+    run nmt-backends --version
+    [ "$status" -eq 0 ] && [[ "${lines[0]}" == "nmt-backends (nmt) "* ]]
+}

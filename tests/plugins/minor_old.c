@@ -1,0 +1,15 @@
+/* minor_old: a usable ABI 1.0 table cut off before the optional slots (an older minor version):
+ * the loader accepts it and reads the optional slots as NULL. Its kernels are never run. */
+#include "common.h"
+
+static struct nmt_backend table;
+static int score(void) { return 1; }
+
+const struct nmt_backend *nmt_backend_entry(void)
+{
+    fill_slots(&table);
+    table.name = "minor_old";
+    table.score = score;
+    table.size = offsetof(struct nmt_backend, gelu_forward);
+    return &table;
+}

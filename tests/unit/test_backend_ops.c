@@ -1,0 +1,305 @@
+/* test_backend_ops: runs every kernel of every usable backend plugin found on the search path
+ * against the cpu plugin, on the same random inputs, through the plugin's own device memory
+ * (alloc/upload/download). This is what every accelerator backend is held to. With only the cpu
+ * plugin installed it compares cpu with itself (and must then agree exactly). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "test.h"
+#include "util.h"
+
+static uint64_t rng_state;
+static float urand(float lo, float hi)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return lo + (hi - lo) * (float)((rng_state >> 40) * (1.0 / 16777216.0));
+}
+
+/* Output collected from one run of one op: every output tensor appended, as floats. */
+struct result {
+    float *v;
+    size_t n;
+    int rc;
+};
+
+static void keep(struct result *r, const float *host, size_t n)
+{
+    r->v = realloc(r->v, (r->n + n) * sizeof *r->v);
+    memcpy(r->v + r->n, host, n * sizeof *host);
+    r->n += n;
+}
+
+/* Device helpers on backend B: a random device tensor (host copy optional), and download. */
+static float *drand(struct backend *b, size_t n, float lo, float hi)
+{
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = urand(lo, hi);
+    float *d = b->ops.alloc(b->ctx, (n ? n : 1) * sizeof *d);
+    if (d)
+        b->ops.upload(b->ctx, d, h, n * sizeof *h);
+    free(h);
+    return d;
+}
+static int32_t *dints(struct backend *b, const int32_t *h, size_t n)
+{
+    int32_t *d = b->ops.alloc(b->ctx, (n ? n : 1) * sizeof *d);
+    if (d)
+        b->ops.upload(b->ctx, d, h, n * sizeof *h);
+    return d;
+}
+static void fetch(struct backend *b, struct result *r, const void *dev, size_t n, int ints)
+{
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    b->ops.download(b->ctx, h, dev, n * sizeof *h);
+    if (ints)
+        for (size_t i = 0; i < n; i++) {
+            int32_t v;
+            memcpy(&v, &h[i], sizeof v);
+            h[i] = (float)v;
+        }
+    keep(r, h, n);
+    free(h);
+}
+
+#define OP(b, f, ...) ((b)->ops.f((b)->ctx, __VA_ARGS__))
+
+static void op_gemm(struct backend *b, struct result *r)
+{
+    int M = 37, N = 29, K = 67;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            float *A = drand(b, (size_t)M * K, -1, 1), *B = drand(b, (size_t)N * K, -1, 1), *C = drand(b, (size_t)M * N, -1, 1);
+            r->rc |= OP(b, gemm, ta, tb, M, N, K, 0.7f, A, ta ? M : K, B, tb ? K : N, 0.3f, C, N);
+            fetch(b, r, C, (size_t)M * N, 0);
+        }
+    float *A = drand(b, 3 * 8 * 5, -1, 1), *B = drand(b, 3 * 8 * 5, -1, 1), *C = drand(b, 3 * 8 * 8, -1, 1);
+    r->rc |= OP(b, gemm_batched, 0, 1, 8, 8, 5, 1.0f, A, 5, 40, B, 5, 40, 0.0f, C, 8, 64, 3);
+    fetch(b, r, C, 3 * 64, 0);
+}
+
+static void op_bias(struct backend *b, struct result *r)
+{
+    int M = 19, N = 41;
+    float *o = drand(b, (size_t)M * N, -1, 1), *bias = drand(b, N, -1, 1), *db = drand(b, N, -1, 1);
+    r->rc |= OP(b, bias_grad, db, o, M, N);
+    r->rc |= OP(b, bias_add, o, bias, M, N);
+    fetch(b, r, o, (size_t)M * N, 0);
+    fetch(b, r, db, N, 0);
+}
+
+static void op_embedding(struct backend *b, struct result *r)
+{
+    int N = 23, D = 10, V = 7;
+    int32_t ids[23], pos[23];
+    for (int n = 0; n < N; n++)
+        ids[n] = (int32_t)urand(0, (float)V), pos[n] = n % 6 == 5 ? -1 : n;
+    float *emb = drand(b, (size_t)V * D, -1, 1), *out = drand(b, (size_t)N * D, -1, 1), *dout = drand(b, (size_t)N * D, -1, 1);
+    float *demb = drand(b, (size_t)V * D, -1, 1);
+    int32_t *di = dints(b, ids, N), *dp = dints(b, pos, N);
+    r->rc |= OP(b, embedding_forward, out, di, dp, emb, N, D, V, 3.16f);
+    r->rc |= OP(b, embedding_backward, demb, dout, di, dp, N, D, V, 3.16f);
+    fetch(b, r, out, (size_t)N * D, 0);
+    fetch(b, r, demb, (size_t)V * D, 0);
+}
+
+static void op_attention(struct backend *b, struct result *r)
+{
+    int32_t kl[3] = { 6, 0, 3 };
+    for (int variant = 0; variant < 3; variant++) {
+        struct nmt_attn_args a = { .B = 3, .Tq = variant == 1 ? 6 : 4, .Tk = 6, .H = 2, .dh = 8 };
+        int D = a.H * a.dh;
+        a.q_ld = a.k_ld = a.v_ld = a.o_ld = D;
+        a.q_bs = a.o_bs = (int64_t)a.Tq * D;
+        a.k_bs = a.v_bs = (int64_t)a.Tk * D;
+        a.scale = 0.35f;
+        a.causal = variant >= 1;
+        a.causal_shift = variant == 2 ? 2 : 0;
+        a.dropout = variant == 2 ? 0.25f : 0;
+        a.seed = 5, a.offset = 77;
+        a.klen = variant == 1 ? NULL : dints(b, kl, 3);
+        size_t nq = (size_t)a.B * a.q_bs, nk = (size_t)a.B * a.k_bs, np = (size_t)a.B * a.H * a.Tq * a.Tk;
+        float *q = drand(b, nq, -1, 1), *k = drand(b, nk, -1, 1), *v = drand(b, nk, -1, 1), *o = drand(b, nq, -1, 1);
+        float *P = drand(b, np, -1, 1), *dout = drand(b, nq, -1, 1);
+        float *dq = drand(b, nq, -1, 1), *dk = drand(b, nk, -1, 1), *dv = drand(b, nk, -1, 1);
+        r->rc |= OP(b, attention_forward, o, P, q, k, v, &a);
+        r->rc |= OP(b, attention_backward, dq, dk, dv, dout, q, k, v, P, &a);
+        fetch(b, r, o, nq, 0);
+        fetch(b, r, P, np, 0);
+        fetch(b, r, dq, nq, 0);
+        fetch(b, r, dk, nk, 0);
+        fetch(b, r, dv, nk, 0);
+    }
+}
+
+static void op_layernorm(struct backend *b, struct result *r)
+{
+    int N = 17, D = 72;
+    float *x = drand(b, (size_t)N * D, -2, 2), *g = drand(b, D, 0.5f, 1.5f), *be = drand(b, D, -1, 1);
+    float *o = drand(b, (size_t)N * D, 0, 1), *m = drand(b, N, 0, 1), *rs = drand(b, N, 0, 1);
+    float *dout = drand(b, (size_t)N * D, -1, 1), *dx = drand(b, (size_t)N * D, 0, 1);
+    float *dg = drand(b, D, -1, 1), *db = drand(b, D, -1, 1);
+    r->rc |= OP(b, layernorm_forward, o, m, rs, x, g, be, N, D, 1e-5f);
+    r->rc |= OP(b, layernorm_backward, dx, dg, db, dout, x, m, rs, g, N, D);
+    fetch(b, r, o, (size_t)N * D, 0);
+    fetch(b, r, m, N, 0);
+    fetch(b, r, rs, N, 0);
+    fetch(b, r, dx, (size_t)N * D, 0);
+    fetch(b, r, dg, D, 0);
+    fetch(b, r, db, D, 0);
+}
+
+static void op_elementwise(struct backend *b, struct result *r)
+{
+    size_t n = 3001;
+    float *a = drand(b, n, -2, 2), *c = drand(b, n, -2, 2), *o = drand(b, n, 0, 1);
+    r->rc |= OP(b, add, o, a, c, n);
+    fetch(b, r, o, n, 0);
+    r->rc |= OP(b, axpy, o, a, n, -0.5f);
+    fetch(b, r, o, n, 0);
+    r->rc |= OP(b, scale, o, n, 1.5f);
+    fetch(b, r, o, n, 0);
+    r->rc |= OP(b, relu_forward, o, a, n);
+    fetch(b, r, o, n, 0);
+    r->rc |= OP(b, relu_backward, o, c, a, n);
+    fetch(b, r, o, n, 0);
+    r->rc |= OP(b, dropout_forward, o, a, n, 0.1f, 3, 9);
+    fetch(b, r, o, n, 0);
+    r->rc |= OP(b, dropout_backward, o, c, n, 0.1f, 3, 9);
+    fetch(b, r, o, n, 0);
+    r->rc |= OP(b, memset_zero, o + 5, 10 * sizeof *o);
+    r->rc |= OP(b, copy, o + 100, a + 7, 50 * sizeof *o);
+    fetch(b, r, o, n, 0);
+}
+
+static void op_gelu(struct backend *b, struct result *r)
+{
+    size_t n = 999;
+    float *a = drand(b, n, -3, 3), *c = drand(b, n, -1, 1), *o = drand(b, n, 0, 1);
+    r->rc |= OP(b, gelu_forward, o, a, n);
+    fetch(b, r, o, n, 0);
+    r->rc |= OP(b, gelu_backward, o, c, a, n);
+    fetch(b, r, o, n, 0);
+}
+
+static void op_xent(struct backend *b, struct result *r)
+{
+    int N = 13, V = 101;
+    int32_t tgt[13];
+    for (int n = 0; n < N; n++)
+        tgt[n] = n % 5 == 0 ? 0 : (int32_t)urand(1, (float)V);
+    float *z = drand(b, (size_t)N * V, -5, 5), *d = drand(b, (size_t)N * V, 0, 1), *rn = drand(b, N, 0, 1);
+    int32_t *dt = dints(b, tgt, N);
+    struct nmt_xent_result res;
+    r->rc |= OP(b, cross_entropy, &res, d, rn, z, dt, N, V, 0.1f, 0, 0.01f);
+    float s[3] = { (float)res.loss, (float)res.nll, (float)res.count };
+    keep(r, s, 3);
+    fetch(b, r, d, (size_t)N * V, 0);
+    fetch(b, r, rn, N, 0);
+}
+
+static void op_optim(struct backend *b, struct result *r)
+{
+    size_t n = 5003;
+    float *p = drand(b, n, -1, 1), *m = drand(b, n, -0.1f, 0.1f), *v = drand(b, n, 0, 0.01f), *g = drand(b, n, -1, 1);
+    r->rc |= OP(b, adam_update, p, m, v, g, n, 1e-3f, 0.9f, 0.98f, 1e-9f, 7, 0.5f);
+    fetch(b, r, p, n, 0);
+    fetch(b, r, m, n, 0);
+    fetch(b, r, v, n, 0);
+    double ss = 0;
+    r->rc |= OP(b, sumsq, &ss, g, n);
+    float f = (float)ss;
+    keep(r, &f, 1);
+}
+
+static void op_decode(struct backend *b, struct result *r)
+{
+    int N = 6, V = 53, K = 5;
+    float *z = drand(b, (size_t)N * V, -3, 3), *val = drand(b, (size_t)N * K, 0, 1);
+    int32_t *idx = b->ops.alloc(b->ctx, (size_t)N * K * sizeof *idx);
+    r->rc |= OP(b, topk_logsoftmax, val, idx, z, N, V, K);
+    fetch(b, r, val, (size_t)N * K, 0);
+    fetch(b, r, idx, (size_t)N * K, 1);
+    int32_t gi[5] = { 3, 3, 0, 5, 1 };
+    float *dst = drand(b, 5 * 11, 0, 1), *src = drand(b, 6 * 11, -1, 1);
+    r->rc |= OP(b, gather_rows, dst, src, dints(b, gi, 5), 5, 11);
+    fetch(b, r, dst, 5 * 11, 0);
+}
+
+static const struct {
+    const char *name;
+    void (*run)(struct backend *, struct result *);
+    double tol;
+    int optional; /* uses an optional slot */
+} ops[] = {
+    { "gemm, gemm_batched", op_gemm, 1e-5, 0 },
+    { "bias_add, bias_grad", op_bias, 1e-5, 0 },
+    { "embedding forward/backward", op_embedding, 1e-5, 0 },
+    { "attention forward/backward (mask, causal, shift, dropout)", op_attention, 1e-4, 0 },
+    { "layernorm forward/backward", op_layernorm, 1e-4, 0 },
+    { "add, axpy, scale, relu, dropout, memset_zero, copy", op_elementwise, 1e-6, 0 },
+    { "gelu forward/backward", op_gelu, 1e-5, 1 },
+    { "cross_entropy", op_xent, 1e-5, 0 },
+    { "adam_update, sumsq", op_optim, 1e-5, 0 },
+    { "topk_logsoftmax, gather_rows", op_decode, 1e-5, 0 },
+};
+
+static double compare(const struct result *x, const struct result *ref)
+{
+    if (x->n != ref->n)
+        return INFINITY;
+    double num = 0, den = 1;
+    for (size_t i = 0; i < x->n; i++) {
+        double d = fabs((double)x->v[i] - ref->v[i]);
+        if (!(d <= num))
+            num = isnan(d) ? INFINITY : d;
+        if (fabs(ref->v[i]) > den)
+            den = fabs(ref->v[i]);
+    }
+    return num / den;
+}
+
+int main(void)
+{
+    struct nmt_backend_opts opts = { .size = sizeof opts, .threads = 2 };
+    struct backend *cpu = backend_open("cpu", &opts);
+    test_ok(cpu != NULL, "cpu backend opens (%s)", cpu ? cpu->path : nmt_errmsg());
+    if (!cpu)
+        return test_done();
+    struct backend_info *list;
+    int n = backend_list(&list), tested = 0;
+    for (int i = 0; i < n; i++) {
+        if (list[i].error || list[i].score <= 0)
+            continue;
+        struct backend *x = backend_open(list[i].path, &opts);
+        test_ok(x != NULL, "%s (%s) opens: %s", list[i].name, list[i].path, x ? "ok" : nmt_errmsg());
+        if (!x)
+            continue;
+        tested++;
+        for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+            if (ops[k].optional && !x->ops.gelu_forward) {
+                test_ok(1, "%s: %s # SKIP optional slot absent", x->ops.name, ops[k].name);
+                continue;
+            }
+            struct result rx = { 0 }, rc = { 0 };
+            rng_state = 1000 + k;
+            ops[k].run(x, &rx);
+            rng_state = 1000 + k;
+            ops[k].run(cpu, &rc);
+            double e = compare(&rx, &rc);
+            int same = !strcmp(x->ops.name, "cpu");
+            test_ok(rx.rc == 0 && rc.rc == 0 && (same ? e == 0 : e <= ops[k].tol),
+                    "%s vs cpu: %s: %zu values, max relative difference %.3g (tolerance %s)", x->ops.name,
+                    ops[k].name, rx.n, e, same ? "0, same plugin" : "per op");
+            free(rx.v);
+            free(rc.v);
+        }
+        backend_close(x);
+    }
+    test_ok(tested >= 1, "%d usable plugin(s) tested against cpu", tested);
+    backend_list_free(list, n);
+    backend_close(cpu);
+    return test_done();
+}

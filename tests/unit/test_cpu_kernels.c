@@ -1,0 +1,756 @@
+/* test_cpu_kernels: every kernel of the cpu plugin against a naive double-precision reference on
+ * random inputs of awkward sizes (1, primes, not multiples of 8); every backward against central
+ * finite differences of the double reference; the results independent of the thread count.
+ * Prints the max relative error of each check. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "test.h"
+#include "util.h"
+
+static struct backend *be, *be1; /* 2 threads, 1 thread */
+#define OPS (be->ops)
+#define CTX (be->ctx)
+
+static uint64_t rng_state = 12345;
+static double urand(void) /* uniform [0, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(rng_state >> 11) * (1.0 / 9007199254740992.0);
+}
+static float *frand(size_t n, double lo, double hi)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(lo + (hi - lo) * urand());
+    return x;
+}
+static double *todouble(const float *x, size_t n)
+{
+    double *d = malloc((n ? n : 1) * sizeof *d);
+    for (size_t i = 0; i < n; i++)
+        d[i] = x[i];
+    return d;
+}
+static float *fcopy(const float *x, size_t n)
+{
+    float *y = malloc((n ? n : 1) * sizeof *y);
+    memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+/* max |a - r| / max(max |r|, floor): a normwise relative error. */
+static double relerr(const float *a, const double *r, size_t n, double floor)
+{
+    double num = 0, den = floor;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(a[i] - r[i]);
+        if (!(d <= num)) /* NaN counts */
+            num = isnan(d) ? INFINITY : d;
+        if (fabs(r[i]) > den)
+            den = fabs(r[i]);
+    }
+    return num / den;
+}
+
+static void report(const char *what, double err, double tol)
+{
+    test_ok(err <= tol, "%s: max relative error %.3g (tolerance %.0e)", what, err, tol);
+}
+
+/* Central finite differences of F (a scalar function of the double array X of N elements, with
+ * ARG) compared with the analytic gradient ANA; returns the normwise relative error. */
+typedef double (*scalar_fn)(void *arg);
+static double fd_check(double *x, size_t n, scalar_fn f, void *arg, const float *ana)
+{
+    double num = 0, den = 1e-6;
+    for (size_t i = 0; i < n; i++) {
+        double h = 1e-5 * (fabs(x[i]) > 1 ? fabs(x[i]) : 1), x0 = x[i];
+        x[i] = x0 + h;
+        double fp = f(arg);
+        x[i] = x0 - h;
+        double fm = f(arg);
+        x[i] = x0;
+        double g = (fp - fm) / (2 * h);
+        if (fabs(g - ana[i]) > num || isnan(ana[i]))
+            num = isnan(ana[i]) ? INFINITY : fabs(g - ana[i]);
+        if (fabs(g) > den)
+            den = fabs(g);
+    }
+    return num / den;
+}
+
+/* ---------------- gemm ---------------- */
+
+static void ref_gemm(double *C, int ta, int tb, int M, int N, int K, double alpha, const float *A, int lda,
+                     const float *B, int ldb, double beta, const float *C0, int ldc)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += (double)(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]) *
+                     (tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+            C[(size_t)i * ldc + j] = alpha * s + (beta == 0 ? 0 : beta * C0[(size_t)i * ldc + j]);
+        }
+}
+
+static void test_gemm(void)
+{
+    static const int shapes[][3] = { { 1, 1, 1 }, { 7, 13, 5 }, { 31, 17, 64 }, { 3, 1, 97 }, { 64, 33, 9 } };
+    double worst = 0;
+    int nanok = 1;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+                float *A = frand((size_t)(ta ? K : M) * lda, -1, 1), *B = frand((size_t)(tb ? N : K) * ldb, -1, 1);
+                float *C = frand((size_t)M * ldc, -1, 1);
+                double *R = malloc((size_t)M * ldc * sizeof *R);
+                float beta = (s % 2) ? 0.5f : 0.0f;
+                if (beta == 0)
+                    for (size_t i = 0; i < (size_t)M * ldc; i++)
+                        C[i] = NAN; /* beta == 0 must not read C */
+                ref_gemm(R, ta, tb, M, N, K, 1.5, A, lda, B, ldb, beta, C, ldc);
+                int rc = OPS.gemm(CTX, ta, tb, M, N, K, 1.5f, A, lda, B, ldb, beta, C, ldc);
+                for (int i = 0; i < M; i++) {
+                    double e = relerr(C + (size_t)i * ldc, R + (size_t)i * ldc, (size_t)N, 1);
+                    if (rc != 0 || e > worst)
+                        worst = rc ? INFINITY : e;
+                    for (int j = 0; j < N; j++)
+                        nanok &= !isnan(C[(size_t)i * ldc + j]);
+                }
+                free(A), free(B), free(C), free(R);
+            }
+    report("gemm (all transposes, padded ld, alpha, beta)", worst, 1e-5);
+    test_ok(nanok, "gemm with beta 0 ignores NaN in C");
+    test_ok(OPS.gemm(CTX, 0, 0, 2, 2, 2, 1, (float[4]){ 0 }, 1, (float[4]){ 0 }, 2, 0, (float[4]){ 0 }, 2) < 0 &&
+                strstr(OPS.last_error(CTX), "leading dimension"),
+            "gemm refuses lda < K: '%s'", OPS.last_error(CTX));
+
+    /* batched */
+    int M = 5, N = 3, K = 7, cnt = 4;
+    float *A = frand((size_t)cnt * M * K, -1, 1), *B = frand((size_t)cnt * N * K, -1, 1), *C = frand((size_t)cnt * M * N, -1, 1);
+    double *R = malloc((size_t)cnt * M * N * sizeof *R);
+    for (int i = 0; i < cnt; i++)
+        ref_gemm(R + i * M * N, 0, 1, M, N, K, 1, A + i * M * K, K, B + i * N * K, K, 0, NULL, N);
+    int rc = OPS.gemm_batched(CTX, 0, 1, M, N, K, 1, A, K, M * K, B, K, N * K, 0, C, N, M * N, cnt);
+    report("gemm_batched", rc ? INFINITY : relerr(C, R, (size_t)cnt * M * N, 1), 1e-5);
+    free(A), free(B), free(C), free(R);
+}
+
+/* ---------------- bias ---------------- */
+
+static void test_bias(void)
+{
+    int M = 13, N = 37;
+    float *out = frand((size_t)M * N, -1, 1), *b = frand(N, -1, 1), *db = frand(N, -1, 1);
+    double *r = todouble(out, (size_t)M * N), *rdb = todouble(db, N);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            r[i * N + j] += b[j];
+            rdb[j] += out[i * N + j];
+        }
+    int rc = OPS.bias_grad(CTX, db, out, M, N); /* before bias_add changes out */
+    report("bias_grad accumulates column sums", rc ? INFINITY : relerr(db, rdb, N, 1), 1e-6);
+    rc = OPS.bias_add(CTX, out, b, M, N);
+    report("bias_add", rc ? INFINITY : relerr(out, r, (size_t)M * N, 1), 1e-6);
+    free(out), free(b), free(db), free(r), free(rdb);
+}
+
+/* ---------------- embedding ---------------- */
+
+struct emb_case {
+    int N, D, V;
+    int32_t *ids, *pos;
+    double *emb, *w, scale;
+};
+
+static void ref_embedding(double *out, const struct emb_case *c)
+{
+    for (int n = 0; n < c->N; n++)
+        for (int j = 0; j < c->D; j++) {
+            if (c->pos[n] < 0) {
+                out[n * c->D + j] = 0;
+                continue;
+            }
+            int i2 = j - j % 2;
+            double ang = c->pos[n] / pow(10000.0, (double)i2 / c->D);
+            out[n * c->D + j] = c->emb[c->ids[n] * c->D + j] * c->scale + (j % 2 ? cos(ang) : sin(ang));
+        }
+}
+
+static double emb_loss(void *arg)
+{
+    struct emb_case *c = arg;
+    double *out = malloc((size_t)c->N * c->D * sizeof *out), s = 0;
+    ref_embedding(out, c);
+    for (int i = 0; i < c->N * c->D; i++)
+        s += out[i] * c->w[i];
+    free(out);
+    return s;
+}
+
+static void test_embedding(void)
+{
+    struct emb_case c = { .N = 11, .D = 6, .V = 5, .scale = 2.449 };
+    c.ids = malloc(c.N * sizeof *c.ids);
+    c.pos = malloc(c.N * sizeof *c.pos);
+    for (int n = 0; n < c.N; n++) {
+        c.ids[n] = (int32_t)(urand() * c.V);
+        c.pos[n] = n == 4 ? -1 : n * 7; /* a padding row; positions up to 70 */
+    }
+    float *emb = frand((size_t)c.V * c.D, -1, 1), *out = frand((size_t)c.N * c.D, -1, 1);
+    float *w = frand((size_t)c.N * c.D, -1, 1), *demb = frand((size_t)c.V * c.D, -1, 1);
+    float *demb0 = fcopy(demb, (size_t)c.V * c.D);
+    c.emb = todouble(emb, (size_t)c.V * c.D);
+    c.w = todouble(w, (size_t)c.N * c.D);
+    double *r = malloc((size_t)c.N * c.D * sizeof *r);
+    ref_embedding(r, &c);
+    int rc = OPS.embedding_forward(CTX, out, c.ids, c.pos, emb, c.N, c.D, c.V, (float)c.scale);
+    report("embedding_forward (scale, sinusoid, padding row)", rc ? INFINITY : relerr(out, r, (size_t)c.N * c.D, 1), 1e-6);
+    rc = OPS.embedding_backward(CTX, demb, w, c.ids, c.pos, c.N, c.D, c.V, (float)c.scale);
+    for (int i = 0; i < c.V * c.D; i++)
+        demb[i] -= demb0[i]; /* the accumulated part */
+    report("embedding_backward (+=) vs finite differences",
+           rc ? INFINITY : fd_check(c.emb, (size_t)c.V * c.D, emb_loss, &c, demb), 1e-5);
+    c.ids[2] = c.V;
+    rc = OPS.embedding_forward(CTX, out, c.ids, c.pos, emb, c.N, c.D, c.V, 1);
+    test_ok(rc < 0 && strstr(OPS.last_error(CTX), "token id 5 at row 2"), "embedding refuses id out of range: '%s'",
+            OPS.last_error(CTX));
+    free(c.ids), free(c.pos), free(emb), free(out), free(w), free(demb), free(demb0), free(c.emb), free(c.w), free(r);
+}
+
+/* ---------------- attention ---------------- */
+
+struct attn_case {
+    struct nmt_attn_args a;
+    int32_t klen[3];
+    double *q, *k, *v, *w; /* w: weights of out in the scalar loss */
+    size_t nq, nk, nv, no;
+};
+
+static void ref_attention(double *out, double *P, const struct attn_case *c)
+{
+    const struct nmt_attn_args *a = &c->a;
+    double *s = malloc((size_t)(a->Tk + 1) * sizeof *s);
+    memset(out, 0, c->no * sizeof *out);
+    for (int b = 0; b < a->B; b++)
+        for (int h = 0; h < a->H; h++)
+            for (int i = 0; i < a->Tq; i++) {
+                int64_t r = ((int64_t)b * a->H + h) * a->Tq + i;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < a->Tk; j++) {
+                    int vis = j < c->klen[b] && (!a->causal || j <= i + a->causal_shift);
+                    s[j] = -INFINITY;
+                    if (!vis)
+                        continue;
+                    double d = 0;
+                    for (int e = 0; e < a->dh; e++)
+                        d += c->q[b * a->q_bs + i * a->q_ld + h * a->dh + e] * c->k[b * a->k_bs + j * a->k_ld + h * a->dh + e];
+                    s[j] = d * a->scale;
+                    if (s[j] > mx)
+                        mx = s[j];
+                }
+                for (int j = 0; j < a->Tk; j++)
+                    sum += s[j] == -INFINITY ? 0 : exp(s[j] - mx);
+                for (int j = 0; j < a->Tk; j++) {
+                    double p = s[j] == -INFINITY ? 0 : exp(s[j] - mx) / sum;
+                    if (P)
+                        P[r * a->Tk + j] = p;
+                    if (a->dropout > 0)
+                        p = nmt_rng_uniform(a->seed, a->offset + (uint64_t)(r * a->Tk + j)) >= a->dropout ? p / (1 - a->dropout) : 0;
+                    for (int e = 0; e < a->dh; e++)
+                        out[b * a->o_bs + i * a->o_ld + h * a->dh + e] += p * c->v[b * a->v_bs + j * a->v_ld + h * a->dh + e];
+                }
+            }
+    free(s);
+}
+
+static double attn_loss(void *arg)
+{
+    struct attn_case *c = arg;
+    double *out = malloc(c->no * sizeof *out), s = 0;
+    ref_attention(out, NULL, c);
+    for (size_t i = 0; i < c->no; i++)
+        s += out[i] * c->w[i];
+    free(out);
+    return s;
+}
+
+static void run_attention(const char *name, int B, int Tq, int Tk, int H, int dh, int causal, int shift, float drop,
+                          const int *klen, int fused)
+{
+    struct attn_case c = { 0 };
+    struct nmt_attn_args *a = &c.a;
+    a->B = B, a->Tq = Tq, a->Tk = Tk, a->H = H, a->dh = dh, a->causal = causal, a->causal_shift = shift;
+    a->scale = (float)(1 / sqrt(dh)), a->dropout = drop, a->seed = 99, a->offset = 1000;
+    int D = H * dh;
+    /* fused: q, k, v are column blocks of one (B*T, 3D) buffer (Tq == Tk); else separate, padded rows */
+    a->q_ld = a->k_ld = a->v_ld = fused ? 3 * D : D + 1;
+    a->q_bs = (int64_t)Tq * a->q_ld;
+    a->k_bs = a->v_bs = (int64_t)(Tk + (fused ? 0 : 2)) * a->k_ld; /* a cache with spare rows */
+    a->o_ld = D, a->o_bs = (int64_t)Tq * D;
+    for (int b = 0; b < B; b++)
+        c.klen[b] = klen ? klen[b] : Tk;
+    a->klen = klen ? c.klen : NULL;
+    size_t nbuf = fused ? (size_t)B * Tq * 3 * D : (size_t)B * a->k_bs;
+    c.nq = c.nk = c.nv = fused ? nbuf : (size_t)B * (a->q_bs > a->k_bs ? a->q_bs : a->k_bs);
+    c.no = (size_t)B * Tq * D;
+    float *qkv = frand(fused ? nbuf : 1, -1.5, 1.5);
+    float *q = fused ? qkv : frand(c.nq, -1.5, 1.5), *k = fused ? qkv + D : frand(c.nk, -1.5, 1.5);
+    float *v = fused ? qkv + 2 * D : frand(c.nv, -1.5, 1.5);
+    size_t span = fused ? nbuf - 2 * D : c.nq; /* elements addressable from q, k or v */
+    c.nq = c.nk = c.nv = span;
+    c.q = todouble(q, span), c.k = todouble(k, span), c.v = todouble(v, span);
+    float *out = frand(c.no, -1, 1), *P = frand((size_t)B * H * Tq * Tk, -1, 1), *w = frand(c.no, -1, 1);
+    c.w = todouble(w, c.no);
+    double *rout = malloc(c.no * sizeof *rout), *rP = malloc((size_t)B * H * Tq * Tk * sizeof *rP);
+    ref_attention(rout, rP, &c);
+    int rc = OPS.attention_forward(CTX, out, P, q, k, v, a);
+    int finite = 1;
+    for (size_t i = 0; i < c.no; i++)
+        finite &= isfinite(out[i]);
+    test_ok(rc == 0 && finite, "attention %s: forward runs, output finite (%s)", name, rc ? OPS.last_error(CTX) : "ok");
+    report("attention forward out", relerr(out, rout, c.no, 1), 2e-6);
+    report("attention forward P", relerr(P, rP, (size_t)B * H * Tq * Tk, 1), 2e-6);
+    /* thread-count independence */
+    float *out1 = frand(c.no, -1, 1), *P1 = frand((size_t)B * H * Tq * Tk, -1, 1);
+    be1->ops.attention_forward(be1->ctx, out1, P1, q, k, v, a);
+    test_ok(!memcmp(out, out1, c.no * sizeof *out) && !memcmp(P, P1, (size_t)B * H * Tq * Tk * sizeof *P),
+            "attention %s: 1 thread and 2 threads give identical bits", name);
+
+    float *g = calloc(fused ? nbuf : 3 * span, sizeof *g);
+    float *dq = g, *dk = fused ? g + D : g + span, *dv = fused ? g + 2 * D : g + 2 * span;
+    rc = OPS.attention_backward(CTX, dq, dk, dv, w, q, k, v, P, a);
+    test_ok(rc == 0, "attention %s: backward runs", name);
+    /* FD only at the head columns of valid rows: gather the analytic gradient into dense arrays */
+    double eq, ek, ev;
+    {
+        /* with a fused buffer, only the first D columns of each 3D-wide row belong to each view */
+        float *aq = fcopy(dq, span), *ak = fcopy(dk, span), *av = fcopy(dv, span);
+        if (fused)
+            for (size_t i = 0; i < span; i++)
+                if (i % (3 * (size_t)D) >= (size_t)D)
+                    aq[i] = ak[i] = av[i] = 0;
+        eq = fd_check(c.q, span, attn_loss, &c, aq);
+        ek = fd_check(c.k, span, attn_loss, &c, ak);
+        ev = fd_check(c.v, span, attn_loss, &c, av);
+        free(aq), free(ak), free(av);
+    }
+    report("attention backward dq vs finite differences", eq, 1e-5);
+    report("attention backward dk vs finite differences", ek, 1e-5);
+    report("attention backward dv vs finite differences", ev, 1e-5);
+    free(qkv);
+    if (!fused)
+        free(q), free(k), free(v);
+    free(c.q), free(c.k), free(c.v), free(c.w), free(out), free(P), free(w), free(rout), free(rP), free(g), free(out1),
+        free(P1);
+}
+
+static void test_attention(void)
+{
+    int kl[3] = { 3, 0, 5 }; /* item 1 has no visible key: its output must be zeros */
+    run_attention("padding mask, no key for one item", 3, 2, 5, 2, 3, 0, 0, 0, kl, 0);
+    run_attention("causal self-attention, fused qkv", 2, 5, 5, 3, 4, 1, 0, 0, NULL, 1);
+    run_attention("causal with shift, dropout", 2, 3, 7, 1, 5, 1, 4, 0.3f, (int[]){ 7, 6 }, 0);
+    run_attention("one query, one key", 1, 1, 1, 1, 1, 0, 0, 0, NULL, 0);
+    run_attention("cross-attention, dropout, dh 17", 2, 3, 4, 2, 17, 0, 0, 0.2f, (int[]){ 4, 2 }, 0);
+}
+
+/* ---------------- layer norm ---------------- */
+
+struct ln_case {
+    int N, D;
+    double *x, *g, *b, *w, eps;
+};
+
+static void ref_ln(double *out, double *mean, double *rstd, const struct ln_case *c)
+{
+    for (int n = 0; n < c->N; n++) {
+        double m = 0, v = 0;
+        for (int j = 0; j < c->D; j++)
+            m += c->x[n * c->D + j];
+        m /= c->D;
+        for (int j = 0; j < c->D; j++)
+            v += (c->x[n * c->D + j] - m) * (c->x[n * c->D + j] - m);
+        v /= c->D;
+        double rs = 1 / sqrt(v + c->eps);
+        if (mean)
+            mean[n] = m, rstd[n] = rs;
+        for (int j = 0; j < c->D; j++)
+            out[n * c->D + j] = (c->x[n * c->D + j] - m) * rs * c->g[j] + c->b[j];
+    }
+}
+
+static double ln_loss(void *arg)
+{
+    struct ln_case *c = arg;
+    double *out = malloc((size_t)c->N * c->D * sizeof *out), s = 0;
+    ref_ln(out, NULL, NULL, c);
+    for (int i = 0; i < c->N * c->D; i++)
+        s += out[i] * c->w[i];
+    free(out);
+    return s;
+}
+
+static void test_layernorm(int N, int D)
+{
+    struct ln_case c = { .N = N, .D = D, .eps = 1e-5 };
+    size_t nd = (size_t)N * D;
+    float *x = frand(nd, -2, 3), *g = frand(D, 0.5, 1.5), *b = frand(D, -1, 1), *w = frand(nd, -1, 1);
+    c.x = todouble(x, nd), c.g = todouble(g, D), c.b = todouble(b, D), c.w = todouble(w, nd);
+    float *out = frand(nd, 0, 1), *mean = frand(N, 0, 1), *rstd = frand(N, 0, 1);
+    double *r = malloc(nd * sizeof *r), *rm = malloc(N * sizeof *rm), *rr = malloc(N * sizeof *rr);
+    ref_ln(r, rm, rr, &c);
+    int rc = OPS.layernorm_forward(CTX, out, mean, rstd, x, g, b, N, D, (float)c.eps);
+    char what[80];
+    snprintf(what, sizeof what, "layernorm_forward N=%d D=%d", N, D);
+    report(what, rc ? INFINITY : fmax(relerr(out, r, nd, 1), fmax(relerr(mean, rm, N, 1), relerr(rstd, rr, N, 1))), 5e-6);
+    float *dx = frand(nd, 0, 1), *dg = frand(D, -1, 1), *db = frand(D, -1, 1);
+    float *dg0 = fcopy(dg, D), *db0 = fcopy(db, D);
+    rc = OPS.layernorm_backward(CTX, dx, dg, db, w, x, mean, rstd, g, N, D);
+    for (int j = 0; j < D; j++)
+        dg[j] -= dg0[j], db[j] -= db0[j];
+    snprintf(what, sizeof what, "layernorm_backward N=%d D=%d dx", N, D);
+    report(what, rc ? INFINITY : fd_check(c.x, nd, ln_loss, &c, dx), 1e-4);
+    snprintf(what, sizeof what, "layernorm_backward N=%d D=%d dgamma (+=)", N, D);
+    report(what, fd_check(c.g, D, ln_loss, &c, dg), 1e-5);
+    snprintf(what, sizeof what, "layernorm_backward N=%d D=%d dbeta (+=)", N, D);
+    report(what, fd_check(c.b, D, ln_loss, &c, db), 1e-5);
+    /* dx aliasing dout */
+    float *alias = fcopy(w, nd), *dg2 = calloc(D, sizeof *dg2), *db2 = calloc(D, sizeof *db2);
+    OPS.layernorm_backward(CTX, alias, dg2, db2, alias, x, mean, rstd, g, N, D);
+    test_ok(!memcmp(alias, dx, nd * sizeof *dx), "layernorm_backward with dx aliasing dout gives the same dx");
+    free(alias), free(dg2), free(db2);
+    free(x), free(g), free(b), free(w), free(c.x), free(c.g), free(c.b), free(c.w), free(out), free(mean), free(rstd);
+    free(r), free(rm), free(rr), free(dx), free(dg), free(db), free(dg0), free(db0);
+}
+
+/* ---------------- elementwise ---------------- */
+
+struct ew_case {
+    size_t n;
+    double *x, *w;
+    int gelu;
+};
+
+static double ew_loss(void *arg)
+{
+    struct ew_case *c = arg;
+    double s = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        double x = c->x[i];
+        s += c->w[i] * (c->gelu ? 0.5 * x * (1 + erf(x / sqrt(2))) : (x > 0 ? x : 0));
+    }
+    return s;
+}
+
+static void test_elementwise(void)
+{
+    size_t n = 40009; /* prime, more than one chunk */
+    float *a = frand(n, -2, 2), *b = frand(n, -2, 2), *out = frand(n, 0, 1);
+    double *r = malloc(n * sizeof *r);
+    for (size_t i = 0; i < n; i++)
+        r[i] = (double)a[i] + b[i];
+    OPS.add(CTX, out, a, b, n);
+    report("add", relerr(out, r, n, 1), 1e-7);
+    for (size_t i = 0; i < n; i++)
+        r[i] = out[i] + 0.25 * a[i];
+    OPS.axpy(CTX, out, a, n, 0.25f);
+    report("axpy", relerr(out, r, n, 1), 1e-7);
+    for (size_t i = 0; i < n; i++)
+        r[i] = out[i] * -3.0;
+    OPS.scale(CTX, out, n, -3.0f);
+    report("scale", relerr(out, r, n, 1), 1e-7);
+    for (size_t i = 0; i < n; i++)
+        r[i] = a[i] > 0 ? a[i] : 0;
+    OPS.relu_forward(CTX, out, a, n);
+    report("relu_forward", relerr(out, r, n, 1), 0);
+    for (size_t i = 0; i < n; i++)
+        r[i] = 0.5 * a[i] * (1 + erf(a[i] / sqrt(2)));
+    OPS.gelu_forward(CTX, out, a, n);
+    report("gelu_forward", relerr(out, r, n, 1), 1e-6);
+
+    size_t m = 101;
+    struct ew_case c = { .n = m };
+    float *x = frand(m, -2, 2), *w = frand(m, -1, 1), *dx = frand(m, 0, 1), *y = frand(m, 0, 1);
+    for (size_t i = 0; i < m; i++)
+        if (fabsf(x[i]) < 1e-3f)
+            x[i] = 0.5f; /* keep away from the kink of relu */
+    c.x = todouble(x, m), c.w = todouble(w, m);
+    OPS.relu_forward(CTX, y, x, m);
+    OPS.relu_backward(CTX, dx, w, y, m);
+    report("relu_backward vs finite differences", fd_check(c.x, m, ew_loss, &c, dx), 1e-6);
+    c.gelu = 1;
+    OPS.gelu_backward(CTX, dx, w, x, m);
+    report("gelu_backward vs finite differences", fd_check(c.x, m, ew_loss, &c, dx), 1e-5);
+    free(c.x), free(c.w), free(x), free(w), free(dx), free(y);
+
+    /* dropout */
+    float p = 0.3f;
+    int okmask = 1;
+    size_t kept = 0;
+    int rc = OPS.dropout_forward(CTX, out, a, n, p, 7, 123);
+    for (size_t i = 0; i < n; i++) {
+        int keep = nmt_rng_uniform(7, 123 + i) >= p;
+        kept += keep;
+        okmask &= out[i] == (keep ? a[i] * (1.0f / (1.0f - p)) : 0.0f);
+    }
+    test_ok(rc == 0 && okmask, "dropout_forward applies the normative counter-based mask");
+    test_ok(fabs((double)kept / n - 0.7) < 0.01, "dropout keeps %.4f of the elements (p = 0.3)", (double)kept / n);
+    float *dd = frand(n, 0, 1);
+    OPS.dropout_backward(CTX, dd, b, n, p, 7, 123);
+    okmask = 1;
+    for (size_t i = 0; i < n; i++)
+        okmask &= (out[i] == 0) == (dd[i] == 0 || b[i] == 0);
+    test_ok(okmask, "dropout_backward regenerates the forward mask");
+    float *o1 = frand(n, 0, 1);
+    be1->ops.dropout_forward(be1->ctx, o1, a, n, p, 7, 123);
+    test_ok(!memcmp(o1, out, n * sizeof *o1), "dropout: 1 thread and 2 threads give identical bits");
+    test_ok(OPS.dropout_forward(CTX, out, a, n, 1.0f, 7, 0) < 0, "dropout refuses p = 1: '%s'", OPS.last_error(CTX));
+    free(a), free(b), free(out), free(r), free(dd), free(o1);
+}
+
+/* ---------------- cross-entropy ---------------- */
+
+struct xent_case {
+    int N, V;
+    int32_t *tgt;
+    double *z, eps;
+};
+
+static double ref_xent(const struct xent_case *c, double *nll_out)
+{
+    double loss = 0, nll = 0;
+    for (int n = 0; n < c->N; n++) {
+        if (c->tgt[n] == 0)
+            continue;
+        const double *z = c->z + (size_t)n * c->V;
+        double mx = z[0], s = 0, lpsum = 0;
+        for (int j = 0; j < c->V; j++)
+            mx = z[j] > mx ? z[j] : mx;
+        for (int j = 0; j < c->V; j++)
+            s += exp(z[j] - mx);
+        double lse = mx + log(s);
+        for (int j = 0; j < c->V; j++)
+            lpsum += z[j] - lse;
+        nll += lse - z[c->tgt[n]];
+        loss += (1 - c->eps) * (lse - z[c->tgt[n]]) - c->eps / c->V * lpsum;
+    }
+    if (nll_out)
+        *nll_out = nll;
+    return loss;
+}
+
+static double xent_loss(void *arg) { return ref_xent(arg, NULL); }
+
+static void test_xent(int N, int V)
+{
+    struct xent_case c = { .N = N, .V = V, .eps = 0.1 };
+    size_t nv = (size_t)N * V;
+    float *z = frand(nv, -4, 4), *d = frand(nv, 0, 1), *rn = frand(N, 0, 1);
+    c.tgt = malloc(N * sizeof *c.tgt);
+    int64_t cnt = 0;
+    for (int n = 0; n < N; n++) {
+        c.tgt[n] = n % 4 == 3 ? 0 : (int32_t)(urand() * V); /* every 4th a pad; some real targets may be 0 too */
+        cnt += c.tgt[n] != 0;
+    }
+    c.z = todouble(z, nv);
+    double rnll, rloss = ref_xent(&c, &rnll);
+    struct nmt_xent_result res = { 0 };
+    float gs = 0.37f;
+    int rc = OPS.cross_entropy(CTX, &res, d, rn, z, c.tgt, N, V, (float)c.eps, 0, gs);
+    char what[96];
+    snprintf(what, sizeof what, "cross_entropy N=%d V=%d loss, nll, count", N, V);
+    double e = fmax(fabs(res.loss - rloss) / fmax(1, fabs(rloss)), fabs(res.nll - rnll) / fmax(1, fabs(rnll)));
+    report(what, rc || res.count != cnt ? INFINITY : e, 2e-6);
+    for (size_t i = 0; i < nv; i++)
+        d[i] /= gs;
+    snprintf(what, sizeof what, "cross_entropy N=%d V=%d dlogits vs finite differences", N, V);
+    report(what, fd_check(c.z, nv, xent_loss, &c, d), 1e-5);
+    /* in place: dlogits aliasing logits */
+    float *zz = fcopy(z, nv), *d2 = frand(nv, 0, 1);
+    struct nmt_xent_result r2;
+    OPS.cross_entropy(CTX, &r2, d2, NULL, z, c.tgt, N, V, (float)c.eps, 0, gs);
+    OPS.cross_entropy(CTX, &r2, zz, NULL, zz, c.tgt, N, V, (float)c.eps, 0, gs);
+    test_ok(!memcmp(zz, d2, nv * sizeof *zz), "cross_entropy in place gives the same gradient");
+    free(z), free(d), free(rn), free(c.tgt), free(c.z), free(zz), free(d2);
+}
+
+/* ---------------- optimizer, norm ---------------- */
+
+static void test_adam(void)
+{
+    size_t n = 20011;
+    float *p = frand(n, -1, 1), *m = calloc(n, sizeof *m), *v = calloc(n, sizeof *v);
+    double *rp = todouble(p, n), *rm = calloc(n, sizeof *rm), *rv = calloc(n, sizeof *rv);
+    double b1 = 0.9, b2 = 0.98, eps = 1e-9, lr = 7e-4, gsc = 0.5;
+    double worst = 0;
+    for (int t = 1; t <= 3; t++) {
+        float *g = frand(n, -1, 1);
+        OPS.adam_update(CTX, p, m, v, g, n, (float)lr, (float)b1, (float)b2, (float)eps, t, (float)gsc);
+        for (size_t i = 0; i < n; i++) {
+            double gi = g[i] * gsc;
+            rm[i] = b1 * rm[i] + (1 - b1) * gi;
+            rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
+            rp[i] -= lr / (1 - pow(b1, t)) * rm[i] / (sqrt(rv[i]) / sqrt(1 - pow(b2, t)) + eps);
+        }
+        free(g);
+        worst = fmax(worst, relerr(p, rp, n, 1));
+    }
+    report("adam_update, 3 steps, bias correction", worst, 1e-6);
+    free(p), free(m), free(v), free(rp), free(rm), free(rv);
+
+    size_t ns[] = { 1, 4097, 100003 };
+    for (int i = 0; i < 3; i++) {
+        float *x = frand(ns[i], -1, 1);
+        double s = 0, r = 0, s1 = 0;
+        for (size_t j = 0; j < ns[i]; j++)
+            r += (double)x[j] * x[j];
+        int rc = OPS.sumsq(CTX, &s, x, ns[i]);
+        be1->ops.sumsq(be1->ctx, &s1, x, ns[i]);
+        char what[64];
+        snprintf(what, sizeof what, "sumsq n=%zu", ns[i]);
+        report(what, rc ? INFINITY : fabs(s - r) / r, 1e-6);
+        test_ok(s == s1, "sumsq n=%zu: 1 thread and 2 threads give identical bits", ns[i]);
+        free(x);
+    }
+}
+
+/* ---------------- decoding ---------------- */
+
+static void test_topk(void)
+{
+    int N = 5, V = 23, K = 7;
+    float *z = frand((size_t)N * V, -3, 3);
+    z[1 * V + 4] = z[1 * V + 9] = z[1 * V + 2] = 5.0f; /* a three-way tie at the top of row 1 */
+    float *val = frand((size_t)N * K, 0, 1);
+    int32_t *idx = malloc((size_t)N * K * sizeof *idx);
+    int rc = OPS.topk_logsoftmax(CTX, val, idx, z, N, V, K);
+    double worst = 0;
+    int order = rc == 0;
+    for (int n = 0; n < N; n++) {
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < V; j++)
+            mx = fmax(mx, z[n * V + j]);
+        for (int j = 0; j < V; j++)
+            s += exp(z[n * V + j] - mx);
+        double lse = mx + log(s);
+        /* reference: selection with ties by lower index */
+        int used[64] = { 0 };
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            for (int j = 0; j < V; j++)
+                if (!used[j] && (best < 0 || z[n * V + j] > z[n * V + best]))
+                    best = j;
+            used[best] = 1;
+            order &= idx[n * K + k] == best;
+            worst = fmax(worst, fabs(val[n * K + k] - (z[n * V + best] - lse)) / fmax(1, fabs(z[n * V + best] - lse)));
+        }
+    }
+    test_ok(order, "topk_logsoftmax indices sorted descending, ties by lower index (row 1: %d %d %d)", idx[K],
+            idx[K + 1], idx[K + 2]);
+    report("topk_logsoftmax values", worst, 1e-6);
+    free(z), free(val), free(idx);
+
+    int32_t gi[4] = { 2, 0, 2, 1 };
+    float *src = frand(3 * 5, -1, 1), *dst = frand(4 * 5, 0, 1);
+    rc = OPS.gather_rows(CTX, dst, src, gi, 4, 5);
+    int ok = rc == 0;
+    for (int i = 0; i < 4; i++)
+        ok &= !memcmp(dst + i * 5, src + gi[i] * 5, 5 * sizeof *dst);
+    test_ok(ok, "gather_rows");
+    free(src), free(dst);
+}
+
+static void test_memory(void)
+{
+    float *buf = OPS.alloc(CTX, 1000 * sizeof(float));
+    test_ok(buf && ((uintptr_t)buf & 63) == 0, "alloc returns 64-byte aligned memory");
+    float h[10] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 }, back[10];
+    int rc = OPS.upload(CTX, buf + 100, h, sizeof h) | OPS.copy(CTX, buf + 200, buf + 100, sizeof h) |
+             OPS.download(CTX, back, buf + 200, sizeof back) | OPS.sync(CTX);
+    test_ok(rc == 0 && !memcmp(h, back, sizeof h), "upload, copy at an offset, download");
+    OPS.memset_zero(CTX, buf + 200, sizeof h);
+    OPS.download(CTX, back, buf + 200, sizeof back);
+    test_ok(back[0] == 0 && back[9] == 0, "memset_zero");
+    test_ok(OPS.alloc(CTX, 0) == NULL && *OPS.last_error(CTX), "alloc(0) fails with a message: '%s'",
+            OPS.last_error(CTX));
+    OPS.free(CTX, buf);
+    OPS.alloc(CTX, 64); /* left for close() to free */
+    struct nmt_backend_props p;
+    test_ok(OPS.props(CTX, &p) == 0 && p.threads == 2 && (p.dtypes & NMT_DTYPE_F32), "props: %s", p.device);
+}
+
+
+/* ---------------- thread-count independence of the remaining kernels ---------------- */
+
+static void test_threads(void)
+{
+    int N = 301, D = 96, V = 211;
+    size_t nd = (size_t)N * D, nv = (size_t)N * V;
+    float *x = frand(nd, -2, 2), *g = frand(D, 0.5, 1.5), *b = frand(D, -1, 1), *dout = frand(nd, -1, 1);
+    float *z = frand(nv, -3, 3), *emb = frand((size_t)V * D, -1, 1);
+    int32_t *ids = malloc(N * sizeof *ids), *pos = malloc(N * sizeof *pos), *tgt = malloc(N * sizeof *tgt);
+    for (int n = 0; n < N; n++)
+        ids[n] = (int32_t)(urand() * V), pos[n] = n % 40, tgt[n] = n % 9 ? ids[n] : 0;
+    struct backend *bs[2] = { be, be1 };
+    float *res[2];
+    size_t nres = 3 * nd + 2 * N + 4 * D + nv + N + (size_t)V * D + D + 2;
+    for (int k = 0; k < 2; k++) {
+        struct backend *c = bs[k];
+        float *r = res[k] = calloc(nres, sizeof *r), *o = r;
+        c->ops.layernorm_forward(c->ctx, o, o + nd, o + nd + N, x, g, b, N, D, 1e-5f);
+        c->ops.layernorm_backward(c->ctx, o + nd + 2 * N, o + 2 * nd + 2 * N, o + 2 * nd + 2 * N + D, dout, x, o + nd,
+                                  o + nd + N, g, N, D);
+        o += 2 * nd + 2 * N + 2 * D;
+        c->ops.bias_grad(c->ctx, o, dout, N, D);
+        o += D;
+        c->ops.embedding_forward(c->ctx, o, ids, pos, emb, N, D, V, 1.5f);
+        o += nd;
+        c->ops.embedding_backward(c->ctx, o, dout, ids, pos, N, D, V, 1.5f);
+        o += (size_t)V * D;
+        struct nmt_xent_result xr;
+        c->ops.cross_entropy(c->ctx, &xr, o, o + nv, z, tgt, N, V, 0.1f, 0, 1.0f);
+        o += nv + N;
+        o[0] = (float)xr.loss, o[1] = (float)(xr.loss - o[0]);
+        float *p = fcopy(x, nd), *m = calloc(nd, sizeof *m), *v = calloc(nd, sizeof *v);
+        c->ops.adam_update(c->ctx, p, m, v, dout, nd, 1e-3f, 0.9f, 0.98f, 1e-9f, 3, 0.5f);
+        memcpy(o + 2, p, D * sizeof *p); /* a sample of the result */
+        free(p), free(m), free(v);
+    }
+    test_ok(!memcmp(res[0], res[1], nres * sizeof *res[0]),
+            "layernorm, bias_grad, embedding, cross_entropy, adam: 1 thread and 2 threads give identical bits");
+    free(res[0]), free(res[1]), free(x), free(g), free(b), free(dout), free(z), free(emb), free(ids), free(pos), free(tgt);
+}
+
+int main(void)
+{
+    struct nmt_backend_opts o2 = { .size = sizeof o2, .threads = 2 }, o1 = { .size = sizeof o1, .threads = 1 };
+    be = backend_open("cpu", &o2);
+    be1 = backend_open("cpu", &o1);
+    test_ok(be && be1, "cpu backend opens (%s)", be ? be->path : nmt_errmsg());
+    if (!be || !be1)
+        return test_done();
+    test_memory();
+    test_gemm();
+    test_bias();
+    test_embedding();
+    test_attention();
+    test_layernorm(1, 1);
+    test_layernorm(7, 37);
+    test_layernorm(3, 512);
+    test_elementwise();
+    test_xent(9, 13);
+    test_xent(5, 97);
+    test_adam();
+    test_topk();
+    test_threads();
+    backend_close(be);
+    backend_close(be1);
+    return test_done();
+}

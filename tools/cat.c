@@ -1,0 +1,332 @@
+/* nmt-cat: print, count or validate nmt record streams (see nmt-cat(1), nmt-stream(5)). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rec.h"
+#include "records.h"
+#include "util.h"
+
+enum mode { MODE_PRINT, MODE_HEADER, MODE_COUNT, MODE_CHECK };
+
+struct cat_opts {
+    enum mode mode;
+    int json;
+    int quiet;
+    const char *kind;
+    uint64_t limit;          /* records to print per input; 0 = all */
+};
+
+struct cat_state {
+    struct tok_record tok;
+    struct ids_record ids;
+    struct batch_record batch;
+    struct hyp_record hyp;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: nmt-cat [OPTIONS] [FILE...]\n"
+            "Print nmt record streams as text, one record per line (stdin when no FILE or FILE is -).\n"
+            "\n"
+            "  -j, --json          print JSON lines instead of text\n"
+            "  -H, --header        print only the stream header\n"
+            "  -c, --count         print the number of records\n"
+            "  -C, --check         validate the whole stream (header, checksums, end marker); exit 0 if\n"
+            "                      valid, else print one line saying why and exit 1\n"
+            "  -k, --kind KIND     require streams of this kind (tok, ids, batch, hyp, ...)\n"
+            "  -n, --head N        print only the first N records of each input\n"
+            "  -o, --output FILE   write to FILE instead of stdout\n"
+            "  -q, --quiet         with --check, print nothing on failure either\n"
+            "  -h, --help          show this help and exit\n"
+            "      --version       show version information and exit\n"
+            "\n"
+            "Record kinds tok, ids, batch and hyp are decoded; other kinds are shown as hex.\n"
+            "Exit status: 0 success, 1 invalid or unreadable stream, 2 usage error.\n");
+}
+
+/* Prints a token with backslash escapes for space, backslash and control bytes (text mode). */
+static void put_token(FILE *f, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\\')
+            fputs("\\\\", f);
+        else if (c == ' ')
+            fputs("\\s", f);
+        else if (c == '\t')
+            fputs("\\t", f);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\x%02x", c);
+        else
+            putc(c, f);
+    }
+}
+
+static void put_ids(FILE *f, const uint32_t *ids, uint32_t n, int json)
+{
+    if (json)
+        putc('[', f);
+    for (uint32_t i = 0; i < n; i++) {
+        if (i)
+            putc(json ? ',' : ' ', f);
+        fprintf(f, "%u", ids[i]);
+    }
+    if (json)
+        putc(']', f);
+}
+
+static const char *side_name(unsigned s, unsigned nsides)
+{
+    return nsides == 1 ? "ids" : s == 0 ? "src" : "tgt";
+}
+
+static int print_record(FILE *f, struct cat_state *st, const char *kind, const unsigned char *d, size_t len, int json)
+{
+    if (strcmp(kind, "tok") == 0) {
+        if (tok_record_decode(&st->tok, d, len) < 0)
+            return -1;
+        struct tok_record *r = &st->tok;
+        if (json) {
+            fprintf(f, "{\"index\":%llu", (unsigned long long)r->index);
+            for (unsigned s = 0; s < r->nsides; s++) {
+                fprintf(f, ",\"%s\":[", r->nsides == 1 ? "tok" : s == 0 ? "src" : "tgt");
+                for (uint32_t i = 0; i < r->side[s].ntok; i++) {
+                    if (i)
+                        putc(',', f);
+                    nmt_json_string(f, r->side[s].tok[i], r->side[s].len[i]);
+                }
+                putc(']', f);
+            }
+            fputs("}\n", f);
+        } else {
+            fprintf(f, "%llu", (unsigned long long)r->index);
+            for (unsigned s = 0; s < r->nsides; s++) {
+                putc('\t', f);
+                for (uint32_t i = 0; i < r->side[s].ntok; i++) {
+                    if (i)
+                        putc(' ', f);
+                    put_token(f, r->side[s].tok[i], r->side[s].len[i]);
+                }
+            }
+            putc('\n', f);
+        }
+    } else if (strcmp(kind, "ids") == 0) {
+        if (ids_record_decode(&st->ids, d, len) < 0)
+            return -1;
+        struct ids_record *r = &st->ids;
+        if (json) {
+            fprintf(f, "{\"index\":%llu", (unsigned long long)r->index);
+            for (unsigned s = 0; s < r->nsides; s++) {
+                fprintf(f, ",\"%s\":", side_name(s, r->nsides));
+                put_ids(f, r->ids[s], r->n[s], 1);
+            }
+            fputs("}\n", f);
+        } else {
+            fprintf(f, "%llu", (unsigned long long)r->index);
+            for (unsigned s = 0; s < r->nsides; s++) {
+                putc('\t', f);
+                put_ids(f, r->ids[s], r->n[s], 0);
+            }
+            putc('\n', f);
+        }
+    } else if (strcmp(kind, "batch") == 0) {
+        if (batch_record_decode(&st->batch, d, len) < 0)
+            return -1;
+        struct batch_record *r = &st->batch;
+        if (json) {
+            fprintf(f, "{\"rows\":%u,\"src_cols\":%u,\"tgt_cols\":%u,\"index\":[", r->B, r->S, r->T);
+            for (uint32_t b = 0; b < r->B; b++)
+                fprintf(f, "%s%llu", b ? "," : "", (unsigned long long)r->index[b]);
+            fputs("],\"src\":[", f);
+            for (uint32_t b = 0; b < r->B; b++) {
+                if (b)
+                    putc(',', f);
+                put_ids(f, r->src + (size_t)b * r->S, r->src_len[b], 1);
+            }
+            fputs("],\"tgt\":[", f);
+            for (uint32_t b = 0; b < r->B; b++) {
+                if (b)
+                    putc(',', f);
+                put_ids(f, r->tgt + (size_t)b * r->T, r->tgt_len[b], 1);
+            }
+            fputs("]}\n", f);
+        } else {
+            /* one line per batch: shape, then "index:src|tgt" for each row (padding not shown) */
+            fprintf(f, "%ux%u+%u", r->B, r->S, r->T);
+            for (uint32_t b = 0; b < r->B; b++) {
+                fprintf(f, "\t%llu:", (unsigned long long)r->index[b]);
+                put_ids(f, r->src + (size_t)b * r->S, r->src_len[b], 0);
+                putc('|', f);
+                put_ids(f, r->tgt + (size_t)b * r->T, r->tgt_len[b], 0);
+            }
+            putc('\n', f);
+        }
+    } else if (strcmp(kind, "hyp") == 0) {
+        if (hyp_record_decode(&st->hyp, d, len) < 0)
+            return -1;
+        struct hyp_record *r = &st->hyp;
+        if (json) {
+            fprintf(f, "{\"index\":%llu,\"rank\":%u,\"score\":%.9g,\"ids\":", (unsigned long long)r->index, r->rank,
+                    (double)r->score);
+            put_ids(f, r->ids, r->n, 1);
+            fputs("}\n", f);
+        } else {
+            fprintf(f, "%llu\t%u\t%.9g\t", (unsigned long long)r->index, r->rank, (double)r->score);
+            put_ids(f, r->ids, r->n, 0);
+            putc('\n', f);
+        }
+    } else {
+        if (json)
+            fprintf(f, "{\"bytes\":%zu,\"hex\":\"", len);
+        for (size_t i = 0; i < len; i++)
+            fprintf(f, "%02x", d[i]);
+        fputs(json ? "\"}\n" : "\n", f);
+    }
+    return 0;
+}
+
+static void print_header(FILE *f, const struct rec_header *h, int json)
+{
+    if (json) {
+        fprintf(f, "{\"kind\":\"%s\",\"version\":\"%u.%u\",\"producer\":", h->kind, h->major, h->minor);
+        nmt_json_string(f, h->producer, strlen(h->producer));
+        fputs(",\"provenance\":{", f);
+        for (size_t i = 0; i < h->nkv; i++) {
+            if (i)
+                putc(',', f);
+            nmt_json_string(f, h->kv[i].key, strlen(h->kv[i].key));
+            putc(':', f);
+            nmt_json_string(f, h->kv[i].value, strlen(h->kv[i].value));
+        }
+        fputs("}}\n", f);
+        return;
+    }
+    fprintf(f, "kind\t%s\nversion\t%u.%u\nproducer\t%s\n", h->kind, h->major, h->minor, h->producer);
+    for (size_t i = 0; i < h->nkv; i++)
+        fprintf(f, "%s\t%s\n", h->kv[i].key, h->kv[i].value);
+}
+
+/* Processes one input; returns 0 or 1 (data error, message printed unless quiet). */
+static int cat_one(const char *path, const struct cat_opts *o, FILE *out, struct cat_state *st, uint64_t *total)
+{
+    const char *name = nmt_path_name(path, 0);
+    int fd = nmt_open_in(path);
+    if (fd < 0) {
+        if (!o->quiet)
+            nmt_error("%s", nmt_errmsg());
+        return 1;
+    }
+    int status;
+    struct rec_reader *r = rec_reader_open(fd, name, o->kind, &status);
+    int rc = 0;
+    if (!r) {
+        rc = 1;
+        goto done;
+    }
+    const char *kind = rec_reader_header(r)->kind;
+    if (o->mode == MODE_HEADER) {
+        print_header(out, rec_reader_header(r), o->json);
+        goto done;
+    }
+    const unsigned char *d;
+    size_t len;
+    uint64_t n = 0;
+    while ((status = rec_read(r, &d, &len)) == REC_OK) {
+        n++;
+        if (o->mode == MODE_PRINT) {
+            if (print_record(out, st, kind, d, len, o->json) < 0) {
+                nmt_seterr("%s: record %llu (ending at byte %llu): %s", name, (unsigned long long)n,
+                           (unsigned long long)rec_reader_offset(r), nmt_errmsg());
+                rc = 1;
+                goto done;
+            }
+            if (o->limit && n >= o->limit)
+                goto done;
+        } else if (o->mode == MODE_CHECK && (!strcmp(kind, "tok") || !strcmp(kind, "ids") ||
+                                               !strcmp(kind, "batch") || !strcmp(kind, "hyp"))) {
+            /* validate typed payloads too, without printing */
+            int bad = !strcmp(kind, "tok")     ? tok_record_decode(&st->tok, d, len)
+                      : !strcmp(kind, "ids")   ? ids_record_decode(&st->ids, d, len)
+                      : !strcmp(kind, "batch") ? batch_record_decode(&st->batch, d, len)
+                                               : hyp_record_decode(&st->hyp, d, len);
+            if (bad < 0) {
+                nmt_seterr("%s: record %llu: %s", name, (unsigned long long)n, nmt_errmsg());
+                rc = 1;
+                goto done;
+            }
+        }
+    }
+    if (status != REC_END)
+        rc = 1;
+    *total += n;
+done:
+    if (rc && !o->quiet)
+        nmt_error("%s", nmt_errmsg());
+    rec_reader_free(r);
+    if (fd != 0)
+        close(fd);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    nmt_set_progname(argv[0]);
+    struct cat_opts o = {0};
+    const char *outpath = NULL;
+    static const struct option longopts[] = {
+        {"json", no_argument, NULL, 'j'},    {"header", no_argument, NULL, 'H'}, {"count", no_argument, NULL, 'c'},
+        {"check", no_argument, NULL, 'C'},   {"kind", required_argument, NULL, 'k'},
+        {"head", required_argument, NULL, 'n'}, {"output", required_argument, NULL, 'o'},
+        {"quiet", no_argument, NULL, 'q'},   {"help", no_argument, NULL, 'h'},   {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "jHcCk:n:o:qh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'j': o.json = 1; break;
+        case 'H': o.mode = MODE_HEADER; break;
+        case 'c': o.mode = MODE_COUNT; break;
+        case 'C': o.mode = MODE_CHECK; break;
+        case 'k': o.kind = optarg; break;
+        case 'n':
+            if (nmt_parse_u64(optarg, UINT64_MAX, &o.limit) < 0 || o.limit == 0)
+                return nmt_usage_error("invalid --head value '%s'", optarg);
+            break;
+        case 'o': outpath = optarg; break;
+        case 'q': o.quiet = 1; break;
+        case 'h': usage(stdout); return nmt_close_stdout() == 0 ? 0 : 1;
+        case 'V': nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
+        default: return nmt_usage_error("invalid option");
+        }
+    }
+    if (outpath && strcmp(outpath, "-") != 0 && !freopen(outpath, "w", stdout)) {
+        nmt_error("cannot open '%s' for writing: %s", outpath, strerror(errno));
+        return NMT_EXIT_DATA;
+    }
+    static char obuf[1 << 16];
+    setvbuf(stdout, obuf, _IOFBF, sizeof obuf);
+    struct cat_state st = {0};
+    uint64_t total = 0;
+    int rc = 0;
+    if (optind == argc)
+        rc |= cat_one(NULL, &o, stdout, &st, &total);
+    for (int i = optind; i < argc && !rc; i++)
+        rc |= cat_one(argv[i], &o, stdout, &st, &total);
+    if (o.mode == MODE_COUNT && !rc)
+        printf("%llu\n", (unsigned long long)total);
+    tok_record_free(&st.tok);
+    ids_record_free(&st.ids);
+    batch_record_free(&st.batch);
+    hyp_record_free(&st.hyp);
+    if (nmt_close_stdout() < 0) {
+        nmt_error("%s", nmt_errmsg());
+        return NMT_EXIT_DATA;
+    }
+    return rc ? NMT_EXIT_DATA : NMT_EXIT_OK;
+}
