@@ -881,7 +881,7 @@ static int stage_batch(struct model *m, const struct batch_record *br, int *nr, 
     if ((uint64_t)B * (S > T ? S : T) > (1u << 24))
         return nmt_seterr("batch of %u x (%u, %u) tokens too large", B, S, T);
     size_t Ns = (size_t)B * S, Nt = (size_t)B * T;
-    size_t need = 2 * Ns + 4 * Nt + 2 * B + 2;
+    size_t need = 2 * Ns + 5 * Nt + 2 * (size_t)B + 2;
     if (need > m->host_ints_cap) {
         int32_t *h = realloc(m->host_ints, need * sizeof *h);
         if (!h)
