@@ -1,0 +1,902 @@
+/* nmt-tokenize: raw text to token or id streams, and ids back to text (see nmt-tokenize(1)). */
+#include <csv.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bpe.h"
+#include "pretok.h"
+#include "rec.h"
+#include "records.h"
+#include "text.h"
+#include "util.h"
+#include "vocab.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: nmt-tokenize [OPTIONS] [FILE]\n"
+            "       nmt-tokenize --src FILE --tgt FILE [OPTIONS]\n"
+            "       nmt-tokenize --decode --vocab V [OPTIONS] [FILE]\n"
+            "Turn text (one sentence per line, CSV/TSV pairs, or two line-aligned files) into a tok stream\n"
+            "(reversible pre-tokenisation), or with --vocab into an ids stream; --decode turns ids back to text.\n"
+            "\n"
+            "  -i, --input FILE        read FILE (default stdin; '-' is stdin)\n"
+            "  -o, --output FILE       write FILE (default stdout)\n"
+            "      --src FILE          source side of a line-aligned pair of files (with --tgt)\n"
+            "      --tgt FILE          target side of a line-aligned pair of files (with --src)\n"
+            "      --csv               input is CSV (RFC 4180 quoting), one pair or sentence per row\n"
+            "      --tsv               input is TSV (same as --csv --delimiter tab)\n"
+            "  -d, --delimiter C       field delimiter for --csv: one character, or 'tab' (default ',')\n"
+            "  -f, --fields LIST       columns to read, 1-based: one, or two as source,target (default 1,2)\n"
+            "  -N, --normalize MODE    none, nfkc or nfkc_cf (default nfkc, or the vocabulary's)\n"
+            "  -v, --vocab FILE        apply the BPE vocabulary FILE and write an ids stream\n"
+            "      --dropout P         BPE-dropout: skip each merge with probability P (0..1, needs --vocab)\n"
+            "      --seed S            seed of the dropout generator (default 1)\n"
+            "  -t, --text[=WHAT]       print space-separated text instead of a stream: tokens or pieces\n"
+            "                          (WHAT=pieces, the default) or ids (WHAT=ids); sides split by a tab\n"
+            "  -D, --decode            read an ids (or hyp) stream and print the text, one line per record;\n"
+            "                          with --text, read text lines of ids or pieces instead\n"
+            "      --skip-bad          drop bad lines (invalid UTF-8, missing fields, unpaired lines) and\n"
+            "                          report how many at the end, instead of failing\n"
+            "  -q, --quiet             do not report skipped lines\n"
+            "  -h, --help              show this help and exit\n"
+            "      --version           show version information and exit\n"
+            "\n"
+            "Exit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n");
+}
+
+enum { TEXT_OFF = 0, TEXT_PIECES = 1, TEXT_IDS = 2 };
+
+struct opts {
+    const char *in, *out, *src, *tgt, *vocab_path;
+    int csv;
+    unsigned char delim;
+    unsigned nfields;
+    unsigned field[2];         /* 0-based columns */
+    int norm;                  /* -1: not given */
+    double dropout;
+    uint64_t seed;
+    int text, decode, skip_bad, quiet;
+};
+
+struct state {
+    const struct opts *o;
+    enum text_norm norm;
+    struct vocab *v;
+    struct bpe_encoder *enc;
+    struct rec_writer *w;
+    FILE *tf;                  /* text output */
+    struct nmt_buf norm_buf[2], rec;
+    struct pretok pt[2];
+    const char **tokp[2];
+    uint32_t *tokl[2], tokcap[2];
+    uint32_t *ids[2], nids[2], capids[2];
+    uint64_t written;
+    uint64_t bad_utf8, bad_fields, bad_unpaired, bad_csv;
+};
+
+/* Prints a token for --text with the escapes of nmt-cat: \\ \s \t \n \xhh. */
+static void put_token(FILE *f, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\\')
+            fputs("\\\\", f);
+        else if (c == ' ')
+            fputs("\\s", f);
+        else if (c == '\t')
+            fputs("\\t", f);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\x%02x", c);
+        else
+            putc(c, f);
+    }
+}
+
+static int grow_tok(struct state *st, unsigned s, uint32_t n)
+{
+    if (n <= st->tokcap[s])
+        return 0;
+    uint32_t cap = st->tokcap[s] ? st->tokcap[s] : 64;
+    while (cap < n)
+        cap *= 2;
+    const char **p = nmt_realloc(st->tokp[s], cap * sizeof *p);
+    if (!p)
+        return -1;
+    st->tokp[s] = p;
+    uint32_t *l = nmt_realloc(st->tokl[s], cap * sizeof *l);
+    if (!l)
+        return -1;
+    st->tokl[s] = l;
+    st->tokcap[s] = cap;
+    return 0;
+}
+
+/* Handles one record of NSIDES texts. Returns 0 (written), 1 (bad, message in nmt_errmsg) or -1 (fatal). */
+static int process(struct state *st, uint64_t index, unsigned nsides, const char *const *text, const size_t *len,
+                   unsigned *bad_side)
+{
+    for (unsigned s = 0; s < nsides; s++) {
+        size_t bad;
+        if (text_utf8_check(text[s], len[s], &bad) < 0) {
+            *bad_side = s;
+            st->bad_utf8++;
+            nmt_seterr("invalid UTF-8 at byte %zu", bad + 1);
+            return 1;
+        }
+    }
+    for (unsigned s = 0; s < nsides; s++) {
+        if (text_normalize(st->norm, text[s], len[s], &st->norm_buf[s]) < 0 ||
+            pretok_run(&st->pt[s], (const char *)st->norm_buf[s].data, st->norm_buf[s].len) < 0) {
+            *bad_side = s;
+            st->bad_utf8++;
+            return 1;
+        }
+        struct pretok *p = &st->pt[s];
+        if (st->enc) {
+            st->nids[s] = 0;
+            if (st->o->dropout > 0)
+                bpe_encoder_reseed(st->enc, index * 2 + s);
+            for (uint32_t i = 0; i < p->n; i++)
+                if (bpe_encode_word(st->enc, (const char *)p->text.data + p->off[i], p->len[i], &st->ids[s],
+                                    &st->nids[s], &st->capids[s]) < 0)
+                    return -1;
+        } else {
+            if (grow_tok(st, s, p->n) < 0)
+                return -1;
+            for (uint32_t i = 0; i < p->n; i++) {
+                st->tokp[s][i] = (const char *)p->text.data + p->off[i];
+                st->tokl[s][i] = p->len[i];
+            }
+        }
+    }
+    if (st->tf) {
+        FILE *f = st->tf;
+        for (unsigned s = 0; s < nsides; s++) {
+            if (s)
+                putc('\t', f);
+            if (st->enc) {
+                for (uint32_t i = 0; i < st->nids[s]; i++) {
+                    if (i)
+                        putc(' ', f);
+                    if (st->o->text == TEXT_IDS) {
+                        fprintf(f, "%u", st->ids[s][i]);
+                    } else {
+                        uint32_t pl;
+                        const char *piece = vocab_piece(st->v, st->ids[s][i], &pl);
+                        put_token(f, piece, pl);
+                    }
+                }
+            } else {
+                for (uint32_t i = 0; i < st->pt[s].n; i++) {
+                    if (i)
+                        putc(' ', f);
+                    put_token(f, st->tokp[s][i], st->tokl[s][i]);
+                }
+            }
+        }
+        putc('\n', f);
+        if (ferror(f))
+            return nmt_seterr("write failed: %s", strerror(errno));
+    } else {
+        int rc;
+        if (st->enc) {
+            const uint32_t *idp[2] = {st->ids[0], st->ids[1]};
+            rc = ids_record_encode(&st->rec, index, nsides, st->nids, idp);
+        } else {
+            uint32_t ntok[2] = {st->pt[0].n, st->pt[1].n};
+            const char *const *tp[2] = {st->tokp[0], st->tokp[1]};
+            const uint32_t *lp[2] = {st->tokl[0], st->tokl[1]};
+            rc = tok_record_encode(&st->rec, index, nsides, ntok, tp, lp);
+        }
+        if (rc < 0 || rec_write(st->w, st->rec.data, st->rec.len) < 0)
+            return -1;
+        st->rec.len = 0;
+    }
+    st->written++;
+    return 0;
+}
+
+/* Reports a bad record: fatal without --skip-bad (returns -1), else counted (returns 0). */
+static int bad_record(struct state *st, const char *name, unsigned long line)
+{
+    if (!st->o->skip_bad) {
+        nmt_seterr("%s: line %lu: %s", name, line, nmt_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- plain lines and line-aligned pairs ---- */
+struct src {
+    const char *name;
+    FILE *f;
+    unsigned long line;
+    char *buf;
+    size_t cap;
+};
+
+/* Reads the next line without its newline: 1, 0 at the end, -1 on a read error. */
+static int src_line(struct src *s, size_t *len)
+{
+    ssize_t n = getline(&s->buf, &s->cap, s->f);
+    if (n < 0) {
+        if (ferror(s->f))
+            return nmt_seterr("cannot read '%s': %s", s->name, strerror(errno));
+        return 0;
+    }
+    s->line++;
+    if (n > 0 && s->buf[n - 1] == '\n')
+        n--;
+    *len = (size_t)n;
+    return 1;
+}
+
+static int open_src(struct src *s, const char *path)
+{
+    memset(s, 0, sizeof *s);
+    s->name = nmt_path_name(path, 0);
+    int fd = nmt_open_in(path);
+    if (fd < 0)
+        return -1;
+    s->f = fd == 0 ? stdin : fdopen(fd, "r");
+    if (!s->f)
+        return nmt_seterr("cannot open '%s': %s", s->name, strerror(errno));
+    return 0;
+}
+
+static void close_src(struct src *s)
+{
+    if (s->f && s->f != stdin)
+        fclose(s->f);
+    free(s->buf);
+}
+
+static int run_lines(struct state *st, const char *path)
+{
+    struct src s;
+    if (open_src(&s, path) < 0)
+        return -1;
+    int rc = 0;
+    size_t len;
+    while ((rc = src_line(&s, &len)) == 1) {
+        const char *t[1] = {s.buf};
+        unsigned side;
+        int r = process(st, s.line - 1, 1, t, &len, &side);
+        if (r < 0 || (r == 1 && bad_record(st, s.name, s.line) < 0)) {
+            rc = -1;
+            break;
+        }
+    }
+    close_src(&s);
+    return rc;
+}
+
+static int run_pairs(struct state *st)
+{
+    struct src a, b;
+    if (open_src(&a, st->o->src) < 0)
+        return -1;
+    if (open_src(&b, st->o->tgt) < 0) {
+        close_src(&a);
+        return -1;
+    }
+    int rc = 0;
+    for (;;) {
+        size_t la = 0, lb = 0;
+        int ra = src_line(&a, &la), rb = src_line(&b, &lb);
+        if (ra < 0 || rb < 0) {
+            rc = -1;
+            break;
+        }
+        if (!ra && !rb)
+            break;
+        if (ra != rb) {
+            struct src *longer = ra ? &a : &b, *shorter = ra ? &b : &a;
+            if (!st->o->skip_bad) {
+                nmt_seterr("%s: line %lu: no matching line in '%s', which has %lu lines", longer->name, longer->line,
+                           shorter->name, shorter->line);
+                rc = -1;
+                break;
+            }
+            st->bad_unpaired++;
+            continue;
+        }
+        const char *t[2] = {a.buf, b.buf};
+        size_t l[2] = {la, lb};
+        unsigned side = 0;
+        int r = process(st, a.line - 1, 2, t, l, &side);
+        if (r < 0 || (r == 1 && bad_record(st, side ? b.name : a.name, a.line) < 0)) {
+            rc = -1;
+            break;
+        }
+    }
+    close_src(&a);
+    close_src(&b);
+    return rc;
+}
+
+/* ---- CSV / TSV ---- */
+struct csvstate {
+    struct state *st;
+    const char *name;
+    unsigned long line;        /* line being parsed */
+    uint64_t row;              /* rows completed */
+    unsigned nfield;           /* fields seen in the current row */
+    struct nmt_buf field[2];
+    int fatal;
+};
+
+static void csv_cb_field(void *data, size_t len, void *arg)
+{
+    struct csvstate *c = arg;
+    const struct opts *o = c->st->o;
+    for (unsigned k = 0; k < o->nfields; k++)
+        if (o->field[k] == c->nfield) {
+            c->field[k].len = 0;
+            if (nmt_buf_append(&c->field[k], data ? data : "", len) < 0)
+                c->fatal = 1;
+        }
+    c->nfield++;
+}
+
+static void csv_cb_row(int term, void *arg)
+{
+    struct csvstate *c = arg;
+    struct state *st = c->st;
+    const struct opts *o = st->o;
+    uint64_t index = c->row++;
+    unsigned have = c->nfield;
+    c->nfield = 0;
+    if (c->fatal)
+        return;
+    unsigned need = o->field[0] > (o->nfields > 1 ? o->field[1] : 0) ? o->field[0] : o->field[1];
+    if (o->nfields == 1)
+        need = o->field[0];
+    if (have <= need) {
+        st->bad_fields++;
+        nmt_seterr("row has %u field%s, --fields needs column %u", have, have == 1 ? "" : "s", need + 1);
+        if (bad_record(st, c->name, c->line) < 0)
+            c->fatal = 1;
+        return;
+    }
+    const char *t[2] = {(const char *)c->field[0].data, (const char *)c->field[1].data};
+    size_t l[2] = {c->field[0].len, c->field[1].len};
+    if (!t[0])
+        t[0] = "";
+    if (!t[1])
+        t[1] = "";
+    unsigned side;
+    int r = process(st, index, o->nfields, t, l, &side);
+    if (r < 0 || (r == 1 && bad_record(st, c->name, c->line) < 0))
+        c->fatal = 1;
+}
+
+static int no_space(unsigned char ch) { return 0; } /* keep leading and trailing blanks: round trip */
+
+static int run_csv(struct state *st, const char *path)
+{
+    struct src s;
+    if (open_src(&s, path) < 0)
+        return -1;
+    struct csv_parser p;
+    struct csvstate c = {.st = st, .name = s.name};
+    int rc = 0;
+    if (csv_init(&p, CSV_STRICT | CSV_STRICT_FINI) != 0) {
+        close_src(&s);
+        return nmt_seterr("out of memory");
+    }
+    csv_set_delim(&p, st->o->delim);
+    csv_set_space_func(&p, no_space);
+    for (;;) {
+        ssize_t n = getline(&s.buf, &s.cap, s.f);
+        if (n < 0) {
+            if (ferror(s.f))
+                rc = nmt_seterr("cannot read '%s': %s", s.name, strerror(errno));
+            break;
+        }
+        c.line = ++s.line;
+        if (csv_parse(&p, s.buf, (size_t)n, csv_cb_field, csv_cb_row, &c) != (size_t)n) {
+            nmt_seterr("malformed CSV (%s)", csv_strerror(csv_error(&p)));
+            st->bad_csv++;
+            if (bad_record(st, s.name, s.line) < 0) {
+                rc = -1;
+                break;
+            }
+            csv_free(&p); /* start afresh on the next line */
+            csv_init(&p, CSV_STRICT | CSV_STRICT_FINI);
+            csv_set_delim(&p, st->o->delim);
+            csv_set_space_func(&p, no_space);
+            c.nfield = 0;
+        }
+        if (c.fatal) {
+            rc = -1;
+            break;
+        }
+    }
+    if (rc == 0 && csv_fini(&p, csv_cb_field, csv_cb_row, &c) != 0) {
+        nmt_seterr("malformed CSV at the end (%s)", csv_strerror(csv_error(&p)));
+        st->bad_csv++;
+        if (bad_record(st, s.name, s.line) < 0)
+            rc = -1;
+    }
+    if (c.fatal)
+        rc = -1;
+    csv_free(&p);
+    nmt_buf_free(&c.field[0]);
+    nmt_buf_free(&c.field[1]);
+    close_src(&s);
+    return rc;
+}
+
+/* ---- decoding ---- */
+static int emit_text(struct state *st, struct nmt_buf *cat, struct nmt_buf *out, int first)
+{
+    if (pretok_detok((const char *)cat->data, cat->len, out) < 0)
+        return -1;
+    if (!first)
+        putc('\t', st->tf);
+    fwrite(out->data, 1, out->len, st->tf);
+    return 0;
+}
+
+static int decode_stream(struct state *st, const char *path)
+{
+    const char *name = nmt_path_name(path, 0);
+    int fd = nmt_open_in(path);
+    if (fd < 0)
+        return -1;
+    int status, rc = 0;
+    struct rec_reader *r = rec_reader_open(fd, name, NULL, &status);
+    if (!r) {
+        if (fd != 0)
+            close(fd);
+        return -1;
+    }
+    const struct rec_header *h = rec_reader_header(r);
+    int hyp = strcmp(h->kind, "hyp") == 0;
+    char fp[17];
+    vocab_fingerprint_hex(st->v, fp);
+    const char *hv = rec_header_get(h, "vocab");
+    if (!hyp && strcmp(h->kind, "ids") != 0) {
+        rc = nmt_seterr("%s: expected an ids or hyp stream, got %s %u.%u", name, h->kind, h->major, h->minor);
+    } else if (hv && strcmp(hv, fp) != 0) {
+        rc = nmt_seterr("%s: vocab fingerprint %s differs from '%s' (%s)", name, hv, st->o->vocab_path, fp);
+    } else {
+        struct ids_record ir = {0};
+        struct hyp_record hr = {0};
+        struct nmt_buf cat = {0}, out = {0};
+        const unsigned char *d;
+        size_t len;
+        while ((status = rec_read(r, &d, &len)) == REC_OK) {
+            unsigned ns = 1;
+            const uint32_t *idp[2];
+            uint32_t n[2];
+            if (hyp) {
+                if (hyp_record_decode(&hr, d, len) < 0) {
+                    rc = -1;
+                    break;
+                }
+                idp[0] = hr.ids;
+                n[0] = hr.n;
+            } else {
+                if (ids_record_decode(&ir, d, len) < 0) {
+                    rc = -1;
+                    break;
+                }
+                ns = ir.nsides;
+                for (unsigned s = 0; s < ns; s++) {
+                    idp[s] = ir.ids[s];
+                    n[s] = ir.n[s];
+                }
+            }
+            for (unsigned s = 0; s < ns && rc == 0; s++) {
+                cat.len = 0;
+                if (vocab_concat(st->v, idp[s], n[s], &cat) < 0 || emit_text(st, &cat, &out, s == 0) < 0)
+                    rc = -1;
+            }
+            if (rc < 0) {
+                nmt_seterr("%s: record %llu: %s", name, (unsigned long long)rec_reader_count(r), nmt_errmsg());
+                break;
+            }
+            putc('\n', st->tf);
+            st->written++;
+        }
+        if (rc == 0 && status != REC_END)
+            rc = -1;
+        ids_record_free(&ir);
+        hyp_record_free(&hr);
+        nmt_buf_free(&cat);
+        nmt_buf_free(&out);
+    }
+    rec_reader_free(r);
+    if (fd != 0)
+        close(fd);
+    return rc;
+}
+
+static int unescape_token(const char *s, size_t n, struct nmt_buf *b)
+{
+    b->len = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\\' && i + 1 < n) {
+            char e = s[++i];
+            if (e == '\\')
+                c = '\\';
+            else if (e == 's')
+                c = ' ';
+            else if (e == 't')
+                c = '\t';
+            else if (e == 'n')
+                c = '\n';
+            else if (e == 'x' && i + 2 < n) {
+                unsigned v;
+                if (sscanf(s + i + 1, "%2x", &v) != 1)
+                    return -1;
+                c = (unsigned char)v;
+                i += 2;
+            } else
+                return -1;
+        }
+        if (nmt_buf_append(b, &c, 1) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Maps one text token (an id, or an escaped piece) to an id; -1 with the error set. */
+static int64_t token_id(const struct vocab *v, const char *s, size_t n, int numeric, struct nmt_buf *tmp)
+{
+    if (numeric) {
+        uint64_t id = 0;
+        for (size_t i = 0; i < n; i++)
+            id = id * 10 + (uint64_t)(s[i] - '0');
+        if (n > 9 || id >= v->n)
+            return nmt_seterr("id %.*s out of range (vocabulary has %u pieces)", (int)(n > 20 ? 20 : n), s, v->n);
+        return (int64_t)id;
+    }
+    if (unescape_token(s, n, tmp) < 0)
+        return nmt_seterr("bad escape in token '%.*s'", (int)(n > 40 ? 40 : n), s);
+    int64_t id = vocab_find(v, (const char *)tmp->data, tmp->len);
+    if (id >= 0)
+        return id;
+    for (uint32_t k = 0; k < VOCAB_FIRST_CHAR; k++) {
+        uint32_t pl;
+        const char *p = vocab_piece(v, k, &pl);
+        if (pl == tmp->len && memcmp(p, tmp->data, pl) == 0)
+            return k;
+    }
+    return nmt_seterr("unknown piece '%.*s'", (int)(n > 40 ? 40 : n), s);
+}
+
+static int decode_text(struct state *st, const char *path)
+{
+    struct src s;
+    if (open_src(&s, path) < 0)
+        return -1;
+    struct nmt_buf cat = {0}, out = {0}, tmp = {0};
+    uint32_t *ids = NULL, cap = 0;
+    int rc = 0;
+    size_t len;
+    while (rc == 0 && (rc = src_line(&s, &len)) == 1) {
+        rc = 0;
+        int numeric = 1; /* a line of decimal numbers only is read as ids */
+        for (size_t i = 0; i < len; i++)
+            if (!(s.buf[i] >= '0' && s.buf[i] <= '9') && s.buf[i] != ' ' && s.buf[i] != '\t')
+                numeric = 0;
+        size_t i = 0;
+        for (int side = 0; rc == 0; side++) {
+            size_t end = i;
+            while (end < len && s.buf[end] != '\t')
+                end++;
+            uint32_t n = 0;
+            size_t j = i;
+            while (j < end) {
+                size_t k = j;
+                while (k < end && s.buf[k] != ' ')
+                    k++;
+                if (k > j) {
+                    int64_t id = token_id(st->v, s.buf + j, k - j, numeric, &tmp);
+                    if (id < 0) {
+                        rc = nmt_seterr("%s: line %lu: %s", s.name, s.line, nmt_errmsg());
+                        break;
+                    }
+                    if (n == cap) {
+                        cap = cap ? cap * 2 : 256;
+                        uint32_t *x = nmt_realloc(ids, cap * sizeof *x);
+                        if (!x) {
+                            rc = -1;
+                            break;
+                        }
+                        ids = x;
+                    }
+                    ids[n++] = (uint32_t)id;
+                }
+                j = k + 1;
+            }
+            cat.len = 0;
+            if (rc == 0 && (vocab_concat(st->v, ids, n, &cat) < 0 || emit_text(st, &cat, &out, side == 0) < 0))
+                rc = -1;
+            if (end >= len)
+                break;
+            i = end + 1;
+        }
+        if (rc == 0) {
+            putc('\n', st->tf);
+            st->written++;
+        }
+    }
+    free(ids);
+    nmt_buf_free(&cat);
+    nmt_buf_free(&out);
+    nmt_buf_free(&tmp);
+    close_src(&s);
+    return rc;
+}
+
+static int parse_fields(const char *s, struct opts *o)
+{
+    uint64_t a, b;
+    const char *comma = strchr(s, ',');
+    char first[32];
+    if (!comma) {
+        if (nmt_parse_u64(s, 1000000, &a) < 0 || a == 0)
+            return -1;
+        o->nfields = 1;
+        o->field[0] = (unsigned)a - 1;
+        return 0;
+    }
+    if ((size_t)(comma - s) >= sizeof first)
+        return -1;
+    memcpy(first, s, (size_t)(comma - s));
+    first[comma - s] = 0;
+    if (nmt_parse_u64(first, 1000000, &a) < 0 || a == 0 || nmt_parse_u64(comma + 1, 1000000, &b) < 0 || b == 0 ||
+        a == b)
+        return -1;
+    o->nfields = 2;
+    o->field[0] = (unsigned)a - 1;
+    o->field[1] = (unsigned)b - 1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    nmt_set_progname(argv[0]);
+    struct opts o = {.delim = ',', .nfields = 2, .field = {0, 1}, .norm = -1, .seed = 1};
+    int delim_set = 0, fields_set = 0, dropout_set = 0, seed_set = 0;
+    enum { OPT_SRC = 256, OPT_TGT, OPT_CSV, OPT_TSV, OPT_DROPOUT, OPT_SEED, OPT_SKIP, OPT_VERSION };
+    static const struct option longopts[] = {
+        {"input", required_argument, NULL, 'i'},     {"output", required_argument, NULL, 'o'},
+        {"src", required_argument, NULL, OPT_SRC},   {"tgt", required_argument, NULL, OPT_TGT},
+        {"csv", no_argument, NULL, OPT_CSV},         {"tsv", no_argument, NULL, OPT_TSV},
+        {"delimiter", required_argument, NULL, 'd'}, {"fields", required_argument, NULL, 'f'},
+        {"normalize", required_argument, NULL, 'N'}, {"vocab", required_argument, NULL, 'v'},
+        {"dropout", required_argument, NULL, OPT_DROPOUT}, {"seed", required_argument, NULL, OPT_SEED},
+        {"text", optional_argument, NULL, 't'},      {"decode", no_argument, NULL, 'D'},
+        {"skip-bad", no_argument, NULL, OPT_SKIP},   {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},            {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0}};
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":i:o:d:f:N:v:tDqh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'i': o.in = optarg; break;
+        case 'o': o.out = optarg; break;
+        case OPT_SRC: o.src = optarg; break;
+        case OPT_TGT: o.tgt = optarg; break;
+        case OPT_CSV: o.csv = 1; break;
+        case OPT_TSV:
+            o.csv = 1;
+            o.delim = '\t';
+            delim_set = 1;
+            break;
+        case 'd':
+            if (strcmp(optarg, "tab") == 0 || strcmp(optarg, "\\t") == 0)
+                o.delim = '\t';
+            else if (strlen(optarg) == 1 && optarg[0] != '"' && optarg[0] != '\n' && optarg[0] != '\r')
+                o.delim = (unsigned char)optarg[0];
+            else
+                return nmt_usage_error("invalid --delimiter '%s' (one character, or 'tab')", optarg);
+            delim_set = 1;
+            break;
+        case 'f':
+            if (parse_fields(optarg, &o) < 0)
+                return nmt_usage_error("invalid --fields '%s' (one column, or two different columns, from 1)", optarg);
+            fields_set = 1;
+            break;
+        case 'N':
+            if ((o.norm = text_norm_parse(optarg)) < 0)
+                return nmt_usage_error("invalid --normalize '%s' (none, nfkc or nfkc_cf)", optarg);
+            break;
+        case 'v': o.vocab_path = optarg; break;
+        case OPT_DROPOUT:
+            if (nmt_parse_double(optarg, &o.dropout) < 0 || o.dropout < 0 || o.dropout > 1)
+                return nmt_usage_error("invalid --dropout '%s' (a probability, 0 to 1)", optarg);
+            dropout_set = 1;
+            break;
+        case OPT_SEED:
+            if (nmt_parse_u64(optarg, UINT64_MAX, &o.seed) < 0)
+                return nmt_usage_error("invalid --seed '%s' (a non-negative integer)", optarg);
+            seed_set = 1;
+            break;
+        case 't':
+            if (!optarg || strcmp(optarg, "pieces") == 0)
+                o.text = TEXT_PIECES;
+            else if (strcmp(optarg, "ids") == 0)
+                o.text = TEXT_IDS;
+            else
+                return nmt_usage_error("invalid --text '%s' (pieces or ids)", optarg);
+            break;
+        case 'D': o.decode = 1; break;
+        case OPT_SKIP: o.skip_bad = 1; break;
+        case 'q': o.quiet = 1; break;
+        case 'h': usage(stdout); return nmt_close_stdout() == 0 ? 0 : 1;
+        case OPT_VERSION: nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
+        case ':': return nmt_usage_error("option '%s' needs a value", argv[optind - 1]);
+        default: return nmt_usage_error("invalid option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) {
+        if (o.in || optind + 1 < argc)
+            return nmt_usage_error("give one input: FILE or -i FILE");
+        o.in = argv[optind];
+    }
+    if (!!o.src != !!o.tgt)
+        return nmt_usage_error("--src and --tgt go together");
+    if (o.src && (o.in || o.csv))
+        return nmt_usage_error("--src/--tgt cannot be combined with an input file or --csv");
+    if ((delim_set || fields_set) && !o.csv)
+        return nmt_usage_error("--delimiter and --fields need --csv or --tsv");
+    if (o.decode && !o.vocab_path)
+        return nmt_usage_error("--decode needs --vocab");
+    if (o.decode && (o.src || o.csv || dropout_set || o.norm >= 0 || o.skip_bad))
+        return nmt_usage_error("--decode reads one input and takes only --vocab, --text, -i and -o");
+    if (o.decode && o.text == TEXT_IDS)
+        return nmt_usage_error("--decode reads ids or pieces; use --text without a value");
+    if ((dropout_set || seed_set) && !o.vocab_path)
+        return nmt_usage_error("--dropout and --seed need --vocab");
+    if (o.text == TEXT_IDS && !o.vocab_path)
+        return nmt_usage_error("--text=ids needs --vocab");
+
+    struct state st = {.o = &o};
+    int rc = 0;
+    if (o.vocab_path) {
+        st.v = vocab_load(o.vocab_path);
+        if (!st.v) {
+            nmt_error("%s", nmt_errmsg());
+            return NMT_EXIT_DATA;
+        }
+        if (o.norm >= 0 && (enum text_norm)o.norm != st.v->normalize) {
+            enum text_norm vn = st.v->normalize;
+            vocab_free(st.v);
+            return nmt_usage_error("--normalize %s differs from the vocabulary's %s", text_norm_name(o.norm),
+                                   text_norm_name(vn));
+        }
+        st.norm = st.v->normalize;
+        if (!o.decode) {
+            st.enc = bpe_encoder_new(st.v);
+            if (!st.enc) {
+                nmt_error("%s", nmt_errmsg());
+                vocab_free(st.v);
+                return NMT_EXIT_DATA;
+            }
+            bpe_encoder_dropout(st.enc, o.dropout, o.seed);
+        }
+    } else {
+        st.norm = o.norm >= 0 ? (enum text_norm)o.norm : TEXT_NORM_NFKC;
+    }
+
+    const char *inputs[3] = {o.src ? o.src : o.in, o.tgt, NULL};
+    for (int k = 0; k < 2; k++) { /* fail on a missing input before writing a stream header */
+        if (!inputs[k] || strcmp(inputs[k], "-") == 0)
+            continue;
+        int ifd = nmt_open_in(inputs[k]);
+        if (ifd < 0) {
+            nmt_error("%s", nmt_errmsg());
+            rc = NMT_EXIT_DATA;
+            goto out;
+        }
+        close(ifd);
+    }
+    int text_out = o.text || o.decode;
+    int fd = nmt_open_out(o.out, !text_out);
+    if (fd < 0) {
+        nmt_error("%s", nmt_errmsg());
+        rc = NMT_EXIT_DATA;
+        goto out;
+    }
+    const char *outname = nmt_path_name(o.out, 1);
+    if (text_out) {
+        st.tf = fd == 1 ? stdout : fdopen(fd, "w");
+        if (!st.tf) {
+            nmt_error("cannot open '%s': %s", outname, strerror(errno));
+            rc = NMT_EXIT_DATA;
+            goto out;
+        }
+    } else {
+        char seedbuf[32], dropbuf[32], fp[17];
+        struct rec_kv kv[5];
+        size_t nkv = 0;
+        kv[nkv++] = (struct rec_kv){"normalize", (char *)text_norm_name(st.norm)};
+        kv[nkv++] = (struct rec_kv){"pretok", "1"};
+        if (st.v) {
+            vocab_fingerprint_hex(st.v, fp);
+            kv[nkv++] = (struct rec_kv){"vocab", fp};
+            if (o.dropout > 0) {
+                snprintf(dropbuf, sizeof dropbuf, "%g", o.dropout);
+                snprintf(seedbuf, sizeof seedbuf, "%llu", (unsigned long long)o.seed);
+                kv[nkv++] = (struct rec_kv){"dropout", dropbuf};
+                kv[nkv++] = (struct rec_kv){"seed", seedbuf};
+            }
+        }
+        st.w = rec_writer_open(fd, outname, st.v ? "ids" : "tok", "nmt-tokenize " NMT_VERSION, kv, nkv, NULL);
+        if (!st.w) {
+            nmt_error("%s", nmt_errmsg());
+            rc = NMT_EXIT_DATA;
+            goto out;
+        }
+    }
+
+    int r;
+    if (o.decode)
+        r = o.text ? decode_text(&st, o.in) : decode_stream(&st, o.in);
+    else if (o.src)
+        r = run_pairs(&st);
+    else if (o.csv)
+        r = run_csv(&st, o.in);
+    else
+        r = run_lines(&st, o.in);
+    if (st.tf)
+        fflush(st.tf); /* what was printed comes before the message */
+    if (r < 0) {
+        nmt_error("%s", nmt_errmsg());
+        rc = NMT_EXIT_DATA;
+    }
+    if (st.w) {
+        if (rc) {
+            rec_writer_abort(st.w);
+        } else if (rec_writer_close(st.w) < 0) {
+            nmt_error("%s", nmt_errmsg());
+            rc = NMT_EXIT_DATA;
+        }
+        if (fd != 1 && close(fd) < 0 && !rc) {
+            nmt_error("cannot close '%s': %s", outname, strerror(errno));
+            rc = NMT_EXIT_DATA;
+        }
+    } else if (st.tf && st.tf != stdout) {
+        if ((ferror(st.tf) | fclose(st.tf)) != 0 && !rc) {
+            nmt_error("error writing '%s': %s", outname, strerror(errno));
+            rc = NMT_EXIT_DATA;
+        }
+    }
+    uint64_t skipped = st.bad_utf8 + st.bad_fields + st.bad_unpaired + st.bad_csv;
+    if (!rc && skipped && !o.quiet)
+        nmt_warn("skipped %llu bad line%s (invalid UTF-8: %llu, missing fields: %llu, unpaired: %llu, "
+                 "malformed CSV: %llu); wrote %llu",
+                 (unsigned long long)skipped, skipped == 1 ? "" : "s", (unsigned long long)st.bad_utf8,
+                 (unsigned long long)st.bad_fields, (unsigned long long)st.bad_unpaired,
+                 (unsigned long long)st.bad_csv, (unsigned long long)st.written);
+out:
+    if (nmt_close_stdout() < 0 && !rc) {
+        nmt_error("%s", nmt_errmsg());
+        rc = NMT_EXIT_DATA;
+    }
+    for (int s = 0; s < 2; s++) {
+        nmt_buf_free(&st.norm_buf[s]);
+        pretok_free(&st.pt[s]);
+        free(st.tokp[s]);
+        free(st.tokl[s]);
+        free(st.ids[s]);
+    }
+    nmt_buf_free(&st.rec);
+    bpe_encoder_free(st.enc);
+    vocab_free(st.v);
+    return rc;
+}
