@@ -762,7 +762,7 @@ static int run(struct opts *o)
 
     int tty = !o->quiet && isatty(2);
     double t0 = now(), last_prog = 0, train_time = 0;
-    uint64_t bad_run = 0, start_step = c.s.step;
+    uint64_t bad_run = 0, start_step = c.s.step, saved_step = UINT64_MAX;
     double log_loss = 0, log_time = 0, last_lr = 0, last_gn = 0;
     uint64_t log_tok = 0, log_n = 0;
     const char *stop = NULL;
@@ -889,9 +889,10 @@ static int run(struct opts *o)
                 stop = "patience";
             }
         }
-        if (o->save_every && c.s.step % o->save_every == 0 && micro > 0 && !stop) {
+        if (o->save_every && c.s.step % o->save_every == 0 && micro > 0) {
             if (save(&c, o->output) < 0)
                 goto fail;
+            saved_step = c.s.step;
             if (o->keep) {
                 snprintf(path2, strlen(o->output) + 64, "%s.step-%llu", o->output, (unsigned long long)c.s.step);
                 unlink(path2);
@@ -907,7 +908,7 @@ static int run(struct opts *o)
     }
     if (tty)
         fputc('\n', stderr);
-    if (save(&c, o->output) < 0)
+    if (saved_step != c.s.step && save(&c, o->output) < 0)
         goto fail;
     if (!strcmp(stop, "signal")) {
         nmt_error("interrupted by signal %d at step %llu; checkpoint written to '%s'; continue with the same "
