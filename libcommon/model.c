@@ -597,8 +597,24 @@ static void acts_layout(struct model *m, struct bump *b, int B, int S, int T, in
     a->sidx = bi(b, Nt);
 }
 
-/* Sizes the activation buffer for a batch and points the views into it. */
-static int acts_prepare(struct model *m, int B, int S, int T, int Nr)
+/* Grows the activation buffer to at least BYTES (plus SLACK); 0 or -1. */
+static int acts_grow(struct model *m, size_t bytes, size_t slack)
+{
+    if (bytes <= m->act_cap)
+        return 0;
+    m->k->free(m->ctx, m->act_buf);
+    m->act_buf = NULL;
+    m->act_cap = 0;
+    size_t want = bytes + slack;
+    m->act_buf = m->k->alloc(m->ctx, want);
+    if (!m->act_buf)
+        return nmt_seterr("cannot allocate activations (%zu MB) on backend %s: %s", want >> 20, m->k->name,
+                          m->k->last_error(m->ctx));
+    m->act_cap = want;
+    return 0;
+}
+
+static size_t acts_bytes(struct model *m, int B, int S, int T, int Nr)
 {
     size_t V = (size_t)m->c.vocab;
     m->R = (int)((4u << 20) / V);
@@ -606,20 +622,28 @@ static int acts_prepare(struct model *m, int B, int S, int T, int Nr)
         m->R = 64;
     struct bump b = {NULL, 0};
     acts_layout(m, &b, B, S, T, Nr);
-    if (b.off > m->act_cap) {
-        m->k->free(m->ctx, m->act_buf);
-        m->act_buf = NULL;
-        m->act_cap = 0;
-        size_t want = b.off + b.off / 4; /* room to grow */
-        m->act_buf = m->k->alloc(m->ctx, want);
-        if (!m->act_buf)
-            return nmt_seterr("cannot allocate activations (%zu MB) on backend %s: %s", want >> 20, m->k->name,
-                              m->k->last_error(m->ctx));
-        m->act_cap = want;
-    }
-    b = (struct bump){(char *)m->act_buf, 0};
+    return b.off;
+}
+
+/* Sizes the activation buffer for a batch and points the views into it. */
+static int acts_prepare(struct model *m, int B, int S, int T, int Nr)
+{
+    size_t need = acts_bytes(m, B, S, T, Nr);
+    if (acts_grow(m, need, need / 4) < 0)
+        return -1;
+    struct bump b = {(char *)m->act_buf, 0};
     acts_layout(m, &b, B, S, T, Nr);
     return 0;
+}
+
+int model_reserve(struct model *m, const struct batch_record *br)
+{
+    int nr = 0;
+    for (uint32_t b = 0; b < br->B; b++)
+        nr += (int)(br->tgt_len[b] < br->T ? br->tgt_len[b] : br->T);
+    if ((uint64_t)br->B * (br->S > br->T ? br->S : br->T) > (1u << 24))
+        return nmt_seterr("batch of %u x (%u, %u) tokens too large", br->B, br->S, br->T);
+    return acts_grow(m, acts_bytes(m, (int)br->B, (int)br->S, (int)br->T, nr), 0);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -95,6 +95,9 @@ struct model_loss {
  * (bad batch: id out of range, sentence longer than max_len; backend failure). */
 int model_step(struct model *m, const struct batch_record *br, int train, int backward, uint64_t dropout_seed,
                struct model_loss *out, float *logits);
+/* Grows the activation memory to fit batch BR (call it for every batch of a file before training so
+ * that memory is allocated once, not as batch shapes vary). Optional. 0 or -1 (out of memory). */
+int model_reserve(struct model *m, const struct batch_record *br);
 /* Zeroes the gradient buffer. 0 or -1. */
 int model_zero_grad(struct model *m);
 /* Sets *OUT to the sum of squared gradients (times SCALE^2). 0 or -1. */

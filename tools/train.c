@@ -726,6 +726,15 @@ static int run(struct opts *o)
                     break;
             }
     }
+    /* allocate activation memory once, for the largest batch */
+    for (int pass = 0; pass < 2; pass++) {
+        struct batches *bb = pass ? &vb : &tb;
+        for (size_t i = 0; !bb->streaming && i < bb->n; i++)
+            if (batch_record_decode(&br, bb->data.data + bb->off[i], bb->len[i]) < 0 || model_reserve(c.m, &br) < 0) {
+                nmt_seterr("%s: batch %zu: %s", bb->name, i, nmt_errmsg());
+                goto fail;
+            }
+    }
     if (o->max_steps && c.s.step >= o->max_steps) {
         nmt_error("'%s' is already at step %llu (--max-steps %llu): nothing to do", o->output,
                   (unsigned long long)c.s.step, (unsigned long long)o->max_steps);
