@@ -68,7 +68,7 @@ int model_config_save(const struct model_config *c, struct st_writer *w)
         {"model.dropout", c->dropout},     {"model.attn_dropout", c->attn_dropout},
         {"model.act_dropout", c->act_dropout}, {"model.label_smoothing", c->label_smoothing},
         {"model.ln_eps", c->ln_eps}};
-    if (st_writer_meta(w, "model.arch", "transformer") < 0)
+    if (st_writer_meta(w, "format", "nmt-checkpoint 1.0") < 0 || st_writer_meta(w, "model.arch", "transformer") < 0)
         return -1;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         snprintf(v, sizeof v, "%d", ints[i].v);
@@ -110,6 +110,9 @@ static int meta_float(const struct st_file *f, const char *k, float *out)
 int model_config_load(struct model_config *c, const struct st_file *f)
 {
     memset(c, 0, sizeof *c);
+    const char *fmt = st_meta(f, "format");
+    if (fmt && strncmp(fmt, "nmt-checkpoint 1.", 17))
+        return nmt_seterr("unsupported checkpoint format '%.40s' (this reader knows nmt-checkpoint 1.x)", fmt);
     const char *arch = st_meta(f, "model.arch");
     if (!arch || strcmp(arch, "transformer"))
         return nmt_seterr("not an nmt model checkpoint (model.arch is %s)", arch ? arch : "missing");
