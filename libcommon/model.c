@@ -313,6 +313,27 @@ struct acts {
     int32_t *sidx;       // (B*T) packed row of each padded row (Nr for padding: the zero row)
 };
 
+/* Incremental decoding session (model_decode_*). */
+struct infer {
+    int N, cap_n, S, tmax, t;
+    float *buf;                // device, owned
+    size_t cap;                // bytes
+    float **kc, **vc;          // (Ld) each (tmax, N, D): time-major self-attention caches
+    float **kv;                // (Ld) each (N, S, 2D): encoder-decoder keys/values per hypothesis
+    float *scr;                // (max(tmax*N*D, N*S*2D)) reorder scratch
+    float *x, *t1, *q, *att, *ao; // (N, D)
+    float *h;                  // (N, F)
+    float *logits;             // (N, V)
+    float *vals;               // (N, 64)
+    int32_t *topi;             // (N, 64)
+    int32_t *tok, *pos, *klen; // (N)
+    int32_t *idx;              // (max(tmax*N, N*S))
+    int32_t *klen_h;           // host (N)
+    int32_t *idx_h;            // host (max(tmax*N, N*S))
+    int32_t *src_len_h;        // host (B) of the encoded batch
+    int B;
+};
+
 struct model {
     struct backend *be;
     const struct nmt_backend *k;
@@ -334,6 +355,7 @@ struct model {
     uint64_t ctr;              // dropout counter of the current step
     uint64_t seed;             // dropout seed of the current step
     int train;                 // dropout on in the current step
+    struct infer inf;
 };
 
 static int bk(struct model *m, int rc, const char *what)
@@ -376,6 +398,14 @@ void model_free(struct model *m)
     free(m->g.dec);
     free(m->a.enc);
     free(m->a.dec);
+    if (m->k)
+        m->k->free(m->ctx, m->inf.buf);
+    free(m->inf.kc);
+    free(m->inf.vc);
+    free(m->inf.kv);
+    free(m->inf.klen_h);
+    free(m->inf.idx_h);
+    free(m->inf.src_len_h);
     free(m->tab);
     free(m->host_ints);
     free(m->host_save);
@@ -966,45 +996,44 @@ static int upload_ints(struct model *m, int32_t *dst, const int32_t *src, size_t
     return bk(m, m->k->upload(m->ctx, dst, src, n * sizeof(int32_t)), "upload");
 }
 
-int model_step(struct model *m, const struct batch_record *br, int train, int backward, uint64_t dropout_seed,
-               struct model_loss *out, float *logits_host)
+/* Validates BR, sizes the activations and uploads the batch's int arrays. */
+static int prepare_batch(struct model *m, const struct batch_record *br, int *nr, int64_t *nsrc)
 {
-    memset(out, 0, sizeof *out);
-    if (backward && !m->training)
-        return nmt_seterr("model was not created for training");
     int Nr = 0;
-    int64_t nsrc = 0;
-    if (stage_batch(m, br, &Nr, &nsrc) < 0)
+    if (stage_batch(m, br, &Nr, nsrc) < 0)
         return -1;
     int B = (int)br->B, S = (int)br->S, T = (int)br->T;
     if (acts_prepare(m, B, S, T, Nr) < 0)
         return -1;
     struct acts *a = &m->a;
-    int D = m->c.d_model, V = m->c.vocab, Ns = B * S, Nt = B * T;
-    size_t Ns_ = (size_t)Ns, Nt_ = (size_t)Nt;
-    {
-        int32_t *h = m->host_ints;
-        int32_t *src_ids = h, *src_pos = h + Ns_, *src_len = src_pos + Ns_, *tin_ids = src_len + B,
-                *tin_pos = tin_ids + Nt_, *tgt_len = tin_pos + Nt_, *tout = tgt_len + B, *gidx = tout + Nt_ + 1,
-                *sidx = gidx + Nt_ + 1;
-        for (size_t r = 0; r < Nt_; r++)
-            sidx[r] = Nr;
-        for (int i = 0; i < Nr; i++)
-            sidx[gidx[i]] = i;
-        if (upload_ints(m, a->src_ids, src_ids, Ns_) < 0 || upload_ints(m, a->src_pos, src_pos, Ns_) < 0 ||
-            upload_ints(m, a->src_len, src_len, (size_t)B) < 0 || upload_ints(m, a->tin_ids, tin_ids, Nt_) < 0 ||
-            upload_ints(m, a->tin_pos, tin_pos, Nt_) < 0 || upload_ints(m, a->tgt_len, tgt_len, (size_t)B) < 0 ||
-            (Nr && upload_ints(m, a->tout, tout, (size_t)Nr) < 0) ||
-            (Nr && upload_ints(m, a->gidx, gidx, (size_t)Nr) < 0) || upload_ints(m, a->sidx, sidx, Nt_) < 0)
-            return -1;
-    }
-    m->train = train;
-    m->seed = dropout_seed;
-    m->ctr = 0;
+    size_t Ns_ = (size_t)B * (size_t)S, Nt_ = (size_t)B * (size_t)T;
+    int32_t *h = m->host_ints;
+    int32_t *src_ids = h, *src_pos = h + Ns_, *src_len = src_pos + Ns_, *tin_ids = src_len + B,
+            *tin_pos = tin_ids + Nt_, *tgt_len = tin_pos + Nt_, *tout = tgt_len + B, *gidx = tout + Nt_ + 1,
+            *sidx = gidx + Nt_ + 1;
+    for (size_t r = 0; r < Nt_; r++)
+        sidx[r] = Nr;
+    for (int i = 0; i < Nr; i++)
+        sidx[gidx[i]] = i;
+    if (upload_ints(m, a->src_ids, src_ids, Ns_) < 0 || upload_ints(m, a->src_pos, src_pos, Ns_) < 0 ||
+        upload_ints(m, a->src_len, src_len, (size_t)B) < 0 || upload_ints(m, a->tin_ids, tin_ids, Nt_) < 0 ||
+        upload_ints(m, a->tin_pos, tin_pos, Nt_) < 0 || upload_ints(m, a->tgt_len, tgt_len, (size_t)B) < 0 ||
+        (Nr && upload_ints(m, a->tout, tout, (size_t)Nr) < 0) ||
+        (Nr && upload_ints(m, a->gidx, gidx, (size_t)Nr) < 0) || upload_ints(m, a->sidx, sidx, Nt_) < 0)
+        return -1;
+    *nr = Nr;
+    return 0;
+}
+
+/* The encoder over the prepared batch; *MEM receives its output (B*S, D). */
+static int encoder_fwd(struct model *m, const float **mem_out)
+{
+    struct acts *a = &m->a;
     const struct weights *w = &m->w;
     const struct model_config *c = &m->c;
+    int D = c->d_model, V = c->vocab, B = a->B, S = a->S, Ns = B * S;
+    size_t Ns_ = (size_t)Ns;
     float emb_scale = sqrtf((float)D);
-
     /* ---- encoder ---- */
     if (bk(m, m->k->embedding_forward(m->ctx, a->xs, a->src_ids, a->src_pos, w->emb, Ns, D, V, emb_scale),
            "embedding_forward") < 0 ||
@@ -1033,6 +1062,34 @@ int model_step(struct model *m, const struct batch_record *br, int train, int ba
             return -1;
         mem = a->efl;
     }
+    *mem_out = mem;
+    return 0;
+}
+
+int model_step(struct model *m, const struct batch_record *br, int train, int backward, uint64_t dropout_seed,
+               struct model_loss *out, float *logits_host)
+{
+    memset(out, 0, sizeof *out);
+    if (backward && !m->training)
+        return nmt_seterr("model was not created for training");
+    int Nr = 0;
+    int64_t nsrc = 0;
+    m->train = train;
+    m->seed = dropout_seed;
+    m->ctr = 0;
+    if (prepare_batch(m, br, &Nr, &nsrc) < 0)
+        return -1;
+    const float *mem;
+    if (encoder_fwd(m, &mem) < 0)
+        return -1;
+    struct acts *a = &m->a;
+    const struct weights *w = &m->w;
+    const struct model_config *c = &m->c;
+    int B = (int)br->B, S = (int)br->S, T = (int)br->T;
+    int D = c->d_model, V = c->vocab, Ns = B * S, Nt = B * T;
+    size_t Ns_ = (size_t)Ns, Nt_ = (size_t)Nt;
+    float emb_scale = sqrtf((float)D);
+    const float *x;
 
     /* ---- decoder ---- */
     if (bk(m, m->k->embedding_forward(m->ctx, a->xt, a->tin_ids, a->tin_pos, w->emb, Nt, D, V, emb_scale),
@@ -1292,4 +1349,280 @@ int model_load(struct model *m, const struct st_file *f, int opt)
 out:
     free(h);
     return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * incremental decoding */
+
+int model_encode(struct model *m, const struct batch_record *br)
+{
+    int Nr;
+    int64_t ns;
+    m->train = 0;
+    m->ctr = 0;
+    struct batch_record b = *br;
+    if (prepare_batch(m, &b, &Nr, &ns) < 0)
+        return -1;
+    const float *mem;
+    if (encoder_fwd(m, &mem) < 0)
+        return -1;
+    int D = m->c.d_model, Ns = (int)br->B * (int)br->S;
+    for (int l = 0; l < m->c.dec_layers; l++)
+        if (linear(m, m->a.dec[l].kv, mem, m->w.dec[l].ckv_w, m->w.dec[l].ckv_b, Ns, 2 * D, D) < 0)
+            return -1;
+    int32_t *sl = realloc(m->inf.src_len_h, br->B * sizeof *sl);
+    if (!sl)
+        return nmt_seterr("out of memory");
+    m->inf.src_len_h = sl;
+    for (uint32_t i = 0; i < br->B; i++)
+        sl[i] = (int32_t)br->src_len[i];
+    m->inf.B = (int)br->B;
+    m->inf.S = (int)br->S;
+    return 0;
+}
+
+int model_decode_begin(struct model *m, const int32_t *src_row, int n, int tmax)
+{
+    struct infer *f = &m->inf;
+    if (!f->src_len_h)
+        return nmt_seterr("model_decode_begin before model_encode");
+    if (n < 1 || tmax < 1 || tmax > m->c.max_len)
+        return nmt_seterr("cannot decode %d hypotheses of up to %d tokens (model maximum %d)", n, tmax, m->c.max_len);
+    int Ld = m->c.dec_layers, S = f->S;
+    size_t D = (size_t)m->c.d_model, F = (size_t)m->c.ff, V = (size_t)m->c.vocab, N = (size_t)n;
+    size_t cache = (size_t)tmax * N * D, kvn = N * (size_t)S * 2 * D;
+    size_t nidx = (size_t)tmax * N > N * (size_t)S ? (size_t)tmax * N : N * (size_t)S;
+    if (nidx < 2 * N)
+        nidx = 2 * N;
+    if (!f->kc) {
+        f->kc = calloc((size_t)Ld, sizeof *f->kc);
+        f->vc = calloc((size_t)Ld, sizeof *f->vc);
+        f->kv = calloc((size_t)Ld, sizeof *f->kv);
+        if (!f->kc || !f->vc || !f->kv)
+            return nmt_seterr("out of memory");
+    }
+    int32_t *kh = realloc(f->klen_h, N * sizeof *kh);
+    if (kh)
+        f->klen_h = kh;
+    int32_t *ih = kh ? realloc(f->idx_h, nidx * sizeof *ih) : NULL;
+    if (ih)
+        f->idx_h = ih;
+    if (!kh || !ih)
+        return nmt_seterr("out of memory");
+    for (int pass = 0; pass < 2; pass++) {
+        struct bump b = {pass ? (char *)f->buf : NULL, 0};
+        for (int l = 0; l < Ld; l++) {
+            f->kc[l] = bf(&b, cache);
+            f->vc[l] = bf(&b, cache);
+            f->kv[l] = bf(&b, kvn);
+        }
+        f->scr = bf(&b, cache > kvn ? cache : kvn);
+        f->x = bf(&b, N * D);
+        f->t1 = bf(&b, N * D);
+        f->q = bf(&b, N * D);
+        f->att = bf(&b, N * D);
+        f->ao = bf(&b, N * D);
+        f->h = bf(&b, N * F);
+        f->logits = bf(&b, N * V);
+        f->vals = bf(&b, N * 64);
+        f->topi = bi(&b, N * 64);
+        f->tok = bi(&b, N);
+        f->pos = bi(&b, N);
+        f->klen = bi(&b, N);
+        f->idx = bi(&b, nidx);
+        if (pass == 0 && b.off > f->cap) {
+            m->k->free(m->ctx, f->buf);
+            f->cap = 0;
+            f->buf = m->k->alloc(m->ctx, b.off);
+            if (!f->buf)
+                return nmt_seterr("cannot allocate decoding memory (%zu MB) on backend %s: %s", b.off >> 20,
+                                  m->k->name, m->k->last_error(m->ctx));
+            f->cap = b.off;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (src_row[i] < 0 || src_row[i] >= f->B)
+            return nmt_seterr("hypothesis %d: source row %d outside the encoded batch of %d", i, src_row[i], f->B);
+        f->klen_h[i] = f->src_len_h[src_row[i]];
+        for (int j = 0; j < S; j++)
+            f->idx_h[(size_t)i * S + j] = src_row[i] * S + j;
+    }
+    if (upload_ints(m, f->klen, f->klen_h, N) < 0 || upload_ints(m, f->idx, f->idx_h, N * (size_t)S) < 0)
+        return -1;
+    for (int l = 0; l < Ld; l++)
+        if (bk(m, m->k->gather_rows(m->ctx, f->kv[l], m->a.dec[l].kv, f->idx, n * S, (int64_t)(2 * D)),
+               "gather_rows") < 0)
+            return -1;
+    f->N = f->cap_n = n;
+    f->tmax = tmax;
+    f->t = 0;
+    return 0;
+}
+
+int model_decode_len(const struct model *m)
+{
+    return m->inf.t;
+}
+
+/* One residual sublayer at inference: SIN is the sublayer input (x or LN(x) into t1). */
+static const float *inf_begin(struct model *m, const float *g, const float *b)
+{
+    struct infer *f = &m->inf;
+    if (!m->c.pre_norm)
+        return f->x;
+    if (bk(m, m->k->layernorm_forward(m->ctx, f->t1, NULL, NULL, f->x, g, b, f->N, m->c.d_model, m->c.ln_eps),
+           "layernorm_forward") < 0)
+        return NULL;
+    return f->t1;
+}
+
+static int inf_end(struct model *m, const float *g, const float *b)
+{
+    struct infer *f = &m->inf;
+    size_t n = (size_t)f->N * (size_t)m->c.d_model;
+    if (bk(m, m->k->add(m->ctx, f->x, f->x, f->ao, n), "add") < 0)
+        return -1;
+    if (m->c.pre_norm)
+        return 0;
+    return bk(m, m->k->layernorm_forward(m->ctx, f->x, NULL, NULL, f->x, g, b, f->N, m->c.d_model, m->c.ln_eps),
+              "layernorm_forward");
+}
+
+int model_decode_step(struct model *m, const uint32_t *tok, int k, float *values, int32_t *ids, float *logits)
+{
+    struct infer *f = &m->inf;
+    if (!f->buf || f->N < 1)
+        return nmt_seterr("model_decode_step without model_decode_begin");
+    if (f->t >= f->tmax)
+        return nmt_seterr("decoding past the %d steps reserved", f->tmax);
+    if (k < 1 || k > 64 || k > m->c.vocab)
+        return nmt_seterr("top-k of %d outside [1, 64]", k);
+    int N = f->N, D = m->c.d_model, F = m->c.ff, V = m->c.vocab, t = f->t;
+    const struct weights *w = &m->w;
+    int32_t *h = f->idx_h;
+    for (int i = 0; i < N; i++) {
+        if (tok[i] >= (uint32_t)V)
+            return nmt_seterr("hypothesis %d: token %u outside the vocabulary of %d", i, tok[i], V);
+        h[i] = (int32_t)tok[i];
+        h[N + i] = t;
+    }
+    if (upload_ints(m, f->tok, h, (size_t)N) < 0 || upload_ints(m, f->pos, h + N, (size_t)N) < 0)
+        return -1;
+    if (bk(m, m->k->embedding_forward(m->ctx, f->x, f->tok, f->pos, w->emb, N, D, V, sqrtf((float)D)),
+           "embedding_forward") < 0)
+        return -1;
+    struct nmt_attn_args a;
+    memset(&a, 0, sizeof a);
+    a.B = N;
+    a.Tq = 1;
+    a.H = m->c.heads;
+    a.dh = D / m->c.heads;
+    a.scale = 1.0f / sqrtf((float)a.dh);
+    a.q_ld = a.q_bs = a.o_ld = a.o_bs = D;
+    size_t step_off = (size_t)t * (size_t)N * (size_t)D;
+    for (int l = 0; l < m->c.dec_layers; l++) {
+        const struct dec_w *dw = &w->dec[l];
+        size_t DD = (size_t)D * (size_t)D;
+        /* causal self-attention over the cached steps 0..t */
+        const float *sin = inf_begin(m, dw->ln1_g, dw->ln1_b);
+        if (!sin || linear(m, f->q, sin, dw->sqkv_w, dw->sqkv_b, N, D, D) < 0 ||
+            linear(m, f->kc[l] + step_off, sin, dw->sqkv_w + DD, dw->sqkv_b + D, N, D, D) < 0 ||
+            linear(m, f->vc[l] + step_off, sin, dw->sqkv_w + 2 * DD, dw->sqkv_b + 2 * D, N, D, D) < 0)
+            return -1;
+        a.Tk = t + 1;
+        a.k_ld = a.v_ld = (int64_t)N * D;
+        a.k_bs = a.v_bs = D;
+        a.klen = NULL;
+        if (bk(m, m->k->attention_forward(m->ctx, f->att, NULL, f->q, f->kc[l], f->vc[l], &a), "attention_forward") <
+                0 ||
+            linear(m, f->ao, f->att, dw->so_w, dw->so_b, N, D, D) < 0 || inf_end(m, dw->ln1_g, dw->ln1_b) < 0)
+            return -1;
+        /* encoder-decoder attention */
+        sin = inf_begin(m, dw->ln2_g, dw->ln2_b);
+        if (!sin || linear(m, f->q, sin, dw->cq_w, dw->cq_b, N, D, D) < 0)
+            return -1;
+        a.Tk = f->S;
+        a.k_ld = a.v_ld = 2 * D;
+        a.k_bs = a.v_bs = (int64_t)f->S * 2 * D;
+        a.klen = f->klen;
+        if (bk(m, m->k->attention_forward(m->ctx, f->att, NULL, f->q, f->kv[l], f->kv[l] + D, &a),
+               "attention_forward") < 0 ||
+            linear(m, f->ao, f->att, dw->co_w, dw->co_b, N, D, D) < 0 || inf_end(m, dw->ln2_g, dw->ln2_b) < 0)
+            return -1;
+        /* FFN */
+        sin = inf_begin(m, dw->ln3_g, dw->ln3_b);
+        if (!sin || linear(m, f->h, sin, dw->w1, dw->b1, N, F, D) < 0 ||
+            bk(m, m->k->relu_forward(m->ctx, f->h, f->h, (size_t)N * (size_t)F), "relu") < 0 ||
+            linear(m, f->ao, f->h, dw->w2, dw->b2, N, D, F) < 0 || inf_end(m, dw->ln3_g, dw->ln3_b) < 0)
+            return -1;
+    }
+    const float *y = f->x;
+    if (m->c.pre_norm) {
+        if (bk(m, m->k->layernorm_forward(m->ctx, f->t1, NULL, NULL, f->x, w->dec_ln_g, w->dec_ln_b, N, D, m->c.ln_eps),
+               "layernorm_forward") < 0)
+            return -1;
+        y = f->t1;
+    }
+    if (bk(m, m->k->gemm(m->ctx, 0, 1, N, V, D, 1.0f, y, D, w->emb, D, 0.0f, f->logits, V), "gemm") < 0)
+        return -1;
+    if (logits && bk(m, m->k->download(m->ctx, logits, f->logits, (size_t)N * (size_t)V * sizeof(float)), "download") < 0)
+        return -1;
+    if (bk(m, m->k->topk_logsoftmax(m->ctx, f->vals, f->topi, f->logits, N, V, k), "topk_logsoftmax") < 0 ||
+        bk(m, m->k->download(m->ctx, values, f->vals, (size_t)N * (size_t)k * sizeof(float)), "download") < 0 ||
+        bk(m, m->k->download(m->ctx, ids, f->topi, (size_t)N * (size_t)k * sizeof(int32_t)), "download") < 0)
+        return -1;
+    f->t++;
+    return 0;
+}
+
+int model_decode_reorder(struct model *m, const int32_t *idx, int n)
+{
+    struct infer *f = &m->inf;
+    if (!f->buf)
+        return nmt_seterr("model_decode_reorder without model_decode_begin");
+    if (n < 1 || n > f->cap_n)
+        return nmt_seterr("cannot keep %d hypotheses (at most %d)", n, f->cap_n);
+    int N = f->N, S = f->S, t = f->t;
+    size_t D = (size_t)m->c.d_model;
+    int32_t *kl = malloc((size_t)n * sizeof *kl);
+    if (!kl)
+        return nmt_seterr("out of memory");
+    for (int i = 0; i < n; i++) {
+        if (idx[i] < 0 || idx[i] >= N) {
+            free(kl);
+            return nmt_seterr("hypothesis index %d outside [0, %d)", idx[i], N);
+        }
+        kl[i] = f->klen_h[idx[i]];
+    }
+    memcpy(f->klen_h, kl, (size_t)n * sizeof *kl);
+    free(kl);
+    if (upload_ints(m, f->klen, f->klen_h, (size_t)n) < 0)
+        return -1;
+    /* self-attention caches: row (j, i) <- (j, idx[i]) for the t cached steps */
+    if (t > 0) {
+        for (int j = 0; j < t; j++)
+            for (int i = 0; i < n; i++)
+                f->idx_h[(size_t)j * n + i] = j * N + idx[i];
+        if (upload_ints(m, f->idx, f->idx_h, (size_t)t * (size_t)n) < 0)
+            return -1;
+        for (int l = 0; l < m->c.dec_layers; l++)
+            for (int kvi = 0; kvi < 2; kvi++) {
+                float *c = kvi ? f->vc[l] : f->kc[l];
+                if (bk(m, m->k->gather_rows(m->ctx, f->scr, c, f->idx, t * n, (int64_t)D), "gather_rows") < 0 ||
+                    bk(m, m->k->copy(m->ctx, c, f->scr, (size_t)t * (size_t)n * D * sizeof(float)), "copy") < 0)
+                    return -1;
+            }
+    }
+    /* encoder-decoder keys/values: rows (i, j) <- (idx[i], j) */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < S; j++)
+            f->idx_h[(size_t)i * S + j] = idx[i] * S + j;
+    if (upload_ints(m, f->idx, f->idx_h, (size_t)n * (size_t)S) < 0)
+        return -1;
+    for (int l = 0; l < m->c.dec_layers; l++)
+        if (bk(m, m->k->gather_rows(m->ctx, f->scr, f->kv[l], f->idx, n * S, (int64_t)(2 * D)), "gather_rows") < 0 ||
+            bk(m, m->k->copy(m->ctx, f->kv[l], f->scr, (size_t)n * (size_t)S * 2 * D * sizeof(float)), "copy") < 0)
+            return -1;
+    f->N = n;
+    return 0;
 }
