@@ -130,6 +130,20 @@ int model_config_load(struct model_config *c, const struct st_file *f)
     return 0;
 }
 
+double model_step_flops(const struct model_config *c, const struct batch_record *br)
+{
+    double d = c->d_model, ff = c->ff, V = c->vocab, Le = c->enc_layers, Ld = c->dec_layers;
+    double ns = 0, nt = 0, att = 0;
+    for (uint32_t b = 0; b < br->B; b++) {
+        double s = br->src_len[b], t = br->tgt_len[b];
+        ns += s, nt += t;
+        att += 2 * Le * s * s + 2 * Ld * t * t + 2 * Ld * t * s;
+    }
+    double fwd = 2 * ns * Le * (4 * d * d + 2 * d * ff) + 2 * nt * Ld * (6 * d * d + 2 * d * ff) +
+                 2 * ns * Ld * 2 * d * d + 2 * nt * d * V + 2 * d * att;
+    return 3 * fwd;
+}
+
 double model_lr(double scale, int d_model, int64_t step, int64_t warmup)
 {
     double s = step < 1 ? 1 : (double)step;
@@ -350,7 +364,7 @@ struct model {
     size_t act_cap;            // floats
     int32_t *host_ints;        // host staging of the int arrays
     size_t host_ints_cap;
-    float *host_save;          // host mirror for model_save (P or 3P)
+    void *save_args;           // (ntab + 2) struct save_arg of the last model_save
     int R;                     // logit rows per chunk
     uint64_t ctr;              // dropout counter of the current step
     uint64_t seed;             // dropout seed of the current step
@@ -408,7 +422,7 @@ void model_free(struct model *m)
     free(m->inf.src_len_h);
     free(m->tab);
     free(m->host_ints);
-    free(m->host_save);
+    free(m->save_args);
     free(m);
 }
 
@@ -1271,33 +1285,42 @@ int model_update(struct model *m, float lr, int64_t t, int64_t tokens, double cl
 /* ---------------------------------------------------------------------------------------------
  * checkpoints */
 
+/* st_writer fill callback: bytes of a device tensor. */
+struct save_arg {
+    struct model *m;
+    const float *dev;
+};
+
+static int save_fill(void *arg, void *dst, uint64_t offset, size_t n)
+{
+    struct save_arg *a = arg;
+    return bk(a->m, a->m->k->download(a->m->ctx, dst, (const char *)a->dev + offset, n), "download");
+}
+
 int model_save(struct model *m, struct st_writer *w, int opt)
 {
     if (opt && !m->training)
         return nmt_seterr("model has no optimizer state");
-    size_t n = m->np * (opt ? 3 : 1);
-    free(m->host_save);
-    m->host_save = malloc(n * sizeof(float));
-    if (!m->host_save)
-        return nmt_seterr("out of memory saving the checkpoint");
-    if (model_get_params(m, m->host_save) < 0)
-        return -1;
-    if (opt && (bk(m, m->k->download(m->ctx, m->host_save + m->np, m->adam_m, m->np * sizeof(float)), "download") < 0 ||
-                bk(m, m->k->download(m->ctx, m->host_save + 2 * m->np, m->adam_v, m->np * sizeof(float)), "download") <
-                    0))
-        return -1;
+    free(m->save_args);
+    m->save_args = calloc(m->ntab + 2, sizeof(struct save_arg));
+    if (!m->save_args)
+        return nmt_seterr("out of memory");
+    struct save_arg *args = m->save_args;
     if (model_config_save(&m->c, w) < 0)
         return -1;
     for (size_t i = 0; i < m->ntab; i++) {
         const struct model_param *p = &m->tab[i];
         uint64_t shape[2] = {(uint64_t)p->shape[0], (uint64_t)p->shape[1]};
-        if (st_writer_add(w, p->name, ST_F32, p->ndim, shape, m->host_save + p->offset) < 0)
+        args[i] = (struct save_arg){m, m->params + p->offset};
+        if (st_writer_add_fn(w, p->name, ST_F32, p->ndim, shape, save_fill, &args[i]) < 0)
             return -1;
     }
     if (opt) {
         uint64_t shape[1] = {m->np};
-        if (st_writer_add(w, "optim.adam_m", ST_F32, 1, shape, m->host_save + m->np) < 0 ||
-            st_writer_add(w, "optim.adam_v", ST_F32, 1, shape, m->host_save + 2 * m->np) < 0)
+        args[m->ntab] = (struct save_arg){m, m->adam_m};
+        args[m->ntab + 1] = (struct save_arg){m, m->adam_v};
+        if (st_writer_add_fn(w, "optim.adam_m", ST_F32, 1, shape, save_fill, &args[m->ntab]) < 0 ||
+            st_writer_add_fn(w, "optim.adam_v", ST_F32, 1, shape, save_fill, &args[m->ntab + 1]) < 0)
             return -1;
     }
     return 0;

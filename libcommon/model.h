@@ -113,8 +113,9 @@ int model_adam(struct model *m, float lr, int64_t t, float grad_scale, float bet
 int model_update(struct model *m, float lr, int64_t t, int64_t tokens, double clip, double *gnorm);
 
 /* Adds M's configuration (metadata) and parameters (tensors) to W, and with OPT the Adam moments
- * ("optim.adam_m", "optim.adam_v"). The data is copied to host memory owned by M, valid until the
- * next call or model_free, so W must be written before then. 0 or -1. */
+ * ("optim.adam_m", "optim.adam_v"). The tensors are read from the device in pieces while W is
+ * written (no host copy of the model), so W must be written before M changes, the next
+ * model_save, or model_free. 0 or -1. */
 int model_save(struct model *m, struct st_writer *w, int opt);
 /* Loads parameters (and with OPT the Adam moments) from checkpoint F, whose configuration must equal
  * M's. 0, or -1 with the error naming the first missing or mis-shaped tensor. */
@@ -144,6 +145,12 @@ int model_decode_step(struct model *m, const uint32_t *tok, int k, float *values
 int model_decode_reorder(struct model *m, const int32_t *idx, int n);
 /* Returns the number of tokens fed so far in the decoding session. */
 int model_decode_len(const struct model *m);
+
+/* Returns the matrix-product FLOPs of one training step (forward + backward = 3 x forward) on batch
+ * BR, counting only non-padding tokens: with Ns/Nt the source/target tokens and s_b/t_b the lengths,
+ *   forward = 2 Ns Le (4d^2 + 2 d ff) + 2 Nt Ld (6d^2 + 2 d ff) + 2 Ns Ld 2d^2 + 2 Nt d V
+ *           + 2 d sum_b (2 Le s_b^2 + 2 Ld t_b^2 + 2 Ld t_b s_b)     (attention QK^T and PV, unmasked). */
+double model_step_flops(const struct model_config *c, const struct batch_record *br);
 
 /* Learning rate of the paper's schedule at STEP >= 1: scale * D^-0.5 * min(step^-0.5, step * warmup^-1.5). */
 double model_lr(double scale, int d_model, int64_t step, int64_t warmup);

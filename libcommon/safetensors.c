@@ -585,7 +585,13 @@ int st_get(const struct st_file *f, const char *name, int dt, void *dst, uint64_
 
 /* ---------------------------------------------------------------------------------------------
  * writer */
+struct st_fill {
+    int (*fn)(void *arg, void *dst, uint64_t offset, size_t n);
+    void *arg;
+};
+
 struct st_writer {
+    struct st_fill *fill;      /* (cap) per tensor, fn NULL when data is given */
     struct st_tensor *t;
     size_t nt, cap;
     char **mk, **mv;
@@ -607,6 +613,7 @@ void st_writer_free(struct st_writer *w)
     for (size_t i = 0; i < w->nt; i++)
         free(w->t[i].name);
     free(w->t);
+    free(w->fill);
     for (size_t i = 0; i < w->nm; i++) {
         free(w->mk[i]);
         free(w->mv[i]);
@@ -654,8 +661,14 @@ int st_writer_add(struct st_writer *w, const char *name, int dt, int ndim, const
         if (!t)
             return nmt_seterr("out of memory");
         w->t = t;
+        struct st_fill *fl = realloc(w->fill, c * sizeof *fl);
+        if (!fl)
+            return nmt_seterr("out of memory");
+        w->fill = fl;
         w->cap = c;
     }
+    w->fill[w->nt].fn = NULL;
+    w->fill[w->nt].arg = NULL;
     struct st_tensor *t = &w->t[w->nt];
     memset(t, 0, sizeof *t);
     t->name = strdup(name);
@@ -671,6 +684,16 @@ int st_writer_add(struct st_writer *w, const char *name, int dt, int ndim, const
     t->nbytes = count * st_dtype_size(dt);
     t->data = data;
     w->nt++;
+    return 0;
+}
+
+int st_writer_add_fn(struct st_writer *w, const char *name, int dt, int ndim, const uint64_t *shape,
+                     int (*fill)(void *arg, void *dst, uint64_t offset, size_t n), void *arg)
+{
+    if (st_writer_add(w, name, dt, ndim, shape, NULL) < 0)
+        return -1;
+    w->fill[w->nt - 1].fn = fill;
+    w->fill[w->nt - 1].arg = arg;
     return 0;
 }
 
@@ -725,6 +748,8 @@ static void sb_json(struct sbuf *b, const char *s)
     }
     sb_put(b, "\"", 1);
 }
+
+#define ST_FILL_CHUNK ((size_t)8 << 20)
 
 static int write_all_fd(int fd, const void *p, size_t n, const char *tmp)
 {
@@ -789,6 +814,7 @@ int st_writer_write(struct st_writer *w, const char *path)
     const char *base = basename(dup2);
     snprintf(tmp, tl, "%s/.%s.tmpXXXXXX", dir, base);
     int rc = -1;
+    unsigned char *chunk = NULL;
     int fd = mkstemp(tmp);
     if (fd < 0) {
         nmt_seterr("cannot write '%s': cannot create a temporary file in '%s': %s", path, dir, strerror(errno));
@@ -798,9 +824,28 @@ int st_writer_write(struct st_writer *w, const char *path)
     nmt_put64(len8, h.len);
     if (write_all_fd(fd, len8, 8, path) < 0 || write_all_fd(fd, h.p, h.len, path) < 0)
         goto bad;
-    for (size_t i = 0; i < w->nt; i++)
-        if (w->t[i].nbytes && write_all_fd(fd, w->t[i].data, (size_t)w->t[i].nbytes, path) < 0)
+    for (size_t i = 0; i < w->nt; i++) {
+        if (!w->t[i].nbytes)
+            continue;
+        if (!w->fill[i].fn) {
+            if (write_all_fd(fd, w->t[i].data, (size_t)w->t[i].nbytes, path) < 0)
+                goto bad;
+            continue;
+        }
+        if (!chunk && !(chunk = malloc(ST_FILL_CHUNK))) {
+            nmt_seterr("out of memory");
             goto bad;
+        }
+        for (uint64_t o = 0; o < w->t[i].nbytes; o += ST_FILL_CHUNK) {
+            size_t n = w->t[i].nbytes - o < ST_FILL_CHUNK ? (size_t)(w->t[i].nbytes - o) : ST_FILL_CHUNK;
+            if (w->fill[i].fn(w->fill[i].arg, chunk, o, n) < 0) {
+                nmt_seterr("cannot write '%s': tensor '%s': %s", path, w->t[i].name, nmt_errmsg());
+                goto bad;
+            }
+            if (write_all_fd(fd, chunk, n, path) < 0)
+                goto bad;
+        }
+    }
     if (fchmod(fd, 0644) < 0 || fsync(fd) < 0) {
         nmt_seterr("cannot write '%s': %s", path, strerror(errno));
         goto bad;
@@ -827,6 +872,7 @@ bad:
         close(fd);
     unlink(tmp);
 out:
+    free(chunk);
     free(dup1);
     free(dup2);
     free(tmp);

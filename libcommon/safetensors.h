@@ -72,6 +72,11 @@ int st_writer_meta(struct st_writer *w, const char *key, const char *value);
  * it must stay valid until st_writer_write). 0 or -1 (bad shape, duplicate name, out of memory). */
 int st_writer_add(struct st_writer *w, const char *name, int dt, int ndim, const uint64_t *shape,
                   const void *data);
+/* Like st_writer_add, but the data is produced while writing, in pieces: FILL(ARG, DST, OFFSET, N)
+ * copies bytes [OFFSET, OFFSET+N) of the tensor into DST and returns 0, or -1 with the error set.
+ * So a large tensor held elsewhere (device memory) is written without a whole host copy. */
+int st_writer_add_fn(struct st_writer *w, const char *name, int dt, int ndim, const uint64_t *shape,
+                     int (*fill)(void *arg, void *dst, uint64_t offset, size_t n), void *arg);
 /* Writes the file atomically to PATH (temp file, fsync, rename, fsync dir). 0 or -1 with the error
  * set; on failure PATH is left untouched. */
 int st_writer_write(struct st_writer *w, const char *path);

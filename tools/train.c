@@ -304,12 +304,12 @@ static uint64_t meta_u64(const struct st_file *f, const char *k, int *bad)
     return v;
 }
 
-static int log_row(struct ctx *c, double loss, double lr, uint64_t tokens, double tps, double gnorm, double vloss,
-                   double vppl)
+static int log_row(struct ctx *c, double loss, double lr, uint64_t tokens, double tps, double gnorm, double gfs,
+                   double vloss, double vppl)
 {
     if (!c->log)
         return 0;
-    char f[9][40];
+    char f[10][40];
     snprintf(f[0], 40, "%llu", (unsigned long long)c->s.step);
     snprintf(f[1], 40, "%llu", (unsigned long long)c->s.epoch + 1);
     snprintf(f[2], 40, "%.17g", loss);
@@ -317,16 +317,17 @@ static int log_row(struct ctx *c, double loss, double lr, uint64_t tokens, doubl
     snprintf(f[4], 40, "%llu", (unsigned long long)tokens);
     snprintf(f[5], 40, "%.1f", tps);
     snprintf(f[6], 40, "%.9g", gnorm);
-    snprintf(f[7], 40, "%.17g", vloss);
-    snprintf(f[8], 40, "%.9g", vppl);
-    static const char *const names[9] = {"step", "epoch", "loss", "lr", "tokens", "tokens_per_s", "grad_norm",
-                                         "valid_loss", "valid_ppl"};
-    int nf = isnan(vloss) ? 7 : 9;
+    snprintf(f[7], 40, "%.1f", gfs);
+    snprintf(f[8], 40, "%.17g", vloss);
+    snprintf(f[9], 40, "%.9g", vppl);
+    static const char *const names[10] = {"step", "epoch", "loss", "lr", "tokens", "tokens_per_s", "grad_norm",
+                                          "gflop_s", "valid_loss", "valid_ppl"};
+    int nf = isnan(vloss) ? 8 : 10;
     if (isnan(loss)) { /* validation-only row: leave the training columns empty */
-        f[2][0] = f[3][0] = f[4][0] = f[5][0] = f[6][0] = 0;
+        f[2][0] = f[3][0] = f[4][0] = f[5][0] = f[6][0] = f[7][0] = 0;
     }
     if (c->log_csv) {
-        for (int i = 0; i < 9; i++) {
+        for (int i = 0; i < 10; i++) {
             if (i)
                 fputc(',', c->log);
             if (i < nf && f[i][0])
@@ -759,7 +760,7 @@ static int run(struct opts *o)
             goto fail;
         }
         if (c.log_csv && !exists)
-            fputs("step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,valid_loss,valid_ppl\n", c.log);
+            fputs("step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl\n", c.log);
     }
 
     struct sigaction sa;
@@ -772,7 +773,7 @@ static int run(struct opts *o)
     int tty = !o->quiet && isatty(2);
     double t0 = now(), last_prog = 0, train_time = 0;
     uint64_t bad_run = 0, start_step = c.s.step, saved_step = UINT64_MAX;
-    double log_loss = 0, log_time = 0, last_lr = 0, last_gn = 0;
+    double log_loss = 0, log_time = 0, last_lr = 0, last_gn = 0, log_flops = 0;
     uint64_t log_tok = 0, log_n = 0;
     const char *stop = NULL;
     int data_end = 0;
@@ -785,7 +786,7 @@ static int run(struct opts *o)
         double ts = now();
         if (model_zero_grad(c.m) < 0)
             goto fail;
-        double loss = 0;
+        double loss = 0, flops = 0;
         uint64_t tok = 0;
         uint64_t micro = 0;
         while (micro < o->update_freq) {
@@ -813,6 +814,7 @@ static int run(struct opts *o)
             }
             loss += L.loss;
             tok += (uint64_t)L.tokens;
+            flops += model_step_flops(&cfg, &br);
             micro++;
             continue;
         validate_now:
@@ -845,10 +847,11 @@ static int run(struct opts *o)
                 c.s.tokens += tok;
                 double dt = now() - ts;
                 train_time += dt;
-                log_loss += tl, log_tok += tok, log_time += dt, log_n++;
+                log_loss += tl, log_tok += tok, log_time += dt, log_n++, log_flops += flops;
                 last_lr = lr, last_gn = gn;
                 if (c.s.step % o->log_every == 0) {
-                    if (log_row(&c, log_loss / (double)log_n, lr, log_tok, log_tok / log_time, gn, NAN, NAN) < 0)
+                    if (log_row(&c, log_loss / (double)log_n, lr, log_tok, log_tok / log_time, gn,
+                                log_flops / log_time * 1e-9, NAN, NAN) < 0)
                         goto fail;
                 }
                 if (tty && (now() - last_prog > 0.5 || c.s.step == 1)) {
@@ -861,7 +864,7 @@ static int run(struct opts *o)
                     last_prog = now();
                 }
                 if (c.s.step % o->log_every == 0)
-                    log_loss = 0, log_tok = 0, log_time = 0, log_n = 0;
+                    log_loss = 0, log_tok = 0, log_time = 0, log_n = 0, log_flops = 0;
             }
         }
         int epoch_end = c.s.pos == 0 && c.s.epoch > 0;
@@ -886,7 +889,7 @@ static int run(struct opts *o)
             if (!o->quiet)
                 fprintf(stderr, "%s: step %llu: valid loss %.4f nll %.4f ppl %.2f%s\n", nmt_progname(),
                         (unsigned long long)c.s.step, vl, vn, exp(vn), vn < c.s.best_valid ? " (best)" : "");
-            if (log_row(&c, NAN, last_lr, 0, 0, last_gn, vl, exp(vn)) < 0)
+            if (log_row(&c, NAN, last_lr, 0, 0, last_gn, 0, vl, exp(vn)) < 0)
                 goto fail;
             if (vn < c.s.best_valid) {
                 c.s.best_valid = vn;

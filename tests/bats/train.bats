@@ -70,7 +70,7 @@ losses() { cut -d, -f1,3 "$1"; }
     [ -s m.ckpt ]
     head -c 400 m.ckpt | tail -c +9 | grep -q '"model.arch":"transformer"'
     head -c 2000 m.ckpt | grep -q '"vocab.fingerprint"'
-    [ "$(head -1 log.csv)" = "step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,valid_loss,valid_ppl" ]
+    [ "$(head -1 log.csv)" = "step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl" ]
     n=$(grep -c . log.csv)
     [ "$n" -gt 10 ]
     first=$(sed -n 2p log.csv | cut -d, -f3 | tr -d '"')
@@ -84,7 +84,7 @@ losses() { cut -d, -f1,3 "$1"; }
     run "${T[@]}" -o m.ckpt --max-steps 12 --valid "$D/va.b" --valid-every 4 --log log.jsonl
     [ "$status" -eq 0 ]
     [ -s m.ckpt.best ]
-    grep -q '^{"step":1,"epoch":1,"loss":[0-9.]*,"lr":[0-9.e-]*,"tokens":[0-9]*,"tokens_per_s":[0-9.]*,"grad_norm":' log.jsonl
+    grep -q '^{"step":1,"epoch":1,"loss":[0-9.]*,"lr":[0-9.e-]*,"tokens":[0-9]*,"tokens_per_s":[0-9.]*,"grad_norm":[0-9.e-]*,"gflop_s":[0-9.]*}$' log.jsonl
     [ "$(grep -c '"valid_loss"' log.jsonl)" -eq 3 ]
     grep '"valid_loss"' log.jsonl | grep -q '"valid_ppl"'
     run "${T[@]}" -o m.ckpt --max-steps 12 --valid "$D/va.b" --valid-every 4
