@@ -29,7 +29,9 @@ if [ ! -s train.b ]; then
 fi
 median() { sort -g | awk '{a[NR]=$1} END { if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'; }
 rss() { awk '/Maximum resident/ {printf "%.0f", $6/1024}' "$1"; }
-printf '%-6s %-10s %12s %12s %10s\n' config impl tgt_tok/s step_s peak_MB
+peak=$("$PY" "$PEER" sgemm --sizes 2048 --threads 2 | awk '/n=2048/ {print $5}')
+echo "sgemm 2048^3 through torch/OpenBLAS, 2 threads, best of 5: $peak GFLOP/s"
+printf '%-6s %-10s %12s %12s %10s %10s\n' config impl tgt_tok/s step_s peak_MB GFLOP/s
 for cfg in $configs; do
     steps=${STEPS:-$([ "$cfg" = base ] && echo 20 || echo 40)}
     /usr/bin/time -v "$PY" "$PEER" train --config "$cfg" --spm spm/bpe8k.model --data data --max-steps "$steps" \
@@ -37,12 +39,15 @@ for cfg in $configs; do
         > "peer-$cfg.out" 2> "peer-$cfg.time"
     ptok=$(grep '^SUMMARY' "peer-$cfg.out" | sed 's/^SUMMARY //' | "$PY" -c 'import json,sys; print(round(json.load(sys.stdin)["median_tgt_tok_s"]))')
     pstep=$(grep '^SUMMARY' "peer-$cfg.out" | sed 's/^SUMMARY //' | "$PY" -c 'import json,sys; print(round(json.load(sys.stdin)["median_step_s"],3))')
-    printf '%-6s %-10s %12s %12s %10s\n' "$cfg" peer "$ptok" "$pstep" "$(rss "peer-$cfg.time")"
+    pgf=$(grep '^SUMMARY' "peer-$cfg.out" | sed 's/^SUMMARY //' | "$PY" -c 'import json,sys; print(round(json.load(sys.stdin)["median_gflops_nonpad"],1))')
+    printf '%-6s %-10s %12s %12s %10s %10s\n' "$cfg" peer "$ptok" "$pstep" "$(rss "peer-$cfg.time")" "$pgf"
     rm -f "nmt-$cfg.ckpt"
     /usr/bin/time -v "$bin/nmt-train" --preset "$cfg" --vocab vocab.txt -i train.b -o "nmt-$cfg.ckpt" \
         --max-steps "$steps" --threads 2 --log "nmt-$cfg.csv" -q 2> "nmt-$cfg.time"
     ntok=$(awk -F, -v lo="$LO" 'NR > 1 { gsub(/"/, ""); if ($1 >= lo) print $6 }' "nmt-$cfg.csv" | median)
     nstep=$(awk -F, -v lo="$LO" 'NR > 1 { gsub(/"/, ""); if ($1 >= lo) print $5 / $6 }' "nmt-$cfg.csv" | median)
-    printf '%-6s %-10s %12.0f %12.3f %10s\n' "$cfg" nmt-train "$ntok" "$nstep" "$(rss "nmt-$cfg.time")"
-    awk -v a="$ntok" -v b="$ptok" -v c="$cfg" 'BEGIN { printf "%-6s ratio nmt/peer tokens/s: %.2f\n", c, a / b }'
+    ngf=$(awk -F, -v lo="$LO" 'NR > 1 { gsub(/"/, ""); if ($1 >= lo) print $8 }' "nmt-$cfg.csv" | median)
+    printf '%-6s %-10s %12.0f %12.3f %10s %10s\n' "$cfg" nmt-train "$ntok" "$nstep" "$(rss "nmt-$cfg.time")" "$ngf"
+    awk -v a="$ntok" -v b="$ptok" -v c="$cfg" -v g="$ngf" -v p="$peak" \
+        'BEGIN { printf "%-6s ratio nmt/peer tokens/s: %.2f; nmt model FLOP rate / sgemm peak: %.0f%%\n", c, a / b, 100 * g / p }'
 done

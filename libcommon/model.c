@@ -1247,6 +1247,14 @@ int model_step(struct model *m, const struct batch_record *br, int train, int ba
     return 0;
 }
 
+int model_params_finite(struct model *m)
+{
+    double ss;
+    if (bk(m, m->k->sumsq(m->ctx, &ss, m->params, m->np), "sumsq") < 0)
+        return -1;
+    return isfinite(ss) ? 1 : 0;
+}
+
 int model_zero_grad(struct model *m)
 {
     return bk(m, m->k->memset_zero(m->ctx, m->grads, m->np * sizeof(float)), "memset");

@@ -98,6 +98,8 @@ int model_step(struct model *m, const struct batch_record *br, int train, int ba
 /* Grows the activation memory to fit batch BR (call it for every batch of a file before training so
  * that memory is allocated once, not as batch shapes vary). Optional. 0 or -1 (out of memory). */
 int model_reserve(struct model *m, const struct batch_record *br);
+/* Returns 1 when every parameter is finite, 0 when one is not, -1 on a backend error. */
+int model_params_finite(struct model *m);
 /* Zeroes the gradient buffer. 0 or -1. */
 int model_zero_grad(struct model *m);
 /* Sets *OUT to the sum of squared gradients (times SCALE^2). 0 or -1. */

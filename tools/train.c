@@ -261,6 +261,12 @@ struct ctx {
 
 static int save(struct ctx *c, const char *path)
 {
+    int fin = model_params_finite(c->m);
+    if (fin < 0)
+        return -1;
+    if (!fin) /* never replace a checkpoint by a broken model */
+        return nmt_seterr("the model's parameters are not finite at step %llu; '%s' was not written",
+                          (unsigned long long)c->s.step, path);
     struct st_writer *w = st_writer_new();
     if (!w)
         return -1;
