@@ -315,6 +315,7 @@ struct acts {
     float *dfl, *dfl_mean, *dfl_rstd; // (B*T, D), (B*T)
     float *yp;           // (Nr + 1, D) packed decoder output rows; also their gradient in backward
     float *logits;       // (R, V) one chunk of logits
+    float *rnll;         // (Nr + 1) per-token negative log-likelihood (model_score)
     float *dxs;          // (B*S, D) gradient of the encoder stream (memory gradient first)
     float *dxt;          // (B*T, D) gradient of the decoder stream
     float *sa, *sb;      // (max(B*S, B*T), D) scratch
@@ -627,6 +628,7 @@ static void acts_layout(struct model *m, struct bump *b, int B, int S, int T, in
     a->yp = bf(b, ((size_t)Nr + 1) * D);
     size_t R = (size_t)m->R < (size_t)Nr ? (size_t)m->R : (size_t)Nr;
     a->logits = bf(b, (R ? R : 1) * V);
+    a->rnll = bf(b, (size_t)Nr + 1);
     a->dxs = bf(b, Ns * D);
     a->dxt = bf(b, Nt * D);
     a->sa = bf(b, Nm * D);
@@ -1080,8 +1082,22 @@ static int encoder_fwd(struct model *m, const float **mem_out)
     return 0;
 }
 
+static int step_impl(struct model *m, const struct batch_record *br, int train, int backward, uint64_t dropout_seed,
+                     struct model_loss *out, float *logits_host, double *sent_nll);
+
 int model_step(struct model *m, const struct batch_record *br, int train, int backward, uint64_t dropout_seed,
                struct model_loss *out, float *logits_host)
+{
+    return step_impl(m, br, train, backward, dropout_seed, out, logits_host, NULL);
+}
+
+int model_score(struct model *m, const struct batch_record *br, double *sent_nll, struct model_loss *out)
+{
+    return step_impl(m, br, 0, 0, 0, out, NULL, sent_nll);
+}
+
+static int step_impl(struct model *m, const struct batch_record *br, int train, int backward, uint64_t dropout_seed,
+                     struct model_loss *out, float *logits_host, double *sent_nll)
 {
     memset(out, 0, sizeof *out);
     if (backward && !m->training)
@@ -1156,7 +1172,8 @@ int model_step(struct model *m, const struct batch_record *br, int train, int ba
                               "download") < 0)
             return -1;
         struct nmt_xent_result xr;
-        if (bk(m, m->k->cross_entropy(m->ctx, &xr, backward ? a->logits : NULL, NULL, a->logits, a->tout + r0, R, V,
+        if (bk(m, m->k->cross_entropy(m->ctx, &xr, backward ? a->logits : NULL, sent_nll ? a->rnll + r0 : NULL,
+                                      a->logits, a->tout + r0, R, V,
                                       c->label_smoothing, -1, 1.0f),
                "cross_entropy") < 0)
             return -1;
@@ -1171,6 +1188,23 @@ int model_step(struct model *m, const struct batch_record *br, int train, int ba
         }
     }
     out->src_tokens = nsrc;
+    if (sent_nll) {
+        float *h = malloc(((size_t)Nr + 1) * sizeof *h);
+        if (!h)
+            return nmt_seterr("out of memory");
+        if (Nr && bk(m, m->k->download(m->ctx, h, a->rnll, (size_t)Nr * sizeof *h), "download") < 0) {
+            free(h);
+            return -1;
+        }
+        size_t r = 0;
+        for (uint32_t b = 0; b < br->B; b++) {
+            double sum = 0;
+            for (uint32_t j = 0; j < br->tgt_len[b]; j++)
+                sum += h[r++];
+            sent_nll[b] = sum;
+        }
+        free(h);
+    }
     if (!backward)
         return 0;
 

@@ -95,6 +95,10 @@ struct model_loss {
  * (bad batch: id out of range, sentence longer than max_len; backend failure). */
 int model_step(struct model *m, const struct batch_record *br, int train, int backward, uint64_t dropout_seed,
                struct model_loss *out, float *logits);
+/* Forced decoding: runs the model on batch BR without dropout and writes each sentence's negative
+ * log-likelihood of its target (summed over its tokens, EOS included, natural log) into SENT_NLL
+ * (host, B); *OUT gets the totals. 0 or -1. */
+int model_score(struct model *m, const struct batch_record *br, double *sent_nll, struct model_loss *out);
 /* Grows the activation memory to fit batch BR (call it for every batch of a file before training so
  * that memory is allocated once, not as batch shapes vary). Optional. 0 or -1 (out of memory). */
 int model_reserve(struct model *m, const struct batch_record *br);

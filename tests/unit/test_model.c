@@ -361,6 +361,12 @@ static void check_incremental(int pre_norm)
             compared++;
         }
     }
+    double sn[3];
+    struct model_loss L2;
+    int rs = model_score(m, &br, sn, &L2);
+    double tot = sn[0] + sn[1] + sn[2];
+    test_ok(rs == 0 && fabs(tot - L.nll) < 1e-5 * fabs(L.nll) && sn[2] > 0 && sn[2] < sn[1],
+            "%s: model_score sums to the batch NLL (%.6f %.6f %.6f)", pre_norm ? "pre" : "post", sn[0], sn[1], sn[2]);
     test_ok(rc == 0, "%s: incremental decoding runs (%s)", pre_norm ? "pre" : "post", rc ? nmt_errmsg() : "");
     test_ok(compared == 17 && worst < 1e-5, "%s: incremental logits equal the full forward's (%d rows, max rel err %.2e)",
             pre_norm ? "pre" : "post", compared, worst);
