@@ -1,0 +1,200 @@
+#!/usr/bin/env bats
+# nmt-train: options, logs, checkpoints, bit-exact resume, signals, non-finite steps, bad input.
+# A tiny model (d 32, 1+1 layers) on the first 300 pairs of the bundled Multi30k training set.
+
+setup_file() {
+    export D="$BATS_FILE_TMPDIR"
+    local M="$NMT_SRCDIR/data/multi30k"
+    zcat "$M/train.en.gz" | head -300 > "$D/tr.en"
+    zcat "$M/train.de.gz" | head -300 > "$D/tr.de"
+    zcat "$M/train.en.gz" | sed -n 301,360p > "$D/va.en"
+    zcat "$M/train.de.gz" | sed -n 301,360p > "$D/va.de"
+    nmt-tokenize --src "$D/tr.en" --tgt "$D/tr.de" -o "$D/tr.tok"
+    nmt-vocab -s 320 -o "$D/v.txt" "$D/tr.tok" 2>/dev/null
+    nmt-vocab -s 300 -o "$D/v2.txt" "$D/tr.tok" 2>/dev/null
+    nmt-tokenize --src "$D/tr.en" --tgt "$D/tr.de" --vocab "$D/v.txt" -o "$D/tr.ids"
+    nmt-batch -t 600 -i "$D/tr.ids" -o "$D/tr.b" 2>/dev/null
+    nmt-tokenize --src "$D/va.en" --tgt "$D/va.de" --vocab "$D/v.txt" | nmt-batch -t 600 -o "$D/va.b" 2>/dev/null
+}
+
+setup() {
+    cd "$BATS_TEST_TMPDIR"
+    T=(nmt-train --preset tiny --d-model 32 --ff 64 --heads 2 --layers 1 --threads 1 -q --warmup 20 --lr 2
+       --vocab "$D/v.txt" -i "$D/tr.b")
+}
+
+# step and loss columns of a CSV log (the timing columns differ between runs)
+losses() { cut -d, -f1,3 "$1"; }
+
+@test "--help lists every option and exits 0" {
+    run nmt-train --help
+    [ "$status" -eq 0 ]
+    [[ "$output" == Usage:\ nmt-train* ]]
+    for o in --input --valid --output --vocab --resume --backend --threads --epochs --max-steps --max-time \
+             --preset --layers --enc-layers --dec-layers --d-model --heads --ff --pre-norm --max-len --lr --warmup \
+             --clip-norm --update-freq --seed --label-smoothing --dropout --attention-dropout --activation-dropout \
+             --no-shuffle --max-bad --valid-every --patience --save-every --keep --log --log-every --quiet --help \
+             --version; do
+        [[ "$output" == *"$o"* ]] || { echo "missing $o"; return 1; }
+    done
+}
+
+@test "--version names the tool and lists the cpu plugin" {
+    run nmt-train --version
+    [ "$status" -eq 0 ]
+    [[ "${lines[0]}" == "nmt-train "* ]]
+    [[ "$output" == *"plugin cpu"*"score"* ]]
+}
+
+@test "usage errors exit 2" {
+    run nmt-train -i "$D/tr.b" --vocab "$D/v.txt"
+    [ "$status" -eq 2 ]; [[ "$output" == *"-o FILE"* ]]
+    run nmt-train -i "$D/tr.b" -o m.ckpt
+    [ "$status" -eq 2 ]; [[ "$output" == *"--vocab"* ]]
+    run "${T[@]}" -o m.ckpt --lr x
+    [ "$status" -eq 2 ]; [[ "$output" == *"invalid --lr 'x'"* ]]
+    run "${T[@]}" -o m.ckpt --preset huge
+    [ "$status" -eq 2 ]; [[ "$output" == *"unknown preset 'huge'"* ]]
+    run "${T[@]}" -o m.ckpt --dropout 1
+    [ "$status" -eq 2 ]
+    run "${T[@]}" -o m.ckpt --max-time 5x
+    [ "$status" -eq 2 ]
+    run "${T[@]}" -o m.ckpt --keep 2
+    [ "$status" -eq 2 ]; [[ "$output" == *"--keep needs --save-every"* ]]
+    [ ! -e m.ckpt ]
+}
+
+@test "trains: the loss falls, a safetensors checkpoint and a CSV log are written" {
+    run "${T[@]}" -o m.ckpt --epochs 3 --log log.csv
+    [ "$status" -eq 0 ]
+    [ -s m.ckpt ]
+    head -c 400 m.ckpt | tail -c +9 | grep -q '"model.arch":"transformer"'
+    head -c 2000 m.ckpt | grep -q '"vocab.fingerprint"'
+    [ "$(head -1 log.csv)" = "step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl" ]
+    n=$(grep -c . log.csv)
+    [ "$n" -gt 10 ]
+    first=$(sed -n 2p log.csv | cut -d, -f3 | tr -d '"')
+    last=$(tail -1 log.csv | cut -d, -f3 | tr -d '"')
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }'
+    # full precision
+    [[ "$first" =~ ^[0-9]\.[0-9]{12,}$ ]]
+}
+
+@test "JSON lines log with validation rows; the best checkpoint is kept" {
+    run "${T[@]}" -o m.ckpt --max-steps 12 --valid "$D/va.b" --valid-every 4 --log log.jsonl
+    [ "$status" -eq 0 ]
+    [ -s m.ckpt.best ]
+    grep -q '^{"step":1,"epoch":1,"loss":[0-9.]*,"lr":[0-9.e-]*,"tokens":[0-9]*,"tokens_per_s":[0-9.]*,"grad_norm":[0-9.e-]*,"gflop_s":[0-9.]*}$' log.jsonl
+    [ "$(grep -c '"valid_loss"' log.jsonl)" -eq 3 ]
+    grep '"valid_loss"' log.jsonl | grep -q '"valid_ppl"'
+    run "${T[@]}" -o m.ckpt --max-steps 12 --valid "$D/va.b" --valid-every 4
+    [ "$status" -eq 0 ]
+}
+
+@test "--log with another extension is refused" {
+    run "${T[@]}" -o m.ckpt --max-steps 1 --log log.txt
+    [ "$status" -eq 1 ]; [[ "$output" == *".csv or .jsonl"* ]]
+}
+
+@test "--resume continues bit for bit: 7 then 15 steps equal 15 steps" {
+    O=(--max-steps 15 --update-freq 2 --attention-dropout 0.1 --activation-dropout 0.1 --clip-norm 1)
+    run "${T[@]}" "${O[@]}" -o a.ckpt --log a.csv
+    [ "$status" -eq 0 ]
+    run "${T[@]}" "${O[@]}" --max-steps 7 -o b.ckpt --log b.csv
+    [ "$status" -eq 0 ]
+    [ "$(grep -c . b.csv)" -eq 8 ]
+    run "${T[@]}" "${O[@]}" --resume -o b.ckpt --log b.csv
+    [ "$status" -eq 0 ]
+    [ "$(grep -c . b.csv)" -eq 16 ]
+    diff <(losses a.csv) <(losses b.csv)
+    cmp a.ckpt b.ckpt
+}
+
+@test "--resume reads the vocabulary from the checkpoint and refuses another shape" {
+    run "${T[@]}" -o m.ckpt --max-steps 2
+    [ "$status" -eq 0 ]
+    run nmt-train -q -i "$D/tr.b" -o m.ckpt --resume --max-steps 3
+    [ "$status" -eq 0 ]
+    run nmt-train -q -i "$D/tr.b" -o m.ckpt --resume --max-steps 5 --d-model 64
+    [ "$status" -eq 1 ]; [[ "$output" == *"another model shape"* ]]
+    run nmt-train -q -i "$D/tr.b" -o m.ckpt --resume --max-steps 5 --vocab "$D/v2.txt"
+    [ "$status" -eq 1 ]; [[ "$output" == *"differs"* ]]
+    run nmt-train -q -i "$D/tr.b" -o none.ckpt --resume
+    [ "$status" -eq 1 ]; [[ "$output" == *"cannot resume"*"none.ckpt"* ]]
+    echo "not a checkpoint at all" > bad.ckpt
+    run nmt-train -q -i "$D/tr.b" -o bad.ckpt --resume
+    [ "$status" -eq 1 ]; [[ "$output" == *"bad.ckpt"* ]]
+}
+
+@test "batches on stdin are read in one pass" {
+    run bash -c "cat '$D/tr.b' | nmt-train --preset tiny --d-model 32 --ff 64 --layers 1 --threads 1 --vocab '$D/v.txt' -o m.ckpt --log l.csv"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"end of data"* ]]
+    [ "$(($(grep -c . l.csv) - 1))" -ge 1 ]
+}
+
+@test "--save-every with --keep keeps the last N step checkpoints" {
+    run "${T[@]}" -o m.ckpt --max-steps 8 --save-every 2 --keep 2
+    [ "$status" -eq 0 ]
+    [ -s m.ckpt.step-6 ] && [ -s m.ckpt.step-8 ]
+    [ ! -e m.ckpt.step-2 ] && [ ! -e m.ckpt.step-4 ]
+    cmp m.ckpt m.ckpt.step-8
+}
+
+@test "--patience stops early" {
+    # a rate too small to move float32 weights: the validation loss cannot improve after the first
+    run "${T[@]}" -o m.ckpt --max-steps 50 --lr 1e-12 --warmup 0 --valid "$D/va.b" --valid-every 2 \
+        --patience 2 --log l.csv --dropout 0
+    [ "$status" -eq 0 ]
+    [ "$(grep -c '^"6"' l.csv)" -eq 2 ]
+    [ "$(grep -c '^"7"' l.csv)" -eq 0 ]
+}
+
+@test "--max-time ends the run" {
+    run "${T[@]}" -o m.ckpt --max-time 0.5s --epochs 1000
+    [ "$status" -eq 0 ]
+    [ -s m.ckpt ]
+}
+
+@test "wrong stream kind, vocabulary mismatch, truncated stream: one-line errors, exit 1" {
+    run "${T[@]}" -o m.ckpt -i "$D/tr.ids"
+    [ "$status" -eq 1 ]; [[ "$output" == *"expected a batch stream, got ids"* ]]
+    [ "${#lines[@]}" -eq 1 ]
+    run "${T[@]}" -o m.ckpt --vocab "$D/v2.txt"
+    [ "$status" -eq 1 ]; [[ "$output" == *"vocab fingerprint"*"differs"* ]]
+    head -c 20000 "$D/tr.b" > trunc.b
+    run "${T[@]}" -o m.ckpt -i trunc.b
+    [ "$status" -eq 1 ]; [[ "$output" == *"trunc"* ]]
+    [ ! -e m.ckpt ]
+}
+
+@test "an unwritable output directory is refused before training" {
+    [ "$(id -u)" -eq 0 ] && out=/proc/nmt-test/m.ckpt || { mkdir ro; chmod 555 ro; out=ro/m.ckpt; }
+    run "${T[@]}" -o "$out" --max-steps 1
+    [ "$status" -eq 1 ]; [[ "$output" == *"cannot write checkpoints"* ]]
+}
+
+@test "non-finite steps are skipped, then training stops without overwriting the checkpoint" {
+    run "${T[@]}" -o m.ckpt --max-steps 2
+    [ "$status" -eq 0 ]
+    cp m.ckpt good.ckpt
+    run "${T[@]}" -o m.ckpt --max-steps 20 --lr 1e30 --warmup 0 --max-bad 2
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"non-finite"*"not overwritten"* ]]
+    cmp m.ckpt good.ckpt
+}
+
+@test "SIGTERM finishes the step, writes the checkpoint and says how to resume" {
+    "${T[@]}" -o m.ckpt --epochs 100000 2> err.txt &
+    pid=$!
+    for i in $(seq 100); do [ -s m.ckpt ] && break; sleep 0.1; done
+    sleep 1
+    kill -TERM $pid
+    st=0; wait $pid || st=$?
+    [ "$st" -eq 1 ]
+    grep -q "interrupted by signal 15 at step [0-9]*; checkpoint written to 'm.ckpt'.*--resume" err.txt
+    [ -s m.ckpt ]
+    step=$(grep -o 'at step [0-9]*' err.txt | grep -o '[0-9]*')
+    run "${T[@]}" -o m.ckpt --resume --max-steps $((step + 1))
+    [ "$status" -eq 0 ]
+}

@@ -1,0 +1,48 @@
+/* fuzz_checkpoint.c: libFuzzer target for the safetensors reader and the checkpoint config loader.
+ * Any input must either parse into tensors that lie inside the input, or fail with an error text. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "safetensors.h"
+#include "util.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    unsigned char *copy = malloc(size ? size : 1);
+    if (!copy)
+        return 0;
+    memcpy(copy, data, size);
+    struct st_file *f = st_parse(copy, size, 1, "fuzz");
+    if (!f) {
+        if (!*nmt_errmsg())
+            abort(); /* a failure must say why */
+        return 0;
+    }
+    volatile unsigned sum = 0;
+    for (size_t i = 0; i < f->nt; i++) {
+        const struct st_tensor *t = &f->t[i];
+        const unsigned char *p = t->data;
+        if (p < f->buf || p + t->nbytes > f->buf + f->len)
+            abort();
+        for (uint64_t j = 0; j < t->nbytes; j++)
+            sum += p[j];
+        if (st_find(f, t->name) == NULL)
+            abort();
+        if (t->nbytes <= 4096) {
+            unsigned char out[4096];
+            size_t es = st_dtype_size(t->dtype);
+            (void)st_get(f, t->name, t->dtype, out, es ? t->nbytes / es : 0);
+        }
+    }
+    for (size_t i = 0; i < f->nmeta; i++)
+        if (st_meta(f, f->meta_key[i]) == NULL)
+            abort();
+    struct model_config c;
+    (void)model_config_load(&c, f);
+    st_free(f);
+    return 0;
+}

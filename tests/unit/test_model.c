@@ -1,0 +1,409 @@
+/* test_model.c: the Transformer against PyTorch fixtures (tests/fixtures/ref/, made by
+ * tests/ref/make_fixtures.py) and by finite differences, on the cpu backend.
+ *
+ * With NMT_REF_DUMP=FILE and NMT_REF_PRENORM=0|1 it instead writes the initial weights and the fixed
+ * batch of the reference test to FILE (the input of make_fixtures.py) and exits. */
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "model.h"
+#include "safetensors.h"
+#include "util.h"
+
+static struct backend *be;
+
+static void tiny_config(struct model_config *c, int pre_norm)
+{
+    memset(c, 0, sizeof *c);
+    c->vocab = 50;
+    c->d_model = pre_norm ? 16 : 32;
+    c->heads = 2;
+    c->ff = pre_norm ? 32 : 64;
+    c->enc_layers = c->dec_layers = 2;
+    c->pre_norm = pre_norm;
+    c->max_len = 64;
+    c->label_smoothing = 0.1f;
+    c->ln_eps = 1e-5f;
+}
+
+/* A fixed batch with padding: 3 rows, S 7, T 6. */
+static void fixed_batch(struct batch_record *br, int V)
+{
+    static const uint32_t sl[3] = {7, 4, 1}, tl[3] = {5, 6, 2};
+    batch_record_resize(br, 3, 7, 6);
+    uint64_t s = 12345;
+    for (uint32_t b = 0; b < 3; b++) {
+        br->index[b] = b;
+        br->src_len[b] = sl[b];
+        br->tgt_len[b] = tl[b];
+        for (uint32_t j = 0; j < 7; j++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            br->src[b * 7 + j] = j + 1 < sl[b] ? 4 + (uint32_t)((s >> 33) % (uint64_t)(V - 4)) : j + 1 == sl[b] ? NMT_EOS : 0;
+        }
+        for (uint32_t j = 0; j < 6; j++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            br->tgt[b * 6 + j] = j + 1 < tl[b] ? 4 + (uint32_t)((s >> 33) % (uint64_t)(V - 4)) : j + 1 == tl[b] ? NMT_EOS : 0;
+        }
+    }
+}
+
+static int dump(const char *path, int pre_norm)
+{
+    struct model_config c;
+    tiny_config(&c, pre_norm);
+    struct model *m = model_new(be, &c, 1);
+    if (!m || model_init(m, 7) < 0) {
+        fprintf(stderr, "%s\n", nmt_errmsg());
+        return 1;
+    }
+    struct batch_record br = {0};
+    fixed_batch(&br, c.vocab);
+    struct st_writer *w = st_writer_new();
+    if (model_save(m, w, 0) < 0)
+        return fprintf(stderr, "%s\n", nmt_errmsg()), 1;
+    int32_t src[21], tgt[18], sl[3], tl[3];
+    for (int i = 0; i < 21; i++)
+        src[i] = (int32_t)br.src[i];
+    for (int i = 0; i < 18; i++)
+        tgt[i] = (int32_t)br.tgt[i];
+    for (int i = 0; i < 3; i++)
+        sl[i] = (int32_t)br.src_len[i], tl[i] = (int32_t)br.tgt_len[i];
+    uint64_t s2[2] = {3, 7}, t2[2] = {3, 6}, b1[1] = {3};
+    st_writer_add(w, "batch.src", ST_I32, 2, s2, src);
+    st_writer_add(w, "batch.tgt", ST_I32, 2, t2, tgt);
+    st_writer_add(w, "batch.src_len", ST_I32, 1, b1, sl);
+    st_writer_add(w, "batch.tgt_len", ST_I32, 1, b1, tl);
+    if (st_writer_write(w, path) < 0)
+        return fprintf(stderr, "%s\n", nmt_errmsg()), 1;
+    st_writer_free(w);
+    batch_record_free(&br);
+    model_free(m);
+    return 0;
+}
+
+/* max |a - b| / max |b| */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= md))
+            md = d;
+        if (fabs((double)b[i]) > mb)
+            mb = fabs((double)b[i]);
+    }
+    return md / (mb > 1e-30 ? mb : 1e-30);
+}
+
+static void batch_from_file(struct batch_record *br, const struct st_file *f)
+{
+    const struct st_tensor *s = st_find(f, "batch.src"), *t = st_find(f, "batch.tgt");
+    batch_record_resize(br, (uint32_t)s->shape[0], (uint32_t)s->shape[1], (uint32_t)t->shape[1]);
+    const int32_t *src = s->data, *tgt = t->data, *sl = st_find(f, "batch.src_len")->data,
+                  *tl = st_find(f, "batch.tgt_len")->data;
+    for (uint32_t b = 0; b < br->B; b++) {
+        br->index[b] = b;
+        br->src_len[b] = (uint32_t)sl[b];
+        br->tgt_len[b] = (uint32_t)tl[b];
+    }
+    for (size_t i = 0; i < (size_t)br->B * br->S; i++)
+        br->src[i] = (uint32_t)src[i];
+    for (size_t i = 0; i < (size_t)br->B * br->T; i++)
+        br->tgt[i] = (uint32_t)tgt[i];
+}
+
+static void check_fixture(const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/ref/%s.safetensors", test_srcdir(), name);
+    struct st_file *f = st_read(path);
+    test_ok(f != NULL, "%s: fixture loads (%s)", name, f ? "" : nmt_errmsg());
+    if (!f)
+        return;
+    struct model_config c;
+    test_ok(model_config_load(&c, f) == 0, "%s: config", name);
+    c.dropout = c.attn_dropout = c.act_dropout = 0;
+    struct model *m = model_new(be, &c, 1);
+    int lrc = m && model_init(m, 1) == 0 ? model_load(m, f, 0) : -1;
+    test_ok(lrc == 0, "%s: weights load (%s)", name, lrc ? nmt_errmsg() : "");
+    struct batch_record br = {0};
+    batch_from_file(&br, f);
+    const struct st_tensor *rl = st_find(f, "ref.logits");
+    size_t nl = (size_t)(rl->nbytes / 4);
+    float *logits = malloc(nl * sizeof *logits);
+    struct model_loss L;
+    model_zero_grad(m);
+    int rc = model_step(m, &br, 0, 1, 0, &L, logits);
+    test_ok(rc == 0, "%s: forward/backward runs (%s)", name, rc ? nmt_errmsg() : "");
+    double e = rel_err(logits, rl->data, nl);
+    test_ok(e < 1e-4, "%s: logits match PyTorch (max rel err %.2e)", name, e);
+    double ref_loss[3]; /* loss, nll, tokens (copied: tensor data need not be aligned) */
+    test_ok(st_get(f, "ref.loss", ST_F64, ref_loss, 3) == 0, "%s: reference loss", name);
+    test_ok(L.tokens == (int64_t)ref_loss[2], "%s: %lld target tokens", name, (long long)L.tokens);
+    test_ok(fabs(L.loss - ref_loss[0]) < 1e-4 * fabs(ref_loss[0]), "%s: loss %.8f vs PyTorch %.8f", name, L.loss,
+            ref_loss[0]);
+    test_ok(fabs(L.nll - ref_loss[1]) < 1e-4 * fabs(ref_loss[1]), "%s: nll %.8f vs PyTorch %.8f", name, L.nll, ref_loss[1]);
+    size_t P = model_num_params(m);
+    float *g = malloc(P * sizeof *g);
+    model_get_grads(m, g);
+    const struct model_param *tab;
+    size_t nt = model_params(m, &tab);
+    double worst = 0;
+    const char *wname = "";
+    int all = 1;
+    for (size_t i = 0; i < nt; i++) {
+        char gn[96];
+        snprintf(gn, sizeof gn, "ref.grad.%s", tab[i].name);
+        const struct st_tensor *rg = st_find(f, gn);
+        if (!rg || rg->nbytes != tab[i].size * 4) {
+            all = 0;
+            continue;
+        }
+        double ge = rel_err(g + tab[i].offset, rg->data, tab[i].size);
+        if (!(ge <= worst))
+            worst = ge, wname = tab[i].name;
+    }
+    test_ok(all, "%s: reference has every parameter's gradient", name);
+    test_ok(worst < 1e-4, "%s: all %zu parameter gradients match PyTorch (worst %.2e in %s)", name, nt, worst, wname);
+    /* 10 optimizer steps */
+    const struct st_tensor *rs = st_find(f, "ref.steps");
+    int nsteps = (int)(rs->shape[0]);
+    double ref_steps[64];
+    test_ok(nsteps <= 64 && st_get(f, "ref.steps", ST_F64, ref_steps, (uint64_t)nsteps) == 0, "%s: reference steps", name);
+    const char *ws = st_meta(f, "ref.warmup"), *ss = st_meta(f, "ref.lr_scale"), *cs = st_meta(f, "ref.clip");
+    double warm = atof(ws), scale = atof(ss), clip = atof(cs);
+    model_load(m, f, 0);
+    model_init(m, 1); /* zero moments... */
+    model_load(m, f, 0); /* ...then the fixture weights again */
+    double worst_s = 0;
+    for (int t = 1; t <= nsteps; t++) {
+        double gn;
+        model_zero_grad(m);
+        model_step(m, &br, 0, 1, 0, &L, NULL);
+        double mine = L.loss / (double)L.tokens;
+        double d = fabs(mine - ref_steps[t - 1]) / fabs(ref_steps[t - 1]);
+        if (d > worst_s)
+            worst_s = d;
+        model_update(m, (float)model_lr(scale, c.d_model, t, (int64_t)warm), t, L.tokens, clip, &gn);
+    }
+    test_ok(worst_s < 1e-4, "%s: %d Adam steps' losses match PyTorch (worst rel err %.2e)", name, nsteps, worst_s);
+    free(g);
+    free(logits);
+    batch_record_free(&br);
+    model_free(m);
+    st_free(f);
+}
+
+/* Finite differences: the derivative of the summed loss along a random direction u, by central
+ * differences in float, against <grad, u> from backward. Dropout on (a fixed mask per seed). */
+static void check_fd(int pre_norm, int dropout)
+{
+    struct model_config c;
+    tiny_config(&c, pre_norm);
+    c.d_model = 16, c.ff = 24;
+    if (dropout)
+        c.dropout = 0.2f, c.attn_dropout = 0.1f, c.act_dropout = 0.1f;
+    struct model *m = model_new(be, &c, 1);
+    model_init(m, 99);
+    struct batch_record br = {0};
+    fixed_batch(&br, c.vocab);
+    size_t P = model_num_params(m);
+    float *p0 = malloc(P * sizeof *p0), *g = malloc(P * sizeof *g), *u = malloc(P * sizeof *u), *p = malloc(P * sizeof *p);
+    model_get_params(m, p0);
+    uint64_t s = 4242;
+    for (size_t i = 0; i < P; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        u[i] = (((s >> 40) & 1) ? 1.0f : -1.0f) / sqrtf((float)P);
+    }
+    struct model_loss L;
+    model_zero_grad(m);
+    model_step(m, &br, 1, 1, 777, &L, NULL);
+    model_get_grads(m, g);
+    double dot = 0;
+    for (size_t i = 0; i < P; i++)
+        dot += (double)g[i] * u[i];
+    double best = 1e9;
+    for (double h = 0.3; h >= 1e-4; h /= 2) {
+        double lp, lm;
+        for (size_t i = 0; i < P; i++)
+            p[i] = p0[i] + (float)h * u[i];
+        model_set_params(m, p);
+        model_step(m, &br, 1, 0, 777, &L, NULL);
+        lp = L.loss;
+        for (size_t i = 0; i < P; i++)
+            p[i] = p0[i] - (float)h * u[i];
+        model_set_params(m, p);
+        model_step(m, &br, 1, 0, 777, &L, NULL);
+        lm = L.loss;
+        double fd = (lp - lm) / (2 * h);
+        double e = fabs(fd - dot) / fabs(dot);
+        if (e < best)
+            best = e;
+    }
+    test_ok(best < 1e-2, "finite differences (%s, dropout %s): directional derivative %.6g, rel err %.2e",
+            pre_norm ? "pre-norm" : "post-norm", dropout ? "on" : "off", dot, best);
+    free(p0), free(g), free(u), free(p);
+    batch_record_free(&br);
+    model_free(m);
+}
+
+static void check_misc(void)
+{
+    struct model_config c;
+    test_ok(model_preset(&c, "base") == 0 && c.d_model == 512 && c.heads == 8 && c.ff == 2048 && c.enc_layers == 6,
+            "preset base");
+    test_ok(model_preset(&c, "huge") < 0, "unknown preset refused");
+    test_ok(fabs(model_lr(1, 512, 4000, 4000) - pow(512, -0.5) * pow(4000, -0.5)) < 1e-12, "lr at the end of warm-up");
+    test_ok(model_lr(1, 512, 100, 4000) < model_lr(1, 512, 200, 4000), "lr grows during warm-up");
+    test_ok(model_lr(1, 512, 8000, 4000) < model_lr(1, 512, 5000, 4000), "lr decays after warm-up");
+    /* bad batches */
+    tiny_config(&c, 0);
+    struct model *m = model_new(be, &c, 1);
+    model_init(m, 1);
+    struct batch_record br = {0};
+    fixed_batch(&br, c.vocab);
+    br.src[0] = 50;
+    struct model_loss L;
+    test_ok(model_step(m, &br, 0, 0, 0, &L, NULL) < 0 && strstr(nmt_errmsg(), "outside the vocabulary"),
+            "id out of range refused: %s", nmt_errmsg());
+    br.src[0] = 5;
+    br.src_len[1] = 9;
+    test_ok(model_step(m, &br, 0, 0, 0, &L, NULL) < 0, "length beyond the batch refused: %s", nmt_errmsg());
+    batch_record_free(&br);
+    /* save / load round trip */
+    struct st_writer *w = st_writer_new();
+    char path[] = "/tmp/nmt-test-model-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    test_ok(model_save(m, w, 1) == 0 && st_writer_write(w, path) == 0, "checkpoint written");
+    st_writer_free(w);
+    struct st_file *f = st_read(path);
+    struct model *m2 = model_new(be, &c, 1);
+    int lrc = f && m2 ? model_load(m2, f, 1) : -1;
+    test_ok(lrc == 0, "checkpoint loads (%s)", lrc ? nmt_errmsg() : "");
+    size_t P = model_num_params(m);
+    float *a = malloc(P * 4), *b = malloc(P * 4);
+    model_get_params(m, a);
+    model_get_params(m2, b);
+    test_ok(memcmp(a, b, P * 4) == 0, "round trip is exact");
+    struct model_config c3 = c;
+    c3.ff = 48;
+    struct model *m3 = model_new(be, &c3, 0);
+    test_ok(model_load(m3, f, 0) < 0 && strstr(nmt_errmsg(), "another model shape"), "other shape refused: %s",
+            nmt_errmsg());
+    free(a), free(b);
+    model_free(m3);
+    model_free(m2);
+    model_free(m);
+    st_free(f);
+    unlink(path);
+}
+
+/* Incremental decoding (cached keys/values, reordering) gives the logits of the full forward pass. */
+static void check_incremental(int pre_norm)
+{
+    struct model_config c;
+    tiny_config(&c, pre_norm);
+    struct model *m = model_new(be, &c, 0);
+    model_init(m, 5);
+    struct batch_record br = {0};
+    fixed_batch(&br, c.vocab);
+    int V = c.vocab, T = (int)br.T;
+    struct model_loss L;
+    float *full = malloc((size_t)br.B * T * V * sizeof *full);
+    int rc = model_step(m, &br, 0, 0, 0, &L, full);
+    /* row offsets of the packed logits */
+    int start[3], acc = 0;
+    for (int b = 0; b < 3; b++)
+        start[b] = acc, acc += (int)br.tgt_len[b];
+    int32_t rows[3] = {0, 1, 2};
+    rc |= model_encode(m, &br);
+    rc |= model_decode_begin(m, rows, 3, T);
+    float logits[3 * 50], vals[3 * 4];
+    int32_t ids[3 * 4];
+    double worst = 0;
+    int compared = 0, topk_ok = 1;
+    int32_t src_of[3] = {0, 1, 2};
+    for (int t = 0; t < T && rc == 0; t++) {
+        if (t == 2) { /* beam-style reordering: keep rows 1, 0, 1 */
+            int32_t keep[3] = {1, 0, 1};
+            rc |= model_decode_reorder(m, keep, 3);
+            int32_t ns[3] = {src_of[1], src_of[0], src_of[1]};
+            memcpy(src_of, ns, sizeof ns);
+        }
+        uint32_t tok[3];
+        for (int i = 0; i < 3; i++)
+            tok[i] = t == 0 ? NMT_BOS : br.tgt[(size_t)src_of[i] * T + t - 1];
+        rc |= model_decode_step(m, tok, 4, vals, ids, logits);
+        for (int i = 0; i < 3; i++) {
+            int b = src_of[i];
+            double mx = -1e30, se = 0;
+            for (int v = 0; v < V; v++)
+                mx = logits[i * V + v] > mx ? logits[i * V + v] : mx;
+            for (int v = 0; v < V; v++)
+                se += exp(logits[i * V + v] - mx);
+            float best = logits[i * V + ids[i * 4]];
+            for (int v = 0; v < V; v++)
+                if (logits[i * V + v] > best)
+                    topk_ok = 0;
+            if (fabs(vals[i * 4] - (best - mx - log(se))) > 1e-4)
+                topk_ok = 0;
+            if (t >= (int)br.tgt_len[b])
+                continue;
+            double e = rel_err(logits + i * V, full + (size_t)(start[b] + t) * V, (size_t)V);
+            if (e > worst)
+                worst = e;
+            compared++;
+        }
+    }
+    double sn[3];
+    struct model_loss L2;
+    int rs = model_score(m, &br, sn, &L2);
+    double tot = sn[0] + sn[1] + sn[2];
+    test_ok(rs == 0 && fabs(tot - L.nll) < 1e-5 * fabs(L.nll) && sn[2] > 0 && sn[2] < sn[1],
+            "%s: model_score sums to the batch NLL (%.6f %.6f %.6f)", pre_norm ? "pre" : "post", sn[0], sn[1], sn[2]);
+    test_ok(rc == 0, "%s: incremental decoding runs (%s)", pre_norm ? "pre" : "post", rc ? nmt_errmsg() : "");
+    test_ok(compared == 17 && worst < 1e-5, "%s: incremental logits equal the full forward's (%d rows, max rel err %.2e)",
+            pre_norm ? "pre" : "post", compared, worst);
+    test_ok(topk_ok, "%s: top-k log-probabilities are the largest and normalised", pre_norm ? "pre" : "post");
+    uint32_t tok[3] = {1, 1, 1};
+    test_ok(model_decode_step(m, tok, 4, vals, ids, NULL) < 0, "stepping past tmax refused: %s", nmt_errmsg());
+    int32_t bad[1] = {7};
+    test_ok(model_decode_reorder(m, bad, 1) < 0, "bad reorder index refused: %s", nmt_errmsg());
+    free(full);
+    batch_record_free(&br);
+    model_free(m);
+}
+
+int main(void)
+{
+    struct nmt_backend_opts o = {sizeof o, 2, 0};
+    be = backend_open("cpu", &o);
+    if (!be) {
+        printf("not ok 1 - cpu backend loads: %s\n1..1\n", nmt_errmsg());
+        return 1;
+    }
+    const char *d = getenv("NMT_REF_DUMP");
+    if (d && *d) {
+        const char *pn = getenv("NMT_REF_PRENORM");
+        int rc = dump(d, pn && *pn == '1');
+        backend_close(be);
+        return rc;
+    }
+    check_misc();
+    check_fixture("post");
+    check_fixture("pre");
+    check_incremental(0);
+    check_incremental(1);
+    check_fd(0, 0);
+    check_fd(1, 0);
+    check_fd(0, 1);
+    check_fd(1, 1);
+    backend_close(be);
+    return test_done();
+}
