@@ -282,6 +282,7 @@ static int next(struct state *st, struct input *inp, struct sent *s)
                     return nmt_seterr("record %llu: id %u outside the vocabulary of %u", (unsigned long long)s->index + 1,
                                       s->ids[k][j], st->v->n);
         }
+        s->empty = !o->score && s->n[0] == 0;
         clip(st, s, 0);
         if (o->score)
             clip(st, s, 1);
@@ -427,8 +428,10 @@ out:
 
 static int parse_num(const char *s, const char *opt, double lo, double hi, double *out)
 {
-    if (nmt_parse_double(s, out) < 0 || !(*out >= lo && *out <= hi))
-        return nmt_usage_error("invalid %s '%s' (a number in [%g, %g])", opt, s, lo, hi);
+    if (nmt_parse_double(s, out) < 0 || !(*out >= lo && *out <= hi)) {
+        nmt_usage_error("invalid %s '%s' (a number in [%g, %g])", opt, s, lo, hi);
+        return -1;
+    }
     return 0;
 }
 
