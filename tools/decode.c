@@ -139,6 +139,8 @@ static int detok(struct state *st, const uint32_t *ids, uint32_t n)
 
 static int put_text(struct state *st)
 {
+    if (!st->text.len)
+        return 0;
     return fwrite(st->text.data, 1, st->text.len, st->out) == st->text.len ? 0 : -1;
 }
 
