@@ -101,14 +101,16 @@ static inline __attribute__((always_inline)) float vmax(const float *x, int64_t 
  * (range reduction by a round-to-nearest magic constant, degree-6 polynomial, exponent bits). */
 static inline __attribute__((always_inline)) float vexp(float x)
 {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    float x0 = x;                                   /* a NaN input gives a NaN result */
+    x = x > -87.0f ? x : -87.0f;                     /* NaN becomes -87 here: no undefined cast below */
+    x = x < 88.0f ? x : 88.0f;
     float t = x * 1.44269504088896341f + 12582912.0f;
     float n = t - 12582912.0f;
     float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-06f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
     union { float f; int32_t i; } u;
-    u.i = ((int32_t)n + 127) << 23;
-    return p * u.f;
+    u.i = (int32_t)((uint32_t)((int32_t)n + 127) << 23);
+    return x0 == x0 ? p * u.f : x0;
 }
 
 /* nmt_rng_uniform (backend.h), restated so that it is always inlined into the vectorised clones;
