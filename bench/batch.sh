@@ -2,14 +2,15 @@
 # Times nmt-batch on all of Multi30k train (29000 pairs, --max-tokens 4096), next to the floor of
 # decompressing the same ids stream with the zstd CLI. Run from the repository root after
 # `make tests-built`, under the bench lock:  flock /tmp/nmt-bench.lock bash bench/batch.sh
-# The ids stream comes from nmt-tokenize when it is built, else from the test helper's
-# whitespace-word ids (same length structure).
+# The ids stream comes from nmt-tokenize with an 8000-piece joint BPE vocabulary.
 set -eu
 runs=${RUNS:-11}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 en=data/multi30k/train.en.gz de=data/multi30k/train.de.gz
-paste <(zcat "$en") <(zcat "$de") | build/tests/helpers/batch_io gen --vocab bench > "$tmp/train.ids"
+zcat "$en" > "$tmp/train.en"; zcat "$de" > "$tmp/train.de"
+bin/nmt-tokenize --src "$tmp/train.en" --tgt "$tmp/train.de" | bin/nmt-vocab --size 8000 -o "$tmp/v.bpe"
+bin/nmt-tokenize --vocab "$tmp/v.bpe" --src "$tmp/train.en" --tgt "$tmp/train.de" > "$tmp/train.ids"
 median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 timeit() { # command... -> median wall seconds over $runs runs
     for _ in $(seq "$runs"); do

@@ -396,6 +396,11 @@ size_t model_params(const struct model *m, const struct model_param **params)
     return m->ntab;
 }
 
+float *model_param_data(struct model *m)
+{
+    return m->params;
+}
+
 void model_free(struct model *m)
 {
     if (!m)

@@ -68,6 +68,8 @@ const struct model_config *model_config(const struct model *m);
 size_t model_num_params(const struct model *m);
 /* Returns the number of parameter tensors and sets *PARAMS to the layout table (owned by M). */
 size_t model_params(const struct model *m, const struct model_param **params);
+/* Returns the device pointer of the parameter buffer (P floats; tensor i at + params[i].offset). */
+float *model_param_data(struct model *m);
 
 /* Initialises the parameters from SEED: Xavier-uniform weight matrices, zero biases, unit layer norm
  * gains, N(0, D^-1/2) embedding with a zero PAD row (as the PyTorch reference); zeroes the Adam

@@ -12,9 +12,11 @@ setup_file() {
     # expected rows of small.ids: index src tgt (ids comma-joined, "-" when empty)
     awk -F'\t' '{ for (s = 1; s <= 2; s++) { x = $s; gsub(/#/, "", x); gsub(/ +/, ",", x); if (x == "") x = "-"; v[s] = x }
                   print NR - 1, v[1], v[2] }' "$FX/small.tsv" > "$D/small.expect"
-    # Multi30k train as ids: whitespace words mapped to ids (the length structure is what matters)
-    paste <(zcat "$NMT_SRCDIR/data/multi30k/train.en.gz") <(zcat "$NMT_SRCDIR/data/multi30k/train.de.gz") |
-        "$H" gen --vocab test:m30k > "$D/m30k.ids"
+    # Multi30k train as ids through the real tokenizer and an 8000-piece joint BPE vocabulary
+    zcat "$NMT_SRCDIR/data/multi30k/train.en.gz" > "$D/train.en"
+    zcat "$NMT_SRCDIR/data/multi30k/train.de.gz" > "$D/train.de"
+    nmt-tokenize --src "$D/train.en" --tgt "$D/train.de" | nmt-vocab --size 8000 -o "$D/m30k.vocab"
+    nmt-tokenize --vocab "$D/m30k.vocab" --src "$D/train.en" --tgt "$D/train.de" > "$D/m30k.ids"
 }
 
 dump() { "$H" dump "$1"; }

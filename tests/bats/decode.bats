@@ -1,0 +1,197 @@
+#!/usr/bin/env bats
+# nmt-decode: options, output formats, batch invariance, greedy == beam 1, forced-decoding scores
+# and errors, with a tiny model trained for a few steps on a slice of Multi30k in setup_file.
+
+setup_file() {
+    export D="$BATS_FILE_TMPDIR"
+    zcat "$NMT_SRCDIR/data/multi30k/train.en.gz" | head -2000 > "$D/tr.en"
+    zcat "$NMT_SRCDIR/data/multi30k/train.de.gz" | head -2000 > "$D/tr.de"
+    nmt-tokenize --src "$D/tr.en" --tgt "$D/tr.de" | nmt-vocab --size 500 -o "$D/v.vocab"
+    nmt-tokenize --vocab "$D/v.vocab" --src "$D/tr.en" --tgt "$D/tr.de" > "$D/p.ids"
+    nmt-batch -t 2000 "$D/p.ids" -o "$D/p.batches" 2>/dev/null
+    nmt-train --vocab "$D/v.vocab" -i "$D/p.batches" -o "$D/m.ckpt" --layers 2 --d-model 64 --heads 4 --ff 128 \
+        --max-steps 40 --warmup 20 --lr 2 --label-smoothing 0 -q --threads 2
+    # 24 source lines of mixed lengths, one empty
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | head -23 > "$D/src.en"
+    sed -i '7i\\' "$D/src.en"
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.de.gz" | head -23 > "$D/ref.de"
+    sed -i '7i\\' "$D/ref.de"
+    export DEC="nmt-decode -m $D/m.ckpt --threads 2 --max-len-b 8"
+}
+
+@test "--help and --version" {
+    run nmt-decode --help
+    [ "$status" -eq 0 ]
+    [[ "${lines[0]}" == "Usage: nmt-decode"* ]]
+    run nmt-decode --version
+    [ "$status" -eq 0 ]
+    [[ "${lines[0]}" == "nmt-decode (nmt) "* ]]
+}
+
+@test "usage errors exit 2" {
+    for args in "" "-m x --beam 0" "-m x --beam 1.5" "-m x --nbest 3 --beam 2" "-m x --in foo" "-m x --out foo" \
+                "-m x --alpha -1" "-m x --src a" "-m x --score --src a" "-m x --score --beam 4" \
+                "-m x --max-tokens 0" "-m x --out hyp --scores" "-m x extra" "-m x --bogus"; do
+        run nmt-decode $args
+        [ "$status" -eq 2 ] || { echo "args: $args: $status $output"; return 1; }
+        [[ "${lines[0]}" == "nmt-decode: "* ]] || { echo "args: $args: $output"; return 1; }
+    done
+}
+
+@test "one line out per line in, in order, empty line stays empty" {
+    run $DEC -i "$D/src.en"
+    [ "$status" -eq 0 ]
+    [ "$(wc -l < <($DEC -i "$D/src.en"))" -eq 24 ]
+    [ -z "$(sed -n 7p <($DEC -i "$D/src.en"))" ]
+    [ -n "$(sed -n 1p <($DEC -i "$D/src.en"))" ]
+}
+
+@test "batch invariance: every line alone, in batches of mixed lengths and streamed give identical output" {
+    $DEC --beam 1 --scores -i "$D/src.en" > "$D/all.txt"
+    $DEC --beam 1 --scores --max-tokens 40 -i "$D/src.en" > "$D/small.txt"
+    cmp "$D/all.txt" "$D/small.txt"
+    : > "$D/alone.txt"
+    while IFS= read -r line; do
+        printf '%s\n' "$line" > "$D/one.en"
+        $DEC --beam 1 --scores -i "$D/one.en" >> "$D/alone.txt"
+    done < "$D/src.en"
+    cmp "$D/all.txt" "$D/alone.txt"
+    # streaming (stdin is a pipe): one sentence at a time
+    cat "$D/src.en" | $DEC --beam 1 --scores > "$D/pipe.txt"
+    cmp "$D/all.txt" "$D/pipe.txt"
+    # the same for beam 4 with n-best lists, shuffled order of the input
+    $DEC --beam 4 --nbest 4 -i "$D/src.en" > "$D/b_all.txt"
+    $DEC --beam 4 --nbest 4 --max-tokens 25 -i "$D/src.en" > "$D/b_small.txt"
+    cmp "$D/b_all.txt" "$D/b_small.txt"
+    tac "$D/src.en" > "$D/rev.en"
+    $DEC --beam 4 --nbest 4 -i "$D/rev.en" | awk -F'\t' -v n=24 'BEGIN{OFS="\t"} {$1 = n + 1 - $1; print}' |
+        sort -t$'\t' -k1,1n -s > "$D/b_rev.txt"
+    sort -t$'\t' -k1,1n -s "$D/b_all.txt" | cmp - "$D/b_rev.txt"
+}
+
+@test "greedy equals beam 1; beam 4 scores never below greedy's" {
+    $DEC --scores -i "$D/src.en" > "$D/g.txt"
+    $DEC --beam 1 --alpha 0.6 --scores -i "$D/src.en" > "$D/b1.txt"
+    cmp "$D/g.txt" "$D/b1.txt"
+    $DEC --beam 4 --scores -i "$D/src.en" > "$D/b4.txt"
+    paste <(cut -f1 "$D/g.txt") <(cut -f1 "$D/b4.txt") | awk -F'\t' '$2 + 1e-6 < $1 { print "line " NR ": " $0; bad = 1 } END { exit bad }'
+}
+
+@test "--nbest: TSV of line, rank, score, text, sorted by score" {
+    run $DEC --beam 3 --nbest 3 -i "$D/src.en"
+    [ "$status" -eq 0 ]
+    [ "${#lines[@]}" -eq $((23 * 3 + 1)) ]
+    awk -F'\t' 'NF != 4 || $2 < 1 || $2 > 3 { print "bad row " NR; exit 1 }
+                $1 == l && $3 > s + 1e-9 { print "unsorted at " NR; exit 1 } { l = $1; s = $3 }' <<< "$output"
+    [[ "${lines[0]}" == 1$'\t'1$'\t'* ]]
+    # rank 1 text equals the plain beam 3 output
+    diff <(awk -F'\t' '$2 == 1' <<< "$output" | cut -f4) <($DEC --beam 3 -i "$D/src.en")
+}
+
+@test "--score: log-probabilities of pairs, TSV and --src/--tgt agree; forced decoding of the greedy output gives its score" {
+    paste "$D/src.en" "$D/ref.de" > "$D/pairs.tsv"
+    run $DEC --score -i "$D/pairs.tsv"
+    [ "$status" -eq 0 ]
+    [ "${#lines[@]}" -eq 24 ]
+    awk '$1 > 0 || $1 !~ /^-?[0-9]+\.[0-9]+$/ { print "bad " NR ": " $0; exit 1 }' <<< "$output"
+    diff <(printf '%s\n' "${lines[@]}") <($DEC --score --src "$D/src.en" --tgt "$D/ref.de")
+    # alone vs batched
+    head -3 "$D/pairs.tsv" | tail -1 > "$D/p3.tsv"
+    [ "$($DEC --score -i "$D/p3.tsv")" = "${lines[2]}" ]
+    # a better-fitting target scores higher than a shuffled one
+    paste <(head -2 "$D/tr.en") <(head -2 "$D/tr.de") > "$D/good.tsv"
+    paste <(head -2 "$D/tr.en") <(head -2 "$D/tr.de" | rev) > "$D/badt.tsv"
+    paste <($DEC --score -i "$D/good.tsv") <($DEC --score -i "$D/badt.tsv") | awk '!($1 > $2) { exit 1 }'
+}
+
+@test "--score: a line without a tab, and unequal --src/--tgt files" {
+    printf 'no tab here\n' > "$D/notab.tsv"
+    run $DEC --score -i "$D/notab.tsv"
+    [ "$status" -eq 1 ]
+    [ "${lines[0]}" = "nmt-decode: line 1: expected 'SOURCE<TAB>TARGET'" ]
+    head -3 "$D/ref.de" > "$D/ref3.de"
+    run $DEC --score --src "$D/src.en" --tgt "$D/ref3.de"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == *"line 4: the target file has fewer lines than the source" ]]
+}
+
+@test "--in ids and --out hyp streams give the same translations as text" {
+    nmt-tokenize --vocab "$D/v.vocab" -i "$D/src.en" > "$D/src.ids"
+    $DEC --in ids -i "$D/src.ids" > "$D/from_ids.txt"
+    $DEC -i "$D/src.en" > "$D/from_text.txt"
+    cmp "$D/from_ids.txt" "$D/from_text.txt"
+    $DEC --out hyp -i "$D/src.en" -o "$D/out.hyp"
+    nmt-tokenize --vocab "$D/v.vocab" --decode -i "$D/out.hyp" > "$D/hyp.txt"
+    cmp "$D/hyp.txt" "$D/from_text.txt"
+}
+
+@test "--interactive flushes each translation before the next line arrives" {
+    coproc DECP { $DEC --interactive; }
+    echo "A man sleeps." >&"${DECP[1]}"
+    read -t 20 -r first <&"${DECP[0]}"
+    echo "Two dogs." >&"${DECP[1]}"
+    read -t 20 -r second <&"${DECP[0]}"
+    exec {DECP[1]}>&-
+    wait "$DECP_PID"
+    [ -n "$first" ] && [ -n "$second" ]
+    [ "$first" = "$(echo 'A man sleeps.' | $DEC)" ]
+}
+
+@test "--max-len-a/--max-len-b bound the output length" {
+    out=$($DEC --max-len-a 0 --max-len-b 1 -i "$D/src.en")
+    [ -z "$(tr -d '\n' <<< "$out")" ]
+    $DEC --max-len-a 0 --max-len-b 3 --in ids --out hyp -i <(nmt-tokenize --vocab "$D/v.vocab" -i "$D/src.en") \
+        -o "$D/short.hyp"
+    nmt-tokenize --vocab "$D/v.vocab" --decode --text ids -i "$D/short.hyp" |
+        awk '{ if (NF > 2) { print "line " NR " has " NF " ids"; exit 1 } }'
+}
+
+@test "a line longer than the model's limit is translated with a warning naming it" {
+    python3 -c 'print("a b " * 700)' > "$D/long.en"
+    cat "$D/src.en" "$D/long.en" > "$D/withlong.en"
+    run $DEC -i "$D/withlong.en"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"nmt-decode: warning: line 25: source of "*" tokens exceeds the model's limit of 1023; using the first 1023"* ]] ||
+        { echo "$output" | head -3; return 1; }
+    run $DEC -q -i "$D/withlong.en"
+    [[ "$output" != *warning* ]]
+}
+
+@test "invalid UTF-8 names the line" {
+    printf 'good line\nbad \xff byte\n' > "$D/bad.en"
+    run $DEC -i "$D/bad.en"
+    [ "$status" -eq 1 ]
+    [ "${lines[0]}" = "nmt-decode: line 2: invalid UTF-8 at byte 5" ]
+}
+
+@test "bad checkpoints: missing, not a checkpoint, truncated, no vocabulary" {
+    run $DEC -m "$D/none.ckpt" -i "$D/src.en"
+    [ "$status" -eq 1 ]
+    [[ "${lines[-1]}" == "nmt-decode: cannot read checkpoint: "*"none.ckpt"* ]]
+    run $DEC -m "$D/src.en" -i "$D/src.en"
+    [ "$status" -eq 1 ]
+    [ "${#lines[@]}" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-decode: cannot read checkpoint: "* ]]
+    head -c 100000 "$D/m.ckpt" > "$D/trunc.ckpt"
+    run $DEC -m "$D/trunc.ckpt" -i "$D/src.en"
+    [ "$status" -eq 1 ]
+    [ "${#lines[@]}" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-decode: cannot read checkpoint: "* ]]
+    run $DEC -i "$D/missing.en"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-decode: cannot open"*"missing.en"* ]]
+}
+
+@test "--backend: an unknown backend is a clear error" {
+    run $DEC --backend nosuch -i "$D/src.en"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-decode: "*nosuch* ]]
+}
+
+@test "--threads does not change greedy output here" {
+    diff <($DEC --threads 1 -i "$D/src.en") <($DEC --threads 2 -i "$D/src.en") || skip "BLAS results differ by thread count"
+}
+
+@test "--batch-variant translates too" {
+    [ "$($DEC --batch-variant -i "$D/src.en" | wc -l)" -eq 24 ]
+}

@@ -1,0 +1,684 @@
+/* nmt-decode: translates with a trained checkpoint (nmt-decode(1)): greedy or beam search,
+ * n-best lists, and forced-decoding scores of given pairs. The search is in libcommon/search.c,
+ * the model's inference steps in libcommon/infer.c. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "bpe.h"
+#include "infer.h"
+#include "model.h"
+#include "pretok.h"
+#include "rec.h"
+#include "records.h"
+#include "safetensors.h"
+#include "search.h"
+#include "text.h"
+#include "util.h"
+#include "vocab.h"
+
+static void usage(void)
+{
+    printf("Usage: %s [OPTION]... -m CHECKPOINT [-i INPUT] [-o OUTPUT]\n"
+           "Translates source sentences with a trained model: raw text in (one sentence per line), detokenized\n"
+           "text out, one line per input line in input order. The checkpoint's vocabulary tokenizes the input.\n"
+           "\n"
+           "  -m, --model FILE        checkpoint written by nmt-train (required)\n"
+           "  -i, --input FILE        input ('-' for stdin, the default)\n"
+           "  -o, --output FILE       output ('-' for stdout, the default)\n"
+           "      --in FORMAT         text (default) or ids (an ids stream from nmt-tokenize)\n"
+           "      --out FORMAT        text (default) or hyp (a hyp stream)\n"
+           "  -b, --beam K            beam size (default 1: greedy)\n"
+           "      --alpha A           length penalty exponent, ((5+len)/6)^A (default 0.6)\n"
+           "      --max-len-a A, --max-len-b B\n"
+           "                          longest output: A * source tokens + B, with EOS (default 1, 50)\n"
+           "  -n, --nbest N           print the N best translations as TSV rows: line, rank, score, text\n"
+           "      --scores            print each translation's score before it, tab-separated\n"
+           "      --score             score given pairs instead of translating: input lines 'SOURCE<TAB>TARGET'\n"
+           "                          (or --src/--tgt, or a two-sided ids stream); prints each log-probability\n"
+           "      --src FILE, --tgt FILE  the two sides of --score as parallel files\n"
+           "      --max-tokens N      source tokens per batch (default 4096)\n"
+           "      --interactive       translate and write each line as it arrives (default when the input is\n"
+           "                          not a regular file)\n"
+           "      --batch-variant     faster products whose results may depend on the batch neighbours\n"
+           "      --backend NAME      compute backend (default cpu; NMT_BACKEND)\n"
+           "      --threads N         worker threads of the backend (default: all cores)\n"
+           "  -q, --quiet             no warnings about long lines\n"
+           "  -h, --help              show this help and exit\n"
+           "      --version           show version information and exit\n"
+           "\n"
+           "Exit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n",
+           nmt_progname());
+}
+
+enum {
+    OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK,
+    OPT_INTER, OPT_VARIANT, OPT_BACKEND, OPT_THREADS, OPT_VERSION
+};
+
+struct opts {
+    const char *model, *input, *output, *src, *tgt, *backend;
+    int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads;
+    long max_tokens;
+    struct search_opts so;
+};
+
+/* One input sentence (or pair). */
+struct sent {
+    uint64_t index;            /* 0-based line / record number */
+    uint32_t *ids[2];          /* source, target ids (no EOS) */
+    int n[2];
+    int empty;                 /* empty text line: empty output, no model call */
+    struct search_result res;
+    double lp;
+};
+
+struct state {
+    const struct opts *o;
+    struct vocab *v;
+    struct bpe_encoder *enc;
+    struct infer *in;
+    int max_len;
+    FILE *out;
+    struct rec_writer *w;
+    struct nmt_buf norm, cat, text, rec;
+    struct pretok pt;
+};
+
+static void sent_free(struct sent *s)
+{
+    free(s->ids[0]);
+    free(s->ids[1]);
+    search_result_free(&s->res);
+}
+
+/* Tokenizes LEN bytes of S (line LINE) into *IDS and *N. 0, or -1 with the error set. */
+static int encode_text(struct state *st, uint64_t line, const char *s, size_t len, uint32_t **ids, int *n)
+{
+    size_t bad;
+    if (text_utf8_check(s, len, &bad) < 0)
+        return nmt_seterr("line %llu: invalid UTF-8 at byte %zu", (unsigned long long)line, bad + 1);
+    if (text_normalize(st->v->normalize, s, len, &st->norm) < 0 ||
+        pretok_run(&st->pt, (const char *)st->norm.data, st->norm.len) < 0)
+        return nmt_seterr("line %llu: %s", (unsigned long long)line, nmt_errmsg());
+    uint32_t cnt = 0, cap = 0;
+    *ids = NULL;
+    for (uint32_t i = 0; i < st->pt.n; i++)
+        if (bpe_encode_word(st->enc, (const char *)st->pt.text.data + st->pt.off[i], st->pt.len[i], ids, &cnt, &cap) <
+            0)
+            return -1;
+    *n = (int)cnt;
+    return 0;
+}
+
+/* Cuts a side longer than the model accepts, with a warning naming the line. */
+static void clip(struct state *st, struct sent *s, int side)
+{
+    int lim = st->max_len - 1;
+    if (s->n[side] <= lim)
+        return;
+    if (!st->o->quiet)
+        nmt_warn("line %llu: %s of %d tokens exceeds the model's limit of %d; using the first %d",
+                 (unsigned long long)s->index + 1, side ? "target" : "source", s->n[side], lim, lim);
+    s->n[side] = lim;
+}
+
+static int detok(struct state *st, const uint32_t *ids, uint32_t n)
+{
+    st->cat.len = 0;
+    if (vocab_concat(st->v, ids, n, &st->cat) < 0 ||
+        pretok_detok((const char *)st->cat.data, st->cat.len, &st->text) < 0)
+        return -1;
+    return 0;
+}
+
+static int put_text(struct state *st)
+{
+    if (!st->text.len)
+        return 0;
+    return fwrite(st->text.data, 1, st->text.len, st->out) == st->text.len ? 0 : -1;
+}
+
+/* Writes the output of sentence S. 0 or -1. */
+static int emit(struct state *st, struct sent *s)
+{
+    const struct opts *o = st->o;
+    if (o->score) {
+        if (st->w) {
+            st->rec.len = 0;
+            if (hyp_record_encode(&st->rec, s->index, 0, (float)s->lp, 0, NULL) < 0 ||
+                rec_write(st->w, st->rec.data, st->rec.len) < 0)
+                return -1;
+            return 0;
+        }
+        fprintf(st->out, "%.6f\n", s->lp);
+        return ferror(st->out) ? nmt_seterr("write failed: %s", strerror(errno)) : 0;
+    }
+    int nh = s->empty ? 0 : s->res.nhyp;
+    if (st->w) {
+        for (int r = 0; r < (nh ? nh : 1); r++) {
+            st->rec.len = 0;
+            const struct search_hyp *h = nh ? &s->res.hyp[r] : NULL;
+            if (hyp_record_encode(&st->rec, s->index, (uint32_t)r, h ? h->score : 0, h ? h->n : 0, h ? h->ids : NULL) <
+                    0 ||
+                rec_write(st->w, st->rec.data, st->rec.len) < 0)
+                return -1;
+        }
+        return 0;
+    }
+    if (o->so.nbest > 1 || o->scores) {
+        for (int r = 0; r < (nh ? nh : 1); r++) {
+            const struct search_hyp *h = nh ? &s->res.hyp[r] : NULL;
+            st->text.len = 0;
+            if (h && detok(st, h->ids, h->n) < 0)
+                return -1;
+            if (o->so.nbest > 1)
+                fprintf(st->out, "%llu\t%d\t", (unsigned long long)s->index + 1, r + 1);
+            fprintf(st->out, "%.6f\t", h ? (double)h->score : 0.0);
+            put_text(st);
+            putc('\n', st->out);
+            if (o->so.nbest <= 1)
+                break;
+        }
+    } else {
+        st->text.len = 0;
+        if (nh && detok(st, s->res.hyp[0].ids, s->res.hyp[0].n) < 0)
+            return -1;
+        put_text(st);
+        putc('\n', st->out);
+    }
+    return ferror(st->out) ? nmt_seterr("write failed: %s", strerror(errno)) : 0;
+}
+
+/* Translates (or scores) sentences P[0..N) in one batch; empty ones are skipped. */
+static int run_batch(struct state *st, struct sent **p, int n)
+{
+    const uint32_t **src = malloc((size_t)n * sizeof *src), **tgt = malloc((size_t)n * sizeof *tgt);
+    int *len = malloc((size_t)n * sizeof *len), *tl = malloc((size_t)n * sizeof *tl);
+    struct search_result *res = calloc((size_t)n, sizeof *res);
+    double *lp = malloc((size_t)n * sizeof *lp);
+    int rc = -1, m = 0;
+    struct sent **q = malloc((size_t)n * sizeof *q);
+    if (!src || !tgt || !len || !tl || !res || !lp || !q) {
+        nmt_seterr("out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        if (p[i]->empty)
+            continue;
+        q[m] = p[i];
+        src[m] = p[i]->ids[0];
+        len[m] = p[i]->n[0];
+        tgt[m] = p[i]->ids[1];
+        tl[m] = p[i]->n[1];
+        m++;
+    }
+    if (m == 0) {
+        rc = 0;
+        goto out;
+    }
+    if (st->o->score) {
+        if (search_score(st->in, m, src, len, tgt, tl, lp) < 0)
+            goto out;
+        for (int i = 0; i < m; i++)
+            q[i]->lp = lp[i];
+    } else {
+        if (search_batch(st->in, &st->o->so, m, src, len, res) < 0)
+            goto out;
+        for (int i = 0; i < m; i++)
+            q[i]->res = res[i];
+    }
+    rc = 0;
+out:
+    free(src);
+    free(tgt);
+    free(len);
+    free(tl);
+    free(res);
+    free(lp);
+    free(q);
+    return rc;
+}
+
+/* ---- input ---- */
+
+struct input {
+    FILE *f, *f2;              /* text: lines (and the target file with --tgt) */
+    struct rec_reader *r;      /* ids stream */
+    int fd;
+    uint64_t line;
+    char *buf, *buf2;
+    size_t cap, cap2;
+    struct ids_record ir;
+};
+
+/* Reads the next sentence into S: 1, 0 at the end, -1 on error. */
+static int next(struct state *st, struct input *inp, struct sent *s)
+{
+    const struct opts *o = st->o;
+    memset(s, 0, sizeof *s);
+    if (inp->r) {
+        const unsigned char *d;
+        size_t len;
+        int rc = rec_read(inp->r, &d, &len);
+        if (rc == REC_END)
+            return 0;
+        if (rc < 0 || ids_record_decode(&inp->ir, d, len) < 0)
+            return -1;
+        s->index = inp->ir.index;
+        if (o->score && inp->ir.nsides < 2)
+            return nmt_seterr("record %llu: --score needs source and target sides", (unsigned long long)s->index + 1);
+        for (unsigned k = 0; k < (o->score ? 2u : 1u); k++) {
+            s->n[k] = (int)inp->ir.n[k];
+            s->ids[k] = malloc((inp->ir.n[k] ? inp->ir.n[k] : 1) * sizeof(uint32_t));
+            if (!s->ids[k])
+                return nmt_seterr("out of memory");
+            memcpy(s->ids[k], inp->ir.ids[k], inp->ir.n[k] * sizeof(uint32_t));
+            for (uint32_t j = 0; j < inp->ir.n[k]; j++)
+                if (s->ids[k][j] >= (uint32_t)st->v->n)
+                    return nmt_seterr("record %llu: id %u outside the vocabulary of %u", (unsigned long long)s->index + 1,
+                                      s->ids[k][j], st->v->n);
+        }
+        s->empty = !o->score && s->n[0] == 0;
+        clip(st, s, 0);
+        if (o->score)
+            clip(st, s, 1);
+        return 1;
+    }
+    ssize_t n = getline(&inp->buf, &inp->cap, inp->f);
+    if (n < 0) {
+        if (ferror(inp->f))
+            return nmt_seterr("read error: %s", strerror(errno));
+        if (inp->f2 && getline(&inp->buf2, &inp->cap2, inp->f2) >= 0)
+            return nmt_seterr("line %llu: the target file has more lines than the source",
+                              (unsigned long long)inp->line + 1);
+        return 0;
+    }
+    s->index = inp->line++;
+    uint64_t ln = s->index + 1;
+    if (n && inp->buf[n - 1] == '\n')
+        n--;
+    const char *a = inp->buf, *b = NULL;
+    size_t la = (size_t)n, lb = 0;
+    if (o->score) {
+        if (inp->f2) {
+            ssize_t m = getline(&inp->buf2, &inp->cap2, inp->f2);
+            if (m < 0)
+                return nmt_seterr("line %llu: the target file has fewer lines than the source", (unsigned long long)ln);
+            if (m && inp->buf2[m - 1] == '\n')
+                m--;
+            b = inp->buf2;
+            lb = (size_t)m;
+        } else {
+            char *tab = memchr(inp->buf, '\t', (size_t)n);
+            if (!tab)
+                return nmt_seterr("line %llu: expected 'SOURCE<TAB>TARGET'", (unsigned long long)ln);
+            la = (size_t)(tab - inp->buf);
+            b = tab + 1;
+            lb = (size_t)n - la - 1;
+        }
+    }
+    if (encode_text(st, ln, a, la, &s->ids[0], &s->n[0]) < 0)
+        return -1;
+    if (o->score && encode_text(st, ln, b, lb, &s->ids[1], &s->n[1]) < 0)
+        return -1;
+    s->empty = !o->score && n == 0;
+    clip(st, s, 0);
+    if (o->score)
+        clip(st, s, 1);
+    return 1;
+}
+
+static int cmp_len(const void *a, const void *b)
+{
+    const struct sent *x = *(struct sent *const *)a, *y = *(struct sent *const *)b;
+    if (x->n[0] != y->n[0])
+        return x->n[0] - y->n[0];
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int flush_out(struct state *st)
+{
+    if (st->w)
+        return rec_flush(st->w) < 0 ? -1 : 0;
+    return fflush(st->out) ? nmt_seterr("write failed: %s", strerror(errno)) : 0;
+}
+
+static int translate(struct state *st, struct input *inp)
+{
+    const struct opts *o = st->o;
+    struct sent one;
+    int rc;
+    if (o->interactive) {
+        while ((rc = next(st, inp, &one)) == 1) {
+            struct sent *p = &one;
+            if (run_batch(st, &p, 1) < 0 || emit(st, &one) < 0 || flush_out(st) < 0) {
+                sent_free(&one);
+                return -1;
+            }
+            sent_free(&one);
+        }
+        if (rc < 0)
+            sent_free(&one);
+        return rc;
+    }
+    struct sent *all = NULL;
+    size_t n = 0, cap = 0;
+    int ret = -1;
+    struct sent **ord = NULL;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 256;
+            struct sent *t = realloc(all, cap * sizeof *t);
+            if (!t) {
+                nmt_seterr("out of memory");
+                goto out;
+            }
+            all = t;
+        }
+        rc = next(st, inp, &all[n]);
+        if (rc <= 0) {
+            if (rc < 0)
+                sent_free(&all[n]);
+            if (rc < 0)
+                goto out;
+            break;
+        }
+        n++;
+    }
+    ord = malloc((n ? n : 1) * sizeof *ord);
+    if (!ord) {
+        nmt_seterr("out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        ord[i] = &all[i];
+    qsort(ord, n, sizeof *ord, cmp_len);
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        int mx = ord[i]->n[0] + 1;
+        while (j < n) {
+            int l = ord[j]->n[0] + 1;
+            if ((long)(j - i + 1) * (mx > l ? mx : l) > o->max_tokens)
+                break;
+            if (l > mx)
+                mx = l;
+            j++;
+        }
+        if (run_batch(st, ord + i, (int)(j - i)) < 0)
+            goto out;
+        i = j;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (emit(st, &all[i]) < 0)
+            goto out;
+    ret = 0;
+out:
+    for (size_t i = 0; i < n; i++)
+        sent_free(&all[i]);
+    free(all);
+    free(ord);
+    return ret;
+}
+
+/* ---- main ---- */
+
+static int parse_num(const char *s, const char *opt, double lo, double hi, double *out)
+{
+    if (nmt_parse_double(s, out) < 0 || !(*out >= lo && *out <= hi)) {
+        nmt_usage_error("invalid %s '%s' (a number in [%g, %g])", opt, s, lo, hi);
+        return -1;
+    }
+    return 0;
+}
+
+static int load(struct state *st, const struct opts *o, struct backend **be, struct model **m)
+{
+    struct st_file *f = st_read(o->model);
+    if (!f)
+        return nmt_seterr("cannot read checkpoint: %s", nmt_errmsg());
+    struct model_config cfg;
+    int rc = -1;
+    if (model_config_load(&cfg, f) < 0) {
+        nmt_seterr("'%s': %s", o->model, nmt_errmsg());
+        goto out;
+    }
+    const struct st_tensor *vt = st_find(f, "vocab.file");
+    if (!vt || vt->dtype != ST_U8) {
+        nmt_seterr("'%s': no vocabulary inside the checkpoint", o->model);
+        goto out;
+    }
+    st->v = vocab_parse(vt->data, (size_t)vt->nbytes, o->model);
+    if (!st->v)
+        goto out;
+    if ((int)st->v->n != cfg.vocab) {
+        nmt_seterr("'%s': vocabulary of %u pieces for a model of %d", o->model, st->v->n, cfg.vocab);
+        goto out;
+    }
+    st->enc = bpe_encoder_new(st->v);
+    if (!st->enc)
+        goto out;
+    struct nmt_backend_opts bo = {sizeof bo, o->threads, 0};
+    *be = backend_open(o->backend ? o->backend : getenv("NMT_BACKEND") ? NULL : "cpu", &bo);
+    if (!*be)
+        goto out;
+    *m = model_new(*be, &cfg, 0);
+    if (!*m)
+        goto out;
+    if (model_load(*m, f, 0) < 0) {
+        nmt_seterr("'%s': %s", o->model, nmt_errmsg());
+        goto out;
+    }
+    st->in = infer_new(*be, *m, !o->variant);
+    if (!st->in)
+        goto out;
+    st->max_len = cfg.max_len;
+    rc = 0;
+out:
+    st_free(f);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    nmt_set_progname(argv[0]);
+    static const struct option lopts[] = {
+        {"model", required_argument, 0, 'm'},       {"input", required_argument, 0, 'i'},
+        {"output", required_argument, 0, 'o'},      {"in", required_argument, 0, OPT_IN},
+        {"out", required_argument, 0, OPT_OUT},     {"beam", required_argument, 0, 'b'},
+        {"alpha", required_argument, 0, OPT_ALPHA}, {"max-len-a", required_argument, 0, OPT_LA},
+        {"max-len-b", required_argument, 0, OPT_LB}, {"nbest", required_argument, 0, 'n'},
+        {"scores", no_argument, 0, OPT_SCORES},     {"score", no_argument, 0, OPT_SCORE},
+        {"src", required_argument, 0, OPT_SRC},     {"tgt", required_argument, 0, OPT_TGT},
+        {"max-tokens", required_argument, 0, OPT_MAXTOK}, {"interactive", no_argument, 0, OPT_INTER},
+        {"batch-variant", no_argument, 0, OPT_VARIANT}, {"backend", required_argument, 0, OPT_BACKEND},
+        {"threads", required_argument, 0, OPT_THREADS}, {"quiet", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, OPT_VERSION},
+        {0, 0, 0, 0}};
+    struct opts o = {.max_tokens = 4096, .so = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 50}};
+    int c, inter_set = 0;
+    double d;
+    while ((c = getopt_long(argc, argv, "m:i:o:b:n:qh", lopts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o.model = optarg; break;
+        case 'i': o.input = optarg; break;
+        case 'o': o.output = optarg; break;
+        case OPT_IN:
+            if (strcmp(optarg, "text") && strcmp(optarg, "ids"))
+                return nmt_usage_error("invalid --in '%s' (text or ids)", optarg);
+            o.in_ids = !strcmp(optarg, "ids");
+            break;
+        case OPT_OUT:
+            if (strcmp(optarg, "text") && strcmp(optarg, "hyp"))
+                return nmt_usage_error("invalid --out '%s' (text or hyp)", optarg);
+            o.out_hyp = !strcmp(optarg, "hyp");
+            break;
+        case 'b':
+            if (parse_num(optarg, "--beam", 1, 256, &d) < 0 || d != (int)d)
+                return d != (int)d ? nmt_usage_error("invalid --beam '%s'", optarg) : NMT_EXIT_USAGE;
+            o.so.beam = (int)d;
+            break;
+        case 'n':
+            if (parse_num(optarg, "--nbest", 1, 256, &d) < 0 || d != (int)d)
+                return d != (int)d ? nmt_usage_error("invalid --nbest '%s'", optarg) : NMT_EXIT_USAGE;
+            o.so.nbest = (int)d;
+            break;
+        case OPT_ALPHA:
+            if (parse_num(optarg, "--alpha", 0, 10, &o.so.alpha) < 0)
+                return NMT_EXIT_USAGE;
+            break;
+        case OPT_LA:
+            if (parse_num(optarg, "--max-len-a", 0, 1000, &o.so.len_a) < 0)
+                return NMT_EXIT_USAGE;
+            break;
+        case OPT_LB:
+            if (parse_num(optarg, "--max-len-b", 0, 1e6, &o.so.len_b) < 0)
+                return NMT_EXIT_USAGE;
+            break;
+        case OPT_SCORES: o.scores = 1; break;
+        case OPT_SCORE: o.score = 1; break;
+        case OPT_SRC: o.src = optarg; break;
+        case OPT_TGT: o.tgt = optarg; break;
+        case OPT_MAXTOK:
+            if (parse_num(optarg, "--max-tokens", 1, 1e8, &d) < 0)
+                return NMT_EXIT_USAGE;
+            o.max_tokens = (long)d;
+            break;
+        case OPT_INTER: o.interactive = 1, inter_set = 1; break;
+        case OPT_VARIANT: o.variant = 1; break;
+        case OPT_BACKEND: o.backend = optarg; break;
+        case OPT_THREADS:
+            if (parse_num(optarg, "--threads", 0, 1024, &d) < 0)
+                return NMT_EXIT_USAGE;
+            o.threads = (int)d;
+            break;
+        case 'q': o.quiet = 1; break;
+        case 'h': usage(); return 0;
+        case OPT_VERSION: nmt_print_version(); return 0;
+        default: return NMT_EXIT_USAGE;
+        }
+    }
+    if (optind < argc)
+        return nmt_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!o.model)
+        return nmt_usage_error("a checkpoint is required (-m FILE)");
+    if (o.so.nbest > o.so.beam)
+        return nmt_usage_error("--nbest %d exceeds --beam %d", o.so.nbest, o.so.beam);
+    if ((o.src || o.tgt) && !o.score)
+        return nmt_usage_error("--src and --tgt go with --score");
+    if (!o.src != !o.tgt)
+        return nmt_usage_error("--src and --tgt go together");
+    if (o.src && (o.input || o.in_ids))
+        return nmt_usage_error("--src/--tgt replace -i and --in ids");
+    if (o.score && (o.so.nbest > 1 || o.scores || o.so.beam > 1))
+        return nmt_usage_error("--score takes no --beam, --nbest or --scores");
+    if (o.out_hyp && o.scores)
+        return nmt_usage_error("--scores is for text output (hyp records carry the score)");
+
+    struct state st;
+    memset(&st, 0, sizeof st);
+    st.o = &o;
+    struct input inp;
+    memset(&inp, 0, sizeof inp);
+    inp.fd = -1;
+    struct backend *be = NULL;
+    struct model *m = NULL;
+    int status = NMT_EXIT_DATA, out_fd = -1;
+    const char *inpath = o.src ? o.src : o.input ? o.input : "-";
+
+    /* input first, so that a missing file fails before any output */
+    inp.fd = nmt_open_in(inpath);
+    if (inp.fd < 0)
+        goto fail;
+    if (!inter_set) {
+        struct stat sb;
+        o.interactive = fstat(inp.fd, &sb) == 0 && !S_ISREG(sb.st_mode);
+    }
+    if (o.in_ids) {
+        inp.r = rec_reader_open(inp.fd, nmt_path_name(inpath, 0), "ids", NULL);
+        if (!inp.r)
+            goto fail;
+    } else {
+        inp.f = fdopen(inp.fd, "r");
+        if (!inp.f) {
+            nmt_seterr("cannot read '%s': %s", nmt_path_name(inpath, 0), strerror(errno));
+            goto fail;
+        }
+        inp.fd = -1;
+        if (o.tgt && !(inp.f2 = fopen(o.tgt, "r"))) {
+            nmt_seterr("cannot open '%s': %s", o.tgt, strerror(errno));
+            goto fail;
+        }
+    }
+    if (load(&st, &o, &be, &m) < 0)
+        goto fail;
+    out_fd = nmt_open_out(o.output ? o.output : "-", o.out_hyp);
+    if (out_fd < 0)
+        goto fail;
+    if (o.out_hyp) {
+        char fp[17];
+        vocab_fingerprint_hex(st.v, fp);
+        struct rec_kv kv[1] = {{"vocab", fp}};
+        st.w = rec_writer_open(out_fd, nmt_path_name(o.output ? o.output : "-", 1), "hyp", "nmt-decode " NMT_VERSION, kv,
+                               1, NULL);
+        if (!st.w)
+            goto fail;
+    } else {
+        st.out = out_fd == STDOUT_FILENO ? stdout : fdopen(out_fd, "w");
+        if (!st.out) {
+            nmt_seterr("cannot write output: %s", strerror(errno));
+            goto fail;
+        }
+    }
+    if (translate(&st, &inp) < 0)
+        goto fail;
+    if (st.w) {
+        int rc = rec_writer_close(st.w);
+        st.w = NULL;
+        if (rc < 0)
+            goto fail;
+    }
+    status = 0;
+fail:
+    if (status)
+        nmt_error("%s", nmt_errmsg());
+    if (st.w)
+        rec_writer_abort(st.w);
+    if (st.out && st.out != stdout && fclose(st.out) && !status) {
+        nmt_error("cannot write '%s': %s", o.output, strerror(errno));
+        status = NMT_EXIT_DATA;
+    } else if (!st.out && out_fd >= 0 && out_fd != STDOUT_FILENO && close(out_fd) && !status) {
+        nmt_error("cannot write '%s': %s", o.output, strerror(errno));
+        status = NMT_EXIT_DATA;
+    }
+    rec_reader_free(inp.r);
+    ids_record_free(&inp.ir);
+    if (inp.f)
+        fclose(inp.f);
+    if (inp.f2)
+        fclose(inp.f2);
+    if (inp.fd >= 0 && inp.fd != STDIN_FILENO)
+        close(inp.fd);
+    free(inp.buf);
+    free(inp.buf2);
+    infer_free(st.in);
+    model_free(m);
+    backend_close(be);
+    bpe_encoder_free(st.enc);
+    vocab_free(st.v);
+    nmt_buf_free(&st.norm);
+    nmt_buf_free(&st.cat);
+    nmt_buf_free(&st.text);
+    nmt_buf_free(&st.rec);
+    pretok_free(&st.pt);
+    if (nmt_close_stdout() < 0 && !status) {
+        nmt_error("%s", nmt_errmsg());
+        status = NMT_EXIT_DATA;
+    }
+    return status;
+}
