@@ -2,6 +2,7 @@
 #   make                 build tools into bin/ and plugins as bin/nmt-backend-*.so
 #   make check           install missing dependencies, build, run every test (plain, ASan+UBSan,
 #                        valgrind for the unit tests), fuzz
+#   make demo            train en-de on the bundled Multi30k data, translate and score the test set
 #   make install PREFIX=/usr/local
 # Sources are found by wildcard: libcommon/*.c form libnmt.a, tools/NAME.c becomes bin/nmt-NAME
 # (tools/nmt.c becomes bin/nmt), plugins/NAME/*.c become bin/nmt-backend-NAME.so,
@@ -56,9 +57,10 @@ ifneq ($(NVCC),)
   endif
 endif
 
+comma := ,
 .PHONY: valgrind bench-built all check test test-san fuzz install clean deps bench demo tests-built
 all: $(TOOLS) $(PLUGINS) $(if $(HAVE_CUDA),$(BIN)/nmt-backend-cuda.so)
-	@echo "nmt: built $(words $(TOOLS)) tools and $(words $(PLUGINS)) plugin(s) in $(BIN)/; CUDA: $(if $(HAVE_CUDA),found ($(NVCC)),not found (cuda plugin skipped))"
+	@echo "nmt: built $(words $(TOOLS)) tools and $(words $(PLUGINS) $(if $(HAVE_CUDA),cuda)) plugin(s) in $(BIN)/; CUDA: $(if $(NVCC),nvcc found ($(NVCC)),nvcc not found)$(if $(HAVE_CUDA),$(comma) cuda plugin built,$(comma) cuda plugin skipped)"
 
 $(OBJ)/%.o: %.c
 	@mkdir -p $(@D)
@@ -86,6 +88,25 @@ $(OBJ)/plugins/cpu/%.o: CFLAGS += -O3 -fno-math-errno -fno-trapping-math -fvisib
 $(BIN)/nmt-backend-%.so: $$(addprefix $(OBJ)/,$$(addsuffix .o,$$(basename $$(wildcard plugins/$$*/*.c))))
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -shared $^ $(BLASLIBS) -lm -lpthread -o $@
+
+# The cuda plugin: every .cu file under plugins/cuda/, compiled by nvcc for the GPUs in CUDA_ARCH
+# (sm_80 code runs on every 8.x GPU, sm_90 on H100/H200, and the compute_90 PTX is compiled by the
+# driver for newer ones). The CUDA runtime is linked statically and loads the driver only when a GPU
+# is used, and cuBLAS is loaded by the plugin's open(), so the plugin loads (and scores 0) on machines
+# without a GPU. It takes no CFLAGS, hence no sanitizer flags; -z nodelete keeps the runtime mapped
+# after dlclose (the CUDA runtime does not support being unloaded).
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCCFLAGS ?= -O3 -g
+NVCC_WFLAGS := -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wshadow,-Wno-unused-parameter,-fPIC,-fvisibility=hidden
+CUDA_OBJ := $(patsubst %.cu,$(OBJ)/%.o,$(wildcard plugins/cuda/*.cu))
+
+$(OBJ)/plugins/cuda/%.o: plugins/cuda/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) -D_GNU_SOURCE -Iplugins $(NVCC_WFLAGS) $(NVCCFLAGS) $(CUDA_ARCH) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+
+$(BIN)/nmt-backend-cuda.so: $(CUDA_OBJ)
+	@mkdir -p $(@D)
+	$(NVCC) -shared $(CUDA_ARCH) -cudart static $^ -Xlinker -z,nodelete,-z,defs -ldl -lpthread -o $@
 
 $(OBJ)/tests/test_%: $(OBJ)/tests/unit/test_%.o $(LIB_A)
 	@mkdir -p $(@D)
@@ -139,6 +160,11 @@ fuzz-build/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard libcommon/*.h)
 
 fuzz: $(FUZZERS)
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS) .check-counts $(FUZZERS)
+
+# The main job: train English-German on the bundled Multi30k data, translate the test set, score it.
+demo: deps
+	$(MAKE) all
+	$(MAKE) -C pipelines/multi30k demo
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(PREFIX)/share/man/man1 \

@@ -1,6 +1,7 @@
 /* bleu.c: sacreBLEU 2.6.0's BLEU, chrF/chrF++ and TER: segment statistics, scores, signatures,
- * output formatting and bootstrap resampling. N-grams are counted in a per-segment open-
- * addressing table over code point / token-id sequences (no allocation per n-gram). */
+ * output formatting and bootstrap resampling. N-grams are counted in per-segment open-addressing
+ * tables (no allocation per n-gram): as single 64-bit keys of per-segment token/character ids
+ * when they fit, else as id sequences. BLEU with 13a tokenizes the UTF-8 bytes directly. */
 #include "bleu.h"
 #include "bleu_impl.h"
 
@@ -97,6 +98,216 @@ static uint64_t seq_hash(const int32_t *p, size_t n)
     return ng_final(h, (uint32_t)n);
 }
 
+/* ---- packed n-gram table: an n-gram of ids 1..2^B-1 is the 64-bit number of its ids written
+ * in B-bit digits, so keys of different orders never collide and need no sequence compare ---- */
+
+typedef struct {
+    uint64_t key;
+    uint32_t stamp;
+    int32_t c, a, b, d; /* counters, meaning chosen by the user */
+} pk_ent;
+
+typedef struct {
+    pk_ent *e;
+    size_t cap; /* power of two */
+    int shift;  /* 64 - log2(cap) */
+    uint32_t stamp;
+} pk_tab;
+
+static int pk_reset(pk_tab *t, size_t want)
+{
+    size_t need = 64;
+    int lg = 6;
+    while (need < want * 2) {
+        need *= 2;
+        lg++;
+    }
+    if (need > t->cap) {
+        free(t->e);
+        t->e = nmt_calloc(need, sizeof *t->e);
+        if (!t->e) {
+            t->cap = 0;
+            return -1;
+        }
+        t->cap = need;
+        t->shift = 64 - lg;
+        t->stamp = 0;
+    }
+    if (++t->stamp == 0) {
+        memset(t->e, 0, t->cap * sizeof *t->e);
+        t->stamp = 1;
+    }
+    return 0;
+}
+
+/* Finds KEY; inserts it zeroed when INSERT. NULL when absent. */
+static inline pk_ent *pk_get(pk_tab *t, uint64_t key, int insert)
+{
+    size_t mask = t->cap - 1, i = (size_t)((key * 0x9E3779B97F4A7C15ULL) >> t->shift);
+    for (;;) {
+        pk_ent *e = &t->e[i];
+        if (e->stamp != t->stamp) {
+            if (!insert)
+                return NULL;
+            e->stamp = t->stamp;
+            e->key = key;
+            e->c = e->a = e->b = e->d = 0;
+            return e;
+        }
+        if (e->key == key)
+            return e;
+        i = (i + 1) & mask;
+    }
+}
+
+/* chrF's packed table: 16-byte entries, key 0 = empty; the slots used by a reference are
+ * listed and emptied again after it (no stamp, so more entries fit in the L1 cache). */
+typedef struct {
+    uint64_t key;
+    int32_t a, d; /* count in the reference, hits of the hypothesis */
+} ck_ent;
+
+typedef struct {
+    ck_ent *e;
+    size_t cap;
+    int shift;
+    uint32_t *used; /* (cap / 2) */
+    size_t nused;
+} ck_tab;
+
+/* Empties T (only the listed slots) and makes room for WANT keys at a load of at most 1/2. */
+static int ck_reset(ck_tab *t, size_t want)
+{
+    for (size_t i = 0; i < t->nused; i++)
+        t->e[t->used[i]].key = 0;
+    t->nused = 0;
+    size_t need = 64;
+    int lg = 6;
+    while (need < want * 2) {
+        need *= 2;
+        lg++;
+    }
+    if (need > t->cap) {
+        free(t->e);
+        free(t->used);
+        t->e = nmt_calloc(need, sizeof *t->e);
+        t->used = nmt_malloc(need / 2 * sizeof *t->used);
+        if (!t->e || !t->used) {
+            free(t->e);
+            free(t->used);
+            t->e = NULL;
+            t->used = NULL;
+            t->cap = 0;
+            return -1;
+        }
+        t->cap = need;
+        t->shift = 64 - lg;
+    }
+    return 0;
+}
+
+static inline ck_ent *ck_find(ck_tab *t, uint64_t key, size_t *slot)
+{
+    size_t mask = t->cap - 1, i = (size_t)((key * 0x9E3779B97F4A7C15ULL) >> t->shift);
+    for (;;) {
+        ck_ent *e = &t->e[i];
+        if (e->key == key || e->key == 0) {
+            *slot = i;
+            return e;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+/* Number of bits needed to write K. */
+static int bit_width(uint32_t k)
+{
+    int b = 0;
+    while (k) {
+        b++;
+        k >>= 1;
+    }
+    return b;
+}
+
+/* ---- byte-string interning (tokens of the byte-level tokenizer) ---- */
+
+typedef struct {
+    uint64_t h, w; /* hash; the first eight bytes (zero padded) */
+    const char *p;
+    uint32_t len, stamp;
+    int32_t id;
+} bs_ent;
+
+typedef struct {
+    bs_ent *e;
+    size_t cap;
+    uint32_t stamp;
+} bs_tab;
+
+static int bs_reset(bs_tab *t, size_t want)
+{
+    size_t need = 64;
+    while (need < want * 2)
+        need *= 2;
+    if (need > t->cap) {
+        free(t->e);
+        t->e = nmt_calloc(need, sizeof *t->e);
+        if (!t->e) {
+            t->cap = 0;
+            return -1;
+        }
+        t->cap = need;
+        t->stamp = 0;
+    }
+    if (++t->stamp == 0) {
+        memset(t->e, 0, t->cap * sizeof *t->e);
+        t->stamp = 1;
+    }
+    return 0;
+}
+
+/* Returns the id of token P[0..LEN) (a new id *NEXT, then *NEXT+1, when unseen). END is the end
+ * of the text holding the token: bytes up to it may be read. */
+static inline int32_t bs_intern(bs_tab *t, const char *p, uint32_t len, const char *end, int32_t *next)
+{
+    uint64_t w = 0, h;
+    if (len <= 8) {
+        if (end - p >= 8) {
+            memcpy(&w, p, 8);
+            if (len < 8)
+                w &= ((uint64_t)1 << (8 * len)) - 1; /* little-endian: the first LEN bytes */
+        } else
+            for (uint32_t i = 0; i < len; i++)
+                w |= (uint64_t)(unsigned char)p[i] << (8 * i);
+        h = (w ^ ((uint64_t)len << 59)) * 0x9E3779B97F4A7C15ULL;
+    } else {
+        memcpy(&w, p, 8);
+        h = 0xC4CEB9FE1A85EC53ULL ^ len;
+        for (uint32_t i = 0; i < len; i++)
+            h = (h ^ (unsigned char)p[i]) * 0x100000001B3ULL;
+        h *= 0x9E3779B97F4A7C15ULL;
+    }
+    h ^= h >> 29;
+    size_t mask = t->cap - 1, i = (size_t)h & mask;
+    for (;;) {
+        bs_ent *e = &t->e[i];
+        if (e->stamp != t->stamp) {
+            e->stamp = t->stamp;
+            e->h = h;
+            e->w = w;
+            e->p = p;
+            e->len = len;
+            e->id = (*next)++;
+            return e->id;
+        }
+        /* up to eight bytes the word is the token; longer ones are compared */
+        if (e->h == h && e->len == len && e->w == w && (len <= 8 || memcmp(e->p, p, len) == 0))
+            return e->id;
+        i = (i + 1) & mask;
+    }
+}
+
 /* ---- per-side workspace ---- */
 
 typedef struct {
@@ -109,6 +320,9 @@ typedef struct {
     uint32_t *wst, *wlen; /* chrF++: words after punctuation splitting, spans into wbuf */
     const int32_t *wbuf;
     size_t nw, w_cap;
+    bleu_btoks bt; /* BLEU 13a: tokens as byte spans */
+    int32_t *cids; /* chrF: characters as segment-wide ids 1..K, (ncids) */
+    size_t ncids, cids_cap;
 } side;
 
 static void side_free(side *s)
@@ -121,6 +335,8 @@ static void side_free(side *s)
     free(s->chars);
     free(s->wst);
     free(s->wlen);
+    bleu_btoks_free(&s->bt);
+    free(s->cids);
 }
 
 struct bleu_metric {
@@ -128,9 +344,18 @@ struct bleu_metric {
     int nstats;
     side *sides; /* [0] hypothesis, [1..] references */
     int nsides;
+    size_t *slen;   /* BLEU: token count per side, (nsides) */
+    int32_t **sids; /* BLEU: token ids per side, (nsides) */
     bleu_tokws tw;
     ng_tab tab, intern;
     int32_t next_id;
+    pk_tab pk;
+    ck_tab ck;
+    bs_tab bs;
+    uint64_t *cmap; /* chrF: code point < CMAP_N -> stamp << 32 | id, (CMAP_N) */
+    pk_tab cbig;    /* chrF: ids of the other code points (key cp + 1, id in a) */
+    uint32_t cstamp;
+    int32_t nchar_ids;
     /* TER */
     int32_t *cost; /* (NH+1, NR+1) */
     char *op;
@@ -196,9 +421,17 @@ void bleu_metric_free(bleu_metric *m)
     for (int i = 0; i < m->nsides; i++)
         side_free(&m->sides[i]);
     free(m->sides);
+    free(m->slen);
+    free(m->sids);
     bleu_tokws_free(&m->tw);
     free(m->tab.e);
     free(m->intern.e);
+    free(m->pk.e);
+    free(m->ck.e);
+    free(m->ck.used);
+    free(m->bs.e);
+    free(m->cmap);
+    free(m->cbig.e);
     free(m->cost);
     free(m->op);
     free(m->lo);
@@ -225,6 +458,14 @@ static int ensure_sides(bleu_metric *m, int n)
         return -1;
     memset(s + m->nsides, 0, (size_t)(n - m->nsides) * sizeof *s);
     m->sides = s;
+    size_t *l = nmt_realloc(m->slen, (size_t)n * sizeof *l);
+    if (!l)
+        return -1;
+    m->slen = l;
+    int32_t **d = nmt_realloc(m->sids, (size_t)n * sizeof *d);
+    if (!d)
+        return -1;
+    m->sids = d;
     m->nsides = n;
     return 0;
 }
@@ -279,49 +520,26 @@ static int bleu_side(bleu_metric *m, side *sd, const char *s, size_t len)
     return bleu_split(sd->txt.p, sd->txt.n, &sd->toks);
 }
 
-static int segment_bleu(bleu_metric *m, const char *hyp, size_t hyp_len, const char *const *refs,
-                        const size_t *ref_lens, int nrefs, double *out)
+/* Counts the n-grams (orders 1..N) of the references and matches the hypothesis against them
+ * (sacreBLEU: clipped counts, the maximum count over the references). IDS[r] are the token ids
+ * (1..2^BITS-1) of side r, LEN[r] their number. Packed keys: BITS * N <= 64. */
+static int bleu_match_packed(bleu_metric *m, int32_t *const *ids, const size_t *len, int nrefs, int N,
+                             int bits, double *correct)
 {
-    int N = m->cfg.max_order;
-    size_t want = 0;
-    for (int r = 0; r <= nrefs; r++) {
-        side *sd = &m->sides[r];
-        if (bleu_side(m, sd, r ? refs[r - 1] : hyp, r ? ref_lens[r - 1] : hyp_len) < 0)
-            return -1;
-        want += sd->toks.n;
-    }
-    if (ng_reset(&m->intern, want) < 0)
-        return -1;
-    m->next_id = 0;
-    for (int r = 0; r <= nrefs; r++) {
-        side *sd = &m->sides[r];
-        if (side_ids(m, sd, sd->txt.p, sd->toks.start, sd->toks.len, sd->toks.n) < 0)
-            return -1;
-    }
-    size_t hl = m->sides[0].toks.n;
-    /* closest reference length, ties to the shorter */
-    long long best_diff = -1, best_len = -1;
     size_t refwant = 0;
-    for (int r = 1; r <= nrefs; r++) {
-        long long rl = (long long)m->sides[r].toks.n;
-        long long diff = llabs((long long)hl - rl);
-        if (best_diff == -1 || diff < best_diff) {
-            best_diff = diff;
-            best_len = rl;
-        } else if (diff == best_diff && rl < best_len)
-            best_len = rl;
-        refwant += (size_t)rl * (size_t)N;
-    }
-    if (ng_reset(&m->tab, refwant) < 0)
+    for (int r = 1; r <= nrefs; r++)
+        refwant += len[r] * (size_t)N;
+    if (pk_reset(&m->pk, refwant) < 0)
         return -1;
     for (int r = 1; r <= nrefs; r++) {
-        const int32_t *ids = m->sides[r].ids;
-        size_t rl = m->sides[r].toks.n;
+        const int32_t *id = ids[r];
+        size_t rl = len[r];
         for (size_t i = 0; i < rl; i++) {
-            uint64_t h = 0x84222325CBF29CE4ULL;
-            for (int n = 1; n <= N && i + (size_t)n <= rl; n++) {
-                h = ng_mix(h, ids[i + (size_t)n - 1]);
-                ng_ent *e = ng_get(&m->tab, ng_final(h, (uint32_t)n), (uint32_t)n, ids + i, (uint32_t)n, 1);
+            uint64_t key = 0;
+            size_t top = i + (size_t)N <= rl ? i + (size_t)N : rl;
+            for (size_t j = i; j < top; j++) {
+                key = (key << bits) | (uint64_t)id[j];
+                pk_ent *e = pk_get(&m->pk, key, 1);
                 if (e->c != r) {
                     e->c = r;
                     e->a = 0;
@@ -331,23 +549,141 @@ static int segment_bleu(bleu_metric *m, const char *hyp, size_t hyp_len, const c
             }
         }
     }
+    const int32_t *id = ids[0];
+    size_t hl = len[0];
+    for (size_t i = 0; i < hl; i++) {
+        uint64_t key = 0;
+        size_t top = i + (size_t)N <= hl ? i + (size_t)N : hl;
+        for (size_t j = i; j < top; j++) {
+            key = (key << bits) | (uint64_t)id[j];
+            pk_ent *e = pk_get(&m->pk, key, 0);
+            if (!e)
+                break; /* a longer n-gram with this prefix cannot be in the references */
+            if (++e->d <= e->b)
+                correct[j - i] += 1;
+        }
+    }
+    return 0;
+}
+
+/* The same with keys compared as id sequences (any number of distinct tokens). */
+static int bleu_match_seq(bleu_metric *m, int32_t *const *ids, const size_t *len, int nrefs, int N,
+                          double *correct)
+{
+    size_t refwant = 0;
+    for (int r = 1; r <= nrefs; r++)
+        refwant += len[r] * (size_t)N;
+    if (ng_reset(&m->tab, refwant) < 0)
+        return -1;
+    for (int r = 1; r <= nrefs; r++) {
+        const int32_t *id = ids[r];
+        size_t rl = len[r];
+        for (size_t i = 0; i < rl; i++) {
+            uint64_t h = 0x84222325CBF29CE4ULL;
+            for (int n = 1; n <= N && i + (size_t)n <= rl; n++) {
+                h = ng_mix(h, id[i + (size_t)n - 1]);
+                ng_ent *e = ng_get(&m->tab, ng_final(h, (uint32_t)n), (uint32_t)n, id + i, (uint32_t)n, 1);
+                if (e->c != r) {
+                    e->c = r;
+                    e->a = 0;
+                }
+                if (++e->a > e->b)
+                    e->b = e->a;
+            }
+        }
+    }
+    const int32_t *id = ids[0];
+    size_t hl = len[0];
+    for (size_t i = 0; i < hl; i++) {
+        uint64_t h = 0x84222325CBF29CE4ULL;
+        for (int n = 1; n <= N && i + (size_t)n <= hl; n++) {
+            h = ng_mix(h, id[i + (size_t)n - 1]);
+            ng_ent *e = ng_get(&m->tab, ng_final(h, (uint32_t)n), (uint32_t)n, id + i, (uint32_t)n, 0);
+            if (!e)
+                break;
+            if (++e->d <= e->b)
+                correct[n - 1] += 1;
+        }
+    }
+    return 0;
+}
+
+static int ensure_ids(side *sd, size_t n)
+{
+    if (n <= sd->ids_cap)
+        return 0;
+    int32_t *p = nmt_realloc(sd->ids, n * sizeof *p);
+    if (!p)
+        return -1;
+    sd->ids = p;
+    sd->ids_cap = n;
+    return 0;
+}
+
+static int segment_bleu(bleu_metric *m, const char *hyp, size_t hyp_len, const char *const *refs,
+                        const size_t *ref_lens, int nrefs, double *out)
+{
+    int N = m->cfg.max_order;
+    size_t want = 0, *len = m->slen;
+    int32_t **ids = m->sids;
+    if (m->cfg.tokenize == BLEU_TOK_13A) { /* tokens straight from the bytes, ids 1..K */
+        for (int r = 0; r <= nrefs; r++) {
+            side *sd = &m->sides[r];
+            if (bleu_tok13a_bytes(r ? refs[r - 1] : hyp, r ? ref_lens[r - 1] : hyp_len, m->cfg.lowercase, &sd->bt) < 0)
+                return -1;
+            len[r] = sd->bt.n;
+            want += sd->bt.n;
+        }
+        if (bs_reset(&m->bs, want) < 0)
+            return -1;
+        m->next_id = 1;
+        for (int r = 0; r <= nrefs; r++) {
+            side *sd = &m->sides[r];
+            if (ensure_ids(sd, len[r]) < 0)
+                return -1;
+            for (size_t i = 0; i < len[r]; i++)
+                sd->ids[i] = bs_intern(&m->bs, sd->bt.p[i], sd->bt.len[i], sd->bt.end, &m->next_id);
+            ids[r] = sd->ids;
+        }
+    } else {
+        for (int r = 0; r <= nrefs; r++) {
+            side *sd = &m->sides[r];
+            if (bleu_side(m, sd, r ? refs[r - 1] : hyp, r ? ref_lens[r - 1] : hyp_len) < 0)
+                return -1;
+            len[r] = sd->toks.n;
+            want += sd->toks.n;
+        }
+        if (ng_reset(&m->intern, want) < 0)
+            return -1;
+        m->next_id = 1;
+        for (int r = 0; r <= nrefs; r++) {
+            side *sd = &m->sides[r];
+            if (side_ids(m, sd, sd->txt.p, sd->toks.start, sd->toks.len, sd->toks.n) < 0)
+                return -1;
+            ids[r] = sd->ids;
+        }
+    }
+    size_t hl = len[0];
+    /* closest reference length, ties to the shorter */
+    long long best_diff = -1, best_len = -1;
+    for (int r = 1; r <= nrefs; r++) {
+        long long rl = (long long)len[r];
+        long long diff = llabs((long long)hl - rl);
+        if (best_diff == -1 || diff < best_diff) {
+            best_diff = diff;
+            best_len = rl;
+        } else if (diff == best_diff && rl < best_len)
+            best_len = rl;
+    }
     double *correct = out + 2, *total = out + 2 + N;
     for (int n = 0; n < N; n++) {
         correct[n] = 0;
         total[n] = hl >= (size_t)n + 1 ? (double)(hl - (size_t)n) : 0;
     }
-    const int32_t *ids = m->sides[0].ids;
-    for (size_t i = 0; i < hl; i++) {
-        uint64_t h = 0x84222325CBF29CE4ULL;
-        for (int n = 1; n <= N && i + (size_t)n <= hl; n++) {
-            h = ng_mix(h, ids[i + (size_t)n - 1]);
-            ng_ent *e = ng_get(&m->tab, ng_final(h, (uint32_t)n), (uint32_t)n, ids + i, (uint32_t)n, 0);
-            if (!e)
-                break; /* a longer n-gram with this prefix cannot be in the references */
-            if (++e->d <= e->b)
-                correct[n - 1] += 1;
-        }
-    }
+    int bits = bit_width((uint32_t)(m->next_id - 1));
+    if (bits * N <= 64 ? bleu_match_packed(m, ids, len, nrefs, N, bits, correct) < 0
+                       : bleu_match_seq(m, ids, len, nrefs, N, correct) < 0)
+        return -1;
     out[0] = (double)hl;
     out[1] = (double)best_len;
     return 0;
@@ -534,19 +870,163 @@ static void chrf_count(ng_tab *t, const int32_t *seq, size_t len, int nmax, uint
     }
 }
 
+#define CMAP_N 0x800 /* code points with a direct slot in m->cmap */
+
+/* Segment-wide id (1..) of code point CP, with bit 31 set when CP is Python whitespace. */
+static inline uint32_t char_id(bleu_metric *m, int32_t cp)
+{
+    if (cp < CMAP_N) {
+        uint64_t v = m->cmap[cp];
+        if ((uint32_t)(v >> 32) == m->cstamp)
+            return (uint32_t)v;
+        uint32_t id = (uint32_t)++m->nchar_ids | (bleu_isspace_fast(cp) ? 0x80000000u : 0);
+        m->cmap[cp] = (uint64_t)m->cstamp << 32 | id;
+        return id;
+    }
+    pk_ent *e = pk_get(&m->cbig, (uint64_t)cp + 1, 1);
+    if (e->a == 0) {
+        e->a = ++m->nchar_ids;
+        e->b = bleu_isspace_slow(cp);
+    }
+    return (uint32_t)e->a | (e->b ? 0x80000000u : 0);
+}
+
+/* Starts a new segment's character ids; MAXCHARS bounds the distinct code points. */
+static int char_ids_reset(bleu_metric *m, size_t maxchars)
+{
+    if (!m->cmap && !(m->cmap = nmt_calloc(CMAP_N, sizeof *m->cmap)))
+        return -1;
+    if (++m->cstamp == 0) {
+        memset(m->cmap, 0, CMAP_N * sizeof *m->cmap);
+        m->cstamp = 1;
+    }
+    m->nchar_ids = 0;
+    return pk_reset(&m->cbig, maxchars);
+}
+
+static int ensure_cids(side *sd, size_t n)
+{
+    if (n <= sd->cids_cap)
+        return 0;
+    int32_t *p = nmt_realloc(sd->cids, (n ? n : 1) * sizeof *p);
+    if (!p)
+        return -1;
+    sd->cids = p;
+    sd->cids_cap = n;
+    return 0;
+}
+
+/* chrF characters of S[0..LEN) (valid UTF-8) as ids, whitespace dropped unless kept, without
+ * lowercasing or word splitting. */
+static int chrf_side_ids(bleu_metric *m, side *sd, const char *str, size_t len)
+{
+    if (ensure_cids(sd, len) < 0)
+        return -1;
+    const unsigned char *s = (const unsigned char *)str;
+    uint32_t drop = m->cfg.whitespace ? 0 : 0x80000000u;
+    int32_t *o = sd->cids;
+    size_t k = 0;
+    for (size_t i = 0; i < len;) {
+        unsigned c = s[i];
+        int32_t cp;
+        if (c < 0x80) {
+            cp = (int32_t)c;
+            i++;
+        } else if (c < 0xE0) {
+            cp = (int32_t)(((c & 0x1F) << 6) | (s[i + 1] & 0x3F));
+            i += 2;
+        } else if (c < 0xF0) {
+            cp = (int32_t)(((c & 0x0F) << 12) | ((s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F));
+            i += 3;
+        } else {
+            cp = (int32_t)(((c & 0x07) << 18) | ((s[i + 1] & 0x3F) << 12) | ((s[i + 2] & 0x3F) << 6)
+                           | (s[i + 3] & 0x3F));
+            i += 4;
+        }
+        uint32_t id = char_id(m, cp);
+        if (id & drop)
+            continue;
+        o[k++] = (int32_t)(id & 0x7FFFFFFFu);
+    }
+    sd->ncids = k;
+    return 0;
+}
+
+/* Character n-grams (orders 1..C) of reference R counted and hypothesis H matched with packed
+ * keys (BITS * C <= 64); matches per order added to MATCH. */
+static int chrf_match_packed(bleu_metric *m, const side *h, const side *r, int C, int bits, double *match)
+{
+    ck_tab *t = &m->ck;
+    const int32_t *id = r->cids;
+    size_t rl = r->ncids, slot;
+    /* distinct n-grams: at most rl * C, and at most cap / 2 are listed */
+    if (ck_reset(t, rl * (size_t)C) < 0)
+        return -1;
+    for (size_t i = 0; i < rl; i++) {
+        uint64_t key = 0;
+        size_t top = i + (size_t)C <= rl ? i + (size_t)C : rl;
+        for (size_t j = i; j < top; j++) {
+            key = (key << bits) | (uint64_t)id[j];
+            ck_ent *e = ck_find(t, key, &slot);
+            if (e->key == 0) {
+                e->key = key;
+                e->a = 0;
+                e->d = 0;
+                t->used[t->nused++] = (uint32_t)slot;
+            }
+            e->a++;
+        }
+    }
+    id = h->cids;
+    size_t hl = h->ncids;
+    long hits[BLEU_MAX_ORDER] = {0};
+    for (size_t i = 0; i < hl; i++) {
+        uint64_t key = 0;
+        size_t top = i + (size_t)C <= hl ? i + (size_t)C : hl;
+        for (size_t j = i; j < top; j++) {
+            key = (key << bits) | (uint64_t)id[j];
+            ck_ent *e = ck_find(t, key, &slot);
+            if (e->key == 0)
+                break; /* a longer n-gram with this prefix cannot be in the reference */
+            hits[j - i] += ++e->d <= e->a;
+        }
+    }
+    for (int n = 0; n < C; n++)
+        match[n] += (double)hits[n];
+    return 0;
+}
+
 static int segment_chrf(bleu_metric *m, const char *hyp, size_t hyp_len, const char *const *refs,
                         const size_t *ref_lens, int nrefs, double *out)
 {
     int C = m->cfg.char_order, W = m->cfg.word_order, order = C + W;
     double stats[3 * BLEU_MAX_ORDER], match[BLEU_MAX_ORDER];
     double best_f = -1.0;
-    if (chrf_side(m, &m->sides[0], hyp, hyp_len) < 0)
+    int direct = !m->cfg.chrf_lowercase && W == 0; /* characters straight from the bytes */
+    size_t total = hyp_len;
+    for (int r = 1; r <= nrefs; r++)
+        total += ref_lens[r - 1];
+    if (char_ids_reset(m, total) < 0)
         return -1;
+    for (int r = 0; r <= nrefs; r++) {
+        side *sd = &m->sides[r];
+        const char *s = r ? refs[r - 1] : hyp;
+        size_t len = r ? ref_lens[r - 1] : hyp_len;
+        if (direct) {
+            if (chrf_side_ids(m, sd, s, len) < 0)
+                return -1;
+            continue;
+        }
+        if (chrf_side(m, sd, s, len) < 0 || ensure_cids(sd, sd->nchars) < 0)
+            return -1;
+        for (size_t i = 0; i < sd->nchars; i++)
+            sd->cids[i] = (int32_t)(char_id(m, sd->chars[i]) & 0x7FFFFFFFu);
+        sd->ncids = sd->nchars;
+    }
+    int bits = bit_width((uint32_t)m->nchar_ids), packed = bits * C <= 64;
     side *h = &m->sides[0];
     for (int r = 1; r <= nrefs; r++) {
         side *sd = &m->sides[r];
-        if (chrf_side(m, sd, refs[r - 1], ref_lens[r - 1]) < 0)
-            return -1;
         if (W > 0) { /* word ids shared by this reference and the hypothesis */
             if (ng_reset(&m->intern, h->nw + sd->nw) < 0)
                 return -1;
@@ -555,18 +1035,23 @@ static int segment_chrf(bleu_metric *m, const char *hyp, size_t hyp_len, const c
                 || side_ids(m, sd, sd->wbuf, sd->wst, sd->wlen, sd->nw) < 0)
                 return -1;
         }
-        if (ng_reset(&m->tab, sd->nchars * (size_t)C + sd->nw * (size_t)W) < 0)
+        if (ng_reset(&m->tab, (packed ? 0 : sd->ncids * (size_t)C) + sd->nw * (size_t)W) < 0)
             return -1;
         memset(match, 0, sizeof match);
-        chrf_count(&m->tab, sd->chars, sd->nchars, C, 0, 1, NULL);
-        chrf_count(&m->tab, h->chars, h->nchars, C, 0, 0, match);
+        if (packed) {
+            if (chrf_match_packed(m, h, sd, C, bits, match) < 0)
+                return -1;
+        } else {
+            chrf_count(&m->tab, sd->cids, sd->ncids, C, 0, 1, NULL);
+            chrf_count(&m->tab, h->cids, h->ncids, C, 0, 0, match);
+        }
         if (W > 0) {
             chrf_count(&m->tab, sd->ids, sd->nw, W, 1000, 1, NULL);
             chrf_count(&m->tab, h->ids, h->nw, W, 1000, 0, match + C);
         }
         for (int i = 0; i < order; i++) {
             int n = i < C ? i + 1 : i - C + 1;
-            size_t hl = i < C ? h->nchars : h->nw, rl = i < C ? sd->nchars : sd->nw;
+            size_t hl = i < C ? h->ncids : h->nw, rl = i < C ? sd->ncids : sd->nw;
             double nh = hl >= (size_t)n ? (double)(hl - (size_t)n + 1) : 0;
             double nr = rl >= (size_t)n ? (double)(rl - (size_t)n + 1) : 0;
             stats[3 * i] = nr > 0 ? nh : 0; /* no hits counted without reference n-grams */

@@ -50,6 +50,22 @@ typedef struct {
 int bleu_split(const int32_t *p, size_t n, bleu_toks *t); /* Python str.split(); 0 or -1 */
 void bleu_toks_free(bleu_toks *t);
 
+/* Tokens as byte spans (13a on UTF-8 bytes). The spans point into the caller's text or into
+ * buf (the preprocessed text when lowercasing or 13a's replacements changed it). */
+typedef struct {
+    const char **p;
+    uint32_t *len;
+    size_t n, cap;
+    const char *end; /* end of the text the spans point into */
+    char *buf, *buf2, *chunk; /* preprocessed text, its scratch, chunk scratch */
+    size_t buf_cap, chunk_cap;
+    bleu_cps a, b; /* lowercasing of non-ASCII text */
+} bleu_btoks;
+void bleu_btoks_free(bleu_btoks *t);
+/* sacreBLEU's 13a tokenization (after optional lowercasing and rstrip) of valid UTF-8
+ * S[0..LEN) straight on its bytes: the tokens of tokenize_13a(...).split(). 0 or -1. */
+int bleu_tok13a_bytes(const char *s, size_t len, int lowercase, bleu_btoks *t);
+
 /* Appends an encoded code point to a byte buffer of capacity >= 4 free bytes; returns bytes. */
 size_t bleu_encode1(int32_t cp, char *out);
 

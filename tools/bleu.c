@@ -2,9 +2,11 @@
  * main parses options, reads the files and calls libcommon/bleu.h. */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,7 +66,8 @@ static void usage(void)
 }
 
 typedef struct {
-    char *data;       /* file content */
+    char *data;       /* file content (malloc'ed, or mapped when map_len > 0) */
+    size_t map_len;
     const char **line; /* rstripped lines (pointers into data) */
     size_t *len;
     size_t n;
@@ -72,7 +75,10 @@ typedef struct {
 
 static void lines_free(lines_t *l)
 {
-    free(l->data);
+    if (l->map_len)
+        munmap(l->data, l->map_len);
+    else
+        free(l->data);
     free(l->line);
     free(l->len);
     memset(l, 0, sizeof *l);
@@ -110,9 +116,19 @@ static int read_lines(const char *path, lines_t *l)
     }
     size_t cap = 1 << 16, n = 0;
     struct stat sb;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0)
+    char *buf = NULL;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+        /* a regular file is mapped (read-only, private), else read at once */
+        void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+        if (p != MAP_FAILED) {
+            buf = p;
+            n = (size_t)sb.st_size;
+            l->map_len = n;
+            goto have_data;
+        }
         cap = (size_t)sb.st_size + 1; /* one read, no regrowth */
-    char *buf = nmt_malloc(cap);
+    }
+    buf = nmt_malloc(cap);
     if (!buf) {
         nmt_error("%s", nmt_errmsg());
         goto fail_fd;
@@ -140,6 +156,7 @@ static int read_lines(const char *path, lines_t *l)
             break;
         n += (size_t)r;
     }
+have_data:
     if (fd != 0)
         close(fd);
     l->data = buf;
@@ -313,6 +330,48 @@ typedef struct {
     double *sum[3]; /* summed statistics per metric */
     int own_name;
 } system_t;
+
+/* Statistics of lines [0, nlines) of one system summed by a worker thread with its own metric. */
+typedef struct {
+    const bleu_config *cfg;
+    const lines_t *hyp, *refs;
+    int nrefs, ns;
+    size_t nlines;
+    double sum[3 * BLEU_MAX_ORDER + 2];
+    size_t failed_line; /* 1-based line of a failure, 0 if none */
+    char err[256];
+} half_job;
+
+static void *half_run(void *arg)
+{
+    half_job *j = arg;
+    bleu_metric *m = bleu_metric_new(j->cfg);
+    const char **rp = malloc((size_t)j->nrefs * sizeof *rp);
+    size_t *rl = malloc((size_t)j->nrefs * sizeof *rl);
+    double row[3 * BLEU_MAX_ORDER + 2];
+    memset(j->sum, 0, sizeof j->sum);
+    if (!m || !rp || !rl) {
+        j->failed_line = 1;
+        snprintf(j->err, sizeof j->err, "%s", nmt_errmsg());
+    }
+    for (size_t i = 0; i < j->nlines && !j->failed_line; i++) {
+        for (int r = 0; r < j->nrefs; r++) {
+            rp[r] = j->refs[r].line[i];
+            rl[r] = j->refs[r].len[i];
+        }
+        if (bleu_metric_segment(m, j->hyp->line[i], j->hyp->len[i], rp, rl, j->nrefs, row) < 0) {
+            j->failed_line = i + 1;
+            snprintf(j->err, sizeof j->err, "%s", nmt_errmsg());
+            break;
+        }
+        for (int q = 0; q < j->ns; q++)
+            j->sum[q] += row[q];
+    }
+    bleu_metric_free(m);
+    free(rp);
+    free(rl);
+    return NULL;
+}
 
 /* Long-lived data of main, kept reachable until exit. */
 static char **eargv;
@@ -772,24 +831,66 @@ int main(int argc, char **argv)
                 if (!met[k])
                     continue;
                 int ns = bleu_metric_nstats(met[k]);
-                sys[s].rows[k] = malloc(nlines * (size_t)ns * sizeof(double));
-                double *sum = malloc((size_t)ns * sizeof *sum);
+                /* rows are kept for the bootstrap; otherwise summed as they come (same order) */
+                int keep = ci || pbs;
+                sys[s].rows[k] = malloc((keep ? nlines : 1) * (size_t)ns * sizeof(double));
+                double *sum = calloc((size_t)ns, sizeof *sum);
                 if (!sys[s].rows[k] || !sum) {
                     nmt_error("out of memory");
                     return NMT_EXIT_DATA;
                 }
-                for (size_t i = 0; i < nlines; i++) {
+                size_t from = 0;
+                if (!keep && k != BLEU_METRIC_TER && nlines >= 4096) {
+                    /* BLEU and chrF statistics are integer counts, so two halves summed apart
+                     * give the same sums: the first half runs in a second thread */
+                    half_job job = {.cfg = &cfg[k], .hyp = &sys[s].l, .refs = reflines, .nrefs = nrefs,
+                                    .nlines = nlines / 2, .ns = ns};
+                    pthread_t th;
+                    int started = pthread_create(&th, NULL, half_run, &job) == 0;
+                    if (!started)
+                        half_run(&job);
+                    double *row = sys[s].rows[k];
+                    size_t bad = 0;
+                    char err[256] = "";
+                    for (size_t i = nlines / 2; i < nlines; i++) {
+                        for (int r = 0; r < nrefs; r++) {
+                            refp[r] = reflines[r].line[i];
+                            refl[r] = reflines[r].len[i];
+                        }
+                        if (bleu_metric_segment(met[k], sys[s].l.line[i], sys[s].l.len[i], refp, refl, nrefs, row) < 0) {
+                            bad = i + 1;
+                            snprintf(err, sizeof err, "%s", nmt_errmsg());
+                            break;
+                        }
+                        for (int j = 0; j < ns; j++)
+                            sum[j] += row[j];
+                    }
+                    if (started)
+                        pthread_join(th, NULL);
+                    if (job.failed_line || bad) { /* the first failing line is reported */
+                        nmt_error("line %zu: %s", job.failed_line ? job.failed_line : bad, job.failed_line ? job.err : err);
+                        return NMT_EXIT_DATA;
+                    }
+                    for (int j = 0; j < ns; j++)
+                        sum[j] += job.sum[j];
+                    from = nlines;
+                }
+                for (size_t i = from; i < nlines; i++) {
                     for (int r = 0; r < nrefs; r++) {
                         refp[r] = reflines[r].line[i];
                         refl[r] = reflines[r].len[i];
                     }
-                    if (bleu_metric_segment(met[k], sys[s].l.line[i], sys[s].l.len[i], refp, refl, nrefs,
-                                            sys[s].rows[k] + i * (size_t)ns) < 0) {
+                    double *row = sys[s].rows[k] + (keep ? i * (size_t)ns : 0);
+                    if (bleu_metric_segment(met[k], sys[s].l.line[i], sys[s].l.len[i], refp, refl, nrefs, row) < 0) {
                         nmt_error("line %zu: %s", i + 1, nmt_errmsg());
                         return NMT_EXIT_DATA;
                     }
+                    if (!keep)
+                        for (int j = 0; j < ns; j++)
+                            sum[j] += row[j];
                 }
-                bleu_metric_sum(met[k], sys[s].rows[k], nlines, NULL, sum);
+                if (keep)
+                    bleu_metric_sum(met[k], sys[s].rows[k], nlines, NULL, sum);
                 bleu_metric_score(met[k], sum, &sys[s].score[k]);
                 sys[s].sum[k] = sum;
             }

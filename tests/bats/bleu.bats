@@ -197,3 +197,25 @@ assert abs(d[0]["BLEU"]["score"]-56.157275791119176) < 1e-9'
         echo "$page" | grep -q -- "$o" || { echo "missing $o"; false; }
     done
 }
+
+@test "bleu: a large corpus (scored in two halves) gives the statistics of the line-by-line sum" {
+    # 6000 lines with symbols, numbers, entities, Unicode spaces and case; without bootstrap the
+    # corpus is split between two threads, with -ci the rows are kept and summed in order
+    awk 'BEGIN { for (i = 0; i < 6000; i++) {
+        printf "Line %d: the cat (%d) sat, on 3-4 mats &amp; \xc2\xa0rugs%s\n", i, i % 7, i % 3 ? "." : " !" } }' > "$T/bigref.txt"
+    awk 'BEGIN { for (i = 0; i < 6000; i++) {
+        printf "line %d the Cat (%d) sat on 3-4 mat &amp; rugs%s\n", i, i % 5, i % 4 ? "." : "" } }' > "$T/bighyp.txt"
+    for m in bleu chrf ter; do
+        run nmt-bleu "$T/bigref.txt" -i "$T/bighyp.txt" -m $m --full
+        [ "$status" -eq 0 ]
+        a=$output
+        run nmt-bleu "$T/bigref.txt" -i "$T/bighyp.txt" -m $m --full -ci -cin 1
+        [ "$status" -eq 0 ]
+        echo "$m: $a / $output"
+        [ "$a" = "$output" ]
+    done
+    run nmt-bleu "$T/bigref.txt" -i "$T/bighyp.txt" -m bleu -lc --full
+    a=$output
+    run nmt-bleu "$T/bigref.txt" -i "$T/bighyp.txt" -m bleu -lc --full -ci -cin 1
+    [ "$a" = "$output" ]
+}

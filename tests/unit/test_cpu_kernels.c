@@ -728,6 +728,129 @@ static void test_threads(void)
     free(res[0]), free(res[1]), free(x), free(g), free(b), free(dout), free(z), free(emb), free(ids), free(pos), free(tgt);
 }
 
+/* ---------------- PyTorch fixtures (tests/fixtures/backend/gen_torch.py) ---------------- */
+
+struct fixture {
+    char name[32];
+    double *v;
+    int n;
+};
+static struct fixture fx[32];
+static int nfx;
+
+static int load_fixtures(void)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/backend/torch_ref.txt", test_srcdir());
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    while (nfx < 32 && fscanf(f, "%31s %d", fx[nfx].name, &fx[nfx].n) == 2) {
+        fx[nfx].v = malloc((size_t)fx[nfx].n * sizeof(double));
+        for (int i = 0; i < fx[nfx].n; i++)
+            if (fscanf(f, "%lf", &fx[nfx].v[i]) != 1) {
+                fclose(f);
+                return -1;
+            }
+        nfx++;
+    }
+    fclose(f);
+    return 0;
+}
+
+static const double *fxget(const char *name, int *n)
+{
+    for (int i = 0; i < nfx; i++)
+        if (!strcmp(fx[i].name, name)) {
+            if (n)
+                *n = fx[i].n;
+            return fx[i].v;
+        }
+    static const double none[64];
+    if (n)
+        *n = 0;
+    return none;
+}
+
+static float *fxfloat(const char *name)
+{
+    int n;
+    const double *d = fxget(name, &n);
+    float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
+    for (int i = 0; i < n; i++)
+        f[i] = (float)d[i];
+    return f;
+}
+
+static void test_torch(void)
+{
+    int ok = load_fixtures() == 0;
+    test_ok(ok && nfx >= 10, "PyTorch fixtures read (%d tensors)", nfx);
+    if (!ok)
+        return;
+    /* cross-entropy, label smoothing 0.1, ignore_index 0, reduction sum */
+    int nz, nt;
+    const double *tgtd = fxget("xent_tgt", &nt);
+    fxget("xent_logits", &nz);
+    int N = nt, V = nt ? nz / nt : 1;
+    float *z = fxfloat("xent_logits"), *d = malloc((size_t)nz * sizeof *d);
+    int32_t *tgt = malloc((size_t)(N ? N : 1) * sizeof *tgt);
+    for (int i = 0; i < N; i++)
+        tgt[i] = (int32_t)tgtd[i];
+    struct nmt_xent_result res;
+    int rc = OPS.cross_entropy(CTX, &res, d, NULL, z, tgt, N, V, 0.1f, 0, 1.0f);
+    double rl = fxget("xent_loss", NULL)[0], rn = fxget("xent_nll", NULL)[0];
+    report("cross_entropy loss vs PyTorch F.cross_entropy(label_smoothing=0.1, ignore_index=0, sum)",
+           rc ? INFINITY : fmax(fabs(res.loss - rl) / fabs(rl), fabs(res.nll - rn) / fabs(rn)), 1e-6);
+    report("cross_entropy dlogits vs PyTorch autograd", relerr(d, fxget("xent_grad", NULL), (size_t)nz, 1e-3), 1e-6);
+    free(z), free(d), free(tgt);
+
+    /* Adam, 3 steps */
+    int np;
+    fxget("adam_p0", &np);
+    float *p = fxfloat("adam_p0"), *g = fxfloat("adam_grads"), *m = calloc((size_t)np, sizeof *m),
+          *v = calloc((size_t)np, sizeof *v);
+    const double *rp = fxget("adam_params", NULL);
+    double worst = 0;
+    for (int t = 0; t < 3; t++) {
+        OPS.adam_update(CTX, p, m, v, g + t * np, (size_t)np, 1e-3f, 0.9f, 0.98f, 1e-9f, t + 1, 1.0f);
+        worst = fmax(worst, relerr(p, rp + t * np, (size_t)np, 1e-3));
+    }
+    report("adam_update vs torch.optim.Adam, 3 steps", worst, 1e-6);
+    free(p), free(g), free(m), free(v);
+
+    /* layer norm */
+    int nx, D;
+    fxget("ln_x", &nx);
+    fxget("ln_gamma", &D);
+    int Nl = D ? nx / D : 0;
+    float *x = fxfloat("ln_x"), *ga = fxfloat("ln_gamma"), *be_ = fxfloat("ln_beta"), *dout = fxfloat("ln_dout");
+    float *y = malloc((size_t)nx * sizeof *y), *mean = malloc((size_t)Nl * sizeof *mean), *rstd = malloc((size_t)Nl * sizeof *rstd);
+    float *dx = malloc((size_t)nx * sizeof *dx), *dg = calloc((size_t)D, sizeof *dg), *db = calloc((size_t)D, sizeof *db);
+    OPS.layernorm_forward(CTX, y, mean, rstd, x, ga, be_, Nl, D, 1e-5f);
+    OPS.layernorm_backward(CTX, dx, dg, db, dout, x, mean, rstd, ga, Nl, D);
+    report("layernorm_forward vs PyTorch F.layer_norm", relerr(y, fxget("ln_y", NULL), (size_t)nx, 1e-3), 1e-6);
+    report("layernorm_backward vs PyTorch autograd",
+           fmax(relerr(dx, fxget("ln_dx", NULL), (size_t)nx, 1e-3),
+                fmax(relerr(dg, fxget("ln_dgamma", NULL), (size_t)D, 1e-3), relerr(db, fxget("ln_dbeta", NULL), (size_t)D, 1e-3))),
+           1e-6);
+    free(x), free(ga), free(be_), free(dout), free(y), free(mean), free(rstd), free(dx), free(dg), free(db);
+
+    /* GELU */
+    int ng;
+    fxget("gelu_x", &ng);
+    float *xg = fxfloat("gelu_x"), *yg = malloc((size_t)ng * sizeof *yg), *one = malloc((size_t)ng * sizeof *one);
+    for (int i = 0; i < ng; i++)
+        one[i] = 1;
+    OPS.gelu_forward(CTX, yg, xg, (size_t)ng);
+    report("gelu_forward vs PyTorch F.gelu", relerr(yg, fxget("gelu_y", NULL), (size_t)ng, 1e-3), 1e-6);
+    OPS.gelu_backward(CTX, yg, one, xg, (size_t)ng);
+    report("gelu_backward vs PyTorch autograd", relerr(yg, fxget("gelu_dx", NULL), (size_t)ng, 1e-3), 1e-6);
+    free(xg), free(yg), free(one);
+    for (int i = 0; i < nfx; i++)
+        free(fx[i].v);
+}
+
 int main(void)
 {
     struct nmt_backend_opts o2 = { .size = sizeof o2, .threads = 2 }, o1 = { .size = sizeof o1, .threads = 1 };
@@ -750,6 +873,7 @@ int main(void)
     test_adam();
     test_topk();
     test_threads();
+    test_torch();
     backend_close(be);
     backend_close(be1);
     return test_done();

@@ -1,0 +1,94 @@
+# pipelines/common.mk: pattern rules for one translation experiment, from raw text to scores:
+#   raw text -> vocab -> ids -> batches -> checkpoint(s) -> averaged checkpoint -> hypotheses -> scores
+# An experiment's Makefile sets the variables below (all have defaults) and includes this file.
+# Outputs go to $(OUT); every step is an ordinary make target, so a change of one variable
+# (say BEAM) reruns only what depends on it when you remove the target.
+
+TOP        := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
+BIN        ?= $(TOP)/bin
+DATA       ?= $(TOP)/data/multi30k
+BACKEND    ?= cpu
+SRC        ?= en
+TGT        ?= de
+TRAIN      ?= train
+VALID      ?= val
+TEST       ?= test_2016_flickr
+SUFFIX     ?=
+VARIANT    ?= raw
+OUT        ?= out/$(VARIANT)
+# subword vocabulary and batches
+VOCAB_SIZE ?= 8000
+NORMALIZE  ?= nfkc
+MAX_TOKENS ?= 4096
+SEED       ?= 1
+# training
+MODEL      ?= --preset small
+TRAIN_OPTS ?=
+STOP       ?= --max-time 10m
+SAVE_EVERY ?= 200
+AVG        ?= 5
+VALID_EVERY ?= 200
+# decoding and scoring
+BEAM       ?= 4
+ALPHA      ?= 0.6
+DECODE_OPTS ?=
+BLEU_OPTS  ?=
+
+NMT_ENV := PATH="$(BIN):$$PATH"
+
+.DELETE_ON_ERROR:
+.SECONDARY:
+
+$(OUT)/.dir:
+	mkdir -p $(OUT) && touch $@
+
+# plain text of each split and side
+$(OUT)/%.$(SRC): $(DATA)/%$(SUFFIX).$(SRC).gz | $(OUT)/.dir
+	zcat $< > $@
+$(OUT)/%.$(TGT): $(DATA)/%$(SUFFIX).$(TGT).gz | $(OUT)/.dir
+	zcat $< > $@
+
+# joint BPE vocabulary learned on the training text of both languages
+$(OUT)/vocab.bpe: $(OUT)/$(TRAIN).$(SRC) $(OUT)/$(TRAIN).$(TGT)
+	$(NMT_ENV) nmt-tokenize -N $(NORMALIZE) --src $(word 1,$^) --tgt $(word 2,$^) | \
+	    $(NMT_ENV) nmt-vocab --size $(VOCAB_SIZE) -o $@
+
+# id pairs of a split
+$(OUT)/%.ids: $(OUT)/%.$(SRC) $(OUT)/%.$(TGT) $(OUT)/vocab.bpe
+	$(NMT_ENV) nmt-tokenize --vocab $(OUT)/vocab.bpe --src $(word 1,$^) --tgt $(word 2,$^) -o $@
+
+# token-budget batches
+$(OUT)/%.batches: $(OUT)/%.ids
+	$(NMT_ENV) nmt-batch --max-tokens $(MAX_TOKENS) --seed $(SEED) -i $< -o $@
+
+# training: periodic checkpoints model.ckpt.step-N are kept for averaging; model.ckpt.best is the
+# one with the lowest validation loss
+$(OUT)/model.ckpt: $(OUT)/$(TRAIN).batches $(OUT)/$(VALID).batches $(OUT)/vocab.bpe
+	$(NMT_ENV) nmt-train --backend $(BACKEND) -i $(word 1,$^) --valid $(word 2,$^) --vocab $(OUT)/vocab.bpe \
+	    -o $@ $(MODEL) $(TRAIN_OPTS) $(STOP) --seed $(SEED) --valid-every $(VALID_EVERY) \
+	    --save-every $(SAVE_EVERY) --keep $(AVG) --log $(OUT)/train.csv
+
+# the average of the last AVG periodic checkpoints, as in the paper
+$(OUT)/model.avg.ckpt: $(OUT)/model.ckpt
+	$(NMT_ENV) nmt-avg -o $@ $$(ls $(OUT)/model.ckpt.step-* | sort -t- -k2 -n | tail -n $(AVG))
+
+# translations of a split's source side
+$(OUT)/%.hyp: $(OUT)/%.$(SRC) $(OUT)/model.avg.ckpt
+	$(NMT_ENV) nmt-decode --backend $(BACKEND) -m $(OUT)/model.avg.ckpt --beam $(BEAM) --alpha $(ALPHA) \
+	    $(DECODE_OPTS) < $< > $@
+
+# scores: sacreBLEU-identical BLEU and chrF, with their signatures
+$(OUT)/%.scores: $(OUT)/%.hyp $(OUT)/%.$(TGT)
+	$(NMT_ENV) nmt-bleu $(OUT)/$*.$(TGT) -i $< -m bleu chrf $(BLEU_OPTS) -f text > $@
+
+.PHONY: vocab batches train avg translate score clean
+vocab: $(OUT)/vocab.bpe
+batches: $(OUT)/$(TRAIN).batches $(OUT)/$(VALID).batches
+train: $(OUT)/model.ckpt
+avg: $(OUT)/model.avg.ckpt
+translate: $(OUT)/$(TEST).hyp $(OUT)/$(VALID).hyp
+score: $(OUT)/$(TEST).scores $(OUT)/$(VALID).scores
+	@echo "== $(VARIANT): validation ($(VALID))"; cat $(OUT)/$(VALID).scores
+	@echo "== $(VARIANT): test ($(TEST))"; cat $(OUT)/$(TEST).scores
+clean:
+	rm -rf $(OUT)

@@ -1,0 +1,490 @@
+/* cuda.cu: the cuda backend: probing, context, device memory, errors, matrix products through
+ * cuBLAS, and the table. The kernels are in kernels.cu and attention.cu.
+ *
+ * The CUDA runtime is linked statically and loads the driver (libcuda.so.1) only when first used;
+ * cuBLAS is loaded by open(). So the plugin loads on a machine without a GPU or driver, and score()
+ * returns 0 there without touching the runtime. All work is queued on one stream per context;
+ * download, sync, cross_entropy and sumsq wait for it. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda.h"
+
+struct cu_blas cu_blas;
+
+static thread_local char open_err[512];
+
+int cu_err(struct nmt_bctx *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx ? ctx->err : open_err, ctx ? sizeof ctx->err : sizeof open_err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int cu_check(struct nmt_bctx *ctx, cudaError_t rc, const char *what)
+{
+    if (rc == cudaSuccess)
+        return 0;
+    cudaGetLastError(); /* clear a non-sticky error so later calls are not blamed for it */
+    return cu_err(ctx, "%s: %s (%s)", what, cudaGetErrorString(rc), cudaGetErrorName(rc));
+}
+
+int cu_launched(struct nmt_bctx *ctx, const char *kernel)
+{
+    cudaError_t rc = cudaGetLastError();
+    if (rc == cudaSuccess)
+        return 0;
+    return cu_err(ctx, "%s: kernel launch failed: %s (%s)", kernel, cudaGetErrorString(rc), cudaGetErrorName(rc));
+}
+
+/* Out-of-memory text: what was asked, what is free, and the usual remedy. */
+static int oom(struct nmt_bctx *ctx, const char *call, size_t bytes)
+{
+    size_t fr = 0, tot = 0;
+    cudaGetLastError();
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+        fr = tot = 0, cudaGetLastError();
+    return cu_err(ctx,
+                  "%s: out of device memory: %zu bytes (%.1f MiB) asked, %.1f MiB free of %.1f MiB on %s; "
+                  "try a smaller --max-tokens",
+                  call, bytes, bytes / 1048576.0, fr / 1048576.0, tot / 1048576.0, ctx->devname);
+}
+
+void *cu_scratch(struct nmt_bctx *ctx, size_t bytes)
+{
+    if (bytes <= ctx->scratch_bytes)
+        return ctx->scratch;
+    bytes = (bytes + 4095) & ~(size_t)4095;
+    if (ctx->scratch_bytes && bytes < 2 * ctx->scratch_bytes)
+        bytes = 2 * ctx->scratch_bytes;
+    void *p = NULL;
+    /* the kernels queued so far may still use the old scratch */
+    if (ctx->scratch && (cu_check(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize (scratch)") < 0 ||
+                         cu_check(ctx, cudaFree(ctx->scratch), "cudaFree (scratch)") < 0))
+        return NULL;
+    ctx->scratch = NULL;
+    ctx->scratch_bytes = 0;
+    cudaError_t rc = cudaMalloc(&p, bytes);
+    if (rc == cudaErrorMemoryAllocation)
+        return oom(ctx, "cudaMalloc (scratch)", bytes), (void *)NULL;
+    if (cu_check(ctx, rc, "cudaMalloc (scratch)") < 0)
+        return NULL;
+    ctx->scratch = p;
+    ctx->scratch_bytes = bytes;
+    return p;
+}
+
+static const char *flag_what(int code)
+{
+    switch (code) {
+    case CU_BAD_EMB_ID: return "embedding_forward: token id";
+    case CU_BAD_EMB_BWD_ID: return "embedding_backward: token id";
+    case CU_BAD_TARGET: return "cross_entropy: target";
+    case CU_BAD_GATHER: return "gather_rows: index";
+    case CU_BAD_KLEN: return "attention: key length";
+    default: return "kernel: value";
+    }
+}
+
+int cu_wait(struct nmt_bctx *ctx, const char *what)
+{
+    char call[160];
+    snprintf(call, sizeof call, "%s: cudaStreamSynchronize", what);
+    if (cu_check(ctx, cudaStreamSynchronize(ctx->stream), call) < 0)
+        return -1;
+    if (cu_check(ctx, cudaMemcpyAsync(ctx->hflag, ctx->flag, sizeof *ctx->flag, cudaMemcpyDeviceToHost, ctx->stream),
+                 "cudaMemcpyAsync (error flag)") < 0 ||
+        cu_check(ctx, cudaStreamSynchronize(ctx->stream), "cudaStreamSynchronize (error flag)") < 0)
+        return -1;
+    if (ctx->hflag->code == CU_BAD_NONE)
+        return 0;
+    struct cu_flag f = *ctx->hflag;
+    if (cu_check(ctx, cudaMemsetAsync(ctx->flag, 0, sizeof *ctx->flag, ctx->stream), "cudaMemsetAsync (error flag)") < 0)
+        return -1;
+    if (f.code == CU_BAD_KLEN)
+        return cu_err(ctx, "%s %d of batch item %d outside [0, %d] (reported at %s)", flag_what(f.code), f.value, f.row,
+                      f.limit, what);
+    if (f.code == CU_BAD_GATHER)
+        return cu_err(ctx, "%s %d at %d is negative (reported at %s)", flag_what(f.code), f.value, f.row, what);
+    return cu_err(ctx, "%s %d at row %d outside [0, %d) (reported at %s)", flag_what(f.code), f.value, f.row, f.limit,
+                  what);
+}
+
+/* ---------------- probing ---------------- */
+
+/* Lowest compute capability this build has code for (sm_80 binaries run on every 8.x device; the
+ * compute_90 PTX is compiled by the driver for newer ones). */
+#define CU_MIN_MAJOR 8
+
+static int cu_score(void)
+{
+    /* no driver library: no GPU; do not start the runtime at all */
+    void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!drv)
+        return 0;
+    dlclose(drv);
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+        cudaGetLastError();
+        return 0;
+    }
+    int best = 0;
+    for (int d = 0; d < n; d++) {
+        int major = 0, minor = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        if (major >= CU_MIN_MAJOR && 100 + major * 10 + minor > best)
+            best = 100 + major * 10 + minor;
+    }
+    return best;
+}
+
+/* ---------------- cuBLAS, loaded once ---------------- */
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static char blas_err[256];
+
+#define CU_STR2(x) #x
+#define CU_STR(x) CU_STR2(x)
+
+static void blas_load(void)
+{
+    const char *lib = "libcublas.so." CU_STR(CUBLAS_VER_MAJOR);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(blas_err, sizeof blas_err, "cannot load %s: %s", lib, e ? e : "dlopen failed");
+        return;
+    }
+    struct {
+        const char *name;
+        void **slot;
+    } syms[] = {
+        { "cublasCreate_v2", (void **)&cu_blas.create },
+        { "cublasDestroy_v2", (void **)&cu_blas.destroy },
+        { "cublasSetStream_v2", (void **)&cu_blas.set_stream },
+        { "cublasSetMathMode", (void **)&cu_blas.set_math_mode },
+        { "cublasGetStatusString", (void **)&cu_blas.status_string },
+        { "cublasSgemm_v2", (void **)&cu_blas.sgemm },
+        { "cublasSgemmStridedBatched", (void **)&cu_blas.sgemm_strided },
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        void *p = dlsym(h, syms[i].name);
+        if (!p) {
+            snprintf(blas_err, sizeof blas_err, "%s has no symbol %s", lib, syms[i].name);
+            memset(&cu_blas, 0, sizeof cu_blas);
+            return; /* the library stays loaded: unloading cuBLAS is not supported */
+        }
+        *syms[i].slot = p;
+    }
+}
+
+static int blas_check(struct nmt_bctx *ctx, cublasStatus_t st, const char *what)
+{
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    if (st == CUBLAS_STATUS_ALLOC_FAILED)
+        return oom(ctx, what, 0);
+    return cu_err(ctx, "%s: %s (cublas status %d)", what, cu_blas.status_string ? cu_blas.status_string(st) : "error",
+                  (int)st);
+}
+
+/* ---------------- context ---------------- */
+
+static void cu_close(nmt_bctx *ctx);
+
+static nmt_bctx *cu_open(const struct nmt_backend_opts *opts)
+{
+    int device = 0;
+    if (opts && opts->size >= offsetof(struct nmt_backend_opts, device) + sizeof opts->device)
+        device = opts->device;
+    int n = 0;
+    cudaError_t rc = cudaGetDeviceCount(&n);
+    if (rc != cudaSuccess)
+        return cu_check(NULL, rc, "cudaGetDeviceCount"), (nmt_bctx *)NULL;
+    if (device < 0 || device >= n)
+        return cu_err(NULL, "cuda device %d does not exist (%d device%s found)", device, n, n == 1 ? "" : "s"),
+               (nmt_bctx *)NULL;
+    cudaDeviceProp prop;
+    if (cu_check(NULL, cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties") < 0)
+        return NULL;
+    if (prop.major < CU_MIN_MAJOR)
+        return cu_err(NULL,
+                      "cuda device %d (%s) has compute capability %d.%d; this build of the plugin needs %d.0 or "
+                      "newer (rebuild with CUDA_ARCH naming sm_%d%d)",
+                      device, prop.name, prop.major, prop.minor, CU_MIN_MAJOR, prop.major, prop.minor),
+               (nmt_bctx *)NULL;
+    pthread_once(&blas_once, blas_load);
+    if (!cu_blas.sgemm)
+        return cu_err(NULL, "%s", blas_err), (nmt_bctx *)NULL;
+    nmt_bctx *ctx = (nmt_bctx *)calloc(1, sizeof *ctx);
+    if (!ctx)
+        return cu_err(NULL, "out of memory"), (nmt_bctx *)NULL;
+    ctx->device = device;
+    snprintf(ctx->devname, sizeof ctx->devname, "%.95s", prop.name);
+    char call[64];
+    snprintf(call, sizeof call, "cudaSetDevice(%d)", device);
+    if (cu_check(ctx, cudaSetDevice(device), call) < 0 ||
+        cu_check(ctx, cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking), "cudaStreamCreate") < 0 ||
+        cu_check(ctx, cudaMalloc((void **)&ctx->flag, sizeof *ctx->flag), "cudaMalloc (error flag)") < 0 ||
+        cu_check(ctx, cudaMemset(ctx->flag, 0, sizeof *ctx->flag), "cudaMemset (error flag)") < 0 ||
+        cu_check(ctx, cudaMallocHost((void **)&ctx->hflag, sizeof *ctx->hflag), "cudaMallocHost") < 0 ||
+        cu_check(ctx, cudaMallocHost((void **)&ctx->hres, 4 * sizeof *ctx->hres), "cudaMallocHost") < 0 ||
+        blas_check(ctx, cu_blas.create(&ctx->blas), "cublasCreate") < 0 ||
+        blas_check(ctx, cu_blas.set_stream(ctx->blas, ctx->stream), "cublasSetStream") < 0 ||
+        /* float32 reference mode: no TF32 tensor-core rounding in sgemm */
+        blas_check(ctx, cu_blas.set_math_mode(ctx->blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode") < 0) {
+        cu_err(NULL, "%s", ctx->err);
+        cu_close(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+static void cu_close(nmt_bctx *ctx)
+{
+    if (!ctx)
+        return;
+    cu_enter(ctx);
+    if (ctx->stream)
+        cudaStreamSynchronize(ctx->stream);
+    for (size_t i = 0; i < ctx->nbufs; i++)
+        cudaFree(ctx->bufs[i]);
+    free(ctx->bufs);
+    cudaFree(ctx->scratch);
+    cudaFree(ctx->flag);
+    cudaFreeHost(ctx->hflag);
+    cudaFreeHost(ctx->hres);
+    if (ctx->blas)
+        cu_blas.destroy(ctx->blas);
+    if (ctx->stream)
+        cudaStreamDestroy(ctx->stream);
+    cudaGetLastError();
+    free(ctx);
+}
+
+static const char *cu_last_error(nmt_bctx *ctx) { return ctx ? ctx->err : open_err; }
+
+static int cu_props(nmt_bctx *ctx, struct nmt_backend_props *out)
+{
+    memset(out, 0, sizeof *out);
+    cu_enter(ctx);
+    cudaDeviceProp p;
+    if (cu_check(ctx, cudaGetDeviceProperties(&p, ctx->device), "cudaGetDeviceProperties") < 0)
+        return -1;
+    snprintf(out->device, sizeof out->device, "cuda: %.80s (device %d, sm_%d%d, %d SMs)", p.name, ctx->device, p.major,
+             p.minor, p.multiProcessorCount);
+    out->memory_bytes = p.totalGlobalMem;
+    out->dtypes = NMT_DTYPE_F32; /* ABI 1.0 kernels are float32 only */
+    out->threads = 0;
+    return 0;
+}
+
+/* ---------------- memory ---------------- */
+
+static void *cu_alloc(nmt_bctx *ctx, size_t bytes)
+{
+    if (bytes == 0 || bytes > SIZE_MAX - 256)
+        return cu_err(ctx, "invalid allocation size %zu", bytes), (void *)NULL;
+    cu_enter(ctx);
+    if (ctx->nbufs == ctx->capbufs) {
+        size_t cap = ctx->capbufs ? 2 * ctx->capbufs : 16;
+        void **nb = (void **)realloc(ctx->bufs, cap * sizeof *nb);
+        if (!nb)
+            return cu_err(ctx, "out of memory"), (void *)NULL;
+        ctx->bufs = nb;
+        ctx->capbufs = cap;
+    }
+    void *p = NULL;
+    cudaError_t rc = cudaMalloc(&p, bytes); /* 256-byte aligned */
+    if (rc == cudaErrorMemoryAllocation)
+        return oom(ctx, "cudaMalloc", bytes), (void *)NULL;
+    if (cu_check(ctx, rc, "cudaMalloc") < 0)
+        return NULL;
+    ctx->bufs[ctx->nbufs++] = p;
+    return p;
+}
+
+static void cu_free(nmt_bctx *ctx, void *buf)
+{
+    if (!buf)
+        return;
+    cu_enter(ctx);
+    for (size_t i = 0; i < ctx->nbufs; i++)
+        if (ctx->bufs[i] == buf) {
+            ctx->bufs[i] = ctx->bufs[--ctx->nbufs];
+            cu_check(ctx, cudaFree(buf), "cudaFree");
+            return;
+        }
+    cu_err(ctx, "free of a pointer not returned by alloc");
+}
+
+static int cu_upload(nmt_bctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    if (!dst || !src)
+        return cu_err(ctx, "upload: NULL pointer");
+    cu_enter(ctx);
+    /* from pageable memory the copy is staged before the call returns, so SRC may be reused */
+    char call[96];
+    snprintf(call, sizeof call, "cudaMemcpyAsync (upload of %zu bytes)", bytes);
+    return cu_check(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream), call);
+}
+
+static int cu_download(nmt_bctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    if (!dst || !src)
+        return cu_err(ctx, "download: NULL pointer");
+    cu_enter(ctx);
+    char call[96];
+    snprintf(call, sizeof call, "cudaMemcpyAsync (download of %zu bytes)", bytes);
+    if (cu_check(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream), call) < 0)
+        return -1;
+    return cu_wait(ctx, "download");
+}
+
+static int cu_memset_zero(nmt_bctx *ctx, void *dst, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    if (!dst)
+        return cu_err(ctx, "memset_zero: NULL pointer");
+    cu_enter(ctx);
+    return cu_check(ctx, cudaMemsetAsync(dst, 0, bytes, ctx->stream), "cudaMemsetAsync");
+}
+
+static int cu_copy(nmt_bctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    if (!dst || !src)
+        return cu_err(ctx, "copy: NULL pointer");
+    cu_enter(ctx);
+    return cu_check(ctx, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream),
+                    "cudaMemcpyAsync (device to device)");
+}
+
+static int cu_sync(nmt_bctx *ctx)
+{
+    cu_enter(ctx);
+    return cu_wait(ctx, "sync");
+}
+
+/* ---------------- matrix products ---------------- */
+
+static int check_gemm(nmt_bctx *ctx, const char *what, int transA, int transB, int M, int N, int K, int lda, int ldb,
+                      int ldc)
+{
+    if (M < 0 || N < 0 || K < 0)
+        return cu_err(ctx, "%s: negative size M=%d N=%d K=%d", what, M, N, K);
+    int acols = transA ? M : K, bcols = transB ? K : N;
+    if (lda < (acols > 1 ? acols : 1) || ldb < (bcols > 1 ? bcols : 1) || ldc < (N > 1 ? N : 1))
+        return cu_err(ctx, "%s: leading dimension too small (lda=%d ldb=%d ldc=%d for M=%d N=%d K=%d)", what, lda, ldb,
+                      ldc, M, N, K);
+    return 0;
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B first, M and N
+ * swapped, and the same leading dimensions. */
+static int cu_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if (check_gemm(ctx, "gemm", transA, transB, M, N, K, lda, ldb, ldc) < 0)
+        return -1;
+    if (M == 0 || N == 0)
+        return 0;
+    cu_enter(ctx);
+    if (K == 0 || alpha == 0)
+        return cu_scale_matrix(ctx, C, M, N, ldc, 0, 1, beta);
+    char call[128];
+    snprintf(call, sizeof call, "cublasSgemm (M=%d N=%d K=%d)", M, N, K);
+    return blas_check(ctx,
+                      cu_blas.sgemm(ctx->blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc),
+                      call);
+}
+
+static int cu_gemm_batched(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                           int lda, int64_t strideA, const float *B, int ldb, int64_t strideB, float beta, float *C,
+                           int ldc, int64_t strideC, int count)
+{
+    if (count < 0)
+        return cu_err(ctx, "gemm_batched: negative count %d", count);
+    if (check_gemm(ctx, "gemm_batched", transA, transB, M, N, K, lda, ldb, ldc) < 0)
+        return -1;
+    if (M == 0 || N == 0 || count == 0)
+        return 0;
+    cu_enter(ctx);
+    if (K == 0 || alpha == 0)
+        return cu_scale_matrix(ctx, C, M, N, ldc, strideC, count, beta);
+    char call[160];
+    snprintf(call, sizeof call, "cublasSgemmStridedBatched (M=%d N=%d K=%d count=%d)", M, N, K, count);
+    return blas_check(ctx,
+                      cu_blas.sgemm_strided(ctx->blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                            transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, strideB, A,
+                                            lda, strideA, &beta, C, ldc, strideC, count),
+                      call);
+}
+
+/* ---------------- the table ---------------- */
+
+static const struct nmt_backend cuda_table = {
+    .abi_major = NMT_BACKEND_ABI_MAJOR,
+    .abi_minor = NMT_BACKEND_ABI_MINOR,
+    .size = sizeof(struct nmt_backend),
+    .name = "cuda",
+    .description = "NVIDIA GPUs: cuBLAS sgemm + CUDA C kernels (float32)",
+    .score = cu_score,
+    .open = cu_open,
+    .close = cu_close,
+    .last_error = cu_last_error,
+    .props = cu_props,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .memset_zero = cu_memset_zero,
+    .copy = cu_copy,
+    .sync = cu_sync,
+    .gemm = cu_gemm,
+    .gemm_batched = cu_gemm_batched,
+    .bias_add = cu_bias_add,
+    .bias_grad = cu_bias_grad,
+    .embedding_forward = cu_embedding_forward,
+    .embedding_backward = cu_embedding_backward,
+    .attention_forward = cu_attention_forward,
+    .attention_backward = cu_attention_backward,
+    .layernorm_forward = cu_layernorm_forward,
+    .layernorm_backward = cu_layernorm_backward,
+    .add = cu_add,
+    .axpy = cu_axpy,
+    .scale = cu_scale,
+    .relu_forward = cu_relu_forward,
+    .relu_backward = cu_relu_backward,
+    .dropout_forward = cu_dropout_forward,
+    .dropout_backward = cu_dropout_backward,
+    .cross_entropy = cu_cross_entropy,
+    .adam_update = cu_adam_update,
+    .sumsq = cu_sumsq,
+    .topk_logsoftmax = cu_topk_logsoftmax,
+    .gather_rows = cu_gather_rows,
+    .gelu_forward = cu_gelu_forward,
+    .gelu_backward = cu_gelu_backward,
+};
+
+extern "C" __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void)
+{
+    return &cuda_table;
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Runs the cuda plugin's tests on a machine with an NVIDIA GPU (they cannot run elsewhere):
+#   1. build (make tests-built), list the plugins: cuda must score > 0
+#   2. the op test: every kernel of cuda against cpu on random inputs (float32, 1e-4 relative)
+#   3. the op test under compute-sanitizer: memcheck (with leak check), racecheck, synccheck
+#   4. when nmt-train exists: the first 50 training steps on cpu and cuda (float32) give losses
+#      within 1e-3 (NMT_GPU_TRAIN_ARGS: the nmt-train arguments, e.g. preset, batch stream, seed)
+#   5. when nmt-decode exists: greedy translations identical on cpu and cuda (NMT_GPU_DECODE_ARGS)
+# Usage: tests/gpu/run_gpu_tests.sh [OUTDIR]   (logs go to OUTDIR, default /tmp/nmt-gpu-tests)
+# Exit status 0 when every step that ran passed, 1 otherwise. Skipped steps say why.
+set -u
+src=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:-/tmp/nmt-gpu-tests}
+mkdir -p "$out"
+cd "$src" || exit 1
+export NMT_PLUGIN_PATH=$src/bin NMT_SRCDIR=$src
+status=0
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; status=1; }
+skip() { echo "SKIP $*"; }
+
+echo "== build"
+make -j"$(nproc)" tests-built > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; fail "build"; exit 1; }
+tail -1 "$out/build.log"
+[ -f bin/nmt-backend-cuda.so ] || { fail "bin/nmt-backend-cuda.so was not built (is nvcc on PATH?)"; exit 1; }
+command -v nvidia-smi > /dev/null && nvidia-smi -L
+
+echo "== plugins"
+bin/nmt-backends | tee "$out/backends.txt"
+if grep -qP '^cuda\t[1-9][0-9]*\t' "$out/backends.txt"; then
+    pass "cuda scores > 0"
+else
+    fail "cuda scores 0 here: no usable GPU (driver, compute capability >= 8.0?)"
+    exit 1
+fi
+bin/nmt-backends --backend cuda | tee "$out/cuda-props.txt" || fail "nmt-backends --backend cuda"
+if grep -q '^default: cuda ' "$out/backends.txt"; then pass "auto picks cuda"; else fail "auto does not pick cuda"; fi
+
+echo "== op test (cuda vs cpu)"
+build/tests/test_backend_ops > "$out/ops.tap" 2>&1
+rc=$?
+grep -E '^(not )?ok' "$out/ops.tap" | grep -E 'cuda|not ok'
+if [ $rc -eq 0 ] && grep -q '^ok .* cuda vs cpu' "$out/ops.tap" && ! grep -q '^not ok' "$out/ops.tap"; then
+    pass "op test"
+else
+    fail "op test (see $out/ops.tap)"
+fi
+
+echo "== compute-sanitizer"
+cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -z "$cs" ]; then
+    skip "compute-sanitizer not found"
+else
+    for tool in memcheck racecheck synccheck; do
+        extra=()
+        [ $tool = memcheck ] && extra=(--leak-check full)
+        if NMT_TEST_QUICK=1 "$cs" --tool $tool "${extra[@]}" --error-exitcode 9 build/tests/test_backend_ops \
+            > "$out/sanitizer-$tool.log" 2>&1; then
+            pass "compute-sanitizer $tool"
+        else
+            grep -m 20 -E '=========' "$out/sanitizer-$tool.log"
+            fail "compute-sanitizer $tool (see $out/sanitizer-$tool.log)"
+        fi
+    done
+fi
+
+echo "== training: cpu vs cuda, float32, 50 steps"
+if [ ! -x bin/nmt-train ]; then
+    skip "bin/nmt-train not built yet"
+elif [ -z "${NMT_GPU_TRAIN_ARGS:-}" ]; then
+    skip "set NMT_GPU_TRAIN_ARGS to the nmt-train arguments (preset small, a batch stream, a seed, 50 steps)"
+else
+    # shellcheck disable=SC2086
+    if ! bin/nmt-train --backend cpu $NMT_GPU_TRAIN_ARGS --log "$out/train-cpu.jsonl" > "$out/train-cpu.out" 2>&1 ||
+        ! bin/nmt-train --backend cuda $NMT_GPU_TRAIN_ARGS --log "$out/train-cuda.jsonl" > "$out/train-cuda.out" 2>&1; then
+        fail "nmt-train (see $out/train-*.out)"
+    elif /usr/bin/python3 - "$out/train-cpu.jsonl" "$out/train-cuda.jsonl" <<'PY'; then
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l][:50]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"loss"' in l][:50]
+worst = max((abs(x - y) for x, y in zip(a, b)), default=float("inf"))
+print("steps compared: %d, largest loss difference %.3g" % (min(len(a), len(b)), worst))
+sys.exit(0 if len(a) == len(b) and len(a) > 0 and worst <= 1e-3 else 1)
+PY
+        pass "losses within 1e-3"
+    else
+        fail "losses differ by more than 1e-3"
+    fi
+fi
+
+echo "== decoding: cpu vs cuda, greedy"
+if [ ! -x bin/nmt-decode ]; then
+    skip "bin/nmt-decode not built yet"
+elif [ -z "${NMT_GPU_DECODE_ARGS:-}" ]; then
+    skip "set NMT_GPU_DECODE_ARGS to the nmt-decode arguments (checkpoint, test set, greedy)"
+else
+    # shellcheck disable=SC2086
+    if bin/nmt-decode --backend cpu $NMT_GPU_DECODE_ARGS > "$out/decode-cpu.txt" 2> "$out/decode-cpu.err" &&
+        bin/nmt-decode --backend cuda $NMT_GPU_DECODE_ARGS > "$out/decode-cuda.txt" 2> "$out/decode-cuda.err" &&
+        cmp "$out/decode-cpu.txt" "$out/decode-cuda.txt"; then
+        pass "same greedy translations"
+    else
+        fail "decoding differs or failed (see $out/decode-*)"
+    fi
+fi
+
+echo "== done: $([ $status -eq 0 ] && echo all steps that ran passed || echo FAILURES)"
+exit $status
