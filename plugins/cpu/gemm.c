@@ -14,6 +14,7 @@
  * OpenBLAS gemm); each is row-invariant. No packing: both operands are read along K, which is
  * contiguous for A (M,K) and for the weight B (N,K). */
 #include <immintrin.h>
+#include <stdlib.h>
 
 #include "cpu.h"
 
@@ -151,14 +152,17 @@ static void rowinv_body(void *arg, int64_t lo, int64_t hi, int tid)
     }
 }
 
+/* The AVX2+FMA path when the CPU has it, unless NMT_CPU_PORTABLE is set to a non-empty value other
+ * than 0 (read per call, so tests can check both paths). */
 static int have_avx2(void)
 {
-    static int cached = -1;
-    if (cached < 0) {
+    static int cpu = -1;
+    if (cpu < 0) {
         __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     }
-    return cached;
+    const char *e = getenv("NMT_CPU_PORTABLE");
+    return cpu && !(e && *e && strcmp(e, "0"));
 }
 
 int cpu_gemm_rowinv(nmt_bctx *ctx, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
