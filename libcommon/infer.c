@@ -256,14 +256,17 @@ static int host_ints(struct infer *in, size_t n)
 /* ---------------------------------------------------------------------------------------------
  * building blocks */
 
-/* y (N, out) = x (N, kin) W^T + b, W (out, kin). Invariant mode: products on blocks of
- * INFER_BLOCK rows, the last one padded through scratch, so each row's result is the same
- * whatever N is. */
+/* y (N, out) = x (N, kin) W^T + b, W (out, kin). Invariant mode: the backend's row-invariant
+ * product (gemm_rowinv) when it has one, else gemm on blocks of INFER_BLOCK rows, the last one
+ * padded through scratch; either way each row's result is the same whatever N is. */
 static int linear(struct infer *in, float *y, const float *x, const float *W, const float *bias, int N, int out,
                   int kin)
 {
     const struct nmt_backend *k = in->k;
-    if (!in->invariant) {
+    if (in->invariant && k->gemm_rowinv) {
+        if (bk(in, k->gemm_rowinv(in->ctx, N, out, kin, 1.0f, x, kin, W, kin, 0.0f, y, out), "gemm_rowinv") < 0)
+            return -1;
+    } else if (!in->invariant) {
         if (bk(in, k->gemm(in->ctx, 0, 1, N, out, kin, 1.0f, x, kin, W, kin, 0.0f, y, out), "gemm") < 0)
             return -1;
     } else {

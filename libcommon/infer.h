@@ -7,10 +7,10 @@
  * reproduces the training model's log-probabilities.
  *
  * Batch invariance: every computation is per row or per sentence (masked attention, row-wise layer
- * norm), except matrix products, whose BLAS results may depend on the number of rows. With
- * INFER_INVARIANT (the default) products run on fixed blocks of INFER_BLOCK rows (the last block
- * padded), so a row's result depends only on that row: a sentence translates the same in any
- * batch. */
+ * norm), except matrix products, whose BLAS results may depend on the number of rows. In
+ * invariant mode (the default) products run through the backend's row-invariant gemm_rowinv slot,
+ * or, when the backend lacks it, on fixed blocks of INFER_BLOCK rows (the last block padded), so a
+ * row's result depends only on that row: a sentence translates the same in any batch. */
 #ifndef NMT_INFER_H
 #define NMT_INFER_H
 
@@ -24,7 +24,7 @@
 struct infer;
 
 /* Creates the inference state for model M (not owned) on its backend BE (not owned); INVARIANT
- * non-zero runs products on fixed row blocks (see above). Returns it, or NULL with the error set. */
+ * non-zero makes products row-invariant (see above). Returns it, or NULL with the error set. */
 struct infer *infer_new(struct backend *be, struct model *m, int invariant);
 /* Frees IN and its device buffers; infer_free(NULL) is a no-op. */
 void infer_free(struct infer *in);

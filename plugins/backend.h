@@ -76,7 +76,7 @@
 #include <stdint.h>
 
 #define NMT_BACKEND_ABI_MAJOR 1
-#define NMT_BACKEND_ABI_MINOR 0
+#define NMT_BACKEND_ABI_MINOR 1
 #define NMT_BACKEND_ENTRY "nmt_backend_entry"
 
 /* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 1 kernels are F32. */
@@ -284,6 +284,18 @@ struct nmt_backend {
     int (*gelu_forward)(nmt_bctx *ctx, float *out, const float *x, size_t n);
     /* dx = dout * GELU'(x), X the forward input. */
     int (*gelu_backward)(nmt_bctx *ctx, float *dx, const float *dout, const float *x, size_t n);
+
+    /* ---- appended in ABI 1.1 (OPTIONAL) ---- */
+    /* Row-invariant product for inference: C (M,N) = alpha * A (M,K) @ B^T + beta * C, row-major,
+     * with A (M,K) lda >= K and B stored (N,K) ldb >= K (a linear layer's weight (out, in), i.e.
+     * gemm with transA 0, transB 1); ldc >= N; beta == 0: C is not read. M, N, K >= 0.
+     * Contract: the bits of output row i depend only on row i of A, on B, on row i of C and on
+     * N, K, alpha, beta; never on M, on the other rows, on where row i sits in the batch, or on
+     * the thread count. So a sentence decoded in a batch gets the same numbers as decoded alone.
+     * (Results may differ in the last bits from gemm, and between a plugin's code paths for
+     * different CPUs or devices.) The host uses gemm on fixed row blocks when this is absent. */
+    int (*gemm_rowinv)(nmt_bctx *ctx, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                       int ldb, float beta, float *C, int ldc);
     /* New slots are appended here, bumping NMT_BACKEND_ABI_MINOR. */
 };
 

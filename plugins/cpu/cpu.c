@@ -39,6 +39,9 @@ int cpu_adam_update(nmt_bctx *ctx, float *param, float *m, float *v, const float
 int cpu_sumsq(nmt_bctx *ctx, double *out, const float *x, size_t n);
 int cpu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K);
 int cpu_gather_rows(nmt_bctx *ctx, float *dst, const float *src, const int32_t *idx, int N, int64_t row);
+/* gemm.c */
+int cpu_gemm_rowinv(nmt_bctx *ctx, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                    float beta, float *C, int ldc);
 
 static _Thread_local char open_err[512];
 
@@ -284,6 +287,7 @@ static const struct nmt_backend cpu_table = {
     .gather_rows = cpu_gather_rows,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
+    .gemm_rowinv = cpu_gemm_rowinv,
 };
 
 __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void) { return &cpu_table; }

@@ -438,6 +438,52 @@ static int cu_gemm_batched(nmt_bctx *ctx, int transA, int transB, int M, int N, 
                       call);
 }
 
+/* gemm_rowinv: C (M,N) = alpha * A (M,K) @ B^T + beta * C, B stored (N,K). One thread per output
+ * element, 16x16 tiles staged through shared memory; each thread sums its products in increasing
+ * k with fmaf (one fixed order per element), so an element's bits depend only on its row of A, its
+ * row of B and K: never on M, the grid, or the other rows. */
+#define RI_TILE 16
+__global__ void k_gemm_rowinv(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                              float beta, float *C, int ldc)
+{
+    __shared__ float as[RI_TILE][RI_TILE + 1], bs[RI_TILE][RI_TILE + 1];
+    int ty = threadIdx.y, tx = threadIdx.x;
+    int i = blockIdx.y * RI_TILE + ty, j = blockIdx.x * RI_TILE + tx;
+    int bj = blockIdx.x * RI_TILE + ty; /* the B row this thread stages */
+    float s = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += RI_TILE) {
+        as[ty][tx] = i < M && k0 + tx < K ? A[(size_t)i * lda + k0 + tx] : 0.0f;
+        bs[ty][tx] = bj < N && k0 + tx < K ? B[(size_t)bj * ldb + k0 + tx] : 0.0f;
+        __syncthreads();
+        int kn = K - k0 < RI_TILE ? K - k0 : RI_TILE;
+        for (int k = 0; k < kn; k++)
+            s = fmaf(as[ty][k], bs[tx][k], s);
+        __syncthreads();
+    }
+    if (i < M && j < N) {
+        float v = alpha * s;
+        if (beta != 0.0f)
+            v = v + beta * C[(size_t)i * ldc + j];
+        C[(size_t)i * ldc + j] = v;
+    }
+}
+
+static int cu_gemm_rowinv(nmt_bctx *ctx, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                          int ldb, float beta, float *C, int ldc)
+{
+    if (check_gemm(ctx, "gemm_rowinv", 0, 1, M, N, K, lda, ldb, ldc) < 0)
+        return -1;
+    if (M == 0 || N == 0)
+        return 0;
+    cu_enter(ctx);
+    dim3 block(RI_TILE, RI_TILE), grid((unsigned)((N + RI_TILE - 1) / RI_TILE), (unsigned)((M + RI_TILE - 1) / RI_TILE));
+    if (K == 0 || alpha == 0.0f)
+        k_gemm_rowinv<<<grid, block, 0, ctx->stream>>>(M, N, 0, 0.0f, A, lda, B, ldb, beta, C, ldc);
+    else
+        k_gemm_rowinv<<<grid, block, 0, ctx->stream>>>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return cu_launched(ctx, "gemm_rowinv");
+}
+
 /* ---------------- the table ---------------- */
 
 static const struct nmt_backend cuda_table = {
@@ -482,6 +528,7 @@ static const struct nmt_backend cuda_table = {
     .gather_rows = cu_gather_rows,
     .gelu_forward = cu_gelu_forward,
     .gelu_backward = cu_gelu_backward,
+    .gemm_rowinv = cu_gemm_rowinv,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void)

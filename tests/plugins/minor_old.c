@@ -10,6 +10,7 @@ const struct nmt_backend *nmt_backend_entry(void)
     fill_slots(&table);
     table.name = "minor_old";
     table.score = score;
+    table.abi_minor = 0;
     table.size = offsetof(struct nmt_backend, gelu_forward);
     return &table;
 }

@@ -276,6 +276,18 @@ static void op_gelu(struct backend *b, struct result *r)
     fetch(b, r, o, n, 0);
 }
 
+static void op_gemm_rowinv(struct backend *b, struct result *r)
+{
+    static const int shapes[][3] = { { 1, 1, 1 }, { 7, 13, 5 }, { 33, 40, 64 }, { 64, 256, 256 }, { 5, 8000, 17 } };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], lda = K + 3, ldb = K + 1, ldc = N + 2;
+        float *A = drand(b, (size_t)M * lda, -1, 1), *B = drand(b, (size_t)N * ldb, -1, 1);
+        float *C = drand(b, (size_t)M * ldc, -1, 1);
+        r->rc |= OP(b, gemm_rowinv, M, N, K, 0.7f, A, lda, B, ldb, s % 2 ? 0.3f : 0.0f, C, ldc);
+        fetch(b, r, C, (size_t)M * ldc, 0);
+    }
+}
+
 static void op_xent(struct backend *b, struct result *r)
 {
     int N = 13, V = 101;
@@ -324,7 +336,7 @@ static const struct {
     const char *name;
     void (*run)(struct backend *, struct result *);
     double tol;
-    int optional; /* uses an optional slot */
+    int optional; /* uses an optional slot: 1 gelu, 2 gemm_rowinv */
 } ops[] = {
     { "gemm, gemm_batched", op_gemm, 1e-5, 0 },
     { "bias_add, bias_grad", op_bias, 1e-5, 0 },
@@ -335,6 +347,7 @@ static const struct {
     { "wide rows: layernorm D=512, bias_grad, topk and cross_entropy V=1000, gemm K=0", op_wide, 1e-4, 0 },
     { "add, axpy, scale, relu, dropout, memset_zero, copy", op_elementwise, 1e-6, 0 },
     { "gelu forward/backward", op_gelu, 1e-5, 1 },
+    { "gemm_rowinv (row-invariant product)", op_gemm_rowinv, 1e-5, 2 },
     { "cross_entropy", op_xent, 1e-5, 0 },
     { "adam_update, sumsq", op_optim, 1e-5, 0 },
     { "topk_logsoftmax, gather_rows", op_decode, 1e-5, 0 },
@@ -385,7 +398,7 @@ int main(void)
             continue;
         tested++;
         for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
-            if (ops[k].optional && !x->ops.gelu_forward) {
+            if ((ops[k].optional == 1 && !x->ops.gelu_forward) || (ops[k].optional == 2 && !x->ops.gemm_rowinv)) {
                 test_ok(1, "%s: %s # SKIP optional slot absent", x->ops.name, ops[k].name);
                 continue;
             }

@@ -142,6 +142,90 @@ static void test_gemm(void)
     free(A), free(B), free(C), free(R);
 }
 
+/* ---------------- gemm_rowinv ---------------- */
+
+static void test_gemm_rowinv_paths(const char *path)
+{
+    static const int shapes[][3] = { { 1, 1, 1 }, { 5, 7, 8 }, { 13, 17, 9 }, { 4, 3, 33 }, { 9, 50, 256 },
+                                     { 31, 4, 7 }, { 2, 2, 1 }, { 66, 41, 100 } };
+    double worst = 0;
+    int nanok = 1;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        int lda = K + 3, ldb = K + 1, ldc = N + 2;
+        float *A = frand((size_t)M * lda, -1, 1), *B = frand((size_t)N * ldb, -1, 1);
+        float *C = frand((size_t)M * ldc, -1, 1);
+        double *R = malloc((size_t)M * ldc * sizeof *R);
+        float beta = (s % 2) ? 0.5f : 0.0f;
+        if (beta == 0)
+            for (size_t i = 0; i < (size_t)M * ldc; i++)
+                C[i] = NAN;
+        ref_gemm(R, 0, 1, M, N, K, 1.5, A, lda, B, ldb, beta, C, ldc);
+        int rc = OPS.gemm_rowinv(CTX, M, N, K, 1.5f, A, lda, B, ldb, beta, C, ldc);
+        for (int i = 0; i < M; i++) {
+            double e = relerr(C + (size_t)i * ldc, R + (size_t)i * ldc, (size_t)N, 1);
+            if (rc != 0 || e > worst)
+                worst = rc ? INFINITY : e;
+            for (int j = 0; j < N; j++)
+                nanok &= !isnan(C[(size_t)i * ldc + j]);
+        }
+        free(A), free(B), free(C), free(R);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "gemm_rowinv, %s path (awkward shapes, padded ld, alpha, beta)", path);
+    report(what, worst, 1e-5);
+    test_ok(nanok, "gemm_rowinv, %s path: beta 0 ignores NaN in C", path);
+
+    /* row invariance: one row of A placed at different positions inside products of M rows, on
+     * 1 and 2 threads, always gives the same bits as that row alone */
+    static const int Ms[] = { 1, 2, 7, 8, 9, 31, 64, 200 };
+    static const int NK[][2] = { { 37, 45 }, { 256, 256 }, { 1000, 64 } };
+    int quick = getenv("NMT_TEST_QUICK") != NULL;
+    for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
+        int N = NK[s][0], K = NK[s][1], maxM = quick ? 31 : 200;
+        float *A = frand((size_t)maxM * K, -1, 1), *B = frand((size_t)N * K, -1, 1), *x = frand((size_t)K, -1, 1);
+        float *C = malloc((size_t)maxM * N * sizeof *C), *y = malloc((size_t)N * sizeof *y);
+        int same = OPS.gemm_rowinv(CTX, 1, N, K, 1.0f, x, K, B, K, 0.0f, y, N) == 0, tried = 0;
+        for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) {
+            int M = Ms[m];
+            if (M > maxM)
+                continue;
+            int where[3] = { 0, M / 2, M - 1 };
+            for (int w = 0; w < 3; w++)
+                for (int t = 0; t < 2; t++) {
+                    struct backend *c = t ? be : be1;
+                    float *Am = fcopy(A, (size_t)M * K);
+                    memcpy(Am + (size_t)where[w] * K, x, (size_t)K * sizeof *x);
+                    same &= c->ops.gemm_rowinv(c->ctx, M, N, K, 1.0f, Am, K, B, K, 0.0f, C, N) == 0 &&
+                            !memcmp(C + (size_t)where[w] * N, y, (size_t)N * sizeof *y);
+                    tried++;
+                    free(Am);
+                }
+        }
+        test_ok(same, "gemm_rowinv, %s path: a row gives identical bits alone and at %d positions inside products of "
+                      "M = 1..%d rows on 1 and 2 threads (N=%d K=%d)", path, tried, maxM, N, K);
+        free(A), free(B), free(x), free(C), free(y);
+    }
+}
+
+static void test_gemm_rowinv(void)
+{
+    test_ok(OPS.gemm_rowinv != NULL, "cpu plugin has the optional gemm_rowinv slot (ABI %u.%u)", OPS.abi_major,
+            OPS.abi_minor);
+    if (!OPS.gemm_rowinv)
+        return;
+    test_gemm_rowinv_paths("default");
+    setenv("NMT_CPU_PORTABLE", "1", 1);
+    test_gemm_rowinv_paths("portable");
+    unsetenv("NMT_CPU_PORTABLE");
+    test_ok(OPS.gemm_rowinv(CTX, 2, 2, 3, 1, (float[6]){ 0 }, 2, (float[6]){ 0 }, 3, 0, (float[4]){ 0 }, 2) < 0 &&
+                strstr(OPS.last_error(CTX), "leading dimension"),
+            "gemm_rowinv refuses lda < K: '%s'", OPS.last_error(CTX));
+    float c[4] = { 1, 2, 3, 4 };
+    test_ok(OPS.gemm_rowinv(CTX, 2, 2, 0, 1, c, 1, c, 1, 0.5f, c, 2) == 0 && c[0] == 0.5f && c[3] == 2.0f,
+            "gemm_rowinv with K = 0 scales C by beta");
+}
+
 /* ---------------- bias ---------------- */
 
 static void test_bias(void)
@@ -861,6 +945,7 @@ int main(void)
         return test_done();
     test_memory();
     test_gemm();
+    test_gemm_rowinv();
     test_bias();
     test_embedding();
     test_attention();

@@ -162,6 +162,12 @@ int main(void)
     if (!be)
         return test_done();
     make_data(60);
+    test_ok(be->ops.gemm_rowinv != NULL, "# the cpu backend's row-invariant product (gemm_rowinv)");
+    run(be, 0);
+    run(be, 1);
+    /* the host's fallback for a backend without gemm_rowinv: products on blocks of 8 rows */
+    be->ops.gemm_rowinv = NULL;
+    test_ok(1, "# without gemm_rowinv (fixed row blocks)");
     run(be, 0);
     run(be, 1);
     backend_close(be);

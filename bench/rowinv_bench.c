@@ -1,0 +1,84 @@
+/* rowinv_bench: GFLOP/s of the products of decoding (C = A W^T, A (M,K) activations, W (N,K) a
+ * weight) at the SMALL model's shapes, three ways through a backend plugin: gemm on all M rows
+ * (OpenBLAS: fast, not row-invariant), gemm on blocks of 8 rows (the host's row-invariant
+ * fallback), and gemm_rowinv (the row-invariant slot), with the ratio rowinv / full gemm.
+ * Usage: rowinv_bench [BACKEND [THREADS]]   (defaults: cpu, 2) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "backend.h"
+#include "util.h"
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Mode 0: gemm on M rows; 1: gemm on 8-row blocks (M a multiple of 8 here); 2: gemm_rowinv. */
+static int run(struct backend *be, int mode, int M, int N, int K, const float *A, const float *W, float *C)
+{
+    const struct nmt_backend *k = &be->ops;
+    if (mode == 0)
+        return k->gemm(be->ctx, 0, 1, M, N, K, 1, A, K, W, K, 0, C, N);
+    if (mode == 1) {
+        for (int r = 0; r < M; r += 8)
+            if (k->gemm(be->ctx, 0, 1, 8, N, K, 1, A + (size_t)r * K, K, W, K, 0, C + (size_t)r * N, N) < 0)
+                return -1;
+        return 0;
+    }
+    return k->gemm_rowinv(be->ctx, M, N, K, 1, A, K, W, K, 0, C, N);
+}
+
+int main(int argc, char **argv)
+{
+    struct nmt_backend_opts o = { .size = sizeof o, .threads = argc > 2 ? atoi(argv[2]) : 2 };
+    struct backend *be = backend_open(argc > 1 ? argv[1] : "cpu", &o);
+    if (!be) {
+        fprintf(stderr, "rowinv_bench: %s\n", nmt_errmsg());
+        return 1;
+    }
+    if (!be->ops.gemm_rowinv) {
+        fprintf(stderr, "rowinv_bench: backend %s has no gemm_rowinv slot\n", be->ops.name);
+        return 1;
+    }
+    static const int Ms[] = { 8, 32, 64, 128, 256 };
+    static const int NK[][2] = { { 256, 256 }, { 768, 256 }, { 1024, 256 }, { 256, 1024 }, { 8000, 256 } };
+    printf("%5s %5s %5s %12s %12s %12s %8s\n", "M", "N", "K", "gemm GF/s", "8-row GF/s", "rowinv GF/s", "ratio");
+    for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++)
+        for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) {
+            int M = Ms[m], N = NK[s][0], K = NK[s][1];
+            float *A = be->ops.alloc(be->ctx, (size_t)M * K * sizeof(float));
+            float *W = be->ops.alloc(be->ctx, (size_t)N * K * sizeof(float));
+            float *C = be->ops.alloc(be->ctx, (size_t)M * N * sizeof(float));
+            float *h = malloc((size_t)N * K * sizeof *h);
+            for (size_t i = 0; i < (size_t)N * K; i++)
+                h[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+            be->ops.upload(be->ctx, W, h, (size_t)N * K * sizeof *h);
+            be->ops.upload(be->ctx, A, h, (size_t)M * K * sizeof *h);
+            double gf[3];
+            for (int mode = 0; mode < 3; mode++) {
+                double flop = 2.0 * M * N * K, t0, t;
+                int reps = 0;
+                run(be, mode, M, N, K, A, W, C);
+                t0 = now();
+                do {
+                    run(be, mode, M, N, K, A, W, C);
+                    reps++;
+                } while ((t = now() - t0) < 0.2);
+                be->ops.sync(be->ctx);
+                t = now() - t0;
+                gf[mode] = flop * reps / t * 1e-9;
+            }
+            printf("%5d %5d %5d %12.1f %12.1f %12.1f %8.2f\n", M, N, K, gf[0], gf[1], gf[2], gf[2] / gf[0]);
+            fflush(stdout);
+            free(h);
+            be->ops.free(be->ctx, A);
+            be->ops.free(be->ctx, W);
+            be->ops.free(be->ctx, C);
+        }
+    backend_close(be);
+    return 0;
+}
