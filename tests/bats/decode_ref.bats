@@ -1,0 +1,15 @@
+#!/usr/bin/env bats
+# nmt-decode against a PyTorch greedy decode of the same checkpoint (tests/ref/make_decode_fixtures.py).
+
+@test "greedy translations equal PyTorch's on the fixture set" {
+    F="$NMT_SRCDIR/tests/fixtures/ref/decode"
+    nmt-decode -m "$F/model.ckpt" --out hyp < "$F/src.en" | nmt-cat | cut -f4 > "$BATS_TEST_TMPDIR/ours"
+    [ "$(wc -l < "$BATS_TEST_TMPDIR/ours")" -eq 40 ]
+    diff "$BATS_TEST_TMPDIR/ours" "$F/greedy.ids"
+}
+
+@test "beam 1 gives the same ids as PyTorch's greedy decode" {
+    F="$NMT_SRCDIR/tests/fixtures/ref/decode"
+    nmt-decode -m "$F/model.ckpt" --beam 1 --batch-variant --out hyp < "$F/src.en" | nmt-cat | cut -f4 > "$BATS_TEST_TMPDIR/ours"
+    diff "$BATS_TEST_TMPDIR/ours" "$F/greedy.ids"
+}
