@@ -250,3 +250,22 @@ int nmt_json_string(FILE *f, const char *s, size_t n)
     putc('"', f);
     return ferror(f) ? -1 : 0;
 }
+
+void nmt_put_token(FILE *f, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\\')
+            fputs("\\\\", f);
+        else if (c == ' ')
+            fputs("\\s", f);
+        else if (c == '\t')
+            fputs("\\t", f);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\x%02x", c);
+        else
+            putc(c, f);
+    }
+}

@@ -84,4 +84,7 @@ uint64_t nmt_fnv1a(uint64_t h, const void *data, size_t len);
 /* Writes S (N bytes) to F as a JSON string literal with quotes; invalid UTF-8 bytes become
  * U+FFFD. Returns 0, or -1 if the stream is in error. */
 int nmt_json_string(FILE *f, const char *s, size_t n);
+/* Writes token S (N bytes) to F for space-separated text: backslash, space, tab, newline and other
+ * control bytes become \\ \s \t \n \xHH (the escapes of nmt-cat and nmt-tokenize --text). */
+void nmt_put_token(FILE *f, const char *s, size_t n);
 #endif

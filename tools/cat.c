@@ -49,26 +49,6 @@ static void usage(FILE *f)
             "Exit status: 0 success, 1 invalid or unreadable stream, 2 usage error.\n");
 }
 
-/* Prints a token with backslash escapes for space, backslash and control bytes (text mode). */
-static void put_token(FILE *f, const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '\\')
-            fputs("\\\\", f);
-        else if (c == ' ')
-            fputs("\\s", f);
-        else if (c == '\t')
-            fputs("\\t", f);
-        else if (c == '\n')
-            fputs("\\n", f);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\x%02x", c);
-        else
-            putc(c, f);
-    }
-}
-
 static void put_ids(FILE *f, const uint32_t *ids, uint32_t n, int json)
 {
     if (json)
@@ -112,7 +92,7 @@ static int print_record(FILE *f, struct cat_state *st, const char *kind, const u
                 for (uint32_t i = 0; i < r->side[s].ntok; i++) {
                     if (i)
                         putc(' ', f);
-                    put_token(f, r->side[s].tok[i], r->side[s].len[i]);
+                    nmt_put_token(f, r->side[s].tok[i], r->side[s].len[i]);
                 }
             }
             putc('\n', f);

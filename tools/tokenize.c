@@ -79,26 +79,6 @@ struct state {
     uint64_t bad_utf8, bad_fields, bad_unpaired, bad_csv;
 };
 
-/* Prints a token for --text with the escapes of nmt-cat: \\ \s \t \n \xhh. */
-static void put_token(FILE *f, const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '\\')
-            fputs("\\\\", f);
-        else if (c == ' ')
-            fputs("\\s", f);
-        else if (c == '\t')
-            fputs("\\t", f);
-        else if (c == '\n')
-            fputs("\\n", f);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\x%02x", c);
-        else
-            putc(c, f);
-    }
-}
-
 static int grow_tok(struct state *st, unsigned s, uint32_t n)
 {
     if (n <= st->tokcap[s])
@@ -170,14 +150,14 @@ static int process(struct state *st, uint64_t index, unsigned nsides, const char
                     } else {
                         uint32_t pl;
                         const char *piece = vocab_piece(st->v, st->ids[s][i], &pl);
-                        put_token(f, piece, pl);
+                        nmt_put_token(f, piece, pl);
                     }
                 }
             } else {
                 for (uint32_t i = 0; i < st->pt[s].n; i++) {
                     if (i)
                         putc(' ', f);
-                    put_token(f, st->tokp[s][i], st->tokl[s][i]);
+                    nmt_put_token(f, st->tokp[s][i], st->tokl[s][i]);
                 }
             }
         }
