@@ -465,13 +465,19 @@ static int parse_header(struct rec_reader *r, const unsigned char *p, size_t n, 
         size_t len[2];
         char *s[2];
         for (int j = 0; j < 2; j++) {
-            if (end - p < 2)
+            if (end - p < 2) {
+                if (j)
+                    free(s[0]);
                 return fail(r, REC_ECORRUPT, off, "malformed provenance entry");
+            }
             len[j] = nmt_le16(p);
             p += 2;
             if (len[j] > (size_t)(end - p) ||
-                !(j == 0 ? valid_key((const char *)p, len[j]) : valid_value((const char *)p, len[j])))
+                !(j == 0 ? valid_key((const char *)p, len[j]) : valid_value((const char *)p, len[j]))) {
+                if (j)
+                    free(s[0]);
                 return fail(r, REC_ECORRUPT, off, "malformed provenance entry");
+            }
             s[j] = nmt_malloc(len[j] + 1);
             if (!s[j]) {
                 if (j)
