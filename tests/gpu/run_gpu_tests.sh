@@ -2,11 +2,14 @@
 # Runs the cuda plugin's tests on a machine with an NVIDIA GPU (they cannot run elsewhere):
 #   1. build (make tests-built), list the plugins: cuda must score > 0
 #   2. the op test: every kernel of cuda against cpu on random inputs (float32, 1e-4 relative)
-#   3. the op test under compute-sanitizer: memcheck (with leak check), racecheck, synccheck
-#   4. when nmt-train exists: the first 50 training steps on cpu and cuda (float32) give losses
+#   3. when nmt-train exists: the first 50 training steps on cpu and cuda (float32) give losses
 #      within 1e-3 (NMT_GPU_TRAIN_ARGS: the nmt-train arguments, e.g. preset, batch stream, seed)
-#   5. when nmt-decode exists: greedy translations identical on cpu and cuda (NMT_GPU_DECODE_ARGS)
+#   4. when nmt-decode exists: greedy translations identical on cpu and cuda (NMT_GPU_DECODE_ARGS)
+#   5. the op test under compute-sanitizer: memcheck (with leak check), racecheck, synccheck
+#      (each limited to NMT_GPU_SANITIZER_TIMEOUT seconds, default 900)
 # Usage: tests/gpu/run_gpu_tests.sh [OUTDIR]   (logs go to OUTDIR, default /tmp/nmt-gpu-tests)
+# NMT_GPU_NO_BUILD=1 uses the binaries already in bin/ (built elsewhere, e.g. on a machine with the
+# -dev packages) and NMT_GPU_OPS_TEST names the op-test binary (default build/tests/test_backend_ops).
 # Exit status 0 when every step that ran passed, 1 otherwise. Skipped steps say why.
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,9 +22,14 @@ pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; status=1; }
 skip() { echo "SKIP $*"; }
 
+ops_test=${NMT_GPU_OPS_TEST:-build/tests/test_backend_ops}
 echo "== build"
-make -j"$(nproc)" tests-built > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; fail "build"; exit 1; }
-tail -1 "$out/build.log"
+if [ -n "${NMT_GPU_NO_BUILD:-}" ]; then
+    skip "build (NMT_GPU_NO_BUILD: using the binaries in bin/ and $ops_test)"
+else
+    make -j"$(nproc)" tests-built > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; fail "build"; exit 1; }
+    tail -1 "$out/build.log"
+fi
 [ -f bin/nmt-backend-cuda.so ] || { fail "bin/nmt-backend-cuda.so was not built (is nvcc on PATH?)"; exit 1; }
 command -v nvidia-smi > /dev/null && nvidia-smi -L
 
@@ -37,31 +45,13 @@ bin/nmt-backends --backend cuda | tee "$out/cuda-props.txt" || fail "nmt-backend
 if grep -q '^default: cuda ' "$out/backends.txt"; then pass "auto picks cuda"; else fail "auto does not pick cuda"; fi
 
 echo "== op test (cuda vs cpu)"
-build/tests/test_backend_ops > "$out/ops.tap" 2>&1
+"$ops_test" > "$out/ops.tap" 2>&1
 rc=$?
 grep -E '^(not )?ok' "$out/ops.tap" | grep -E 'cuda|not ok'
 if [ $rc -eq 0 ] && grep -q '^ok .* cuda vs cpu' "$out/ops.tap" && ! grep -q '^not ok' "$out/ops.tap"; then
     pass "op test"
 else
     fail "op test (see $out/ops.tap)"
-fi
-
-echo "== compute-sanitizer"
-cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-if [ -z "$cs" ]; then
-    skip "compute-sanitizer not found"
-else
-    for tool in memcheck racecheck synccheck; do
-        extra=()
-        [ $tool = memcheck ] && extra=(--leak-check full)
-        if NMT_TEST_QUICK=1 "$cs" --tool $tool "${extra[@]}" --error-exitcode 9 build/tests/test_backend_ops \
-            > "$out/sanitizer-$tool.log" 2>&1; then
-            pass "compute-sanitizer $tool"
-        else
-            grep -m 20 -E '=========' "$out/sanitizer-$tool.log"
-            fail "compute-sanitizer $tool (see $out/sanitizer-$tool.log)"
-        fi
-    done
 fi
 
 echo "== training: cpu vs cuda, float32, 50 steps"
@@ -102,6 +92,24 @@ else
     else
         fail "decoding differs or failed (see $out/decode-*)"
     fi
+fi
+
+echo "== compute-sanitizer"
+cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -z "$cs" ]; then
+    skip "compute-sanitizer not found"
+else
+    for tool in memcheck racecheck synccheck; do
+        extra=()
+        [ $tool = memcheck ] && extra=(--leak-check full)
+        if NMT_TEST_QUICK=1 timeout "${NMT_GPU_SANITIZER_TIMEOUT:-900}" "$cs" --tool $tool "${extra[@]}" --error-exitcode 9 "$ops_test" \
+            > "$out/sanitizer-$tool.log" 2>&1; then
+            pass "compute-sanitizer $tool"
+        else
+            grep -m 20 -E '=========' "$out/sanitizer-$tool.log"
+            fail "compute-sanitizer $tool (see $out/sanitizer-$tool.log)"
+        fi
+    done
 fi
 
 echo "== done: $([ $status -eq 0 ] && echo all steps that ran passed || echo FAILURES)"
