@@ -13,6 +13,42 @@
 
 #include "util.h"
 
+/* ---- the three open-addressing tables below share their storage scheme: a power-of-two array of
+ * entries, each with a stamp; an entry is empty unless its stamp is the table's current one ---- */
+
+/* Grows *E (*CAP entries of SIZE bytes) to the least power of two >= MIN holding WANT keys at half
+ * load, and starts a new generation (*STAMP + 1; all entries zeroed when it wraps). Returns log2 of
+ * the capacity, or -1 (memory: the table is then empty). */
+static int stamp_table_reset(void **e, size_t *cap, uint32_t *stamp, size_t size, size_t min, size_t want)
+{
+    size_t need = min;
+    int lg = 0;
+    while (((size_t)1 << lg) < min)
+        lg++;
+    while (need < want * 2) {
+        need *= 2;
+        lg++;
+    }
+    if (need > *cap) {
+        free(*e);
+        *e = nmt_calloc(need, size);
+        if (!*e) {
+            *cap = 0;
+            return -1;
+        }
+        *cap = need;
+        *stamp = 0;
+    } else {
+        while (((size_t)1 << lg) < *cap)
+            lg++;
+    }
+    if (++*stamp == 0) {
+        memset(*e, 0, *cap * size);
+        *stamp = 1;
+    }
+    return lg;
+}
+
 /* ---- n-gram table: keys are (kind, int sequence); cleared in O(1) by a stamp ---- */
 
 typedef struct {
@@ -32,24 +68,10 @@ typedef struct {
 
 static int ng_reset(ng_tab *t, size_t want)
 {
-    size_t need = 16;
-    while (need < want * 2)
-        need *= 2;
-    if (need > t->cap) {
-        free(t->e);
-        t->e = nmt_calloc(need, sizeof *t->e);
-        if (!t->e) {
-            t->cap = 0;
-            return -1;
-        }
-        t->cap = need;
-        t->stamp = 0;
-    }
-    if (++t->stamp == 0) {
-        memset(t->e, 0, t->cap * sizeof *t->e);
-        t->stamp = 1;
-    }
-    return 0;
+    void *e = t->e;
+    int lg = stamp_table_reset(&e, &t->cap, &t->stamp, sizeof *t->e, 16, want);
+    t->e = e;
+    return lg < 0 ? -1 : 0;
 }
 
 static inline uint64_t ng_mix(uint64_t h, int32_t x)
@@ -116,28 +138,12 @@ typedef struct {
 
 static int pk_reset(pk_tab *t, size_t want)
 {
-    size_t need = 64;
-    int lg = 6;
-    while (need < want * 2) {
-        need *= 2;
-        lg++;
-    }
-    if (need > t->cap) {
-        free(t->e);
-        t->e = nmt_calloc(need, sizeof *t->e);
-        if (!t->e) {
-            t->cap = 0;
-            return -1;
-        }
-        t->cap = need;
+    void *e = t->e;
+    int lg = stamp_table_reset(&e, &t->cap, &t->stamp, sizeof *t->e, 64, want);
+    t->e = e;
+    if (lg >= 0)
         t->shift = 64 - lg;
-        t->stamp = 0;
-    }
-    if (++t->stamp == 0) {
-        memset(t->e, 0, t->cap * sizeof *t->e);
-        t->stamp = 1;
-    }
-    return 0;
+    return lg < 0 ? -1 : 0;
 }
 
 /* Finds KEY; inserts it zeroed when INSERT. NULL when absent. */
@@ -247,24 +253,10 @@ typedef struct {
 
 static int bs_reset(bs_tab *t, size_t want)
 {
-    size_t need = 64;
-    while (need < want * 2)
-        need *= 2;
-    if (need > t->cap) {
-        free(t->e);
-        t->e = nmt_calloc(need, sizeof *t->e);
-        if (!t->e) {
-            t->cap = 0;
-            return -1;
-        }
-        t->cap = need;
-        t->stamp = 0;
-    }
-    if (++t->stamp == 0) {
-        memset(t->e, 0, t->cap * sizeof *t->e);
-        t->stamp = 1;
-    }
-    return 0;
+    void *e = t->e;
+    int lg = stamp_table_reset(&e, &t->cap, &t->stamp, sizeof *t->e, 64, want);
+    t->e = e;
+    return lg < 0 ? -1 : 0;
 }
 
 /* Returns the id of token P[0..LEN) (a new id *NEXT, then *NEXT+1, when unseen). END is the end

@@ -369,31 +369,71 @@ static const unsigned char re13a_tab[128] = {
 };
 static inline int re13a_sym(int32_t c) { return c >= 0 && c < 128 && re13a_tab[c]; }
 
+/* One regex substitution "(c) -> ' c '" for every code point C of IN with PAD(C), IN -> OUT. */
+static int pad_chars(const bleu_cps *in, bleu_cps *out, int (*pad)(int32_t))
+{
+    size_t k = 0;
+    out->n = 0;
+    if (bleu_cps_reserve(out, in->n * 3 + 1) < 0)
+        return -1;
+    for (size_t i = 0; i < in->n; i++) {
+        int32_t c = in->p[i];
+        if (pad(c))
+            out->p[k++] = ' ';
+        out->p[k++] = c;
+        if (pad(c))
+            out->p[k++] = ' ';
+    }
+    out->n = k;
+    return 0;
+}
+
+/* One regex substitution "(L)(R)" -> "\1 \2 " (or " \1 \2" when SPACE_FIRST), scanning IN left to
+ * right without overlaps as re.sub does: a pair is two code points a, b with LEFT(a) and RIGHT(b). */
+static int split_pairs(const bleu_cps *in, bleu_cps *out, int (*left)(int32_t), int (*right)(int32_t),
+                       int space_first)
+{
+    size_t n = in->n, k = 0;
+    out->n = 0;
+    if (bleu_cps_reserve(out, n * 2 + 1) < 0)
+        return -1;
+    for (size_t i = 0; i < n;) {
+        if (i + 1 < n && left(in->p[i]) && right(in->p[i + 1])) {
+            if (space_first)
+                out->p[k++] = ' ';
+            out->p[k++] = in->p[i];
+            out->p[k++] = ' ';
+            out->p[k++] = in->p[i + 1];
+            if (!space_first)
+                out->p[k++] = ' ';
+            i += 2;
+        } else
+            out->p[k++] = in->p[i++];
+    }
+    out->n = k;
+    return 0;
+}
+
+static int not_digit(int32_t c) { return !is_digit(c); }
+static int digit(int32_t c) { return is_digit(c); }
+static int dot_comma(int32_t c) { return c == '.' || c == ','; }
+static int dash(int32_t c) { return c == '-'; }
+static int sym13a(int32_t c) { return re13a_sym(c); }
+
 /* sacreBLEU's TokenizerRegexp (shared by 13a and zh): four regex substitutions applied in turn,
  * each scanning left to right without overlaps. IN -> OUT, W as scratch. */
 static int tok_regexp(const bleu_cps *in, bleu_cps *out, bleu_cps *w, int ter_s)
 {
-    size_t n = in->n, k = 0;
-    /* 1: symbol -> " c " */
-    w->n = 0;
-    if (bleu_cps_reserve(w, n * 3 + 1) < 0)
-        return -1;
-    int punct = 0, dash = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t c = in->p[i];
-        punct |= c == '.' || c == ',';
-        dash |= c == '-';
-        if (re13a_sym(c)) {
-            w->p[k++] = ' ';
-            w->p[k++] = c;
-            w->p[k++] = ' ';
-        } else
-            w->p[k++] = c;
+    int punct = 0, has_dash = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        punct |= dot_comma(in->p[i]);
+        has_dash |= dash(in->p[i]);
     }
-    w->n = k;
+    /* 1: symbol -> " c " */
+    if (pad_chars(in, w, sym13a) < 0)
+        return -1;
     if (ter_s) { /* Tercom: "'s " -> " 's " */
-        n = w->n;
-        k = 0;
+        size_t n = w->n, k = 0;
         out->n = 0;
         if (bleu_cps_reserve(out, n * 2 + 1) < 0)
             return -1;
@@ -410,61 +450,14 @@ static int tok_regexp(const bleu_cps *in, bleu_cps *out, bleu_cps *w, int ter_s)
         out->n = k;
         swap_cps(out, w);
     }
-    if (!punct && !dash) { /* regexes 2-4 cannot match */
+    if (!punct && !has_dash) { /* regexes 2-4 cannot match */
         swap_cps(out, w);
         return 0;
     }
-    /* 2: ([^0-9])([\.,]) -> "\1 \2 " */
-    n = w->n;
-    k = 0;
-    out->n = 0;
-    if (bleu_cps_reserve(out, n * 2 + 1) < 0)
+    /* 2: ([^0-9])([\.,]) -> "\1 \2 ";  3: ([\.,])([^0-9]) -> " \1 \2";  4: ([0-9])(-) -> "\1 \2 " */
+    if (split_pairs(w, out, not_digit, dot_comma, 0) < 0 || split_pairs(out, w, dot_comma, not_digit, 1) < 0 ||
+        split_pairs(w, out, digit, dash, 0) < 0)
         return -1;
-    for (size_t i = 0; i < n;) {
-        if (i + 1 < n && !is_digit(w->p[i]) && (w->p[i + 1] == '.' || w->p[i + 1] == ',')) {
-            out->p[k++] = w->p[i];
-            out->p[k++] = ' ';
-            out->p[k++] = w->p[i + 1];
-            out->p[k++] = ' ';
-            i += 2;
-        } else
-            out->p[k++] = w->p[i++];
-    }
-    out->n = k;
-    /* 3: ([\.,])([^0-9]) -> " \1 \2" */
-    n = out->n;
-    k = 0;
-    w->n = 0;
-    if (bleu_cps_reserve(w, n * 2 + 1) < 0)
-        return -1;
-    for (size_t i = 0; i < n;) {
-        if (i + 1 < n && (out->p[i] == '.' || out->p[i] == ',') && !is_digit(out->p[i + 1])) {
-            w->p[k++] = ' ';
-            w->p[k++] = out->p[i];
-            w->p[k++] = ' ';
-            w->p[k++] = out->p[i + 1];
-            i += 2;
-        } else
-            w->p[k++] = out->p[i++];
-    }
-    w->n = k;
-    /* 4: ([0-9])(-) -> "\1 \2 " */
-    n = w->n;
-    k = 0;
-    out->n = 0;
-    if (bleu_cps_reserve(out, n * 2 + 1) < 0)
-        return -1;
-    for (size_t i = 0; i < n;) {
-        if (i + 1 < n && is_digit(w->p[i]) && w->p[i + 1] == '-') {
-            out->p[k++] = w->p[i];
-            out->p[k++] = ' ';
-            out->p[k++] = '-';
-            out->p[k++] = ' ';
-            i += 2;
-        } else
-            out->p[k++] = w->p[i++];
-    }
-    out->n = k;
     return 0;
 }
 
@@ -593,57 +586,17 @@ static int cat_is(int32_t c, char major)
     }
 }
 
+static int not_number(int32_t c) { return !cat_is(c, 'N'); }
+static int punctuation(int32_t c) { return cat_is(c, 'P'); }
+static int symbol(int32_t c) { return cat_is(c, 'S'); }
+
 /* mteval-v14 "international" tokenization: (\P{N})(\p{P}) -> "\1 \2 ", (\p{P})(\P{N}) ->
  * " \1 \2", (\p{S}) -> " \1 ". */
 static int tok_intl(const bleu_cps *in, bleu_cps *out, bleu_tokws *ws)
 {
-    bleu_cps *a = &ws->a, *b = &ws->b;
-    size_t n = in->n, k = 0;
-    a->n = 0;
-    if (bleu_cps_reserve(a, n * 2 + 1) < 0)
+    if (split_pairs(in, &ws->a, not_number, punctuation, 0) < 0 ||
+        split_pairs(&ws->a, &ws->b, punctuation, not_number, 1) < 0 || pad_chars(&ws->b, out, symbol) < 0)
         return -1;
-    for (size_t i = 0; i < n;) {
-        if (i + 1 < n && !cat_is(in->p[i], 'N') && cat_is(in->p[i + 1], 'P')) {
-            a->p[k++] = in->p[i];
-            a->p[k++] = ' ';
-            a->p[k++] = in->p[i + 1];
-            a->p[k++] = ' ';
-            i += 2;
-        } else
-            a->p[k++] = in->p[i++];
-    }
-    a->n = k;
-    n = a->n;
-    k = 0;
-    b->n = 0;
-    if (bleu_cps_reserve(b, n * 2 + 1) < 0)
-        return -1;
-    for (size_t i = 0; i < n;) {
-        if (i + 1 < n && cat_is(a->p[i], 'P') && !cat_is(a->p[i + 1], 'N')) {
-            b->p[k++] = ' ';
-            b->p[k++] = a->p[i];
-            b->p[k++] = ' ';
-            b->p[k++] = a->p[i + 1];
-            i += 2;
-        } else
-            b->p[k++] = a->p[i++];
-    }
-    b->n = k;
-    n = b->n;
-    k = 0;
-    out->n = 0;
-    if (bleu_cps_reserve(out, n * 3 + 1) < 0)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        int32_t c = b->p[i];
-        if (cat_is(c, 'S')) {
-            out->p[k++] = ' ';
-            out->p[k++] = c;
-            out->p[k++] = ' ';
-        } else
-            out->p[k++] = c;
-    }
-    out->n = k;
     return 0;
 }
 

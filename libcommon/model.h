@@ -129,31 +129,6 @@ int model_save(struct model *m, struct st_writer *w, int opt);
  * M's. 0, or -1 with the error naming the first missing or mis-shaped tensor. */
 int model_load(struct model *m, const struct st_file *f, int opt);
 
-/* ---- inference: incremental decoding for nmt-decode ----
- * model_encode runs the encoder once per batch of sources; model_decode_begin attaches N hypotheses
- * (rows) to source rows; each model_decode_step feeds one token per row and returns the best next
- * tokens, reusing cached self-attention keys/values of the earlier steps and the encoder-decoder
- * keys/values computed once; model_decode_reorder keeps, reorders or repeats rows (beam search,
- * finished hypotheses leaving the batch). Dropout is off. One decoding session per model at a time;
- * model_step in between is allowed after model_decode_begin (the session keeps its own memory). */
-
-/* Runs the encoder on the source side of BR (its target side is not read: T may be 1 with all
- * tgt_len 0) and computes each decoder layer's encoder-decoder keys and values. 0 or -1. */
-int model_encode(struct model *m, const struct batch_record *br);
-/* Starts decoding N hypotheses: hypothesis i translates row SRC_ROW[i] (host) of the last encoded
- * batch; at most TMAX tokens are fed. 0 or -1 (bad row, out of memory). */
-int model_decode_begin(struct model *m, const int32_t *src_row, int n, int tmax);
-/* Feeds TOK[i] (host; NMT_BOS first) to hypothesis i at the next position and writes, for each
- * hypothesis, the K (1..64) largest next-token log-probabilities, sorted descending, into VALUES
- * (host, n x K) with their ids in IDS (host, n x K); LOGITS (host, n x V), if not NULL, receives the
- * raw logits. 0 or -1 (more than TMAX steps, id out of range). */
-int model_decode_step(struct model *m, const uint32_t *tok, int k, float *values, int32_t *ids, float *logits);
-/* Replaces the hypotheses by hypotheses IDX[0..n) (host) of the current ones, n at most the N of
- * model_decode_begin (indices may repeat). 0 or -1. */
-int model_decode_reorder(struct model *m, const int32_t *idx, int n);
-/* Returns the number of tokens fed so far in the decoding session. */
-int model_decode_len(const struct model *m);
-
 /* Returns the matrix-product FLOPs of one training step (forward + backward = 3 x forward) on batch
  * BR, counting only non-padding tokens: with Ns/Nt the source/target tokens and s_b/t_b the lengths,
  *   forward = 2 Ns Le (4d^2 + 2 d ff) + 2 Nt Ld (6d^2 + 2 d ff) + 2 Ns Ld 2d^2 + 2 Nt d V

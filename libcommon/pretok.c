@@ -117,6 +117,17 @@ void pretok_free(struct pretok *p)
     memset(p, 0, sizeof *p);
 }
 
+/* Appends the character at U (N bytes left) to OUT, or U+FFFD for a byte that does not start a valid
+ * UTF-8 sequence; returns the bytes consumed, or -1 (memory). */
+static int detok_put_char(const unsigned char *u, size_t n, struct nmt_buf *out)
+{
+    int32_t cp;
+    int k = text_utf8_next(u, n, &cp);
+    if (cp < 0)
+        return nmt_buf_append(out, "\xEF\xBF\xBD", 3) < 0 ? -1 : 1;
+    return nmt_buf_append(out, u, (size_t)k) < 0 ? -1 : k;
+}
+
 int pretok_detok(const char *s, size_t len, struct nmt_buf *out)
 {
     out->len = 0;
@@ -134,18 +145,13 @@ int pretok_detok(const char *s, size_t len, struct nmt_buf *out)
                 i += 3;
                 continue;
             }
-            if (memcmp(u + i, PRETOK_ESC, 3) == 0 && i + 3 < len) {
-                int32_t cp;
-                int n = text_utf8_next(u + i + 3, len - i - 3, &cp);
-                if (nmt_buf_append(out, u + i + 3, (size_t)n) < 0)
-                    return -1;
-                i += 3 + (size_t)n;
-                continue;
-            }
+            if (memcmp(u + i, PRETOK_ESC, 3) == 0 && i + 3 < len)
+                i += 3; /* the escaped character follows */
         }
-        if (nmt_buf_append(out, u + i, 1) < 0)
+        int k = detok_put_char(u + i, len - i, out);
+        if (k < 0)
             return -1;
-        i++;
+        i += (size_t)k;
     }
     return 0;
 }

@@ -32,8 +32,9 @@ int pretok_run(struct pretok *p, const char *s, size_t len);
 /* Frees P's memory (not P). */
 void pretok_free(struct pretok *p);
 /* Replaces OUT's content with the text that the concatenated pieces S (LEN bytes) stand for:
- * drops one leading '▁', turns '▁' into a space and "␛c" into c. Bytes that are not valid UTF-8
- * (possible only for made-up id sequences) are copied as they are. Returns 0 or -1 (memory). */
+ * drops one leading '▁', turns '▁' into a space and "␛c" into c. Each byte that does not start a
+ * valid UTF-8 sequence (possible only for made-up id sequences, e.g. a model's output) becomes
+ * U+FFFD, so the text is always valid UTF-8. Returns 0 or -1 (memory). */
 int pretok_detok(const char *s, size_t len, struct nmt_buf *out);
 
 #endif

@@ -81,8 +81,9 @@ $(OUT)/%.hyp: $(OUT)/%.$(SRC) $(OUT)/model.avg.ckpt
 $(OUT)/%.scores: $(OUT)/%.hyp $(OUT)/%.$(TGT)
 	$(NMT_ENV) nmt-bleu $(OUT)/$*.$(TGT) -i $< -m bleu chrf $(BLEU_OPTS) -f text > $@
 
-.PHONY: vocab batches train avg translate score clean
+.PHONY: vocab batches texts train avg translate score clean
 vocab: $(OUT)/vocab.bpe
+texts: $(foreach s,$(VALID) $(TEST),$(OUT)/$(s).$(SRC) $(OUT)/$(s).$(TGT))
 batches: $(OUT)/$(TRAIN).batches $(OUT)/$(VALID).batches
 train: $(OUT)/model.ckpt
 avg: $(OUT)/model.avg.ckpt

@@ -119,6 +119,14 @@ small_vocab() { # a vocabulary learnt from the adversarial fixtures and some Mul
     [[ "$output" == *"line 1: unknown piece 'zzzz'"* ]]
 }
 
+@test "--decode: byte pieces that do not form UTF-8 come out as U+FFFD, never as invalid text" {
+    # ids 4 + byte: 0xA4 alone, 0xC3 0xA4 (a valid 'ä'), 0xC3 before a lead byte, 0xF0 cut short
+    printf '%d %d %d %d %d\n' $((4 + 0xA4)) $((4 + 0xC3)) $((4 + 0xA4)) $((4 + 0xC3)) $((4 + 0xF0)) > "$TMP/ids.txt"
+    nmt-tokenize -D -t -v "$F/tiny.vocab" "$TMP/ids.txt" > "$TMP/out"
+    printf '\xef\xbf\xbd\xc3\xa4\xef\xbf\xbd\xef\xbf\xbd\n' | cmp - "$TMP/out"
+    nmt-bleu "$TMP/out" -i "$TMP/out" -m bleu > /dev/null
+}
+
 @test "byte fallback: characters outside the vocabulary never map to <unk>" {
     printf 'low 日本 😀\n' > "$TMP/x"
     run nmt-tokenize -v "$F/tiny.vocab" --text "$TMP/x"

@@ -71,6 +71,18 @@ int main(void)
     test_ok(pretok_run(&p, "", 0) == 0 && p.n == 0, "empty line: no pieces");
     test_ok(pretok_run(&p, "a\xFF", 2) < 0, "invalid UTF-8 refused: %s", nmt_errmsg());
     test_ok(pretok_run(&p, "e\xCC\x81x", 4) == 0 && p.n == 1, "combining mark stays with its letter");
+    {
+        /* byte pieces a model put in an impossible order: each stray byte becomes U+FFFD */
+        struct nmt_buf back = {0};
+        const char *cat = "\xE2\x96\x81" "a" "\xC3" "\xE2\x96\x81" "\xA4" "\xC3\xA4" "\xE2\x90\x9B" "\xFF"
+                          "\xF0\x9F";
+        const char *fffd = "a" "\xEF\xBF\xBD" " " "\xEF\xBF\xBD" "\xC3\xA4" "\xEF\xBF\xBD" "\xEF\xBF\xBD"
+                           "\xEF\xBF\xBD";
+        test_ok(pretok_detok(cat, strlen(cat), &back) == 0 && back.len == strlen(fffd) &&
+                    memcmp(back.data, fffd, back.len) == 0,
+                "detok: invalid bytes (lone lead, lone continuation, escaped 0xFF, cut 4-byte) become U+FFFD");
+        nmt_buf_free(&back);
+    }
     pretok_free(&p);
 
     /* a small vocabulary from the fixture text itself, with few chars so byte fallback happens */

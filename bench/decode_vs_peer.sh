@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# nmt-decode against the PyTorch peer's decoding, side by side, same weights, same token ids, 2 threads:
+#   bash bench/decode_vs_peer.sh CHECKPOINT VOCAB SOURCE [ROUNDS]
+# CHECKPOINT: an nmt checkpoint (the peer loads the same weights through bench/peer_decode.py);
+# VOCAB: its vocabulary; SOURCE: raw source text (e.g. test_2016_flickr.en). Greedy with batches of
+# 64 sentences and beam 4 (alpha 0.6) with batches of 32; nmt batches by source tokens, so it gets
+# --max-tokens = 64 (or 32) times the mean source length. Each round runs nmt then the peer in each
+# mode; prints sentences/s, target tokens/s and peak RSS (/usr/bin/time), and how many outputs agree.
+# Needs /usr/bin/python3 with python3-torch, the peer (PEER=../shared/bench/torch_peer/train.py), and
+# libopenblas0-openmp for the peer's OpenBLAS (its README). Run alone: the machine has 2 cores.
+set -u
+[ $# -ge 3 ] || { sed -n 2,11p "$0" >&2; exit 2; }
+ckpt=$1 vocab=$2 src=$3 rounds=${4:-2}
+top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
+peer=${PEER:-$top/../shared/bench/torch_peer/train.py}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+"$B/nmt-tokenize" --vocab "$vocab" < "$src" > "$tmp/src.ids" || exit 1
+"$B/nmt-tokenize" --vocab "$vocab" --text=ids < "$src" > "$tmp/src.txt" || exit 1
+n=$(wc -l < "$tmp/src.txt")
+mean=$(awk '{t += NF + 1} END {printf "%.2f", t / NR}' "$tmp/src.txt")
+echo "$n sentences, mean source length $mean tokens (EOS included)"
+for r in $(seq "$rounds"); do
+    for m in "1 64" "4 32"; do
+        set -- $m
+        mt=$(awk -v m="$mean" -v b="$2" 'BEGIN {printf "%d", m * b}')
+        /usr/bin/time -f "%e %M" -o "$tmp/time" "$B/nmt-decode" -m "$ckpt" --in ids --out hyp --threads 2 --beam $1 \
+            --alpha 0.6 --max-tokens "$mt" -i "$tmp/src.ids" -o "$tmp/ours.hyp" || exit 1
+        "$B/nmt-cat" "$tmp/ours.hyp" | cut -f4 > "$tmp/ours.txt"
+        read -r s kb < "$tmp/time"
+        tok=$(awk '{t += NF} END {print t}' "$tmp/ours.txt")
+        awk -v s="$s" -v kb="$kb" -v n="$n" -v t="$tok" -v b="$1" -v mt="$mt" 'BEGIN {
+            printf "round %d beam %d nmt  (max-tokens %d): %.2f s, %.0f sentences/s, %.0f target tokens/s, peak RSS %d MB\n",
+                   '"$r"', b, mt, s, n / s, t / s, kb / 1024 }'
+        out=$(LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/time -f "%e %M" -o "$tmp/time" \
+            /usr/bin/python3 "$top/bench/peer_decode.py" --peer "$peer" --ckpt "$ckpt" --ids "$tmp/src.txt" \
+            --beam $1 --batch $2 --alpha 0.6 --threads 2 --out "$tmp/peer.txt") || exit 1
+        read -r s kb < "$tmp/time"
+        same=$(paste "$tmp/ours.txt" "$tmp/peer.txt" | awk -F'\t' '$1 == $2' | wc -l)
+        echo "$out" | sed 's/^DECODE //' | /usr/bin/python3 -c "
+import json, sys; d = json.load(sys.stdin)
+print('round %d beam %d peer (batch %d): %.2f s in decoding (%.2f s whole process), %.0f sentences/s, %.0f target tokens/s, peak RSS %d MB; same output as nmt: %d/%d'
+      % ($r, $1, $2, d['decode_s'], $s, d['sent_per_s'], d['tgt_tok_per_s'], $kb / 1024, $same, $n))"
+    done
+done
