@@ -6,12 +6,13 @@
 # 64 sentences and beam 4 (alpha 0.6) with batches of 32; nmt batches by source tokens, so it gets
 # --max-tokens = 64 (or 32) times the mean source length. Each round runs nmt then the peer in each
 # mode; prints sentences/s, target tokens/s and peak RSS (/usr/bin/time), and how many outputs agree,
-# then per mode the median sentences/s of each side and their ratio (nmt: whole command, checkpoint
-# load and tokenization included; peer: its decoding loop only, as its `decode` command reports).
+# then per mode the median sentences/s of each side and their ratio (nmt: the whole command, from
+# ids to hyp stream, checkpoint load included; peer: its decoding loop only, as its `decode` reports).
 # Needs /usr/bin/python3 with python3-torch, the peer (PEER=../shared/bench/torch_peer/train.py), and
-# libopenblas0-openmp for the peer's OpenBLAS (its README). Run alone: the machine has 2 cores.
+# libopenblas0-openmp for the peer's OpenBLAS (its README; PEER_BLAS=DIR picks another directory for
+# the peer's LD_LIBRARY_PATH, PEER_BLAS= the system default). Run alone: the machine has 2 cores.
 set -u
-[ $# -ge 3 ] || { sed -n 2,11p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,13p "$0" >&2; exit 2; }
 ckpt=$1 vocab=$2 src=$3 rounds=${4:-2}
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 peer=${PEER:-$top/../shared/bench/torch_peer/train.py}
@@ -33,7 +34,7 @@ for r in $(seq "$rounds"); do
         awk -v s="$s" -v kb="$kb" -v n="$n" -v t="$tok" -v b="$1" -v mt="$mt" 'BEGIN {
             printf "round %d beam %d nmt  (max-tokens %d): %.2f s, %.1f sentences/s, %.0f target tokens/s, peak RSS %d MB\n",
                    '"$r"', b, mt, s, n / s, t / s, kb / 1024 }' | tee -a "$tmp/rows"
-        out=$(LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/time -f "%e %M" -o "$tmp/time" \
+        out=$(LD_LIBRARY_PATH=${PEER_BLAS-/usr/lib/x86_64-linux-gnu/openblas-openmp} /usr/bin/time -f "%e %M" -o "$tmp/time" \
             /usr/bin/python3 "$top/bench/peer_decode.py" --peer "$peer" --ckpt "$ckpt" --ids "$tmp/src.txt" \
             --beam $1 --batch $2 --alpha 0.6 --threads 2 --out "$tmp/peer.txt") || exit 1
         read -r s kb < "$tmp/time"
