@@ -5,11 +5,14 @@
 # VOCAB: its vocabulary; SOURCE: raw source text (e.g. test_2016_flickr.en). Greedy with batches of
 # 64 sentences and beam 4 (alpha 0.6) with batches of 32; nmt batches by source tokens, so it gets
 # --max-tokens = 64 (or 32) times the mean source length. Each round runs nmt then the peer in each
-# mode; prints sentences/s, target tokens/s and peak RSS (/usr/bin/time), and how many outputs agree.
+# mode; prints sentences/s, target tokens/s and peak RSS (/usr/bin/time), and how many outputs agree,
+# then per mode the median sentences/s of each side and their ratio (nmt: the whole command, from
+# ids to hyp stream, checkpoint load included; peer: its decoding loop only, as its `decode` reports).
 # Needs /usr/bin/python3 with python3-torch, the peer (PEER=../shared/bench/torch_peer/train.py), and
-# libopenblas0-openmp for the peer's OpenBLAS (its README). Run alone: the machine has 2 cores.
+# libopenblas0-openmp for the peer's OpenBLAS (its README; PEER_BLAS=DIR picks another directory for
+# the peer's LD_LIBRARY_PATH, PEER_BLAS= the system default). Run alone: the machine has 2 cores.
 set -u
-[ $# -ge 3 ] || { sed -n 2,11p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,13p "$0" >&2; exit 2; }
 ckpt=$1 vocab=$2 src=$3 rounds=${4:-2}
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 peer=${PEER:-$top/../shared/bench/torch_peer/train.py}
@@ -18,7 +21,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 "$B/nmt-tokenize" --vocab "$vocab" --text=ids < "$src" > "$tmp/src.txt" || exit 1
 n=$(wc -l < "$tmp/src.txt")
 mean=$(awk '{t += NF + 1} END {printf "%.2f", t / NR}' "$tmp/src.txt")
-echo "$n sentences, mean source length $mean tokens (EOS included)"
+echo "$n sentences, mean source length $mean tokens (EOS included); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$rounds"); do
     for m in "1 64" "4 32"; do
         set -- $m
@@ -29,16 +32,24 @@ for r in $(seq "$rounds"); do
         read -r s kb < "$tmp/time"
         tok=$(awk '{t += NF} END {print t}' "$tmp/ours.txt")
         awk -v s="$s" -v kb="$kb" -v n="$n" -v t="$tok" -v b="$1" -v mt="$mt" 'BEGIN {
-            printf "round %d beam %d nmt  (max-tokens %d): %.2f s, %.0f sentences/s, %.0f target tokens/s, peak RSS %d MB\n",
-                   '"$r"', b, mt, s, n / s, t / s, kb / 1024 }'
-        out=$(LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/time -f "%e %M" -o "$tmp/time" \
+            printf "round %d beam %d nmt  (max-tokens %d): %.2f s, %.1f sentences/s, %.0f target tokens/s, peak RSS %d MB\n",
+                   '"$r"', b, mt, s, n / s, t / s, kb / 1024 }' | tee -a "$tmp/rows"
+        out=$(LD_LIBRARY_PATH=${PEER_BLAS-/usr/lib/x86_64-linux-gnu/openblas-openmp} /usr/bin/time -f "%e %M" -o "$tmp/time" \
             /usr/bin/python3 "$top/bench/peer_decode.py" --peer "$peer" --ckpt "$ckpt" --ids "$tmp/src.txt" \
             --beam $1 --batch $2 --alpha 0.6 --threads 2 --out "$tmp/peer.txt") || exit 1
         read -r s kb < "$tmp/time"
         same=$(paste "$tmp/ours.txt" "$tmp/peer.txt" | awk -F'\t' '$1 == $2' | wc -l)
         echo "$out" | sed 's/^DECODE //' | /usr/bin/python3 -c "
 import json, sys; d = json.load(sys.stdin)
-print('round %d beam %d peer (batch %d): %.2f s in decoding (%.2f s whole process), %.0f sentences/s, %.0f target tokens/s, peak RSS %d MB; same output as nmt: %d/%d'
-      % ($r, $1, $2, d['decode_s'], $s, d['sent_per_s'], d['tgt_tok_per_s'], $kb / 1024, $same, $n))"
+print('round %d beam %d peer (batch %d): %.2f s in decoding (%.2f s whole process), %.1f sentences/s, %.0f target tokens/s, peak RSS %d MB; same output as nmt: %d/%d'
+      % ($r, $1, $2, d['decode_s'], $s, d['sent_per_s'], d['tgt_tok_per_s'], $kb / 1024, $same, $n))" | tee -a "$tmp/rows"
     done
+done
+for b in 1 4; do
+    awk -v b="$b" '
+        function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                                        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+        $4 == b { for (i = 1; i < NF; i++) if ($(i + 1) == "sentences/s,") v = $i
+                  if ($5 == "nmt") x[++nx] = v; else y[++ny] = v }
+        END { if (nx && ny) printf "beam %d: median sentences/s nmt %g, peer %g; ratio %.2fx (%d rounds)\n", b, med(x, nx), med(y, ny), med(x, nx) / med(y, ny), nx }' "$tmp/rows"
 done
