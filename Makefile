@@ -87,7 +87,7 @@ $(OBJ)/plugins/cpu/%.o: CFLAGS += -O3 -fno-math-errno -fno-trapping-math -fvisib
 .SECONDEXPANSION:
 $(BIN)/nmt-backend-%.so: $$(addprefix $(OBJ)/,$$(addsuffix .o,$$(basename $$(wildcard plugins/$$*/*.c))))
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -shared $^ $(BLASLIBS) -lm -lpthread -o $@
+	$(CC) $(LDFLAGS) -shared $^ -lm -ldl -lpthread -o $@
 
 # The cuda plugin: every .cu file under plugins/cuda/, compiled by nvcc for the GPUs in CUDA_ARCH
 # (sm_80 code runs on every 8.x GPU, sm_90 on H100/H200, and the compute_90 PTX is compiled by the
@@ -110,7 +110,7 @@ $(BIN)/nmt-backend-cuda.so: $(CUDA_OBJ)
 
 $(OBJ)/tests/test_%: $(OBJ)/tests/unit/test_%.o $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -rdynamic $< $(LIB_A) $(LIBS) $(BLASLIBS) -o $@
+	$(CC) $(LDFLAGS) -rdynamic $< $(LIB_A) $(LIBS) -o $@
 
 $(OBJ)/tests/helpers/%: $(OBJ)/tests/helpers/%.o $(LIB_A)
 	@mkdir -p $(@D)
@@ -156,7 +156,7 @@ FUZZERS  := $(patsubst tests/fuzz/%.c,fuzz-build/%,$(FUZZ_SRC))
 FUZZ_SECONDS ?= 60
 fuzz-build/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard libcommon/*.h)
 	@mkdir -p $(@D)
-	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) $(LIBS) $(BLASLIBS) -o $@
+	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) $(LIBS) -o $@
 
 fuzz: $(FUZZERS)
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS) .check-counts $(FUZZERS)

@@ -1,5 +1,6 @@
 /* cpu.c: the cpu backend: context, memory, matrix products through OpenBLAS, and the table. */
 #include <cblas.h>
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,48 @@ int cpu_scratch(struct nmt_bctx *ctx, size_t per)
     return 0;
 }
 
+/* ---------------- OpenBLAS, opened at run time ----------------
+ * OpenBLAS reads its settings from the environment once, when it is loaded. One of them hurts
+ * here: idle worker threads spin on sched_yield for 2^28 cycles (OPENBLAS_THREAD_TIMEOUT=28)
+ * before sleeping, so between two products they take cores from this plugin's own threads (a
+ * quarter of a training step's CPU time went to sched_yield). So the plugin opens OpenBLAS itself,
+ * after setting the shortest spin (4) where the user has not set one. */
+
+typedef void (*blas_sgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint, blasint, blasint,
+                              float, const float *, blasint, const float *, blasint, float, float *, blasint);
+static struct {
+    blas_sgemm_fn sgemm;
+    void (*set_threads)(int);
+    int (*get_threads)(void);
+    char *(*corename)(void);
+    char err[400];
+} blas;
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_load(void)
+{
+    if (!getenv("OPENBLAS_THREAD_TIMEOUT") && !getenv("GOTO_THREAD_TIMEOUT"))
+        setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+    static const char *const names[] = { "libopenblas.so.0", "libopenblas.so" };
+    void *lib = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++)
+        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *e = dlerror();
+        snprintf(blas.err, sizeof blas.err, "cannot load OpenBLAS (libopenblas.so.0): %s", e ? e : "not found");
+        return;
+    }
+    /* dlsym returns object pointers; converting them to function pointers is what POSIX requires */
+    *(void **)&blas.sgemm = dlsym(lib, "cblas_sgemm");
+    *(void **)&blas.set_threads = dlsym(lib, "openblas_set_num_threads");
+    *(void **)&blas.get_threads = dlsym(lib, "openblas_get_num_threads");
+    *(void **)&blas.corename = dlsym(lib, "openblas_get_corename");
+    if (!blas.sgemm || !blas.set_threads || !blas.get_threads) {
+        snprintf(blas.err, sizeof blas.err, "%s lacks cblas_sgemm or openblas_set_num_threads", names[0]);
+        blas.sgemm = NULL;
+    }
+}
+
 static int cpu_score(void)
 {
     __builtin_cpu_init();
@@ -87,6 +130,9 @@ static nmt_bctx *cpu_open(const struct nmt_backend_opts *opts)
     }
     if (threads > 1024)
         threads = 1024;
+    pthread_once(&blas_once, blas_load);
+    if (!blas.sgemm)
+        return cpu_err(NULL, "%s", blas.err), NULL;
     nmt_bctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return cpu_err(NULL, "out of memory"), NULL;
@@ -96,7 +142,7 @@ static nmt_bctx *cpu_open(const struct nmt_backend_opts *opts)
         free(ctx);
         return cpu_err(NULL, "cannot start %d threads", threads), NULL;
     }
-    openblas_set_num_threads(threads);
+    blas.set_threads(threads);
     return ctx;
 }
 
@@ -134,8 +180,8 @@ static int cpu_props(nmt_bctx *ctx, struct nmt_backend_props *out)
             }
         fclose(f);
     }
-    snprintf(out->device, sizeof out->device, "cpu: %s (%d thread%s, %s)", model, ctx->threads,
-             ctx->threads == 1 ? "" : "s", cpu_score() > 10 ? "avx2+fma" : "baseline");
+    snprintf(out->device, sizeof out->device, "cpu: %s (%d thread%s, %s, OpenBLAS %s)", model, ctx->threads,
+             ctx->threads == 1 ? "" : "s", cpu_rowinv_isa_name(), blas.corename ? blas.corename() : "?");
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     out->memory_bytes = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
     out->dtypes = NMT_DTYPE_F32;
@@ -224,9 +270,9 @@ static int cpu_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, 
         scale_c(C, M, N, ldc, beta);
         return 0;
     }
-    if (openblas_get_num_threads() != ctx->threads) /* process-global: follow this context */
-        openblas_set_num_threads(ctx->threads);
-    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+    if (blas.get_threads() != ctx->threads) /* process-global: follow this context */
+        blas.set_threads(ctx->threads);
+    blas.sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K, alpha,
                 A, lda, B, ldb, beta, C, ldc);
     return 0;
 }

@@ -9,8 +9,10 @@
 
 #include "../backend.h"
 
-/* Hot loops are compiled twice (AVX2+FMA and baseline) and picked at load time by the CPU. */
-#define CPU_VEC __attribute__((target_clones("arch=haswell", "default")))
+/* Hot loops are compiled three times (AVX-512, AVX2, baseline) and picked at load time by what the CPU
+ * supports (feature checks, not CPU model names, which miss newer CPUs). Without -ffast-math the
+ * clones compute the same bits: only element-wise work is vectorised. */
+#define CPU_VEC __attribute__((target_clones("avx512f", "avx2", "default")))
 
 /* A body run by the pool on the index range [lo, hi) by worker TID (0 = the calling thread). */
 typedef void (*pool_fn)(void *arg, int64_t lo, int64_t hi, int tid);
@@ -36,6 +38,8 @@ struct nmt_bctx {
     size_t scratch_per;
 };
 
+/* The path gemm_rowinv takes now: "avx512", "avx2" or "portable" (see gemm.c, NMT_CPU_ISA). */
+const char *cpu_rowinv_isa_name(void);
 /* Sets CTX's error text; returns -1. */
 int cpu_err(struct nmt_bctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Makes sure each thread has PER bytes of scratch (64-byte aligned); 0 or -1 with the error set. */

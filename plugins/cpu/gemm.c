@@ -2,17 +2,19 @@
  * C (M,N) = alpha * A (M,K) @ B^T + beta * C with B stored (N,K).
  *
  * Every output element is one dot product of a row of A and a row of B computed the same way
- * wherever it sits: 8 lanes accumulate A[k]*B[k] for k = lane, lane+8, ... in increasing k (the
- * last partial group of 8 through a mask), then the lanes are summed in the fixed order
- * ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), then alpha (and beta * C) applied. Register blocking
+ * wherever it sits: W lanes (8, or 16 on the AVX-512 path) accumulate A[k]*B[k] for k = lane,
+ * lane+W, ... in increasing k (the last partial group through a mask), then the lanes are summed in
+ * a fixed order (16 lanes: l+l8 first, then as 8: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))), then
+ * alpha (and beta * C) applied. Register blocking
  * (4 rows of A by 3 rows of B, 12 accumulators), cache panels and the thread split change which
  * elements are computed together, never how one is computed: a row's bits do not depend on M, on
  * the other rows or on the thread count. Threads split the N columns (never K).
  *
- * Two code paths, picked at run time: AVX2+FMA (fused multiply-add per k) and a portable one
- * (separate multiply and add). They may differ in the last bits from each other (and from the
- * OpenBLAS gemm); each is row-invariant. No packing: both operands are read along K, which is
- * contiguous for A (M,K) and for the weight B (N,K). */
+ * Three code paths, picked at run time by what the CPU supports: AVX-512 (16 lanes, fused
+ * multiply-add), AVX2+FMA (8 lanes, fused) and a portable one (8 lanes, separate multiply and add).
+ * They may differ in the last bits from each other (and from the OpenBLAS gemm); each is
+ * row-invariant. No packing: both operands are read along K, which is contiguous for A (M,K) and
+ * for the weight B (N,K). */
 #include <immintrin.h>
 #include <stdlib.h>
 
@@ -28,8 +30,10 @@ struct ri {
     float *C;
     int M, N, K, lda, ldb, ldc;
     float alpha, beta;
-    int avx2;
+    int isa; /* ISA_PORTABLE, ISA_AVX2 or ISA_AVX512 */
 };
+
+enum { ISA_PORTABLE, ISA_AVX2, ISA_AVX512 };
 
 /* Stores one finished element: the same expression for every element of every path. */
 static inline __attribute__((always_inline)) void put(const struct ri *g, int i, int j, float s)
@@ -110,6 +114,72 @@ AVX2 static void tile_avx2_any(const struct ri *g, int i, int j, int mr, int nr)
     }
 }
 
+/* ---------------- AVX-512 ---------------- */
+
+#define AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+
+static inline __attribute__((always_inline)) AVX512 float hsum16(__m512 v)
+{
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); /* l0+l8 .. l7+l15 */
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __attribute__((always_inline)) AVX512 void tile_avx512(const struct ri *g, int i, int j, int mr, int nr)
+{
+    const float *a = g->A + (size_t)i * (size_t)g->lda, *b = g->B + (size_t)j * (size_t)g->ldb;
+    size_t lda = (size_t)g->lda, ldb = (size_t)g->ldb;
+    int K = g->K, k = 0;
+    __m512 acc[MR][NR];
+    for (int r = 0; r < mr; r++)
+        for (int c = 0; c < nr; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    for (; k + 16 <= K; k += 16) {
+        __m512 bv[NR];
+        for (int c = 0; c < nr; c++)
+            bv[c] = _mm512_loadu_ps(b + c * ldb + k);
+        for (int r = 0; r < mr; r++) {
+            __m512 av = _mm512_loadu_ps(a + r * lda + k);
+            for (int c = 0; c < nr; c++)
+                acc[r][c] = _mm512_fmadd_ps(av, bv[c], acc[r][c]);
+        }
+    }
+    if (k < K) {
+        __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
+        __m512 bv[NR];
+        for (int c = 0; c < nr; c++)
+            bv[c] = _mm512_maskz_loadu_ps(m, b + c * ldb + k);
+        for (int r = 0; r < mr; r++) {
+            __m512 av = _mm512_maskz_loadu_ps(m, a + r * lda + k);
+            for (int c = 0; c < nr; c++)
+                acc[r][c] = _mm512_fmadd_ps(av, bv[c], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < mr; r++)
+        for (int c = 0; c < nr; c++)
+            put(g, i + r, j + c, hsum16(acc[r][c]));
+}
+
+AVX512 static void tile_avx512_any(const struct ri *g, int i, int j, int mr, int nr)
+{
+    switch (mr * 4 + nr) {
+    case 4 * 4 + 3: tile_avx512(g, i, j, 4, 3); break;
+    case 4 * 4 + 2: tile_avx512(g, i, j, 4, 2); break;
+    case 4 * 4 + 1: tile_avx512(g, i, j, 4, 1); break;
+    case 3 * 4 + 3: tile_avx512(g, i, j, 3, 3); break;
+    case 3 * 4 + 2: tile_avx512(g, i, j, 3, 2); break;
+    case 3 * 4 + 1: tile_avx512(g, i, j, 3, 1); break;
+    case 2 * 4 + 3: tile_avx512(g, i, j, 2, 3); break;
+    case 2 * 4 + 2: tile_avx512(g, i, j, 2, 2); break;
+    case 2 * 4 + 1: tile_avx512(g, i, j, 2, 1); break;
+    case 1 * 4 + 3: tile_avx512(g, i, j, 1, 3); break;
+    case 1 * 4 + 2: tile_avx512(g, i, j, 1, 2); break;
+    default: tile_avx512(g, i, j, 1, 1); break;
+    }
+}
+
 /* ---------------- portable ---------------- */
 
 static void tile_plain(const struct ri *g, int i, int j, int mr, int nr)
@@ -143,7 +213,9 @@ static void rowinv_body(void *arg, int64_t lo, int64_t hi, int tid)
             int mr = g->M - i < MR ? g->M - i : MR;
             for (int j = jc; j < je; j += NR) {
                 int nr = je - j < NR ? je - j : NR;
-                if (g->avx2)
+                if (g->isa == ISA_AVX512)
+                    tile_avx512_any(g, i, j, mr, nr);
+                else if (g->isa == ISA_AVX2)
                     tile_avx2_any(g, i, j, mr, nr);
                 else
                     tile_plain(g, i, j, mr, nr);
@@ -152,17 +224,27 @@ static void rowinv_body(void *arg, int64_t lo, int64_t hi, int tid)
     }
 }
 
-/* The AVX2+FMA path when the CPU has it, unless NMT_CPU_PORTABLE is set to a non-empty value other
- * than 0 (read per call, so tests can check both paths). */
-static int have_avx2(void)
+/* The widest path the CPU has, capped by NMT_CPU_ISA (portable, avx2 or avx512; read per call, so
+ * tests can check every path). */
+static int rowinv_isa(void)
 {
     static int cpu = -1;
     if (cpu < 0) {
         __builtin_cpu_init();
-        cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                     __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+        cpu = avx512 ? ISA_AVX512 : avx2 ? ISA_AVX2 : ISA_PORTABLE;
     }
-    const char *e = getenv("NMT_CPU_PORTABLE");
-    return cpu && !(e && *e && strcmp(e, "0"));
+    const char *e = getenv("NMT_CPU_ISA");
+    int cap = !e || !*e ? ISA_AVX512 : !strcmp(e, "portable") ? ISA_PORTABLE : !strcmp(e, "avx2") ? ISA_AVX2 : ISA_AVX512;
+    return cpu < cap ? cpu : cap;
+}
+
+const char *cpu_rowinv_isa_name(void)
+{
+    static const char *const names[] = { "portable", "avx2", "avx512" };
+    return names[rowinv_isa()];
 }
 
 int cpu_gemm_rowinv(nmt_bctx *ctx, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
@@ -183,7 +265,7 @@ int cpu_gemm_rowinv(nmt_bctx *ctx, int M, int N, int K, float alpha, const float
             }
         return 0;
     }
-    struct ri g = { A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, have_avx2() };
+    struct ri g = { A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, rowinv_isa() };
     int64_t triples = (N + NR - 1) / NR, per = (int64_t)M * K * NR;
     pool_for(ctx->pool, triples, (WORK_GRAIN + per - 1) / per, rowinv_body, &g);
     return 0;

@@ -214,10 +214,15 @@ static void test_gemm_rowinv(void)
             OPS.abi_minor);
     if (!OPS.gemm_rowinv)
         return;
-    test_gemm_rowinv_paths("default");
-    setenv("NMT_CPU_PORTABLE", "1", 1);
-    test_gemm_rowinv_paths("portable");
-    unsetenv("NMT_CPU_PORTABLE");
+    /* every path this CPU has: NMT_CPU_ISA caps the path (a cap above the CPU's gives the CPU's) */
+    static const char *const isas[] = { "avx512", "avx2", "portable" };
+    for (size_t p = 0; p < sizeof isas / sizeof isas[0]; p++) {
+        setenv("NMT_CPU_ISA", isas[p], 1);
+        char label[32];
+        snprintf(label, sizeof label, "NMT_CPU_ISA=%s", isas[p]);
+        test_gemm_rowinv_paths(label);
+    }
+    unsetenv("NMT_CPU_ISA");
     test_ok(OPS.gemm_rowinv(CTX, 2, 2, 3, 1, (float[6]){ 0 }, 2, (float[6]){ 0 }, 3, 0, (float[4]){ 0 }, 2) < 0 &&
                 strstr(OPS.last_error(CTX), "leading dimension"),
             "gemm_rowinv refuses lda < K: '%s'", OPS.last_error(CTX));
