@@ -6,7 +6,7 @@
  * lane+W, ... in increasing k (the last partial group through a mask), then the lanes are summed in
  * a fixed order (16 lanes: l+l8 first, then as 8: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))), then
  * alpha (and beta * C) applied. Register blocking
- * (4 rows of A by 3 rows of B, 12 accumulators), cache panels and the thread split change which
+ * (4 rows of A by 6 rows of B, 24 accumulators, on AVX-512; 4 by 3, 12 accumulators, on AVX2), cache panels and the thread split change which
  * elements are computed together, never how one is computed: a row's bits do not depend on M, on
  * the other rows or on the thread count. Threads split the N columns (never K).
  *
@@ -21,7 +21,8 @@
 #include "cpu.h"
 
 #define MR 4              /* rows of A per register tile */
-#define NR 3              /* rows of B (output columns) per register tile */
+#define NR 6              /* output columns per step of the driver: one AVX-512 tile, two AVX2 tiles */
+#define NR_AVX2 3         /* output columns per AVX2 register tile (12 accumulators of 16 registers) */
 #define PANEL_FLOATS 32768 /* B rows of one cache panel: about 128 KB (L2) */
 #define WORK_GRAIN 131072  /* multiply-adds per thread chunk, at least */
 
@@ -59,19 +60,19 @@ static inline __attribute__((always_inline)) AVX2 float hsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* The MRxNR tile (mr <= MR rows from row i, nr <= NR columns from column j); inlined with
+/* The MRxNR_AVX2 tile (mr <= MR rows from row i, nr <= NR_AVX2 columns from column j); inlined with
  * constant mr, nr so the accumulators live in registers. */
 static inline __attribute__((always_inline)) AVX2 void tile_avx2(const struct ri *g, int i, int j, int mr, int nr)
 {
     const float *a = g->A + (size_t)i * (size_t)g->lda, *b = g->B + (size_t)j * (size_t)g->ldb;
     size_t lda = (size_t)g->lda, ldb = (size_t)g->ldb;
     int K = g->K, k = 0;
-    __m256 acc[MR][NR];
+    __m256 acc[MR][NR_AVX2];
     for (int r = 0; r < mr; r++)
         for (int c = 0; c < nr; c++)
             acc[r][c] = _mm256_setzero_ps();
     for (; k + 8 <= K; k += 8) {
-        __m256 bv[NR];
+        __m256 bv[NR_AVX2];
         for (int c = 0; c < nr; c++)
             bv[c] = _mm256_loadu_ps(b + c * ldb + k);
         for (int r = 0; r < mr; r++) {
@@ -82,7 +83,7 @@ static inline __attribute__((always_inline)) AVX2 void tile_avx2(const struct ri
     }
     if (k < K) {
         __m256i m = _mm256_loadu_si256((const __m256i *)(tail_tab + 8 - (K - k)));
-        __m256 bv[NR];
+        __m256 bv[NR_AVX2];
         for (int c = 0; c < nr; c++)
             bv[c] = _mm256_maskload_ps(b + c * ldb + k, m);
         for (int r = 0; r < mr; r++) {
@@ -96,7 +97,7 @@ static inline __attribute__((always_inline)) AVX2 void tile_avx2(const struct ri
             put(g, i + r, j + c, hsum8(acc[r][c]));
 }
 
-AVX2 static void tile_avx2_any(const struct ri *g, int i, int j, int mr, int nr)
+AVX2 static void tile_avx2_3(const struct ri *g, int i, int j, int mr, int nr)
 {
     switch (mr * 4 + nr) {
     case 4 * 4 + 3: tile_avx2(g, i, j, 4, 3); break;
@@ -112,6 +113,13 @@ AVX2 static void tile_avx2_any(const struct ri *g, int i, int j, int mr, int nr)
     case 1 * 4 + 2: tile_avx2(g, i, j, 1, 2); break;
     default: tile_avx2(g, i, j, 1, 1); break;
     }
+}
+
+/* mr <= MR rows by nr <= NR columns, as tiles of up to NR_AVX2 columns */
+AVX2 static void tile_avx2_any(const struct ri *g, int i, int j, int mr, int nr)
+{
+    for (int c = 0; c < nr; c += NR_AVX2)
+        tile_avx2_3(g, i, j + c, mr, nr - c < NR_AVX2 ? nr - c : NR_AVX2);
 }
 
 /* ---------------- AVX-512 ---------------- */
@@ -162,22 +170,25 @@ static inline __attribute__((always_inline)) AVX512 void tile_avx512(const struc
             put(g, i + r, j + c, hsum16(acc[r][c]));
 }
 
+/* mr <= MR rows by nr <= NR columns: full-width tiles, or single columns at the right edge */
 AVX512 static void tile_avx512_any(const struct ri *g, int i, int j, int mr, int nr)
 {
-    switch (mr * 4 + nr) {
-    case 4 * 4 + 3: tile_avx512(g, i, j, 4, 3); break;
-    case 4 * 4 + 2: tile_avx512(g, i, j, 4, 2); break;
-    case 4 * 4 + 1: tile_avx512(g, i, j, 4, 1); break;
-    case 3 * 4 + 3: tile_avx512(g, i, j, 3, 3); break;
-    case 3 * 4 + 2: tile_avx512(g, i, j, 3, 2); break;
-    case 3 * 4 + 1: tile_avx512(g, i, j, 3, 1); break;
-    case 2 * 4 + 3: tile_avx512(g, i, j, 2, 3); break;
-    case 2 * 4 + 2: tile_avx512(g, i, j, 2, 2); break;
-    case 2 * 4 + 1: tile_avx512(g, i, j, 2, 1); break;
-    case 1 * 4 + 3: tile_avx512(g, i, j, 1, 3); break;
-    case 1 * 4 + 2: tile_avx512(g, i, j, 1, 2); break;
-    default: tile_avx512(g, i, j, 1, 1); break;
+    if (nr == NR) {
+        switch (mr) {
+        case 4: tile_avx512(g, i, j, 4, NR); break;
+        case 3: tile_avx512(g, i, j, 3, NR); break;
+        case 2: tile_avx512(g, i, j, 2, NR); break;
+        default: tile_avx512(g, i, j, 1, NR); break;
+        }
+        return;
     }
+    for (int c = 0; c < nr; c++)
+        switch (mr) {
+        case 4: tile_avx512(g, i, j + c, 4, 1); break;
+        case 3: tile_avx512(g, i, j + c, 3, 1); break;
+        case 2: tile_avx512(g, i, j + c, 2, 1); break;
+        default: tile_avx512(g, i, j + c, 1, 1); break;
+        }
 }
 
 /* ---------------- portable ---------------- */
@@ -266,7 +277,7 @@ int cpu_gemm_rowinv(nmt_bctx *ctx, int M, int N, int K, float alpha, const float
         return 0;
     }
     struct ri g = { A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, rowinv_isa() };
-    int64_t triples = (N + NR - 1) / NR, per = (int64_t)M * K * NR;
-    pool_for(ctx->pool, triples, (WORK_GRAIN + per - 1) / per, rowinv_body, &g);
+    int64_t groups = (N + NR - 1) / NR, per = (int64_t)M * K * NR;
+    pool_for(ctx->pool, groups, (WORK_GRAIN + per - 1) / per, rowinv_body, &g);
     return 0;
 }
