@@ -17,6 +17,14 @@ struct dec_p {
     const float *ln1_g, *ln1_b, *ln2_g, *ln2_b, *ln3_g, *ln3_b;
 };
 
+/* A linear layer's weight W (out, kin) and its copy packed by the backend's linear_pack, which
+ * linear_rowinv reads (made only when the backend has those slots). */
+struct wt_entry {
+    const float *w;
+    const void *packed;
+    int out, kin;
+};
+
 struct infer {
     struct backend *be;
     const struct nmt_backend *k;
@@ -28,6 +36,9 @@ struct infer {
     struct enc_p *enc;               /* (Le) */
     struct dec_p *dec;               /* (Ld) */
     const float *enc_ln_g, *enc_ln_b, *dec_ln_g, *dec_ln_b; /* pre-norm only */
+    struct wt_entry *wts;            /* (nwt) packed weights, in wt_buf */
+    int nwt;
+    char *wt_buf;                    /* device buffer of the packed weights */
 
     /* device arena, laid out per batch */
     char *arena;
@@ -78,8 +89,11 @@ void infer_free(struct infer *in)
 {
     if (!in)
         return;
-    if (in->k)
+    if (in->k) {
         in->k->free(in->ctx, in->arena);
+        in->k->free(in->ctx, in->wt_buf);
+    }
+    free(in->wts);
     free(in->enc);
     free(in->dec);
     free(in->ckv);
@@ -87,6 +101,74 @@ void infer_free(struct infer *in)
     free(in->host_len);
     free(in->host_ints);
     free(in);
+}
+
+/* Whether the backend has the three slots of its own linear layer for inference. */
+static int has_linear_rowinv(const struct nmt_backend *k)
+{
+    return k->linear_packed_bytes && k->linear_pack && k->linear_rowinv;
+}
+
+/* Adds W (out, kin) to the table of weights to pack (filled in by pack_weights). */
+static void wt_add(struct infer *in, const float *w, int out, int kin)
+{
+    in->wts[in->nwt++] = (struct wt_entry){ w, NULL, out, kin };
+}
+
+/* W (out, kin) as linear_pack left it, or NULL when it has no packed copy. */
+static const void *wt_find(const struct infer *in, const float *w, int out)
+{
+    for (int i = 0; i < in->nwt; i++)
+        if (in->wts[i].w == w && in->wts[i].out == out)
+            return in->wts[i].packed;
+    return NULL;
+}
+
+/* Packs every weight the products of inference read with the backend's linear_pack, once, into
+ * one device buffer. 0, or -1 with the error set. */
+static int pack_weights(struct infer *in)
+{
+    const struct model_config *c = &in->c;
+    const struct nmt_backend *k = in->k;
+    int D = c->d_model, F = c->ff, Le = c->enc_layers, Ld = c->dec_layers;
+    in->wts = calloc((size_t)(4 * Le + 8 * Ld + 1), sizeof *in->wts);
+    if (!in->wts)
+        return nmt_seterr("out of memory");
+    for (int l = 0; l < Le; l++) {
+        const struct enc_p *e = &in->enc[l];
+        wt_add(in, e->qkv_w, 3 * D, D);
+        wt_add(in, e->o_w, D, D);
+        wt_add(in, e->w1, F, D);
+        wt_add(in, e->w2, D, F);
+    }
+    for (int l = 0; l < Ld; l++) {
+        const struct dec_p *d = &in->dec[l];
+        wt_add(in, d->sqkv_w, D, D);                             /* the queries' rows of qkv */
+        wt_add(in, d->sqkv_w + (size_t)D * (size_t)D, 2 * D, D); /* the keys' and values' rows */
+        wt_add(in, d->so_w, D, D);
+        wt_add(in, d->cq_w, D, D);
+        wt_add(in, d->ckv_w, 2 * D, D);
+        wt_add(in, d->co_w, D, D);
+        wt_add(in, d->w1, F, D);
+        wt_add(in, d->w2, D, F);
+    }
+    wt_add(in, in->emb, c->vocab, D); /* the tied output projection */
+    size_t total = 0;
+    for (int i = 0; i < in->nwt; i++)
+        total += (k->linear_packed_bytes(in->ctx, in->wts[i].out, in->wts[i].kin) + 63) & ~(size_t)63;
+    in->wt_buf = k->alloc(in->ctx, total);
+    if (!in->wt_buf)
+        return nmt_seterr("cannot allocate %zu MB for the packed weights on backend %s: %s", total >> 20, k->name,
+                          k->last_error(in->ctx));
+    size_t off = 0;
+    for (int i = 0; i < in->nwt; i++) {
+        struct wt_entry *e = &in->wts[i];
+        if (bk(in, k->linear_pack(in->ctx, in->wt_buf + off, e->w, e->out, e->kin, e->kin), "linear_pack") < 0)
+            return -1;
+        e->packed = in->wt_buf + off;
+        off += (k->linear_packed_bytes(in->ctx, e->out, e->kin) + 63) & ~(size_t)63;
+    }
+    return 0;
 }
 
 struct infer *infer_new(struct backend *be, struct model *m, int invariant)
@@ -154,7 +236,7 @@ struct infer *infer_new(struct backend *be, struct model *m, int invariant)
         in->dec_ln_g = param(in, "dec_ln.weight", 0, &bad);
         in->dec_ln_b = param(in, "dec_ln.bias", 0, &bad);
     }
-    if (bad) {
+    if (bad || (invariant && has_linear_rowinv(in->k) && pack_weights(in) < 0)) {
         infer_free(in);
         return NULL;
     }
@@ -256,13 +338,17 @@ static int host_ints(struct infer *in, size_t n)
 /* ---------------------------------------------------------------------------------------------
  * building blocks */
 
-/* y (N, out) = x (N, kin) W^T + b, W (out, kin). Invariant mode: the backend's row-invariant
- * product (gemm_rowinv) when it has one, else gemm on blocks of INFER_BLOCK rows, the last one
- * padded through scratch; either way each row's result is the same whatever N is. */
-static int linear(struct infer *in, float *y, const float *x, const float *W, const float *bias, int N, int out,
-                  int kin)
+/* y (N, out) = x (N, kin) W^T + b, W (out, kin), then ReLU if RELU. Invariant mode: the backend's
+ * row-invariant linear layer (linear_rowinv, on W as linear_pack left it) or product (gemm_rowinv)
+ * when it has one, else gemm on blocks of INFER_BLOCK rows, the last one padded through scratch;
+ * either way each row's result is the same whatever N is. */
+static int linear(struct infer *in, float *y, const float *x, const float *W, const float *bias, int relu, int N,
+                  int out, int kin)
 {
     const struct nmt_backend *k = in->k;
+    const void *wp = in->invariant ? wt_find(in, W, out) : NULL;
+    if (wp)
+        return bk(in, k->linear_rowinv(in->ctx, N, out, kin, x, kin, wp, bias, relu, y, out), "linear_rowinv");
     if (in->invariant && k->gemm_rowinv) {
         if (bk(in, k->gemm_rowinv(in->ctx, N, out, kin, 1.0f, x, kin, W, kin, 0.0f, y, out), "gemm_rowinv") < 0)
             return -1;
@@ -287,9 +373,9 @@ static int linear(struct infer *in, float *y, const float *x, const float *W, co
                 return -1;
         }
     }
-    if (!bias)
-        return 0;
-    return bk(in, k->bias_add(in->ctx, y, bias, N, out), "bias_add");
+    if (bias && bk(in, k->bias_add(in->ctx, y, bias, N, out), "bias_add") < 0)
+        return -1;
+    return relu ? bk(in, k->relu_forward(in->ctx, y, y, (size_t)N * (size_t)out), "relu") : 0;
 }
 
 /* Start of a residual sublayer on X (N, D): returns its input (X, or LN(X) into T in pre-norm). */
@@ -319,10 +405,9 @@ static int ffn(struct infer *in, float *out, float *h, const float *sin, const f
                const float *w2, const float *b2, int N)
 {
     int D = in->c.d_model, F = in->c.ff;
-    if (linear(in, h, sin, w1, b1, N, F, D) < 0 ||
-        bk(in, in->k->relu_forward(in->ctx, h, h, (size_t)N * (size_t)F), "relu") < 0)
+    if (linear(in, h, sin, w1, b1, 1, N, F, D) < 0)
         return -1;
-    return linear(in, out, h, w2, b2, N, D, F);
+    return linear(in, out, h, w2, b2, 0, N, D, F);
 }
 
 static struct nmt_attn_args attn(struct infer *in, int B, int Tq, int Tk)
@@ -394,7 +479,7 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
     for (int l = 0; l < c->enc_layers; l++) {
         const struct enc_p *e = &in->enc[l];
         const float *sin = res_begin(in, in->et, in->ex, e->ln1_g, e->ln1_b, Ns);
-        if (!sin || linear(in, in->eq, sin, e->qkv_w, e->qkv_b, Ns, 3 * D, D) < 0)
+        if (!sin || linear(in, in->eq, sin, e->qkv_w, e->qkv_b, 0, Ns, 3 * D, D) < 0)
             return -1;
         struct nmt_attn_args a = attn(in, B, S, S);
         a.q_ld = a.k_ld = a.v_ld = 3 * D;
@@ -404,7 +489,7 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
         a.klen = in->src_len;
         if (bk(in, k->attention_forward(in->ctx, in->eatt, NULL, in->eq, in->eq + D, in->eq + 2 * D, &a),
                "attention_forward") < 0 ||
-            linear(in, in->esub, in->eatt, e->o_w, e->o_b, Ns, D, D) < 0 ||
+            linear(in, in->esub, in->eatt, e->o_w, e->o_b, 0, Ns, D, D) < 0 ||
             res_end(in, in->ex, in->et, in->esub, e->ln1_g, e->ln1_b, Ns) < 0)
             return -1;
         sin = res_begin(in, in->et, in->ex, e->ln2_g, e->ln2_b, Ns);
@@ -421,7 +506,7 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
         mem = in->et;
     }
     for (int l = 0; l < c->dec_layers; l++)
-        if (linear(in, in->ckv[l], mem, in->dec[l].ckv_w, in->dec[l].ckv_b, Ns, 2 * D, D) < 0)
+        if (linear(in, in->ckv[l], mem, in->dec[l].ckv_w, in->dec[l].ckv_b, 0, Ns, 2 * D, D) < 0)
             return -1;
     in->ns = B;
     in->R = B * K;
@@ -463,8 +548,8 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
         float *cache = in->kv[l];
         /* causal self-attention over the cached keys/values of steps 0..t */
         const float *sin = res_begin(in, in->t, in->x, d->ln1_g, d->ln1_b, R);
-        if (!sin || linear(in, in->q, sin, d->sqkv_w, d->sqkv_b, R, D, D) < 0 ||
-            linear(in, cache + (size_t)t * slot, sin, d->sqkv_w + (size_t)D * (size_t)D, d->sqkv_b + D, R, 2 * D,
+        if (!sin || linear(in, in->q, sin, d->sqkv_w, d->sqkv_b, 0, R, D, D) < 0 ||
+            linear(in, cache + (size_t)t * slot, sin, d->sqkv_w + (size_t)D * (size_t)D, d->sqkv_b + D, 0, R, 2 * D,
                    D) < 0)
             return -1;
         struct nmt_attn_args a = attn(in, R, 1, t + 1);
@@ -473,12 +558,12 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
         a.k_bs = a.v_bs = 2 * D;
         if (bk(in, k->attention_forward(in->ctx, in->att, NULL, in->q, cache, cache + D, &a), "attention_forward") <
                 0 ||
-            linear(in, in->sub, in->att, d->so_w, d->so_b, R, D, D) < 0 ||
+            linear(in, in->sub, in->att, d->so_w, d->so_b, 0, R, D, D) < 0 ||
             res_end(in, in->x, in->t, in->sub, d->ln1_g, d->ln1_b, R) < 0)
             return -1;
         /* encoder-decoder attention: the K rows of a sentence are its K queries */
         sin = res_begin(in, in->t, in->x, d->ln2_g, d->ln2_b, R);
-        if (!sin || linear(in, in->q, sin, d->cq_w, d->cq_b, R, D, D) < 0)
+        if (!sin || linear(in, in->q, sin, d->cq_w, d->cq_b, 0, R, D, D) < 0)
             return -1;
         a = attn(in, in->ns, K, in->S);
         a.q_ld = a.o_ld = D;
@@ -488,7 +573,7 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
         a.klen = in->src_len;
         if (bk(in, k->attention_forward(in->ctx, in->att, NULL, in->q, in->ckv[l], in->ckv[l] + D, &a),
                "attention_forward") < 0 ||
-            linear(in, in->sub, in->att, d->co_w, d->co_b, R, D, D) < 0 ||
+            linear(in, in->sub, in->att, d->co_w, d->co_b, 0, R, D, D) < 0 ||
             res_end(in, in->x, in->t, in->sub, d->ln2_g, d->ln2_b, R) < 0)
             return -1;
         sin = res_begin(in, in->t, in->x, d->ln3_g, d->ln3_b, R);
@@ -503,7 +588,7 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
             return -1;
         y = in->t;
     }
-    if (linear(in, in->logits, y, in->emb, NULL, R, V, D) < 0)
+    if (linear(in, in->logits, y, in->emb, NULL, 0, R, V, D) < 0)
         return -1;
     if (topk > 0) {
         if (bk(in, k->topk_logsoftmax(in->ctx, in->vals, in->idx, in->logits, R, V, topk), "topk_logsoftmax") < 0 ||

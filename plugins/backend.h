@@ -76,7 +76,7 @@
 #include <stdint.h>
 
 #define NMT_BACKEND_ABI_MAJOR 1
-#define NMT_BACKEND_ABI_MINOR 1
+#define NMT_BACKEND_ABI_MINOR 2
 #define NMT_BACKEND_ENTRY "nmt_backend_entry"
 
 /* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 1 kernels are F32. */
@@ -296,6 +296,23 @@ struct nmt_backend {
      * different CPUs or devices.) The host uses gemm on fixed row blocks when this is absent. */
     int (*gemm_rowinv)(nmt_bctx *ctx, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                        int ldb, float beta, float *C, int ldc);
+
+    /* ---- appended in ABI 1.2 (OPTIONAL: the three slots or none) ---- */
+    /* Bytes of device memory that linear_pack needs for a weight of N rows by K columns (0 when
+     * N or K is not positive). */
+    size_t (*linear_packed_bytes)(nmt_bctx *ctx, int N, int K);
+    /* Copies a linear layer's weight W (N,K) (device, row-major, ldw >= K: the layer's (out, in))
+     * into DST (device, linear_packed_bytes(N, K) bytes, 64-byte aligned) in the backend's own layout
+     * for linear_rowinv; the host packs each weight once and never reads DST. 0 or negative. */
+    int (*linear_pack)(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw);
+    /* Row-invariant linear layer for inference: C (M,N) = A (M,K) @ W^T + bias, then ReLU when relu
+     * is non-zero; WP is W (N,K) as linear_pack left it, bias (N) or NULL, lda >= K, ldc >= N;
+     * M, N, K >= 0. Contract as gemm_rowinv's: the bits of row i depend only on row i of A, on W,
+     * bias, relu, N and K; never on M, the other rows or the thread count. The result equals
+     * gemm_rowinv + bias_add + relu_forward up to rounding, not bit for bit (the host uses those
+     * when these slots are absent). */
+    int (*linear_rowinv)(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *Wp,
+                         const float *bias, int relu, float *C, int ldc);
     /* New slots are appended here, bumping NMT_BACKEND_ABI_MINOR. */
 };
 

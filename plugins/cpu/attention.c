@@ -12,6 +12,16 @@ struct attn {
     nmt_bctx *ctx;
 };
 
+#define PREFETCH_ROWS 6
+
+/* Asks for the cache lines of X[0..n) ahead of their use. */
+static inline __attribute__((always_inline)) void prefetch_row(const float *x, int n)
+{
+    for (int i = 0; i < n; i += 16)
+        __builtin_prefetch(x + i);
+    __builtin_prefetch(x + n - 1);
+}
+
 /* Number of keys visible to query I of batch item B: a prefix [0, n) of the keys. */
 static int visible(const struct nmt_attn_args *a, int b, int i)
 {
@@ -62,8 +72,17 @@ CPU_VEC static void fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
             continue;
         }
         const float *kb = t->k + b * a->k_bs + h * dh, *vb = t->v + b * a->v_bs + h * dh;
-        for (int j = 0; j < n; j++)
+        /* keys and values are read one row of dh floats at a time, often far apart (a decoder's
+         * cache): fetch a few rows ahead */
+        for (int j = 0; j < n && j < PREFETCH_ROWS; j++)
+            prefetch_row(kb + j * a->k_ld, dh);
+        for (int j = 0; j < n; j++) {
+            if (j + PREFETCH_ROWS < n)
+                prefetch_row(kb + (j + PREFETCH_ROWS) * a->k_ld, dh);
+            if (j < PREFETCH_ROWS)
+                prefetch_row(vb + j * a->v_ld, dh);
             s[j] = vdot(qi, kb + j * a->k_ld, dh) * a->scale;
+        }
         float mx = vmax(s, n), sum = 0;
         for (int j = 0; j < n; j++) {
             s[j] = vexp(s[j] - mx);
@@ -81,6 +100,8 @@ CPU_VEC static void fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
             if (a->dropout > 0)
                 p = rng_uniform_keyed(key, ctr + (uint64_t)j) >= a->dropout ? p * keep : 0.0f;
             const float *vj = vb + j * a->v_ld;
+            if (j + PREFETCH_ROWS < n)
+                prefetch_row(vj + PREFETCH_ROWS * a->v_ld, dh);
             for (int d = 0; d < dh; d++)
                 o[d] += p * vj[d];
         }

@@ -272,6 +272,7 @@ static int cpu_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, 
     }
     if (blas.get_threads() != ctx->threads) /* process-global: follow this context */
         blas.set_threads(ctx->threads);
+    pool_set_spin(ctx->pool, 0); /* from now on OpenBLAS's threads need the cores between the pool's jobs */
     blas.sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K, alpha,
                 A, lda, B, ldb, beta, C, ldc);
     return 0;
@@ -334,6 +335,9 @@ static const struct nmt_backend cpu_table = {
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .gemm_rowinv = cpu_gemm_rowinv,
+    .linear_packed_bytes = cpu_linear_packed_bytes,
+    .linear_pack = cpu_linear_pack,
+    .linear_rowinv = cpu_linear_rowinv,
 };
 
 __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void) { return &cpu_table; }

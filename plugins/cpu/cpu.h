@@ -22,6 +22,8 @@ struct pool;
 struct pool *pool_new(int nthreads);
 /* Joins the workers and frees POOL; NULL is a no-op. */
 void pool_free(struct pool *p);
+/* Whether idle threads spin briefly before sleeping (the default) or sleep at once; P may be NULL. */
+void pool_set_spin(struct pool *p, int spin);
 /* Runs FN over [0, N) split into at most nthreads contiguous chunks of at least GRAIN indices;
  * returns when all are done. Results must not depend on the split. */
 void pool_for(struct pool *p, int64_t n, int64_t grain, pool_fn fn, void *arg);
@@ -38,8 +40,18 @@ struct nmt_bctx {
     size_t scratch_per;
 };
 
-/* The path gemm_rowinv takes now: "avx512", "avx2" or "portable" (see gemm.c, NMT_CPU_ISA). */
+/* The instruction sets of the hand-written kernels (gemm_rowinv, linear_rowinv), widest last. */
+enum { CPU_ISA_PORTABLE, CPU_ISA_AVX2, CPU_ISA_AVX512 };
+/* The widest set the CPU has, capped by NMT_CPU_ISA (portable, avx2 or avx512; read per call, so
+ * tests can check every path). */
+int cpu_isa(void);
+/* The path gemm_rowinv and linear_rowinv take now: "avx512", "avx2" or "portable" (see gemm.c). */
 const char *cpu_rowinv_isa_name(void);
+/* linear_packed_bytes, linear_pack and linear_rowinv (plugins/backend.h), in linear.c. */
+size_t cpu_linear_packed_bytes(nmt_bctx *ctx, int N, int K);
+int cpu_linear_pack(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw);
+int cpu_linear_rowinv(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *Wp,
+                      const float *bias, int relu, float *C, int ldc);
 /* Sets CTX's error text; returns -1. */
 int cpu_err(struct nmt_bctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Makes sure each thread has PER bytes of scratch (64-byte aligned); 0 or -1 with the error set. */

@@ -31,10 +31,8 @@ struct ri {
     float *C;
     int M, N, K, lda, ldb, ldc;
     float alpha, beta;
-    int isa; /* ISA_PORTABLE, ISA_AVX2 or ISA_AVX512 */
+    int isa; /* CPU_ISA_PORTABLE, CPU_ISA_AVX2 or CPU_ISA_AVX512 */
 };
-
-enum { ISA_PORTABLE, ISA_AVX2, ISA_AVX512 };
 
 /* Stores one finished element: the same expression for every element of every path. */
 static inline __attribute__((always_inline)) void put(const struct ri *g, int i, int j, float s)
@@ -224,9 +222,9 @@ static void rowinv_body(void *arg, int64_t lo, int64_t hi, int tid)
             int mr = g->M - i < MR ? g->M - i : MR;
             for (int j = jc; j < je; j += NR) {
                 int nr = je - j < NR ? je - j : NR;
-                if (g->isa == ISA_AVX512)
+                if (g->isa == CPU_ISA_AVX512)
                     tile_avx512_any(g, i, j, mr, nr);
-                else if (g->isa == ISA_AVX2)
+                else if (g->isa == CPU_ISA_AVX2)
                     tile_avx2_any(g, i, j, mr, nr);
                 else
                     tile_plain(g, i, j, mr, nr);
@@ -235,9 +233,7 @@ static void rowinv_body(void *arg, int64_t lo, int64_t hi, int tid)
     }
 }
 
-/* The widest path the CPU has, capped by NMT_CPU_ISA (portable, avx2 or avx512; read per call, so
- * tests can check every path). */
-static int rowinv_isa(void)
+int cpu_isa(void)
 {
     static int cpu = -1;
     if (cpu < 0) {
@@ -245,17 +241,17 @@ static int rowinv_isa(void)
         int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
         int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-        cpu = avx512 ? ISA_AVX512 : avx2 ? ISA_AVX2 : ISA_PORTABLE;
+        cpu = avx512 ? CPU_ISA_AVX512 : avx2 ? CPU_ISA_AVX2 : CPU_ISA_PORTABLE;
     }
     const char *e = getenv("NMT_CPU_ISA");
-    int cap = !e || !*e ? ISA_AVX512 : !strcmp(e, "portable") ? ISA_PORTABLE : !strcmp(e, "avx2") ? ISA_AVX2 : ISA_AVX512;
+    int cap = !e || !*e ? CPU_ISA_AVX512 : !strcmp(e, "portable") ? CPU_ISA_PORTABLE : !strcmp(e, "avx2") ? CPU_ISA_AVX2 : CPU_ISA_AVX512;
     return cpu < cap ? cpu : cap;
 }
 
 const char *cpu_rowinv_isa_name(void)
 {
     static const char *const names[] = { "portable", "avx2", "avx512" };
-    return names[rowinv_isa()];
+    return names[cpu_isa()];
 }
 
 int cpu_gemm_rowinv(nmt_bctx *ctx, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
@@ -276,7 +272,7 @@ int cpu_gemm_rowinv(nmt_bctx *ctx, int M, int N, int K, float alpha, const float
             }
         return 0;
     }
-    struct ri g = { A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, rowinv_isa() };
+    struct ri g = { A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, cpu_isa() };
     int64_t groups = (N + NR - 1) / NR, per = (int64_t)M * K * NR;
     pool_for(ctx->pool, groups, (WORK_GRAIN + per - 1) / per, rowinv_body, &g);
     return 0;

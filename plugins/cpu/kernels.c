@@ -1,6 +1,7 @@
 /* kernels.c: the cpu backend's non-matmul kernels except attention (see plugins/backend.h for
  * every kernel's contract). Each kernel validates its arguments serially, then runs a body over
  * a parallel-for whose result does not depend on how the range is split. */
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -548,7 +549,52 @@ struct topk {
     int32_t *idx;
     const float *logits;
     int V, K;
+    int avx512; /* use the AVX-512 scans below */
 };
+
+/* The scans of a row of logits, written out for AVX-512 (GCC does not vectorise the max of floats
+ * or an early exit by itself); each gives the same result as the plain loop after it. */
+#define AVX512F __attribute__((target("avx512f")))
+
+/* vmax (cpu.h) of X[0..n): lane l keeps x > acc ? x : acc, as _mm512_max_ps(x, acc) does. */
+AVX512F static float max_avx512(const float *x, int64_t n)
+{
+    __m512 acc = _mm512_set1_ps(x[0]);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_max_ps(_mm512_loadu_ps(x + i), acc);
+    float a[16];
+    _mm512_storeu_ps(a, acc);
+    for (int l = 0; i < n; i++, l++)
+        a[l] = x[i] > a[l] ? x[i] : a[l];
+    float m = a[0];
+    for (int l = 1; l < 16; l++)
+        m = a[l] > m ? a[l] : m;
+    return m;
+}
+
+/* The first index j >= FROM with X[j] > THR, or N. */
+AVX512F static int64_t above_avx512(const float *x, int64_t from, int64_t n, float thr)
+{
+    __m512 t = _mm512_set1_ps(thr);
+    int64_t j = from;
+    for (; j + 16 <= n; j += 16) {
+        __mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + j), t, _CMP_GT_OQ);
+        if (m)
+            return j + __builtin_ctz(m);
+    }
+    for (; j < n && !(x[j] > thr); j++)
+        ;
+    return j;
+}
+
+static int64_t above_plain(const float *x, int64_t from, int64_t n, float thr)
+{
+    int64_t j = from;
+    while (j < n && !(x[j] > thr))
+        j++;
+    return j;
+}
 
 CPU_VEC static void topk_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
@@ -558,7 +604,7 @@ CPU_VEC static void topk_body(void *arg, int64_t lo, int64_t hi, int tid)
         const float *z = t->logits + n * V;
         float *val = t->values + n * K;
         int32_t *id = t->idx + n * K;
-        float mx = vmax(z, V);
+        float mx = t->avx512 ? max_avx512(z, V) : vmax(z, V);
         float acc[LANES] = { 0 };
         int j = 0;
         for (; j + LANES <= V; j += LANES)
@@ -568,12 +614,16 @@ CPU_VEC static void topk_body(void *arg, int64_t lo, int64_t hi, int tid)
             acc[l] += vexp(z[j] - mx);
         float lse = mx + logf(vsum(acc, LANES));
         /* insertion into a sorted list; scanning in index order and inserting after equal
-         * values keeps ties in index order */
+         * values keeps ties in index order. Once the list is full, only values above the last
+         * kept one are looked at (a scan for the next such index). */
         int have = 0;
         for (j = 0; j < V; j++) {
+            if (have == K) {
+                j = (int)(t->avx512 ? above_avx512(z, j, V, val[K - 1]) : above_plain(z, j, V, val[K - 1]));
+                if (j == V)
+                    break;
+            }
             float x = z[j];
-            if (have == K && !(x > val[K - 1]))
-                continue;
             int at = have < K ? have : K - 1;
             while (at > 0 && x > val[at - 1]) {
                 val[at] = val[at - 1];
@@ -594,7 +644,8 @@ int cpu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const fl
 {
     if (N < 0 || V <= 0 || K < 1 || K > V)
         return cpu_err(ctx, "topk_logsoftmax: invalid size N=%d V=%d K=%d", N, V, K);
-    struct topk t = { .values = values, .idx = indices, .logits = logits, .V = V, .K = K };
+    struct topk t = { .values = values, .idx = indices, .logits = logits, .V = V, .K = K,
+                      .avx512 = cpu_isa() == CPU_ISA_AVX512 };
     pool_for(ctx->pool, N, 1, topk_body, &t);
     return 0;
 }

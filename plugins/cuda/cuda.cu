@@ -529,6 +529,11 @@ static const struct nmt_backend cuda_table = {
     .gelu_forward = cu_gelu_forward,
     .gelu_backward = cu_gelu_backward,
     .gemm_rowinv = cu_gemm_rowinv,
+    /* linear_pack / linear_rowinv (ABI 1.2) are not provided: the host decodes with gemm_rowinv,
+     * bias_add and relu. */
+    .linear_packed_bytes = NULL,
+    .linear_pack = NULL,
+    .linear_rowinv = NULL,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void)

@@ -231,6 +231,144 @@ static void test_gemm_rowinv(void)
             "gemm_rowinv with K = 0 scales C by beta");
 }
 
+/* ---------------- linear_pack, linear_rowinv ---------------- */
+
+/* R (M,N) = A (M,K) @ W^T + bias, ReLU if relu, in double; W (N,K) */
+static void ref_linear(double *R, int M, int N, int K, const float *A, int lda, const float *W, int ldw,
+                       const float *bias, int relu, int ldc)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = bias ? bias[j] : 0;
+            for (int k = 0; k < K; k++)
+                s += (double)A[(size_t)i * lda + k] * W[(size_t)j * ldw + k];
+            R[(size_t)i * ldc + j] = relu && s < 0 ? 0 : s;
+        }
+}
+
+/* W (N,K) as linear_pack leaves it, in a buffer from malloc (aligned_alloc), or NULL */
+static void *pack(struct backend *c, const float *W, int N, int K, int ldw)
+{
+    size_t bytes = c->ops.linear_packed_bytes(c->ctx, N, K);
+    void *p = aligned_alloc(64, (bytes + 64) & ~(size_t)63);
+    if (p && c->ops.linear_pack(c->ctx, p, W, N, K, ldw) < 0) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* linear_rowinv on rows X (M,K) with the packed weight WP (N,K), dense leading dimensions */
+static int run_linear(struct backend *c, int M, int N, int K, const float *X, const void *Wp, const float *bias,
+                      int relu, float *Y)
+{
+    return c->ops.linear_rowinv(c->ctx, M, N, K, X, K, Wp, bias, relu, Y, N);
+}
+
+static void test_linear_rowinv_paths(const char *path)
+{
+    static const int shapes[][3] = { { 1, 1, 1 }, { 5, 7, 8 }, { 13, 17, 9 }, { 4, 3, 33 }, { 9, 50, 256 },
+                                     { 31, 4, 7 }, { 2, 2, 1 }, { 66, 41, 100 }, { 7, 130, 5 }, { 3, 0, 4 },
+                                     { 6, 64, 0 }, { 8, 200, 3 } };
+    double worst = 0;
+    int padok = 1;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        int lda = K + 3, ldw = K + 5, ldc = N + 2, relu = (int)(s % 2);
+        float *A = frand((size_t)M * lda, -1, 1), *W = frand((size_t)(N ? N : 1) * ldw, -1, 1);
+        float *bias = s % 3 ? frand((size_t)N, -1, 1) : NULL, *C = frand((size_t)M * ldc, -1, 1);
+        float *C0 = fcopy(C, (size_t)M * ldc);
+        double *R = malloc(((size_t)M * ldc + 1) * sizeof *R);
+        ref_linear(R, M, N, K, A, lda, W, ldw, bias, relu, ldc);
+        void *Wp = pack(be, W, N, K, ldw);
+        int rc = !Wp || OPS.linear_rowinv(CTX, M, N, K, A, lda, Wp, bias, relu, C, ldc);
+        for (int i = 0; i < M; i++) {
+            double e = N ? relerr(C + (size_t)i * ldc, R + (size_t)i * ldc, (size_t)N, 1) : 0;
+            if (rc != 0 || e > worst)
+                worst = rc ? INFINITY : e;
+            for (int j = N; j < ldc; j++) /* the padding of each row of C is left alone */
+                padok &= C[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j];
+        }
+        free(A), free(W), free(Wp), free(bias), free(C), free(C0), free(R);
+    }
+    char what[112];
+    snprintf(what, sizeof what, "linear_rowinv, %s path (awkward shapes, padded ld, bias, ReLU)", path);
+    report(what, worst, 1e-5);
+    test_ok(padok, "linear_rowinv, %s path: writes no column of C past N", path);
+
+    /* row invariance, as for gemm_rowinv */
+    static const int Ms[] = { 1, 2, 5, 6, 7, 13, 64, 200 };
+    static const int NK[][2] = { { 37, 45 }, { 256, 256 }, { 1000, 64 }, { 130, 128 } };
+    int quick = getenv("NMT_TEST_QUICK") != NULL;
+    for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
+        int N = NK[s][0], K = NK[s][1], maxM = quick ? 31 : 200;
+        float *A = frand((size_t)maxM * K, -1, 1), *W = frand((size_t)N * K, -1, 1), *x = frand((size_t)K, -1, 1);
+        float *bias = frand((size_t)N, -1, 1);
+        float *C = malloc((size_t)maxM * N * sizeof *C), *y = malloc((size_t)N * sizeof *y);
+        void *Wp = pack(be, W, N, K, K);
+        int same = Wp && run_linear(be, 1, N, K, x, Wp, bias, 1, y) == 0, tried = 0;
+        for (size_t m = 0; m < sizeof Ms / sizeof Ms[0] && Wp; m++) {
+            int M = Ms[m];
+            if (M > maxM)
+                continue;
+            int where[3] = { 0, M / 2, M - 1 };
+            for (int w = 0; w < 3; w++)
+                for (int t = 0; t < 2; t++) {
+                    float *Am = fcopy(A, (size_t)M * K);
+                    memcpy(Am + (size_t)where[w] * K, x, (size_t)K * sizeof *x);
+                    same &= run_linear(t ? be : be1, M, N, K, Am, Wp, bias, 1, C) == 0 &&
+                            !memcmp(C + (size_t)where[w] * N, y, (size_t)N * sizeof *y);
+                    tried++;
+                    free(Am);
+                }
+        }
+        test_ok(same, "linear_rowinv, %s path: a row gives identical bits alone and at %d positions inside products "
+                      "of M = 1..%d rows on 1 and 2 threads (N=%d K=%d)", path, tried, maxM, N, K);
+        free(A), free(W), free(Wp), free(x), free(bias), free(C), free(y);
+    }
+}
+
+static void test_linear_rowinv(void)
+{
+    int has = OPS.linear_packed_bytes && OPS.linear_pack && OPS.linear_rowinv;
+    test_ok(has, "cpu plugin has the optional linear_pack and linear_rowinv slots (ABI %u.%u)", OPS.abi_major,
+            OPS.abi_minor);
+    if (!has)
+        return;
+    test_ok(OPS.linear_packed_bytes(CTX, 17, 3) == 32 * 3 * sizeof(float) && OPS.linear_packed_bytes(CTX, 0, 3) == 0,
+            "linear_packed_bytes: panels of 16 columns (17 x 3 -> %zu bytes)", OPS.linear_packed_bytes(CTX, 17, 3));
+    static const char *const isas[] = { "avx512", "avx2", "portable" };
+    for (size_t p = 0; p < sizeof isas / sizeof isas[0]; p++) {
+        setenv("NMT_CPU_ISA", isas[p], 1);
+        char label[32];
+        snprintf(label, sizeof label, "NMT_CPU_ISA=%s", isas[p]);
+        test_linear_rowinv_paths(label);
+    }
+    /* the AVX-512 and AVX2 paths run the same chain of fused multiply-adds per element */
+    setenv("NMT_CPU_ISA", "avx512", 1);
+    struct nmt_backend_props props;
+    const char *wide = OPS.props(CTX, &props) == 0 ? props.device : "?";
+    int M = 29, N = 1000, K = 128;
+    float *A = frand((size_t)M * K, -1, 1), *W = frand((size_t)N * K, -1, 1), *bias = frand((size_t)N, -1, 1);
+    float *C1 = malloc((size_t)M * N * sizeof *C1), *C2 = malloc((size_t)M * N * sizeof *C2);
+    void *Wp = pack(be, W, N, K, K);
+    int rc = !Wp || run_linear(be, M, N, K, A, Wp, bias, 0, C1);
+    setenv("NMT_CPU_ISA", "avx2", 1);
+    rc |= !Wp || run_linear(be, M, N, K, A, Wp, bias, 0, C2);
+    unsetenv("NMT_CPU_ISA");
+    test_ok(rc == 0 && !memcmp(C1, C2, (size_t)M * N * sizeof *C1),
+            "linear_rowinv: the widest path (%s) and the AVX2 path give identical bits", wide);
+    free(A), free(W), free(Wp), free(bias), free(C1), free(C2);
+    test_ok(OPS.linear_rowinv(CTX, 2, 4, 3, (float[6]){ 0 }, 2, (float[64]){ 0 }, NULL, 0, (float[8]){ 0 }, 4) < 0 &&
+                strstr(OPS.last_error(CTX), "leading dimension"),
+            "linear_rowinv refuses lda < K: '%s'", OPS.last_error(CTX));
+    test_ok(OPS.linear_rowinv(CTX, -1, 4, 3, NULL, 3, NULL, NULL, 0, NULL, 4) < 0 &&
+                strstr(OPS.last_error(CTX), "negative"),
+            "linear_rowinv refuses a negative size: '%s'", OPS.last_error(CTX));
+    test_ok(OPS.linear_pack(CTX, (float[16]){ 0 }, (float[4]){ 0 }, 2, 2, 1) < 0 && strstr(OPS.last_error(CTX), "ldw"),
+            "linear_pack refuses ldw < K: '%s'", OPS.last_error(CTX));
+}
+
 /* ---------------- bias ---------------- */
 
 static void test_bias(void)
@@ -951,6 +1089,7 @@ int main(void)
     test_memory();
     test_gemm();
     test_gemm_rowinv();
+    test_linear_rowinv();
     test_bias();
     test_embedding();
     test_attention();

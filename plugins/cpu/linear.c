@@ -1,0 +1,272 @@
+/* linear.c: the cpu backend's row-invariant linear layer for inference (see plugins/backend.h):
+ * linear_pack copies a weight W (N,K) once into panels, and linear_rowinv computes
+ * C (M,N) = A (M,K) @ W^T + bias, then ReLU if asked.
+ *
+ * Packed layout: panel p holds output columns 16p..16p+15 as K rows of 16 floats (row k: W[16p+c][k]
+ * for c = 0..15, zeros past N); panels follow each other. So one step k of a register tile reads
+ * 64 contiguous bytes per panel, and every code path reads the same layout.
+ *
+ * Outer-product form: a register tile of rows of A by vectors of columns of C is swept over
+ * k = 0, 1, ..., K-1, each step adding A[i,k] * W[j,k] to every element with one fused multiply-add.
+ * So every output element is the same chain of K fused multiply-adds in increasing k, starting from
+ * 0, then + bias[j], then max(., 0): the tile shape, the vector width and the thread split change
+ * which elements are computed together, never how one is. A row's bits do not depend on M, on the
+ * other rows or on the thread count, and the AVX-512 and AVX2 paths give identical bits (the
+ * portable path, with a separate multiply and add, may differ from them in the last bits). No
+ * horizontal sums. Threads split the columns (never K). */
+#include <immintrin.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+
+#define PW 16             /* columns per panel */
+#define GROUP 4           /* panels per column group of the thread split */
+#define WORK_GRAIN 131072 /* multiply-adds per thread chunk, at least */
+
+struct lin {
+    const float *A, *Wp, *bias;
+    float *C;
+    int M, N, K, lda, ldc, relu;
+};
+
+/* The first float of panel P's row K. */
+static inline __attribute__((always_inline)) const float *panel_row(const struct lin *g, int p, int k)
+{
+    return g->Wp + ((size_t)p * (size_t)g->K + (size_t)k) * PW;
+}
+
+size_t cpu_linear_packed_bytes(nmt_bctx *ctx, int N, int K)
+{
+    if (N <= 0 || K <= 0)
+        return 0;
+    return (size_t)((N + PW - 1) / PW) * PW * (size_t)K * sizeof(float);
+}
+
+int cpu_linear_pack(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw)
+{
+    if (N < 0 || K < 0 || ldw < (K > 1 ? K : 1))
+        return cpu_err(ctx, "linear_pack: bad shape N=%d K=%d ldw=%d", N, K, ldw);
+    float *o = dst;
+    for (int p = 0; p < (N + PW - 1) / PW; p++)
+        for (int k = 0; k < K; k++)
+            for (int c = 0; c < PW; c++) {
+                int j = p * PW + c;
+                *o++ = j < N ? W[(size_t)j * (size_t)ldw + (size_t)k] : 0.0f;
+            }
+    return 0;
+}
+
+/* ---------------- AVX-512: tiles of up to 6 rows by 4 panels ---------------- */
+
+#define AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+#define MR16 6
+
+/* Rows i..i+mr-1, panels p..p+nv-1, of which the last keeps the lanes in LAST. */
+static inline __attribute__((always_inline)) AVX512 void tile16(const struct lin *g, int i, int p, int mr, int nv,
+                                                                 __mmask16 last)
+{
+    const float *a = g->A + (size_t)i * (size_t)g->lda;
+    size_t lda = (size_t)g->lda, pstride = (size_t)g->K * PW;
+    const float *w = panel_row(g, p, 0);
+    __m512 acc[MR16][GROUP];
+    for (int r = 0; r < mr; r++)
+        for (int c = 0; c < nv; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    for (int k = 0; k < g->K; k++, w += PW) {
+        __m512 wv[GROUP];
+        for (int c = 0; c < nv; c++)
+            wv[c] = _mm512_load_ps(w + (size_t)c * pstride);
+        for (int r = 0; r < mr; r++) {
+            __m512 av = _mm512_set1_ps(a[(size_t)r * lda + (size_t)k]);
+            for (int c = 0; c < nv; c++)
+                acc[r][c] = _mm512_fmadd_ps(av, wv[c], acc[r][c]);
+        }
+    }
+    for (int c = 0; c < nv; c++) {
+        int j = (p + c) * PW;
+        __mmask16 m = c == nv - 1 ? last : (__mmask16)0xFFFF;
+        __m512 b = g->bias ? _mm512_maskz_loadu_ps(m, g->bias + j) : _mm512_setzero_ps();
+        for (int r = 0; r < mr; r++) {
+            __m512 v = g->bias ? _mm512_add_ps(acc[r][c], b) : acc[r][c];
+            if (g->relu)
+                v = _mm512_max_ps(v, _mm512_setzero_ps());
+            _mm512_mask_storeu_ps(g->C + (size_t)(i + r) * (size_t)g->ldc + (size_t)j, m, v);
+        }
+    }
+}
+
+#define TILE16_NV(mr)                                                                                               \
+    switch (nv) {                                                                                                   \
+    case 4: tile16(g, i, p, mr, 4, last); break;                                                                    \
+    case 3: tile16(g, i, p, mr, 3, last); break;                                                                    \
+    case 2: tile16(g, i, p, mr, 2, last); break;                                                                    \
+    default: tile16(g, i, p, mr, 1, last); break;                                                                   \
+    }
+
+AVX512 static void tile16_any(const struct lin *g, int i, int p, int mr, int nv, __mmask16 last)
+{
+    switch (mr) {
+    case 6: TILE16_NV(6) break;
+    case 5: TILE16_NV(5) break;
+    case 4: TILE16_NV(4) break;
+    case 3: TILE16_NV(3) break;
+    case 2: TILE16_NV(2) break;
+    default: TILE16_NV(1) break;
+    }
+}
+
+/* ---------------- AVX2 + FMA: tiles of up to 4 rows by 3 vectors of 8 columns ---------------- */
+
+#define AVX2 __attribute__((target("avx2,fma")))
+#define MR8 4
+#define NV8 3
+
+static const int32_t lane_tab[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
+
+/* Rows i..i+mr-1, the nv vectors of 8 columns from column j (a multiple of 8); the last vector keeps
+ * its first LASTN lanes. */
+static inline __attribute__((always_inline)) AVX2 void tile8(const struct lin *g, int i, int j, int mr, int nv,
+                                                              int lastn)
+{
+    const float *a = g->A + (size_t)i * (size_t)g->lda;
+    size_t lda = (size_t)g->lda;
+    const float *w[NV8];
+    for (int c = 0; c < nv; c++) {
+        int jc = j + 8 * c;
+        w[c] = panel_row(g, jc / PW, 0) + jc % PW;
+    }
+    __m256i last = _mm256_loadu_si256((const __m256i *)(lane_tab + 8 - lastn));
+    __m256 acc[MR8][NV8];
+    for (int r = 0; r < mr; r++)
+        for (int c = 0; c < nv; c++)
+            acc[r][c] = _mm256_setzero_ps();
+    for (int k = 0; k < g->K; k++) {
+        __m256 wv[NV8];
+        for (int c = 0; c < nv; c++)
+            wv[c] = _mm256_load_ps(w[c] + (size_t)k * PW);
+        for (int r = 0; r < mr; r++) {
+            __m256 av = _mm256_broadcast_ss(a + (size_t)r * lda + (size_t)k);
+            for (int c = 0; c < nv; c++)
+                acc[r][c] = _mm256_fmadd_ps(av, wv[c], acc[r][c]);
+        }
+    }
+    __m256i all = _mm256_set1_epi32(-1);
+    for (int c = 0; c < nv; c++) {
+        __m256i m = c == nv - 1 ? last : all;
+        __m256 b = g->bias ? _mm256_maskload_ps(g->bias + j + 8 * c, m) : _mm256_setzero_ps();
+        for (int r = 0; r < mr; r++) {
+            __m256 v = g->bias ? _mm256_add_ps(acc[r][c], b) : acc[r][c];
+            if (g->relu)
+                v = _mm256_max_ps(v, _mm256_setzero_ps());
+            _mm256_maskstore_ps(g->C + (size_t)(i + r) * (size_t)g->ldc + (size_t)(j + 8 * c), m, v);
+        }
+    }
+}
+
+#define TILE8_NV(mr)                                                                                                \
+    switch (nv) {                                                                                                   \
+    case 3: tile8(g, i, j, mr, 3, lastn); break;                                                                    \
+    case 2: tile8(g, i, j, mr, 2, lastn); break;                                                                    \
+    default: tile8(g, i, j, mr, 1, lastn); break;                                                                   \
+    }
+
+AVX2 static void tile8_any(const struct lin *g, int i, int j, int mr, int nv, int lastn)
+{
+    switch (mr) {
+    case 4: TILE8_NV(4) break;
+    case 3: TILE8_NV(3) break;
+    case 2: TILE8_NV(2) break;
+    default: TILE8_NV(1) break;
+    }
+}
+
+/* ---------------- portable: tiles of up to 4 rows by one panel, multiply then add ---------------- */
+
+#define MRP 4
+
+static void tile_plain(const struct lin *g, int i, int p, int mr)
+{
+    float acc[MRP][PW];
+    int n = g->N - p * PW < PW ? g->N - p * PW : PW;
+    for (int r = 0; r < mr; r++)
+        for (int c = 0; c < PW; c++)
+            acc[r][c] = 0;
+    for (int k = 0; k < g->K; k++) {
+        const float *wk = panel_row(g, p, k);
+        for (int r = 0; r < mr; r++) {
+            float a = g->A[(size_t)(i + r) * (size_t)g->lda + (size_t)k];
+            for (int c = 0; c < PW; c++)
+                acc[r][c] = acc[r][c] + a * wk[c];
+        }
+    }
+    for (int r = 0; r < mr; r++)
+        for (int c = 0; c < n; c++) {
+            int j = p * PW + c;
+            float v = g->bias ? acc[r][c] + g->bias[j] : acc[r][c];
+            if (g->relu)
+                v = v > 0 ? v : 0;
+            g->C[(size_t)(i + r) * (size_t)g->ldc + (size_t)j] = v;
+        }
+}
+
+/* ---------------- driver ---------------- */
+
+struct lin_job {
+    struct lin g;
+    int isa;
+};
+
+/* Column groups [lo, hi) of GROUP panels: each group's panels are swept by every row tile of A. */
+static void linear_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    const struct lin_job *job = arg;
+    const struct lin *g = &job->g;
+    int panels = (g->N + PW - 1) / PW;
+    for (int64_t q = lo; q < hi; q++) {
+        int p0 = (int)q * GROUP, np = panels - p0 < GROUP ? panels - p0 : GROUP;
+        int j0 = p0 * PW, n = g->N - j0 < GROUP * PW ? g->N - j0 : GROUP * PW; /* columns of the group */
+        for (int i = 0; i < g->M; i += MR16) {
+            int mr = g->M - i < MR16 ? g->M - i : MR16;
+            if (job->isa == CPU_ISA_AVX512) {
+                int rem = n - PW * (np - 1);
+                tile16_any(g, i, p0, mr, np, (__mmask16)((1u << rem) - 1));
+            } else if (job->isa == CPU_ISA_AVX2) {
+                int vecs = (n + 7) / 8;
+                for (int r = i; r < i + mr; r += MR8)
+                    for (int v = 0; v < vecs; v += NV8) {
+                        int nv = vecs - v < NV8 ? vecs - v : NV8;
+                        int lastn = v + nv == vecs ? n - 8 * (vecs - 1) : 8;
+                        tile8_any(g, r, j0 + 8 * v, i + mr - r < MR8 ? i + mr - r : MR8, nv, lastn);
+                    }
+            } else {
+                for (int r = i; r < i + mr; r += MRP)
+                    for (int p = p0; p < p0 + np; p++)
+                        tile_plain(g, r, p, i + mr - r < MRP ? i + mr - r : MRP);
+            }
+        }
+    }
+}
+
+int cpu_linear_rowinv(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *Wp,
+                      const float *bias, int relu, float *C, int ldc)
+{
+    if (M < 0 || N < 0 || K < 0)
+        return cpu_err(ctx, "linear_rowinv: negative size M=%d N=%d K=%d", M, N, K);
+    if (lda < (K > 1 ? K : 1) || ldc < (N > 1 ? N : 1))
+        return cpu_err(ctx, "linear_rowinv: leading dimension too small (lda=%d ldc=%d for M=%d N=%d K=%d)", lda,
+                       ldc, M, N, K);
+    if (M == 0 || N == 0)
+        return 0;
+    if (K == 0) {
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float v = bias ? bias[j] : 0.0f;
+                C[(size_t)i * (size_t)ldc + (size_t)j] = relu && !(v > 0) ? 0.0f : v;
+            }
+        return 0;
+    }
+    struct lin_job job = { { A, Wp, bias, C, M, N, K, lda, ldc, relu != 0 }, cpu_isa() };
+    int64_t groups = (N + GROUP * PW - 1) / (GROUP * PW), per = (int64_t)M * (K > 0 ? K : 1) * GROUP * PW;
+    pool_for(ctx->pool, groups, (WORK_GRAIN + per - 1) / per, linear_body, &job);
+    return 0;
+}
