@@ -1,7 +1,9 @@
 /* rowinv_bench: GFLOP/s of the products of decoding (C = A W^T, A (M,K) activations, W (N,K) a
- * weight) at the SMALL model's shapes, three ways through a backend plugin: gemm on all M rows
+ * weight) at the SMALL model's shapes, four ways through a backend plugin: gemm on all M rows
  * (OpenBLAS: fast, not row-invariant), gemm on blocks of 8 rows (the host's row-invariant
- * fallback), and gemm_rowinv (the row-invariant slot), with the ratio rowinv / full gemm.
+ * fallback), gemm_rowinv (the row-invariant slot of ABI 1.1) and linear_rowinv on the weight
+ * packed once by linear_pack (ABI 1.2, what nmt-decode uses), with the ratios of the two
+ * row-invariant slots to the full gemm.
  * Usage: rowinv_bench [BACKEND [THREADS]]   (defaults: cpu, 2) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +19,10 @@ static double now(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* Mode 0: gemm on M rows; 1: gemm on 8-row blocks (M a multiple of 8 here); 2: gemm_rowinv. */
-static int run(struct backend *be, int mode, int M, int N, int K, const float *A, const float *W, float *C)
+/* Mode 0: gemm on M rows; 1: gemm on 8-row blocks (M a multiple of 8 here); 2: gemm_rowinv;
+ * 3: linear_rowinv on WP, W packed. */
+static int run(struct backend *be, int mode, int M, int N, int K, const float *A, const float *W, const void *Wp,
+               float *C)
 {
     const struct nmt_backend *k = &be->ops;
     if (mode == 0)
@@ -29,7 +33,9 @@ static int run(struct backend *be, int mode, int M, int N, int K, const float *A
                 return -1;
         return 0;
     }
-    return k->gemm_rowinv(be->ctx, M, N, K, 1, A, K, W, K, 0, C, N);
+    if (mode == 2)
+        return k->gemm_rowinv(be->ctx, M, N, K, 1, A, K, W, K, 0, C, N);
+    return k->linear_rowinv(be->ctx, M, N, K, A, K, Wp, NULL, 0, C, N);
 }
 
 int main(int argc, char **argv)
@@ -40,13 +46,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "rowinv_bench: %s\n", nmt_errmsg());
         return 1;
     }
-    if (!be->ops.gemm_rowinv) {
-        fprintf(stderr, "rowinv_bench: backend %s has no gemm_rowinv slot\n", be->ops.name);
+    if (!be->ops.gemm_rowinv || !be->ops.linear_rowinv) {
+        fprintf(stderr, "rowinv_bench: backend %s lacks gemm_rowinv or linear_rowinv\n", be->ops.name);
         return 1;
     }
     static const int Ms[] = { 8, 32, 64, 128, 256 };
     static const int NK[][2] = { { 256, 256 }, { 768, 256 }, { 1024, 256 }, { 256, 1024 }, { 8000, 256 } };
-    printf("%5s %5s %5s %12s %12s %12s %8s\n", "M", "N", "K", "gemm GF/s", "8-row GF/s", "rowinv GF/s", "ratio");
+    printf("%5s %5s %5s %12s %12s %12s %12s %8s %8s\n", "M", "N", "K", "gemm GF/s", "8-row GF/s", "rowinv GF/s",
+           "linear GF/s", "ratio", "ratio");
     for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++)
         for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) {
             int M = Ms[m], N = NK[s][0], K = NK[s][1];
@@ -58,25 +65,29 @@ int main(int argc, char **argv)
                 h[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
             be->ops.upload(be->ctx, W, h, (size_t)N * K * sizeof *h);
             be->ops.upload(be->ctx, A, h, (size_t)M * K * sizeof *h);
-            double gf[3];
-            for (int mode = 0; mode < 3; mode++) {
+            void *Wp = be->ops.alloc(be->ctx, be->ops.linear_packed_bytes(be->ctx, N, K));
+            be->ops.linear_pack(be->ctx, Wp, W, N, K, K);
+            double gf[4];
+            for (int mode = 0; mode < 4; mode++) {
                 double flop = 2.0 * M * N * K, t0, t;
                 int reps = 0;
-                run(be, mode, M, N, K, A, W, C);
+                run(be, mode, M, N, K, A, W, Wp, C);
                 t0 = now();
                 do {
-                    run(be, mode, M, N, K, A, W, C);
+                    run(be, mode, M, N, K, A, W, Wp, C);
                     reps++;
                 } while ((t = now() - t0) < 0.2);
                 be->ops.sync(be->ctx);
                 t = now() - t0;
                 gf[mode] = flop * reps / t * 1e-9;
             }
-            printf("%5d %5d %5d %12.1f %12.1f %12.1f %8.2f\n", M, N, K, gf[0], gf[1], gf[2], gf[2] / gf[0]);
+            printf("%5d %5d %5d %12.1f %12.1f %12.1f %12.1f %8.2f %8.2f\n", M, N, K, gf[0], gf[1], gf[2], gf[3],
+                   gf[2] / gf[0], gf[3] / gf[0]);
             fflush(stdout);
             free(h);
             be->ops.free(be->ctx, A);
             be->ops.free(be->ctx, W);
+            be->ops.free(be->ctx, Wp);
             be->ops.free(be->ctx, C);
         }
     backend_close(be);

@@ -1,6 +1,7 @@
 /* attention.c: fused masked multi-head attention, forward and backward (contract in
  * plugins/backend.h, struct nmt_attn_args). Plain loops over (batch, head, query): scores, a
  * softmax over the visible prefix of the keys, optional counter-based dropout, weighted sum. */
+#include <immintrin.h>
 #include <math.h>
 
 #include "cpu.h"
@@ -11,16 +12,6 @@ struct attn {
     const struct nmt_attn_args *a;
     nmt_bctx *ctx;
 };
-
-#define PREFETCH_ROWS 6
-
-/* Asks for the cache lines of X[0..n) ahead of their use. */
-static inline __attribute__((always_inline)) void prefetch_row(const float *x, int n)
-{
-    for (int i = 0; i < n; i += 16)
-        __builtin_prefetch(x + i);
-    __builtin_prefetch(x + n - 1);
-}
 
 /* Number of keys visible to query I of batch item B: a prefix [0, n) of the keys. */
 static int visible(const struct nmt_attn_args *a, int b, int i)
@@ -72,17 +63,8 @@ CPU_VEC static void fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
             continue;
         }
         const float *kb = t->k + b * a->k_bs + h * dh, *vb = t->v + b * a->v_bs + h * dh;
-        /* keys and values are read one row of dh floats at a time, often far apart (a decoder's
-         * cache): fetch a few rows ahead */
-        for (int j = 0; j < n && j < PREFETCH_ROWS; j++)
-            prefetch_row(kb + j * a->k_ld, dh);
-        for (int j = 0; j < n; j++) {
-            if (j + PREFETCH_ROWS < n)
-                prefetch_row(kb + (j + PREFETCH_ROWS) * a->k_ld, dh);
-            if (j < PREFETCH_ROWS)
-                prefetch_row(vb + j * a->v_ld, dh);
+        for (int j = 0; j < n; j++)
             s[j] = vdot(qi, kb + j * a->k_ld, dh) * a->scale;
-        }
         float mx = vmax(s, n), sum = 0;
         for (int j = 0; j < n; j++) {
             s[j] = vexp(s[j] - mx);
@@ -100,11 +82,59 @@ CPU_VEC static void fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
             if (a->dropout > 0)
                 p = rng_uniform_keyed(key, ctr + (uint64_t)j) >= a->dropout ? p * keep : 0.0f;
             const float *vj = vb + j * a->v_ld;
-            if (j + PREFETCH_ROWS < n)
-                prefetch_row(vj + PREFETCH_ROWS * a->v_ld, dh);
             for (int d = 0; d < dh; d++)
                 o[d] += p * vj[d];
         }
+    }
+}
+
+/* The forward of inference (no probabilities kept, no dropout) on AVX-512 when a head's width dh is
+ * a multiple of 16 up to 64: the query and the output row stay in registers, each score is one
+ * vector dot product summed by _mm512_reduce_add_ps, the weighted sum uses fused multiply-adds.
+ * Each row is computed alone, as in fwd_body, whose results it equals up to rounding. */
+#define AVX512F __attribute__((target("avx512f")))
+#define INFER_MAX_VEC 4
+
+AVX512F static void fwd_infer_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct attn *t = arg;
+    const struct nmt_attn_args *a = t->a;
+    int dh = a->dh, nv = dh / 16;
+    float *s = cpu_scratch_of(t->ctx, tid); /* (Tk) */
+    for (int64_t r = lo; r < hi; r++) {     /* r = (b*H + h)*Tq + i */
+        int i = (int)(r % a->Tq), h = (int)(r / a->Tq % a->H), b = (int)(r / a->Tq / a->H);
+        const float *qi = t->q + b * a->q_bs + i * a->q_ld + h * dh;
+        float *o = t->out + b * a->o_bs + i * a->o_ld + h * dh;
+        int n = visible(a, b, i);
+        __m512 qv[INFER_MAX_VEC], ov[INFER_MAX_VEC];
+        for (int c = 0; c < nv; c++) {
+            qv[c] = _mm512_loadu_ps(qi + 16 * c);
+            ov[c] = _mm512_setzero_ps();
+        }
+        const float *kb = t->k + b * a->k_bs + h * dh, *vb = t->v + b * a->v_bs + h * dh;
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            const float *kj = kb + j * a->k_ld;
+            __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kj));
+            for (int c = 1; c < nv; c++)
+                acc = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + 16 * c), acc);
+            s[j] = _mm512_reduce_add_ps(acc) * a->scale;
+            mx = s[j] > mx ? s[j] : mx;
+        }
+        float sum = 0;
+        for (int j = 0; j < n; j++) {
+            s[j] = vexp(s[j] - mx);
+            sum += s[j];
+        }
+        float inv = n ? 1.0f / sum : 0.0f;
+        for (int j = 0; j < n; j++) {
+            const float *vj = vb + j * a->v_ld;
+            __m512 p = _mm512_set1_ps(s[j] * inv);
+            for (int c = 0; c < nv; c++)
+                ov[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj + 16 * c), ov[c]);
+        }
+        for (int c = 0; c < nv; c++)
+            _mm512_storeu_ps(o + 16 * c, ov[c]);
     }
 }
 
@@ -115,7 +145,8 @@ int cpu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, c
         return -1;
     struct attn t = { .out = out, .P = P, .q = q, .k = k, .v = v, .a = a, .ctx = ctx };
     int64_t rows = (int64_t)a->B * a->H * a->Tq;
-    pool_for(ctx->pool, rows, 4, fwd_body, &t);
+    int fast = !P && a->dropout == 0 && a->dh % 16 == 0 && a->dh <= 16 * INFER_MAX_VEC && cpu_isa() == CPU_ISA_AVX512;
+    pool_for(ctx->pool, rows, 4, fast ? fwd_infer_body : fwd_body, &t);
     return 0;
 }
 
