@@ -549,6 +549,19 @@ static void run_attention(const char *name, int B, int Tq, int Tk, int H, int dh
     be1->ops.attention_forward(be1->ctx, out1, P1, q, k, v, a);
     test_ok(!memcmp(out, out1, c.no * sizeof *out) && !memcmp(P, P1, (size_t)B * H * Tq * Tk * sizeof *P),
             "attention %s: 1 thread and 2 threads give identical bits", name);
+    if (drop == 0) {
+        /* the forward of inference (no probabilities kept): its own AVX-512 path for dh a multiple
+         * of 16 up to 64, on 1 and 2 threads */
+        float *oi = frand(c.no, -1, 1), *oi1 = frand(c.no, -1, 1);
+        rc = OPS.attention_forward(CTX, oi, NULL, q, k, v, a) |
+             be1->ops.attention_forward(be1->ctx, oi1, NULL, q, k, v, a);
+        char what[112];
+        snprintf(what, sizeof what, "attention %s: forward without P (inference)", name);
+        report(what, rc ? INFINITY : relerr(oi, rout, c.no, 1), 2e-6);
+        test_ok(rc == 0 && !memcmp(oi, oi1, c.no * sizeof *oi),
+                "attention %s: forward without P, 1 thread and 2 threads give identical bits", name);
+        free(oi), free(oi1);
+    }
 
     float *g = calloc(fused ? nbuf : 3 * span, sizeof *g);
     float *dq = g, *dk = fused ? g + D : g + span, *dv = fused ? g + 2 * D : g + 2 * span;
@@ -586,6 +599,13 @@ static void test_attention(void)
     run_attention("causal with shift, dropout", 2, 3, 7, 1, 5, 1, 4, 0.3f, (int[]){ 7, 6 }, 0);
     run_attention("one query, one key", 1, 1, 1, 1, 1, 0, 0, 0, NULL, 0);
     run_attention("cross-attention, dropout, dh 17", 2, 3, 4, 2, 17, 0, 0, 0.2f, (int[]){ 4, 2 }, 0);
+    /* head widths of the inference path, with an item that sees no key */
+    run_attention("cross-attention, dh 16", 3, 4, 9, 2, 16, 0, 0, 0, (int[]){ 9, 0, 4 }, 0);
+    run_attention("decoder self-attention, dh 32", 2, 1, 23, 4, 32, 1, 22, 0, NULL, 0);
+    run_attention("causal, fused qkv, dh 64", 2, 6, 6, 2, 64, 1, 0, 0, NULL, 1);
+    setenv("NMT_CPU_ISA", "avx2", 1); /* the generic loops at the same shapes */
+    run_attention("dh 32 on the AVX2 path", 2, 3, 11, 4, 32, 0, 0, 0, (int[]){ 11, 5 }, 0);
+    unsetenv("NMT_CPU_ISA");
 }
 
 /* ---------------- layer norm ---------------- */
