@@ -288,6 +288,20 @@ static void op_gemm_rowinv(struct backend *b, struct result *r)
     }
 }
 
+static void op_linear_rowinv(struct backend *b, struct result *r)
+{
+    static const int shapes[][3] = { { 1, 1, 1 }, { 7, 13, 5 }, { 33, 40, 64 }, { 64, 256, 256 }, { 5, 1000, 17 } };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], lda = K + 3, ldw = K + 1, ldc = N + 2;
+        float *A = drand(b, (size_t)M * lda, -1, 1), *W = drand(b, (size_t)N * ldw, -1, 1);
+        float *bias = drand(b, (size_t)N, -1, 1), *C = drand(b, (size_t)M * ldc, -1, 1);
+        void *Wp = b->ops.alloc(b->ctx, b->ops.linear_packed_bytes(b->ctx, N, K));
+        r->rc |= !Wp || OP(b, linear_pack, Wp, W, N, K, ldw) < 0;
+        r->rc |= Wp ? OP(b, linear_rowinv, M, N, K, A, lda, Wp, s % 2 ? bias : NULL, (int)(s % 3 == 1), C, ldc) : -1;
+        fetch(b, r, C, (size_t)M * ldc, 0);
+    }
+}
+
 static void op_xent(struct backend *b, struct result *r)
 {
     int N = 13, V = 101;
@@ -336,7 +350,7 @@ static const struct {
     const char *name;
     void (*run)(struct backend *, struct result *);
     double tol;
-    int optional; /* uses an optional slot: 1 gelu, 2 gemm_rowinv */
+    int optional; /* uses an optional slot: 1 gelu, 2 gemm_rowinv, 3 linear_pack and linear_rowinv */
 } ops[] = {
     { "gemm, gemm_batched", op_gemm, 1e-5, 0 },
     { "bias_add, bias_grad", op_bias, 1e-5, 0 },
@@ -348,6 +362,7 @@ static const struct {
     { "add, axpy, scale, relu, dropout, memset_zero, copy", op_elementwise, 1e-6, 0 },
     { "gelu forward/backward", op_gelu, 1e-5, 1 },
     { "gemm_rowinv (row-invariant product)", op_gemm_rowinv, 1e-5, 2 },
+    { "linear_pack, linear_rowinv (row-invariant linear layer, bias, ReLU)", op_linear_rowinv, 1e-5, 3 },
     { "cross_entropy", op_xent, 1e-5, 0 },
     { "adam_update, sumsq", op_optim, 1e-5, 0 },
     { "topk_logsoftmax, gather_rows", op_decode, 1e-5, 0 },
@@ -398,7 +413,8 @@ int main(void)
             continue;
         tested++;
         for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
-            if ((ops[k].optional == 1 && !x->ops.gelu_forward) || (ops[k].optional == 2 && !x->ops.gemm_rowinv)) {
+            if ((ops[k].optional == 1 && !x->ops.gelu_forward) || (ops[k].optional == 2 && !x->ops.gemm_rowinv) ||
+                (ops[k].optional == 3 && !(x->ops.linear_packed_bytes && x->ops.linear_pack && x->ops.linear_rowinv))) {
                 test_ok(1, "%s: %s # SKIP optional slot absent", x->ops.name, ops[k].name);
                 continue;
             }
