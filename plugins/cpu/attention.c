@@ -89,18 +89,34 @@ CPU_VEC static void fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
 }
 
 /* The forward of inference (no probabilities kept, no dropout) on AVX-512 when a head's width dh is
- * a multiple of 16 up to 64: the query and the output row stay in registers, each score is one
- * vector dot product summed by _mm512_reduce_add_ps, the weighted sum uses fused multiply-adds.
- * Each row is computed alone, as in fwd_body, whose results it equals up to rounding. */
+ * a multiple of 16 up to 64: the query and the output row stay in registers; the scores of 16 keys
+ * at a time are 16 vector dot products whose lanes are summed together by a fixed tree of shuffles
+ * and adds (sum16x16); the weighted sum uses fused multiply-adds. Each row is computed alone, as in
+ * fwd_body, whose results it equals up to rounding. */
 #define AVX512F __attribute__((target("avx512f")))
 #define INFER_MAX_VEC 4
+
+/* Lane j of the result = the sum of the 16 lanes of X[j], j < 16, always in the same order. */
+static inline __attribute__((always_inline)) AVX512F __m512 sum16x16(const __m512 *x)
+{
+    __m512 t[8], u[4];
+    for (int p = 0; p < 8; p++) /* per 128-bit block: x2p[0]+x2p[2], x2p+1[0]+x2p+1[2], x2p[1]+x2p[3], ... */
+        t[p] = _mm512_add_ps(_mm512_unpacklo_ps(x[2 * p], x[2 * p + 1]), _mm512_unpackhi_ps(x[2 * p], x[2 * p + 1]));
+    for (int p = 0; p < 4; p++) { /* per block: the block's sums of keys 4p..4p+3 */
+        __m512d a = _mm512_castps_pd(t[2 * p]), b = _mm512_castps_pd(t[2 * p + 1]);
+        u[p] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+    __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
+}
 
 AVX512F static void fwd_infer_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
     struct attn *t = arg;
     const struct nmt_attn_args *a = t->a;
     int dh = a->dh, nv = dh / 16;
-    float *s = cpu_scratch_of(t->ctx, tid); /* (Tk) */
+    float *s = cpu_scratch_of(t->ctx, tid); /* (Tk rounded up to 16) */
     for (int64_t r = lo; r < hi; r++) {     /* r = (b*H + h)*Tq + i */
         int i = (int)(r % a->Tq), h = (int)(r / a->Tq % a->H), b = (int)(r / a->Tq / a->H);
         const float *qi = t->q + b * a->q_bs + i * a->q_ld + h * dh;
@@ -112,16 +128,25 @@ AVX512F static void fwd_infer_body(void *arg, int64_t lo, int64_t hi, int tid)
             ov[c] = _mm512_setzero_ps();
         }
         const float *kb = t->k + b * a->k_bs + h * dh, *vb = t->v + b * a->v_bs + h * dh;
-        float mx = -INFINITY;
-        for (int j = 0; j < n; j++) {
-            const float *kj = kb + j * a->k_ld;
-            __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kj));
-            for (int c = 1; c < nv; c++)
-                acc = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + 16 * c), acc);
-            s[j] = _mm512_reduce_add_ps(acc) * a->scale;
-            mx = s[j] > mx ? s[j] : mx;
+        __m512 mxv = _mm512_set1_ps(-INFINITY), scale = _mm512_set1_ps(a->scale);
+        for (int j0 = 0; j0 < n; j0 += 16) {
+            __m512 acc[16];
+            for (int j = 0; j < 16; j++) {
+                if (j0 + j >= n) {
+                    acc[j] = _mm512_setzero_ps();
+                    continue;
+                }
+                const float *kj = kb + (j0 + j) * a->k_ld;
+                acc[j] = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kj));
+                for (int c = 1; c < nv; c++)
+                    acc[j] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + 16 * c), acc[j]);
+            }
+            __mmask16 live = n - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j0)) - 1);
+            __m512 sc = _mm512_mul_ps(sum16x16(acc), scale);
+            _mm512_storeu_ps(s + j0, sc);
+            mxv = _mm512_mask_max_ps(mxv, live, sc, mxv);
         }
-        float sum = 0;
+        float mx = _mm512_reduce_max_ps(mxv), sum = 0;
         for (int j = 0; j < n; j++) {
             s[j] = vexp(s[j] - mx);
             sum += s[j];
@@ -141,7 +166,7 @@ AVX512F static void fwd_infer_body(void *arg, int64_t lo, int64_t hi, int tid)
 int cpu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, const float *k, const float *v,
                           const struct nmt_attn_args *a)
 {
-    if (check(ctx, "attention_forward", a) < 0 || cpu_scratch(ctx, (size_t)(a->Tk + 1) * sizeof(float)) < 0)
+    if (check(ctx, "attention_forward", a) < 0 || cpu_scratch(ctx, (size_t)(a->Tk + 16) * sizeof(float)) < 0)
         return -1;
     struct attn t = { .out = out, .P = P, .q = q, .k = k, .v = v, .a = a, .ctx = ctx };
     int64_t rows = (int64_t)a->B * a->H * a->Tq;

@@ -603,6 +603,7 @@ static void test_attention(void)
     run_attention("cross-attention, dh 16", 3, 4, 9, 2, 16, 0, 0, 0, (int[]){ 9, 0, 4 }, 0);
     run_attention("decoder self-attention, dh 32", 2, 1, 23, 4, 32, 1, 22, 0, NULL, 0);
     run_attention("causal, fused qkv, dh 64", 2, 6, 6, 2, 64, 1, 0, 0, NULL, 1);
+    run_attention("cross-attention over 3 blocks of 16 keys, dh 32", 2, 2, 41, 2, 32, 0, 0, 0, (int[]){ 41, 32 }, 0);
     setenv("NMT_CPU_ISA", "avx2", 1); /* the generic loops at the same shapes */
     run_attention("dh 32 on the AVX2 path", 2, 3, 11, 4, 32, 0, 0, 0, (int[]){ 11, 5 }, 0);
     unsetenv("NMT_CPU_ISA");
