@@ -95,23 +95,35 @@ static inline __attribute__((always_inline)) AVX512 void tile16(const struct lin
     }
 }
 
-#define TILE16_NV(mr)                                                                                               \
-    switch (nv) {                                                                                                   \
-    case 4: tile16(g, i, p, mr, 4, last); break;                                                                    \
-    case 3: tile16(g, i, p, mr, 3, last); break;                                                                    \
-    case 2: tile16(g, i, p, mr, 2, last); break;                                                                    \
-    default: tile16(g, i, p, mr, 1, last); break;                                                                   \
-    }
-
+/* mr <= 6 rows by nv <= 4 panels, through a tile16 inlined with constant sizes (accumulators in
+ * registers) */
 AVX512 static void tile16_any(const struct lin *g, int i, int p, int mr, int nv, __mmask16 last)
 {
-    switch (mr) {
-    case 6: TILE16_NV(6) break;
-    case 5: TILE16_NV(5) break;
-    case 4: TILE16_NV(4) break;
-    case 3: TILE16_NV(3) break;
-    case 2: TILE16_NV(2) break;
-    default: TILE16_NV(1) break;
+    switch (mr * 8 + nv) {
+    case 6 * 8 + 4: tile16(g, i, p, 6, 4, last); break;
+    case 6 * 8 + 3: tile16(g, i, p, 6, 3, last); break;
+    case 6 * 8 + 2: tile16(g, i, p, 6, 2, last); break;
+    case 6 * 8 + 1: tile16(g, i, p, 6, 1, last); break;
+    case 5 * 8 + 4: tile16(g, i, p, 5, 4, last); break;
+    case 5 * 8 + 3: tile16(g, i, p, 5, 3, last); break;
+    case 5 * 8 + 2: tile16(g, i, p, 5, 2, last); break;
+    case 5 * 8 + 1: tile16(g, i, p, 5, 1, last); break;
+    case 4 * 8 + 4: tile16(g, i, p, 4, 4, last); break;
+    case 4 * 8 + 3: tile16(g, i, p, 4, 3, last); break;
+    case 4 * 8 + 2: tile16(g, i, p, 4, 2, last); break;
+    case 4 * 8 + 1: tile16(g, i, p, 4, 1, last); break;
+    case 3 * 8 + 4: tile16(g, i, p, 3, 4, last); break;
+    case 3 * 8 + 3: tile16(g, i, p, 3, 3, last); break;
+    case 3 * 8 + 2: tile16(g, i, p, 3, 2, last); break;
+    case 3 * 8 + 1: tile16(g, i, p, 3, 1, last); break;
+    case 2 * 8 + 4: tile16(g, i, p, 2, 4, last); break;
+    case 2 * 8 + 3: tile16(g, i, p, 2, 3, last); break;
+    case 2 * 8 + 2: tile16(g, i, p, 2, 2, last); break;
+    case 2 * 8 + 1: tile16(g, i, p, 2, 1, last); break;
+    case 1 * 8 + 4: tile16(g, i, p, 1, 4, last); break;
+    case 1 * 8 + 3: tile16(g, i, p, 1, 3, last); break;
+    case 1 * 8 + 2: tile16(g, i, p, 1, 2, last); break;
+    default: tile16(g, i, p, 1, 1, last); break;
     }
 }
 
@@ -163,20 +175,22 @@ static inline __attribute__((always_inline)) AVX2 void tile8(const struct lin *g
     }
 }
 
-#define TILE8_NV(mr)                                                                                                \
-    switch (nv) {                                                                                                   \
-    case 3: tile8(g, i, j, mr, 3, lastn); break;                                                                    \
-    case 2: tile8(g, i, j, mr, 2, lastn); break;                                                                    \
-    default: tile8(g, i, j, mr, 1, lastn); break;                                                                   \
-    }
-
+/* mr <= 4 rows by nv <= 3 vectors, through a tile8 inlined with constant sizes */
 AVX2 static void tile8_any(const struct lin *g, int i, int j, int mr, int nv, int lastn)
 {
-    switch (mr) {
-    case 4: TILE8_NV(4) break;
-    case 3: TILE8_NV(3) break;
-    case 2: TILE8_NV(2) break;
-    default: TILE8_NV(1) break;
+    switch (mr * 4 + nv) {
+    case 4 * 4 + 3: tile8(g, i, j, 4, 3, lastn); break;
+    case 4 * 4 + 2: tile8(g, i, j, 4, 2, lastn); break;
+    case 4 * 4 + 1: tile8(g, i, j, 4, 1, lastn); break;
+    case 3 * 4 + 3: tile8(g, i, j, 3, 3, lastn); break;
+    case 3 * 4 + 2: tile8(g, i, j, 3, 2, lastn); break;
+    case 3 * 4 + 1: tile8(g, i, j, 3, 1, lastn); break;
+    case 2 * 4 + 3: tile8(g, i, j, 2, 3, lastn); break;
+    case 2 * 4 + 2: tile8(g, i, j, 2, 2, lastn); break;
+    case 2 * 4 + 1: tile8(g, i, j, 2, 1, lastn); break;
+    case 1 * 4 + 3: tile8(g, i, j, 1, 3, lastn); break;
+    case 1 * 4 + 2: tile8(g, i, j, 1, 2, lastn); break;
+    default: tile8(g, i, j, 1, 1, lastn); break;
     }
 }
 
