@@ -3,6 +3,8 @@
  * the model's inference steps in libcommon/infer.c. */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +49,10 @@ static void usage(void)
            "                          not a regular file)\n"
            "      --batch-variant     faster products whose results may depend on the batch neighbours\n"
            "      --backend NAME      compute backend (default cpu; NMT_BACKEND)\n"
-           "      --threads N         worker threads of the backend (default: all cores)\n"
+           "      --threads N         worker threads in all (default: all cores)\n"
+           "      --jobs N            batches decoded at once, each by its own copy of the model with\n"
+           "                          threads/N threads (default: the threads, at most 4, on the cpu;\n"
+           "                          1 on an accelerator)\n"
            "  -q, --quiet             no warnings about long lines\n"
            "  -h, --help              show this help and exit\n"
            "      --version           show version information and exit\n"
@@ -58,12 +63,12 @@ static void usage(void)
 
 enum {
     OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK,
-    OPT_INTER, OPT_VARIANT, OPT_BACKEND, OPT_THREADS, OPT_VERSION
+    OPT_INTER, OPT_VARIANT, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION
 };
 
 struct opts {
     const char *model, *input, *output, *src, *tgt, *backend;
-    int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads;
+    int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs;
     long max_tokens;
     struct search_opts so;
 };
@@ -78,11 +83,26 @@ struct sent {
     double lp;
 };
 
+/* One decoding context: a backend context with its own copy of the model. */
+struct engine {
+    struct backend *be;
+    struct model *m;
+    struct infer *in;
+    pthread_t tid;
+    int rc;                    /* of its batches: 0, or -1 with the message in err */
+    char err[1024];
+};
+
+#define MAX_AUTO_JOBS 4
+
 struct state {
     const struct opts *o;
     struct vocab *v;
     struct bpe_encoder *enc;
-    struct infer *in;
+    struct st_file *ckpt;      /* the checkpoint, until every engine has loaded it */
+    struct model_config cfg;
+    struct engine *eng;        /* (neng) */
+    int neng, threads, jobs;   /* engines open; threads in all; engines wanted */
     int max_len;
     FILE *out;
     struct rec_writer *w;
@@ -195,8 +215,8 @@ static int emit(struct state *st, struct sent *s)
     return ferror(st->out) ? nmt_seterr("write failed: %s", strerror(errno)) : 0;
 }
 
-/* Translates (or scores) sentences P[0..N) in one batch; empty ones are skipped. */
-static int run_batch(struct state *st, struct sent **p, int n)
+/* Translates (or scores) sentences P[0..N) in one batch with IN; empty ones are skipped. */
+static int run_batch(struct state *st, struct infer *in, struct sent **p, int n)
 {
     const uint32_t **src = malloc((size_t)n * sizeof *src), **tgt = malloc((size_t)n * sizeof *tgt);
     int *len = malloc((size_t)n * sizeof *len), *tl = malloc((size_t)n * sizeof *tl);
@@ -223,12 +243,12 @@ static int run_batch(struct state *st, struct sent **p, int n)
         goto out;
     }
     if (st->o->score) {
-        if (search_score(st->in, m, src, len, tgt, tl, lp) < 0)
+        if (search_score(in, m, src, len, tgt, tl, lp) < 0)
             goto out;
         for (int i = 0; i < m; i++)
             q[i]->lp = lp[i];
     } else {
-        if (search_batch(st->in, &st->o->so, m, src, len, res) < 0)
+        if (search_batch(in, &st->o->so, m, src, len, res) < 0)
             goto out;
         for (int i = 0; i < m; i++)
             q[i]->res = res[i];
@@ -349,6 +369,154 @@ static int flush_out(struct state *st)
     return fflush(st->out) ? nmt_seterr("write failed: %s", strerror(errno)) : 0;
 }
 
+/* ---- engines ---- */
+
+/* Threads of engine I of N: an equal share of the threads, the first ones one more when N does not
+ * divide them, at least 1. */
+static int engine_threads(const struct state *st, int i, int n)
+{
+    int t = st->threads / n + (i < st->threads % n);
+    return t > 0 ? t : 1;
+}
+
+/* Opens the backend context of engine E, with THREADS threads. 0, or -1 with the error set. */
+static int engine_open(struct state *st, struct engine *e, int threads)
+{
+    const struct opts *o = st->o;
+    struct nmt_backend_opts bo = {sizeof bo, threads, 0};
+    e->be = backend_open(o->backend ? o->backend : getenv("NMT_BACKEND") ? NULL : "cpu", &bo);
+    return e->be ? 0 : -1;
+}
+
+/* Loads the checkpoint's weights into open engine E and prepares its inference state; engines
+ * may load at the same time. 0, or -1 with the error set (E is then half loaded: engine_close it). */
+static int engine_load(struct state *st, struct engine *e)
+{
+    const struct opts *o = st->o;
+    e->m = model_new(e->be, &st->cfg, 0);
+    if (!e->m)
+        return -1;
+    if (model_load(e->m, st->ckpt, 0) < 0)
+        return nmt_seterr("'%s': %s", o->model, nmt_errmsg());
+    e->in = infer_new(e->be, e->m, !o->variant);
+    return e->in ? 0 : -1;
+}
+
+/* Frees what engine E holds; E is left empty. */
+static void engine_close(struct engine *e)
+{
+    infer_free(e->in);
+    model_free(e->m);
+    backend_close(e->be);
+    memset(e, 0, sizeof *e);
+}
+
+/* Opens the backend contexts of engines FROM..TO-1, with the thread shares of N engines (the
+ * array has room for st->jobs); they load the model in their job. 0 or -1 with the error set. */
+static int engines_open(struct state *st, int from, int to, int n)
+{
+    for (int i = from; i < to; i++) {
+        st->neng = i + 1;
+        if (engine_open(st, &st->eng[i], engine_threads(st, i, n)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void engines_close(struct state *st)
+{
+    for (int i = 0; i < st->neng; i++)
+        engine_close(&st->eng[i]);
+    st->neng = 0;
+}
+
+/* Batches shared by the jobs: batch b is ORD[START[b] .. START[b + 1]). */
+struct work {
+    struct state *st;
+    struct sent **ord;
+    const size_t *start;
+    size_t nb;
+    atomic_size_t next;        /* batches handed out */
+    atomic_int stop;           /* a job failed */
+};
+
+struct job {
+    struct work *w;
+    struct engine *e;
+};
+
+/* Loads the engine's model if not yet done, then decodes batches with it, the longest first, until
+ * none is left or a job has failed. */
+static void *job_run(void *arg)
+{
+    struct job *j = arg;
+    struct work *w = j->w;
+    if (!j->e->in && engine_load(w->st, j->e) < 0) {
+        snprintf(j->e->err, sizeof j->e->err, "%s", nmt_errmsg());
+        j->e->rc = -1;
+        atomic_store(&w->stop, 1);
+        return NULL;
+    }
+    while (!atomic_load(&w->stop)) {
+        size_t b = atomic_fetch_add(&w->next, 1);
+        if (b >= w->nb)
+            break;
+        b = w->nb - 1 - b;
+        if (run_batch(w->st, j->e->in, w->ord + w->start[b], (int)(w->start[b + 1] - w->start[b])) < 0) {
+            snprintf(j->e->err, sizeof j->e->err, "%s", nmt_errmsg());
+            j->e->rc = -1;
+            atomic_store(&w->stop, 1);
+        }
+    }
+    return NULL;
+}
+
+/* Decodes the NB batches of ORD (see struct work) on min(jobs, NB) engines at once, the first
+ * engine in this thread. Translations do not depend on which engine or how many (batch
+ * invariance). 0, or -1 with the error set. */
+static int run_batches(struct state *st, struct sent **ord, const size_t *start, size_t nb)
+{
+    int n = nb < (size_t)st->jobs ? (int)nb : st->jobs;
+    if (n < 1)
+        n = 1;
+    if (n < st->jobs && engine_threads(st, 0, n) != engine_threads(st, 0, st->jobs)) {
+        /* fewer batches than jobs: the first engine takes a larger share of the threads */
+        engines_close(st);
+        if (engines_open(st, 0, n, n) < 0)
+            return -1;
+    } else if (engines_open(st, st->neng, n, n) < 0) {
+        return -1;
+    }
+    if (n == 1 && st->eng[0].in) { /* nothing left to load */
+        st_free(st->ckpt);
+        st->ckpt = NULL;
+    }
+    struct work w = {.st = st, .ord = ord, .start = start, .nb = nb};
+    atomic_init(&w.next, 0);
+    atomic_init(&w.stop, 0);
+    struct job *jobs = calloc((size_t)n, sizeof *jobs);
+    if (!jobs)
+        return nmt_seterr("out of memory");
+    int started = 1;
+    for (int i = 0; i < n; i++) {
+        jobs[i] = (struct job){&w, &st->eng[i]};
+        st->eng[i].rc = 0;
+    }
+    for (int i = 1; i < n; i++, started++)
+        if (pthread_create(&st->eng[i].tid, NULL, job_run, &jobs[i]) != 0)
+            break; /* the jobs started take all the batches */
+    job_run(&jobs[0]);
+    for (int i = 1; i < started; i++)
+        pthread_join(st->eng[i].tid, NULL);
+    free(jobs);
+    st_free(st->ckpt);
+    st->ckpt = NULL;
+    for (int i = 0; i < n; i++)
+        if (st->eng[i].rc < 0)
+            return nmt_seterr("%s", st->eng[i].err);
+    return 0;
+}
+
 static int translate(struct state *st, struct input *inp)
 {
     const struct opts *o = st->o;
@@ -357,7 +525,7 @@ static int translate(struct state *st, struct input *inp)
     if (o->interactive) {
         while ((rc = next(st, inp, &one)) == 1) {
             struct sent *p = &one;
-            if (run_batch(st, &p, 1) < 0 || emit(st, &one) < 0 || flush_out(st) < 0) {
+            if (run_batch(st, st->eng[0].in, &p, 1) < 0 || emit(st, &one) < 0 || flush_out(st) < 0) {
                 sent_free(&one);
                 return -1;
             }
@@ -371,6 +539,7 @@ static int translate(struct state *st, struct input *inp)
     size_t n = 0, cap = 0;
     int ret = -1;
     struct sent **ord = NULL;
+    size_t *start = NULL;
     for (;;) {
         if (n == cap) {
             cap = cap ? 2 * cap : 256;
@@ -399,6 +568,12 @@ static int translate(struct state *st, struct input *inp)
     for (size_t i = 0; i < n; i++)
         ord[i] = &all[i];
     qsort(ord, n, sizeof *ord, cmp_len);
+    start = malloc((n + 1) * sizeof *start);
+    if (!start) {
+        nmt_seterr("out of memory");
+        goto out;
+    }
+    size_t nb = 0;
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
         int mx = ord[i]->n[0] + 1;
@@ -410,10 +585,12 @@ static int translate(struct state *st, struct input *inp)
                 mx = l;
             j++;
         }
-        if (run_batch(st, ord + i, (int)(j - i)) < 0)
-            goto out;
+        start[nb++] = i;
         i = j;
     }
+    start[nb] = n;
+    if (run_batches(st, ord, start, nb) < 0)
+        goto out;
     for (size_t i = 0; i < n; i++)
         if (emit(st, &all[i]) < 0)
             goto out;
@@ -423,6 +600,7 @@ out:
         sent_free(&all[i]);
     free(all);
     free(ord);
+    free(start);
     return ret;
 }
 
@@ -437,51 +615,47 @@ static int parse_num(const char *s, const char *opt, double lo, double hi, doubl
     return 0;
 }
 
-static int load(struct state *st, const struct opts *o, struct backend **be, struct model **m)
+/* Reads the checkpoint (kept in st->ckpt for the engines), its vocabulary, and opens the first
+ * engine, with its share of the threads when batches will be decoded by several. */
+static int load(struct state *st, const struct opts *o)
 {
-    struct st_file *f = st_read(o->model);
-    if (!f)
+    st->ckpt = st_read(o->model);
+    if (!st->ckpt)
         return nmt_seterr("cannot read checkpoint: %s", nmt_errmsg());
-    struct model_config cfg;
-    int rc = -1;
-    if (model_config_load(&cfg, f) < 0) {
-        nmt_seterr("'%s': %s", o->model, nmt_errmsg());
-        goto out;
-    }
-    const struct st_tensor *vt = st_find(f, "vocab.file");
-    if (!vt || vt->dtype != ST_U8) {
-        nmt_seterr("'%s': no vocabulary inside the checkpoint", o->model);
-        goto out;
-    }
+    if (model_config_load(&st->cfg, st->ckpt) < 0)
+        return nmt_seterr("'%s': %s", o->model, nmt_errmsg());
+    const struct st_tensor *vt = st_find(st->ckpt, "vocab.file");
+    if (!vt || vt->dtype != ST_U8)
+        return nmt_seterr("'%s': no vocabulary inside the checkpoint", o->model);
     st->v = vocab_parse(vt->data, (size_t)vt->nbytes, o->model);
     if (!st->v)
-        goto out;
-    if ((int)st->v->n != cfg.vocab) {
-        nmt_seterr("'%s': vocabulary of %u pieces for a model of %d", o->model, st->v->n, cfg.vocab);
-        goto out;
-    }
+        return -1;
+    if ((int)st->v->n != st->cfg.vocab)
+        return nmt_seterr("'%s': vocabulary of %u pieces for a model of %d", o->model, st->v->n, st->cfg.vocab);
     st->enc = bpe_encoder_new(st->v);
     if (!st->enc)
-        goto out;
-    struct nmt_backend_opts bo = {sizeof bo, o->threads, 0};
-    *be = backend_open(o->backend ? o->backend : getenv("NMT_BACKEND") ? NULL : "cpu", &bo);
-    if (!*be)
-        goto out;
-    *m = model_new(*be, &cfg, 0);
-    if (!*m)
-        goto out;
-    if (model_load(*m, f, 0) < 0) {
-        nmt_seterr("'%s': %s", o->model, nmt_errmsg());
-        goto out;
+        return -1;
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    st->threads = o->threads ? o->threads : nc > 0 ? (int)nc : 1;
+    st->jobs = o->interactive ? 1 : o->jobs ? o->jobs : st->threads < MAX_AUTO_JOBS ? st->threads : MAX_AUTO_JOBS;
+    st->eng = calloc((size_t)st->jobs, sizeof *st->eng);
+    if (!st->eng)
+        return nmt_seterr("out of memory");
+    if (engines_open(st, 0, 1, st->jobs) < 0)
+        return -1;
+    /* an accelerator (no worker threads) decodes one batch at a time unless --jobs says otherwise */
+    struct nmt_backend_props pr;
+    const struct backend *be = st->eng[0].be;
+    if (!o->jobs && st->jobs > 1 && (be->ops.props(be->ctx, &pr) < 0 || pr.threads == 0))
+        st->jobs = 1;
+    if (engine_load(st, &st->eng[0]) < 0)
+        return -1;
+    if (st->jobs == 1) { /* nothing left to load */
+        st_free(st->ckpt);
+        st->ckpt = NULL;
     }
-    st->in = infer_new(*be, *m, !o->variant);
-    if (!st->in)
-        goto out;
-    st->max_len = cfg.max_len;
-    rc = 0;
-out:
-    st_free(f);
-    return rc;
+    st->max_len = st->cfg.max_len;
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -497,7 +671,8 @@ int main(int argc, char **argv)
         {"src", required_argument, 0, OPT_SRC},     {"tgt", required_argument, 0, OPT_TGT},
         {"max-tokens", required_argument, 0, OPT_MAXTOK}, {"interactive", no_argument, 0, OPT_INTER},
         {"batch-variant", no_argument, 0, OPT_VARIANT}, {"backend", required_argument, 0, OPT_BACKEND},
-        {"threads", required_argument, 0, OPT_THREADS}, {"quiet", no_argument, 0, 'q'},
+        {"threads", required_argument, 0, OPT_THREADS}, {"jobs", required_argument, 0, OPT_JOBS},
+        {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0}};
     struct opts o = {.max_tokens = 4096, .so = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 50}};
@@ -553,9 +728,14 @@ int main(int argc, char **argv)
         case OPT_VARIANT: o.variant = 1; break;
         case OPT_BACKEND: o.backend = optarg; break;
         case OPT_THREADS:
-            if (parse_num(optarg, "--threads", 0, 1024, &d) < 0)
-                return NMT_EXIT_USAGE;
+            if (parse_num(optarg, "--threads", 0, 1024, &d) < 0 || d != (int)d)
+                return d != (int)d ? nmt_usage_error("invalid --threads '%s'", optarg) : NMT_EXIT_USAGE;
             o.threads = (int)d;
+            break;
+        case OPT_JOBS:
+            if (parse_num(optarg, "--jobs", 1, 256, &d) < 0 || d != (int)d)
+                return d != (int)d ? nmt_usage_error("invalid --jobs '%s'", optarg) : NMT_EXIT_USAGE;
+            o.jobs = (int)d;
             break;
         case 'q': o.quiet = 1; break;
         case 'h': usage(); return 0;
@@ -586,8 +766,6 @@ int main(int argc, char **argv)
     struct input inp;
     memset(&inp, 0, sizeof inp);
     inp.fd = -1;
-    struct backend *be = NULL;
-    struct model *m = NULL;
     int status = NMT_EXIT_DATA, out_fd = -1;
     const char *inpath = o.src ? o.src : o.input ? o.input : "-";
 
@@ -615,7 +793,7 @@ int main(int argc, char **argv)
             goto fail;
         }
     }
-    if (load(&st, &o, &be, &m) < 0)
+    if (load(&st, &o) < 0)
         goto fail;
     out_fd = nmt_open_out(o.output ? o.output : "-", o.out_hyp);
     if (out_fd < 0)
@@ -666,9 +844,9 @@ fail:
         close(inp.fd);
     free(inp.buf);
     free(inp.buf2);
-    infer_free(st.in);
-    model_free(m);
-    backend_close(be);
+    engines_close(&st);
+    free(st.eng);
+    st_free(st.ckpt);
     bpe_encoder_free(st.enc);
     vocab_free(st.v);
     nmt_buf_free(&st.norm);

@@ -31,7 +31,8 @@ setup_file() {
 @test "usage errors exit 2" {
     for args in "" "-m x --beam 0" "-m x --beam 1.5" "-m x --nbest 3 --beam 2" "-m x --in foo" "-m x --out foo" \
                 "-m x --alpha -1" "-m x --src a" "-m x --score --src a" "-m x --score --beam 4" \
-                "-m x --max-tokens 0" "-m x --out hyp --scores" "-m x extra" "-m x --bogus"; do
+                "-m x --max-tokens 0" "-m x --out hyp --scores" "-m x extra" "-m x --bogus" "-m x --jobs 0" \
+                "-m x --jobs 1.5" "-m x --jobs 257" "-m x --threads 1.5"; do
         run nmt-decode $args
         [ "$status" -eq 2 ] || { echo "args: $args: $status $output"; return 1; }
         [[ "${lines[0]}" == "nmt-decode: "* ]] || { echo "args: $args: $output"; return 1; }
@@ -190,6 +191,31 @@ setup_file() {
 
 @test "--threads does not change greedy output here" {
     diff <($DEC --threads 1 -i "$D/src.en") <($DEC --threads 2 -i "$D/src.en") || skip "BLAS results differ by thread count"
+}
+
+@test "--jobs: batches decoded at once, on several copies of the model, give the same output" {
+    # 24 lines in batches of at most 40 source tokens: about ten batches, shared by the jobs
+    for mode in "--beam 1 --scores" "--beam 4 --nbest 4" "--beam 3 --scores --alpha 1"; do
+        $DEC $mode --max-tokens 40 --jobs 1 -i "$D/src.en" > "$D/j1.txt"
+        [ "$(wc -l < "$D/j1.txt")" -ge 24 ]
+        for j in 2 3 7; do
+            $DEC $mode --max-tokens 40 --jobs $j -i "$D/src.en" > "$D/jn.txt"
+            cmp "$D/j1.txt" "$D/jn.txt" || { echo "$mode --jobs $j differs"; return 1; }
+        done
+        # more jobs than batches, and more jobs than threads
+        $DEC $mode --jobs 4 -i "$D/src.en" | cmp "$D/j1.txt" -
+        $DEC $mode --max-tokens 40 --jobs 4 --threads 1 -i "$D/src.en" | cmp "$D/j1.txt" -
+    done
+    # hyp streams and forced-decoding scores
+    nmt-tokenize --vocab "$D/v.vocab" < "$D/src.en" > "$D/src.ids"
+    $DEC --in ids --out hyp --max-tokens 40 --jobs 1 -i "$D/src.ids" | nmt-cat > "$D/h1.txt"
+    $DEC --in ids --out hyp --max-tokens 40 --jobs 3 -i "$D/src.ids" | nmt-cat > "$D/h3.txt"
+    [ -s "$D/h1.txt" ]
+    cmp "$D/h1.txt" "$D/h3.txt"
+    $DEC -i "$D/src.en" > "$D/hyp.de"
+    paste "$D/src.en" "$D/hyp.de" > "$D/pairs.tsv"
+    $DEC --score --max-tokens 40 --jobs 1 -i "$D/pairs.tsv" > "$D/s1.txt"
+    $DEC --score --max-tokens 40 --jobs 3 -i "$D/pairs.tsv" | cmp "$D/s1.txt" -
 }
 
 @test "--batch-variant translates too" {
