@@ -426,6 +426,28 @@ static struct nmt_attn_args attn(struct infer *in, int B, int Tq, int Tk)
 /* ---------------------------------------------------------------------------------------------
  * encoder */
 
+/* Sets the batch shape the arena is laid out for. */
+static void set_shape(struct infer *in, int B, int S, int K, int tmax)
+{
+    in->B = B;
+    in->S = S;
+    in->K = K;
+    in->tmax = tmax;
+    in->Rcap = B * K;
+    in->topk_cap = 2 * K > 2 ? 2 * K : 2;
+    if (in->topk_cap > in->c.vocab)
+        in->topk_cap = in->c.vocab;
+}
+
+int infer_reserve(struct infer *in, int B, int S, int K, int tmax)
+{
+    if (B < 1 || S < 1 || K < 1 || tmax < 1)
+        return nmt_seterr("reserve: empty batch shape (B=%d S=%d K=%d T=%d)", B, S, K, tmax);
+    set_shape(in, B, S, K, tmax);
+    in->ns = in->R = 0; /* no batch is under way until the next infer_encode */
+    return arena_prepare(in);
+}
+
 int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int *len, int K, int tmax)
 {
     const struct model_config *c = &in->c;
@@ -438,14 +460,7 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
         if (len[b] + 1 > S)
             S = len[b] + 1;
     }
-    in->B = B;
-    in->S = S;
-    in->K = K;
-    in->tmax = tmax;
-    in->Rcap = B * K;
-    in->topk_cap = 2 * K > 2 ? 2 * K : 2;
-    if (in->topk_cap > c->vocab)
-        in->topk_cap = c->vocab;
+    set_shape(in, B, S, K, tmax);
     if (arena_prepare(in) < 0)
         return -1;
     int D = c->d_model, V = c->vocab, Ns = B * S;

@@ -1357,10 +1357,9 @@ int model_load(struct model *m, const struct st_file *f, int opt)
                           m->c.pre_norm ? ", pre-norm" : "");
     if (opt && !m->training)
         return nmt_seterr("model has no optimizer state");
-    float *h = malloc(m->np * sizeof *h);
-    if (!h)
-        return nmt_seterr("out of memory");
+    float *h = NULL;
     int rc = -1;
+    /* each tensor goes from the file's buffer to the backend directly (checked as st_get does) */
     for (size_t i = 0; i < m->ntab; i++) {
         const struct model_param *p = &m->tab[i];
         const struct st_tensor *t = st_find(f, p->name);
@@ -1373,12 +1372,19 @@ int model_load(struct model *m, const struct st_file *f, int opt)
             nmt_seterr("checkpoint tensor '%s' has another shape", p->name);
             goto out;
         }
-        if (st_get(f, p->name, ST_F32, h + p->offset, p->size) < 0)
+        if (t->dtype != ST_F32 || t->nbytes != (uint64_t)p->size * sizeof(float)) {
+            nmt_seterr("checkpoint tensor '%s' is not %zu float32 values", p->name, (size_t)p->size);
+            goto out;
+        }
+        if (p->size && bk(m, m->k->upload(m->ctx, m->params + p->offset, t->data, (size_t)t->nbytes), "upload") < 0)
             goto out;
     }
-    if (model_set_params(m, h) < 0)
-        goto out;
     if (opt) {
+        h = malloc(m->np * sizeof *h);
+        if (!h) {
+            nmt_seterr("out of memory");
+            goto out;
+        }
         if (st_get(f, "optim.adam_m", ST_F32, h, m->np) < 0 ||
             bk(m, m->k->upload(m->ctx, m->adam_m, h, m->np * sizeof(float)), "upload") < 0 ||
             st_get(f, "optim.adam_v", ST_F32, h, m->np) < 0 ||

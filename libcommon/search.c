@@ -222,6 +222,19 @@ out:
     return rc;
 }
 
+int search_reserve(struct infer *in, const struct search_opts *o, int B, const int *len, const int *tlen)
+{
+    int model_max = infer_config(in)->max_len, S = 1, tmax = 1;
+    for (int b = 0; b < B; b++) {
+        if (len[b] + 1 > S)
+            S = len[b] + 1;
+        int t = tlen ? tlen[b] + 1 : search_max_len(o, len[b], model_max);
+        if (t > tmax)
+            tmax = t;
+    }
+    return B > 0 ? infer_reserve(in, B, S, tlen ? 1 : o->beam, tmax) : 0;
+}
+
 int search_score(struct infer *in, int B, const uint32_t *const *src, const int *len, const uint32_t *const *tgt,
                  const int *tlen, double *lp)
 {

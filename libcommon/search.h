@@ -47,6 +47,10 @@ int search_batch(struct infer *in, const struct search_opts *o, int B, const uin
 int search_score(struct infer *in, int B, const uint32_t *const *src, const int *len, const uint32_t *const *tgt,
                  const int *tlen, double *lp);
 
+/* Reserves IN's decoding memory (infer_reserve) for search_batch with O on B sentences of LEN[b]
+ * ids, or, with TLEN, for search_score on those pairs. 0, or -1 with the error set. */
+int search_reserve(struct infer *in, const struct search_opts *o, int B, const int *len, const int *tlen);
+
 /* Frees R's hypotheses (not R). */
 void search_result_free(struct search_result *r);
 

@@ -445,13 +445,39 @@ struct job {
     struct engine *e;
 };
 
-/* Loads the engine's model if not yet done, then decodes batches with it, the longest first, until
- * none is left or a job has failed. */
+/* Makes engine E's decoding memory large enough for every batch of W at once (search_reserve), so
+ * that it is allocated, and its pages faulted in, once. 0 or -1 with the error set. */
+static int engine_reserve(struct work *w, struct engine *e)
+{
+    const struct opts *o = w->st->o;
+    size_t most = 1;
+    for (size_t b = 0; b < w->nb; b++)
+        if (w->start[b + 1] - w->start[b] > most)
+            most = w->start[b + 1] - w->start[b];
+    int *len = malloc(most * sizeof *len), *tl = malloc(most * sizeof *tl), rc = 0;
+    if (!len || !tl)
+        rc = nmt_seterr("out of memory");
+    for (size_t b = 0; b < w->nb && rc == 0; b++) {
+        int m = 0;
+        for (size_t i = w->start[b]; i < w->start[b + 1]; i++)
+            if (!w->ord[i]->empty) {
+                len[m] = w->ord[i]->n[0];
+                tl[m++] = w->ord[i]->n[1];
+            }
+        rc = search_reserve(e->in, &o->so, m, len, o->score ? tl : NULL);
+    }
+    free(len);
+    free(tl);
+    return rc;
+}
+
+/* Loads the engine's model if not yet done and reserves its memory, then decodes batches with it,
+ * the longest first, until none is left or a job has failed. */
 static void *job_run(void *arg)
 {
     struct job *j = arg;
     struct work *w = j->w;
-    if (!j->e->in && engine_load(w->st, j->e) < 0) {
+    if ((!j->e->in && engine_load(w->st, j->e) < 0) || engine_reserve(w, j->e) < 0) {
         snprintf(j->e->err, sizeof j->e->err, "%s", nmt_errmsg());
         j->e->rc = -1;
         atomic_store(&w->stop, 1);

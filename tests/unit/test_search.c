@@ -146,6 +146,27 @@ static void run(struct backend *be, int pre_norm)
     test_ok(binv, "pre_norm %d: beam 4 results identical alone and in a batch", pre_norm);
     test_ok(better, "pre_norm %d: beam 4 best scores never below greedy's", pre_norm);
     test_ok(sorted, "pre_norm %d: n-best lists sorted by score", pre_norm);
+
+    /* reserving memory for larger batches first (and in between) changes no result */
+    int tl4[NS];
+    for (int b = 0; b < NS; b++)
+        tl4[b] = tlen[b] + 3;
+    test_ok(search_reserve(in, &o, NS, slen, NULL) == 0 && search_reserve(in, &o, NS, slen, tl4) == 0 &&
+                infer_reserve(in, 3 * NS, c.max_len, 4, c.max_len) == 0,
+            "pre_norm %d: reserve: %s", pre_norm, nmt_errmsg());
+    struct search_result br[NS];
+    int rsame = search_batch(in, &o, NS, src, slen, br) == 0;
+    for (int b = 0; rsame && b < NS; b++)
+        rsame = same_result(&bm[b], &br[b]);
+    test_ok(rsame, "pre_norm %d: beam 4 results identical after infer_reserve", pre_norm);
+    if (rsame)
+        for (int b = 0; b < NS; b++)
+            search_result_free(&br[b]);
+    test_ok(search_score(in, NS, src, slen, tgt, tlen, lp) == 0 && search_reserve(in, &o, NS, slen, NULL) == 0 &&
+                search_score(in, 1, &src[1], &slen[1], &tgt[1], &tlen[1], &lp1) == 0 && lp1 == lp[1],
+            "pre_norm %d: forced decoding identical after search_reserve", pre_norm);
+    test_ok(infer_reserve(in, 0, 1, 1, 1) < 0 && strstr(nmt_errmsg(), "empty batch") != NULL,
+            "pre_norm %d: infer_reserve refuses an empty shape", pre_norm);
     for (int b = 0; b < NS; b++) {
         search_result_free(&g[b]);
         search_result_free(&bm[b]);
