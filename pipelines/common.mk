@@ -21,6 +21,10 @@ VOCAB_SIZE ?= 8000
 NORMALIZE  ?= nfkc
 MAX_TOKENS ?= 4096
 SEED       ?= 1
+# BPE-dropout on the training data: BPE_COPIES segmentations of every training pair, each merge
+# skipped with probability BPE_DROPOUT (0, the default: one deterministic segmentation)
+BPE_DROPOUT ?= 0
+BPE_COPIES ?= 20
 # training
 MODEL      ?= --preset small
 TRAIN_OPTS ?=
@@ -60,6 +64,19 @@ $(OUT)/%.ids: $(OUT)/%.$(SRC) $(OUT)/%.$(TGT) $(OUT)/vocab.bpe
 # token-budget batches
 $(OUT)/%.batches: $(OUT)/%.ids
 	$(NMT_ENV) nmt-batch --max-tokens $(MAX_TOKENS) --seed $(SEED) -i $< -o $@
+
+ifneq ($(BPE_DROPOUT),0)
+# with BPE-dropout, the training ids hold BPE_COPIES differently segmented copies of the training
+# text (nmt-tokenize reseeds per line), batched in one window so that the copies of a pair spread
+# over the whole of the batches
+$(OUT)/$(TRAIN).ids: $(OUT)/$(TRAIN).$(SRC) $(OUT)/$(TRAIN).$(TGT) $(OUT)/vocab.bpe
+	for i in $$(seq $(BPE_COPIES)); do cat $(word 1,$^); done > $@.$(SRC).tmp
+	for i in $$(seq $(BPE_COPIES)); do cat $(word 2,$^); done > $@.$(TGT).tmp
+	$(NMT_ENV) nmt-tokenize --vocab $(OUT)/vocab.bpe --dropout $(BPE_DROPOUT) --seed $(SEED) \
+	    --src $@.$(SRC).tmp --tgt $@.$(TGT).tmp -o $@; s=$$?; rm -f $@.$(SRC).tmp $@.$(TGT).tmp; exit $$s
+$(OUT)/$(TRAIN).batches: $(OUT)/$(TRAIN).ids
+	$(NMT_ENV) nmt-batch --max-tokens $(MAX_TOKENS) --seed $(SEED) --window 100000000 -i $< -o $@
+endif
 
 # training: periodic checkpoints model.ckpt.step-N are kept for averaging; model.ckpt.best is the
 # one with the lowest validation loss

@@ -16,7 +16,7 @@ g=$here/out/$v d=$here/out/tune/$name
 for f in vocab.bpe train.batches val.batches val.en val.de; do
     [ -s "$g/$f" ] || { echo "tune.sh: $g/$f is missing: run make VARIANT=$v OUT=out/$v batches texts" >&2; exit 1; }
 done
-bleu=(); [ "$v" = lit ] && bleu=(--tokenize none)
+bleu=(); case $v in lit*) bleu=(--tokenize none);; esac
 mkdir -p "$d" || exit 1
 t0=$(date +%s)
 "$bin/nmt-train" --backend "$backend" -q -i "$g/train.batches" --valid "$g/val.batches" --vocab "$g/vocab.bpe" \
