@@ -505,7 +505,7 @@ static int run_batches(struct state *st, struct sent **ord, const size_t *start,
     int n = nb < (size_t)st->jobs ? (int)nb : st->jobs;
     if (n < 1)
         n = 1;
-    if (n < st->jobs && engine_threads(st, 0, n) != engine_threads(st, 0, st->jobs)) {
+    if (n < st->jobs && !st->eng[0].in && engine_threads(st, 0, n) != engine_threads(st, 0, st->jobs)) {
         /* fewer batches than jobs: the first engine takes a larger share of the threads */
         engines_close(st);
         if (engines_open(st, 0, n, n) < 0)
@@ -641,8 +641,9 @@ static int parse_num(const char *s, const char *opt, double lo, double hi, doubl
     return 0;
 }
 
-/* Reads the checkpoint (kept in st->ckpt for the engines), its vocabulary, and opens the first
- * engine, with its share of the threads when batches will be decoded by several. */
+/* Reads the checkpoint (kept in st->ckpt for the engines) and its vocabulary, and opens the first
+ * engine: with its model when it is the only one, else only its backend context, with its share of
+ * the threads. */
 static int load(struct state *st, const struct opts *o)
 {
     st->ckpt = st_read(o->model);
@@ -674,9 +675,11 @@ static int load(struct state *st, const struct opts *o)
     const struct backend *be = st->eng[0].be;
     if (!o->jobs && st->jobs > 1 && (be->ops.props(be->ctx, &pr) < 0 || pr.threads == 0))
         st->jobs = 1;
-    if (engine_load(st, &st->eng[0]) < 0)
-        return -1;
-    if (st->jobs == 1) { /* nothing left to load */
+    /* one engine: load it now; several: once the batches are known, each in its job (the first
+     * one's context is reopened with a larger share if there are fewer batches than jobs) */
+    if (st->jobs == 1) {
+        if (engine_load(st, &st->eng[0]) < 0)
+            return -1;
         st_free(st->ckpt);
         st->ckpt = NULL;
     }
