@@ -61,6 +61,11 @@ struct infer {
     int32_t *host_len;               /* (B) source lengths of the live sentences (with EOS) */
     int32_t *host_ints;              /* (max(B*S*2, tmax*Rcap)) staging */
     size_t host_cap;
+
+    /* infer_logits_at: device flat indices and gathered logits */
+    int32_t *at_idx;
+    float *at_val;
+    size_t at_cap;
 };
 
 static int bk(struct infer *in, int rc, const char *what)
@@ -92,6 +97,8 @@ void infer_free(struct infer *in)
     if (in->k) {
         in->k->free(in->ctx, in->arena);
         in->k->free(in->ctx, in->wt_buf);
+        in->k->free(in->ctx, in->at_idx);
+        in->k->free(in->ctx, in->at_val);
     }
     free(in->wts);
     free(in->enc);
@@ -434,7 +441,7 @@ static void set_shape(struct infer *in, int B, int S, int K, int tmax)
     in->K = K;
     in->tmax = tmax;
     in->Rcap = B * K;
-    in->topk_cap = 2 * K > 2 ? 2 * K : 2;
+    in->topk_cap = 4 * K; /* beam search's 2K, and an ensemble's members' 4K */
     if (in->topk_cap > in->c.vocab)
         in->topk_cap = in->c.vocab;
 }
@@ -625,6 +632,49 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
             lp[r] = -lp[r];
     }
     in->time = t + 1;
+    return 0;
+}
+
+int infer_logits(struct infer *in, float *logits)
+{
+    if (in->time == 0 || in->R == 0)
+        return nmt_seterr("no decoder step to read the logits of");
+    return bk(in, in->k->download(in->ctx, logits, in->logits, (size_t)in->R * (size_t)in->c.vocab * sizeof(float)),
+              "download");
+}
+
+int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, float *out)
+{
+    const struct nmt_backend *k = in->k;
+    int R = in->R, V = in->c.vocab;
+    size_t N = (size_t)R * (size_t)n;
+    if (in->time == 0 || R == 0)
+        return nmt_seterr("no decoder step to read the logits of");
+    if (N == 0)
+        return 0;
+    if ((size_t)R * (size_t)V > (size_t)INT32_MAX)
+        return nmt_seterr("%d rows of %d logits are too many to index", R, V);
+    if (N > in->at_cap) {
+        k->free(in->ctx, in->at_idx);
+        k->free(in->ctx, in->at_val);
+        in->at_cap = 0;
+        in->at_idx = k->alloc(in->ctx, N * sizeof(int32_t));
+        in->at_val = in->at_idx ? k->alloc(in->ctx, N * sizeof(float)) : NULL;
+        if (!in->at_idx || !in->at_val)
+            return nmt_seterr("backend %s: alloc: %s", k->name, k->last_error(in->ctx));
+        in->at_cap = N;
+    }
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < n; j++) {
+            int32_t id = ids[(size_t)r * (size_t)n + (size_t)j];
+            if (id < 0 || id >= V)
+                return nmt_seterr("token id %d outside the vocabulary of %d", id, V);
+            flat[(size_t)r * (size_t)n + (size_t)j] = r * V + id;
+        }
+    if (bk(in, k->upload(in->ctx, in->at_idx, flat, N * sizeof(int32_t)), "upload") < 0 ||
+        bk(in, k->gather_rows(in->ctx, in->at_val, in->logits, in->at_idx, (int)N, 1), "gather_rows") < 0 ||
+        bk(in, k->download(in->ctx, out, in->at_val, N * sizeof(float)), "download") < 0)
+        return -1;
     return 0;
 }
 

@@ -47,12 +47,21 @@ int infer_rows(const struct infer *in);
 int infer_time(const struct infer *in);
 
 /* One decoder step for all live rows: TOK (host, rows) is each row's input token at the current
- * step (NMT_BOS at step 0). With TOPK > 0, VALS/IDX (host, rows x TOPK) receive each row's TOPK
+ * step (NMT_BOS at step 0). With 0 < TOPK <= 4K, VALS/IDX (host, rows x TOPK) receive each row's TOPK
  * best log-probabilities (descending, ties by lower id) and their ids. With TGT (host, rows) not
  * NULL, LP (host, rows) receives log p(TGT[r]) of each row (0 where TGT[r] is NMT_PAD). Advances
  * the step. Returns 0, or -1 with the error set. */
 int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int32_t *idx, const int32_t *tgt,
                float *lp);
+
+/* Copies the output logits (rows x vocab, before the softmax) of the last infer_step into LOGITS
+ * (host). Returns 0, or -1 with the error set (no step taken since infer_encode). */
+int infer_logits(struct infer *in, float *logits);
+
+/* OUT[r * N + j] (host) receives the logit of the last infer_step's row r at token IDS[r * N + j]
+ * (host, rows x N), for every live row r; FLAT (host, rows x N) is scratch. Returns 0, or -1 with
+ * the error set (an id outside the vocabulary, no step taken since infer_encode). */
+int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, float *out);
 
 /* Reorders the decoder state after a step: keeps the NS live sentences KEEP[0..NS) (indices among
  * the current live sentences, increasing), each with K rows; new row i continues old row

@@ -1,5 +1,6 @@
 # pipelines/common.mk: pattern rules for one translation experiment, from raw text to scores:
 #   raw text -> vocab -> ids -> batches -> checkpoint(s) -> averaged checkpoint -> hypotheses -> scores
+# With several SEEDS, one model per seed, trained side by side, translates as an ensemble.
 # An experiment's Makefile sets the variables below (all have defaults) and includes this file.
 # Outputs go to $(OUT); every step is an ordinary make target, so a change of one variable
 # (say BEAM) reruns only what depends on it when you remove the target.
@@ -29,6 +30,10 @@ BPE_COPIES ?= 20
 MODEL      ?= --preset small
 TRAIN_OPTS ?=
 STOP       ?= --max-time 10m
+# training seeds: one (the default, SEED) gives one model in $(OUT); several give one model per seed
+# in $(OUT)/seed-S/, trained at the same time with an equal share of the cores each, whose averaged
+# checkpoints nmt-decode uses together as an ensemble (the mean of their probabilities)
+SEEDS      ?= $(SEED)
 SAVE_EVERY ?= 200
 AVG        ?= 5
 VALID_EVERY ?= 200
@@ -89,9 +94,29 @@ $(OUT)/model.ckpt: $(OUT)/$(TRAIN).batches $(OUT)/$(VALID).batches $(OUT)/vocab.
 $(OUT)/model.avg.ckpt: $(OUT)/model.ckpt
 	$(NMT_ENV) nmt-avg -o $@ $$(ls $(OUT)/model.ckpt.step-* | sort -t- -k2 -n | tail -n $(AVG))
 
-# translations of a split's source side
-$(OUT)/%.hyp: $(OUT)/%.$(SRC) $(OUT)/model.avg.ckpt
-	$(NMT_ENV) nmt-decode --backend $(BACKEND) -m $(OUT)/model.avg.ckpt --beam $(BEAM) --alpha $(ALPHA) \
+ifneq ($(word 2,$(SEEDS)),)
+# an ensemble: every seed's model trained at the same time (whatever make's -j), each with its
+# share of the cores (TRAIN_OPTS may set --threads); each training's output goes to its train.log
+MEMBERS := $(foreach s,$(SEEDS),$(OUT)/seed-$(s)/model.avg.ckpt)
+$(OUT)/ensemble.trained: $(OUT)/$(TRAIN).batches $(OUT)/$(VALID).batches $(OUT)/vocab.bpe
+	n=$(words $(SEEDS)); t=$$(( $$(nproc) / n )); [ $$t -ge 1 ] || t=1; pids=; \
+	for s in $(SEEDS); do mkdir -p $(OUT)/seed-$$s || exit 1; \
+	    $(NMT_ENV) nmt-train --backend $(BACKEND) -i $(word 1,$^) --valid $(word 2,$^) --vocab $(OUT)/vocab.bpe \
+	        -o $(OUT)/seed-$$s/model.ckpt --threads $$t $(MODEL) $(TRAIN_OPTS) $(STOP) --seed $$s \
+	        --valid-every $(VALID_EVERY) --save-every $(SAVE_EVERY) --keep $(AVG) \
+	        --log $(OUT)/seed-$$s/train.csv > $(OUT)/seed-$$s/train.log 2>&1 & pids="$$pids $$!"; done; \
+	rc=0; for p in $$pids; do wait $$p || rc=1; done; \
+	for s in $(SEEDS); do echo "== seed $$s:"; tail -n 2 $(OUT)/seed-$$s/train.log; done; exit $$rc
+	touch $@
+$(OUT)/seed-%/model.avg.ckpt: $(OUT)/ensemble.trained
+	$(NMT_ENV) nmt-avg -o $@ $$(ls $(OUT)/seed-$*/model.ckpt.step-* | sort -t- -k2 -n | tail -n $(AVG))
+else
+MEMBERS := $(OUT)/model.avg.ckpt
+endif
+
+# translations of a split's source side, by the averaged model or the ensemble of them
+$(OUT)/%.hyp: $(OUT)/%.$(SRC) $(MEMBERS)
+	$(NMT_ENV) nmt-decode --backend $(BACKEND) $(foreach m,$(MEMBERS),-m $(m)) --beam $(BEAM) --alpha $(ALPHA) \
 	    $(DECODE_OPTS) < $< > $@
 
 # scores: sacreBLEU-identical BLEU and chrF, with their signatures
@@ -102,8 +127,8 @@ $(OUT)/%.scores: $(OUT)/%.hyp $(OUT)/%.$(TGT)
 vocab: $(OUT)/vocab.bpe
 texts: $(foreach s,$(VALID) $(TEST),$(OUT)/$(s).$(SRC) $(OUT)/$(s).$(TGT))
 batches: $(OUT)/$(TRAIN).batches $(OUT)/$(VALID).batches
-train: $(OUT)/model.ckpt
-avg: $(OUT)/model.avg.ckpt
+train: $(if $(word 2,$(SEEDS)),$(OUT)/ensemble.trained,$(OUT)/model.ckpt)
+avg: $(MEMBERS)
 translate: $(OUT)/$(TEST).hyp $(OUT)/$(VALID).hyp
 score: $(OUT)/$(TEST).scores $(OUT)/$(VALID).scores
 	@echo "== $(VARIANT): validation ($(VALID))"; cat $(OUT)/$(VALID).scores

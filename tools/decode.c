@@ -30,7 +30,8 @@ static void usage(void)
            "Translates source sentences with a trained model: raw text in (one sentence per line), detokenized\n"
            "text out, one line per input line in input order. The checkpoint's vocabulary tokenizes the input.\n"
            "\n"
-           "  -m, --model FILE        checkpoint written by nmt-train (required)\n"
+           "  -m, --model FILE        checkpoint written by nmt-train (required); given several times, an\n"
+           "                          ensemble: each step's distribution is the mean of the models' (one vocabulary)\n"
            "  -i, --input FILE        input ('-' for stdin, the default)\n"
            "  -o, --output FILE       output ('-' for stdout, the default)\n"
            "      --in FORMAT         text (default) or ids (an ids stream from nmt-tokenize)\n"
@@ -66,8 +67,12 @@ enum {
     OPT_INTER, OPT_VARIANT, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION
 };
 
+#define MAX_MODELS 16
+
 struct opts {
-    const char *model, *input, *output, *src, *tgt, *backend;
+    const char *model[MAX_MODELS];
+    int nmodels;
+    const char *input, *output, *src, *tgt, *backend;
     int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs;
     long max_tokens;
     struct search_opts so;
@@ -83,11 +88,12 @@ struct sent {
     double lp;
 };
 
-/* One decoding context: a backend context with its own copy of the model. */
+/* One decoding context: a backend context with its own copy of the models. */
 struct engine {
     struct backend *be;
-    struct model *m;
-    struct infer *in;
+    struct model *m[MAX_MODELS];
+    struct infer *in[MAX_MODELS];
+    int loaded;
     pthread_t tid;
     int rc;                    /* of its batches: 0, or -1 with the message in err */
     char err[1024];
@@ -99,8 +105,8 @@ struct state {
     const struct opts *o;
     struct vocab *v;
     struct bpe_encoder *enc;
-    struct st_file *ckpt;      /* the checkpoint, until every engine has loaded it */
-    struct model_config cfg;
+    struct st_file *ckpt[MAX_MODELS]; /* the checkpoints, until every engine has loaded them */
+    struct model_config cfg[MAX_MODELS];
     struct engine *eng;        /* (neng) */
     int neng, threads, jobs;   /* engines open; threads in all; engines wanted */
     int max_len;
@@ -215,8 +221,8 @@ static int emit(struct state *st, struct sent *s)
     return ferror(st->out) ? nmt_seterr("write failed: %s", strerror(errno)) : 0;
 }
 
-/* Translates (or scores) sentences P[0..N) in one batch with IN; empty ones are skipped. */
-static int run_batch(struct state *st, struct infer *in, struct sent **p, int n)
+/* Translates (or scores) sentences P[0..N) in one batch with engine E; empty ones are skipped. */
+static int run_batch(struct state *st, struct engine *e, struct sent **p, int n)
 {
     const uint32_t **src = malloc((size_t)n * sizeof *src), **tgt = malloc((size_t)n * sizeof *tgt);
     int *len = malloc((size_t)n * sizeof *len), *tl = malloc((size_t)n * sizeof *tl);
@@ -243,12 +249,12 @@ static int run_batch(struct state *st, struct infer *in, struct sent **p, int n)
         goto out;
     }
     if (st->o->score) {
-        if (search_score(in, m, src, len, tgt, tl, lp) < 0)
+        if (search_score(e->in, st->o->nmodels, m, src, len, tgt, tl, lp) < 0)
             goto out;
         for (int i = 0; i < m; i++)
             q[i]->lp = lp[i];
     } else {
-        if (search_batch(in, &st->o->so, m, src, len, res) < 0)
+        if (search_batch(e->in, st->o->nmodels, &st->o->so, m, src, len, res) < 0)
             goto out;
         for (int i = 0; i < m; i++)
             q[i]->res = res[i];
@@ -388,25 +394,41 @@ static int engine_open(struct state *st, struct engine *e, int threads)
     return e->be ? 0 : -1;
 }
 
-/* Loads the checkpoint's weights into open engine E and prepares its inference state; engines
+/* Loads the checkpoints' weights into open engine E and prepares its inference states; engines
  * may load at the same time. 0, or -1 with the error set (E is then half loaded: engine_close it). */
 static int engine_load(struct state *st, struct engine *e)
 {
     const struct opts *o = st->o;
-    e->m = model_new(e->be, &st->cfg, 0);
-    if (!e->m)
-        return -1;
-    if (model_load(e->m, st->ckpt, 0) < 0)
-        return nmt_seterr("'%s': %s", o->model, nmt_errmsg());
-    e->in = infer_new(e->be, e->m, !o->variant);
-    return e->in ? 0 : -1;
+    for (int i = 0; i < o->nmodels; i++) {
+        e->m[i] = model_new(e->be, &st->cfg[i], 0);
+        if (!e->m[i])
+            return -1;
+        if (model_load(e->m[i], st->ckpt[i], 0) < 0)
+            return nmt_seterr("'%s': %s", o->model[i], nmt_errmsg());
+        e->in[i] = infer_new(e->be, e->m[i], !o->variant);
+        if (!e->in[i])
+            return -1;
+    }
+    e->loaded = 1;
+    return 0;
+}
+
+/* Frees the checkpoints once every engine has loaded them. */
+static void ckpts_free(struct state *st)
+{
+    for (int i = 0; i < MAX_MODELS; i++) {
+        st_free(st->ckpt[i]);
+        st->ckpt[i] = NULL;
+    }
 }
 
 /* Frees what engine E holds; E is left empty. */
 static void engine_close(struct engine *e)
 {
-    infer_free(e->in);
-    model_free(e->m);
+    for (int i = 0; i < MAX_MODELS; i++) {
+        infer_free(e->in[i]);
+        model_free(e->m[i]);
+    }
     backend_close(e->be);
     memset(e, 0, sizeof *e);
 }
@@ -464,7 +486,7 @@ static int engine_reserve(struct work *w, struct engine *e)
                 len[m] = w->ord[i]->n[0];
                 tl[m++] = w->ord[i]->n[1];
             }
-        rc = search_reserve(e->in, &o->so, m, len, o->score ? tl : NULL);
+        rc = search_reserve(e->in, o->nmodels, &o->so, m, len, o->score ? tl : NULL);
     }
     free(len);
     free(tl);
@@ -477,7 +499,7 @@ static void *job_run(void *arg)
 {
     struct job *j = arg;
     struct work *w = j->w;
-    if ((!j->e->in && engine_load(w->st, j->e) < 0) || engine_reserve(w, j->e) < 0) {
+    if ((!j->e->loaded && engine_load(w->st, j->e) < 0) || engine_reserve(w, j->e) < 0) {
         snprintf(j->e->err, sizeof j->e->err, "%s", nmt_errmsg());
         j->e->rc = -1;
         atomic_store(&w->stop, 1);
@@ -488,7 +510,7 @@ static void *job_run(void *arg)
         if (b >= w->nb)
             break;
         b = w->nb - 1 - b;
-        if (run_batch(w->st, j->e->in, w->ord + w->start[b], (int)(w->start[b + 1] - w->start[b])) < 0) {
+        if (run_batch(w->st, j->e, w->ord + w->start[b], (int)(w->start[b + 1] - w->start[b])) < 0) {
             snprintf(j->e->err, sizeof j->e->err, "%s", nmt_errmsg());
             j->e->rc = -1;
             atomic_store(&w->stop, 1);
@@ -505,7 +527,7 @@ static int run_batches(struct state *st, struct sent **ord, const size_t *start,
     int n = nb < (size_t)st->jobs ? (int)nb : st->jobs;
     if (n < 1)
         n = 1;
-    if (n < st->jobs && !st->eng[0].in && engine_threads(st, 0, n) != engine_threads(st, 0, st->jobs)) {
+    if (n < st->jobs && !st->eng[0].loaded && engine_threads(st, 0, n) != engine_threads(st, 0, st->jobs)) {
         /* fewer batches than jobs: the first engine takes a larger share of the threads */
         engines_close(st);
         if (engines_open(st, 0, n, n) < 0)
@@ -513,10 +535,8 @@ static int run_batches(struct state *st, struct sent **ord, const size_t *start,
     } else if (engines_open(st, st->neng, n, n) < 0) {
         return -1;
     }
-    if (n == 1 && st->eng[0].in) { /* nothing left to load */
-        st_free(st->ckpt);
-        st->ckpt = NULL;
-    }
+    if (n == 1 && st->eng[0].loaded) /* nothing left to load */
+        ckpts_free(st);
     struct work w = {.st = st, .ord = ord, .start = start, .nb = nb};
     atomic_init(&w.next, 0);
     atomic_init(&w.stop, 0);
@@ -535,8 +555,7 @@ static int run_batches(struct state *st, struct sent **ord, const size_t *start,
     for (int i = 1; i < started; i++)
         pthread_join(st->eng[i].tid, NULL);
     free(jobs);
-    st_free(st->ckpt);
-    st->ckpt = NULL;
+    ckpts_free(st);
     for (int i = 0; i < n; i++)
         if (st->eng[i].rc < 0)
             return nmt_seterr("%s", st->eng[i].err);
@@ -551,7 +570,7 @@ static int translate(struct state *st, struct input *inp)
     if (o->interactive) {
         while ((rc = next(st, inp, &one)) == 1) {
             struct sent *p = &one;
-            if (run_batch(st, st->eng[0].in, &p, 1) < 0 || emit(st, &one) < 0 || flush_out(st) < 0) {
+            if (run_batch(st, &st->eng[0], &p, 1) < 0 || emit(st, &one) < 0 || flush_out(st) < 0) {
                 sent_free(&one);
                 return -1;
             }
@@ -641,24 +660,50 @@ static int parse_num(const char *s, const char *opt, double lo, double hi, doubl
     return 0;
 }
 
-/* Reads the checkpoint (kept in st->ckpt for the engines) and its vocabulary, and opens the first
- * engine: with its model when it is the only one, else only its backend context, with its share of
- * the threads. */
+/* Reads checkpoint I (kept in st->ckpt[I] for the engines) and its configuration, and parses its
+ * vocabulary into *V (the caller frees it). 0, or -1 with the error set. */
+static int load_ckpt(struct state *st, const struct opts *o, int i, struct vocab **v)
+{
+    st->ckpt[i] = st_read(o->model[i]);
+    if (!st->ckpt[i])
+        return nmt_seterr("cannot read checkpoint: %s", nmt_errmsg());
+    if (model_config_load(&st->cfg[i], st->ckpt[i]) < 0)
+        return nmt_seterr("'%s': %s", o->model[i], nmt_errmsg());
+    const struct st_tensor *vt = st_find(st->ckpt[i], "vocab.file");
+    if (!vt || vt->dtype != ST_U8)
+        return nmt_seterr("'%s': no vocabulary inside the checkpoint", o->model[i]);
+    *v = vocab_parse(vt->data, (size_t)vt->nbytes, o->model[i]);
+    if (!*v)
+        return -1;
+    if ((int)(*v)->n != st->cfg[i].vocab)
+        return nmt_seterr("'%s': vocabulary of %u pieces for a model of %d", o->model[i], (*v)->n, st->cfg[i].vocab);
+    return 0;
+}
+
+/* Reads the checkpoints (kept in st->ckpt for the engines) and their vocabulary, which must be the
+ * same for all, and opens the first engine: with its models when it is the only one, else only its
+ * backend context, with its share of the threads. */
 static int load(struct state *st, const struct opts *o)
 {
-    st->ckpt = st_read(o->model);
-    if (!st->ckpt)
-        return nmt_seterr("cannot read checkpoint: %s", nmt_errmsg());
-    if (model_config_load(&st->cfg, st->ckpt) < 0)
-        return nmt_seterr("'%s': %s", o->model, nmt_errmsg());
-    const struct st_tensor *vt = st_find(st->ckpt, "vocab.file");
-    if (!vt || vt->dtype != ST_U8)
-        return nmt_seterr("'%s': no vocabulary inside the checkpoint", o->model);
-    st->v = vocab_parse(vt->data, (size_t)vt->nbytes, o->model);
-    if (!st->v)
+    if (load_ckpt(st, o, 0, &st->v) < 0)
         return -1;
-    if ((int)st->v->n != st->cfg.vocab)
-        return nmt_seterr("'%s': vocabulary of %u pieces for a model of %d", o->model, st->v->n, st->cfg.vocab);
+    st->max_len = st->cfg[0].max_len;
+    for (int i = 1; i < o->nmodels; i++) {
+        struct vocab *v = NULL;
+        int rc = load_ckpt(st, o, i, &v);
+        if (rc == 0 && vocab_fingerprint(v) != vocab_fingerprint(st->v)) {
+            char a[17], b[17];
+            vocab_fingerprint_hex(v, a);
+            vocab_fingerprint_hex(st->v, b);
+            rc = nmt_seterr("'%s': vocabulary %s differs from the first model's (%s, '%s'): an ensemble needs one",
+                            o->model[i], a, b, o->model[0]);
+        }
+        vocab_free(v);
+        if (rc < 0)
+            return -1;
+        if (st->cfg[i].max_len < st->max_len)
+            st->max_len = st->cfg[i].max_len;
+    }
     st->enc = bpe_encoder_new(st->v);
     if (!st->enc)
         return -1;
@@ -680,10 +725,8 @@ static int load(struct state *st, const struct opts *o)
     if (st->jobs == 1) {
         if (engine_load(st, &st->eng[0]) < 0)
             return -1;
-        st_free(st->ckpt);
-        st->ckpt = NULL;
+        ckpts_free(st);
     }
-    st->max_len = st->cfg.max_len;
     return 0;
 }
 
@@ -709,7 +752,11 @@ int main(int argc, char **argv)
     double d;
     while ((c = getopt_long(argc, argv, "m:i:o:b:n:qh", lopts, NULL)) != -1) {
         switch (c) {
-        case 'm': o.model = optarg; break;
+        case 'm':
+            if (o.nmodels == MAX_MODELS)
+                return nmt_usage_error("at most %d models (-m)", MAX_MODELS);
+            o.model[o.nmodels++] = optarg;
+            break;
         case 'i': o.input = optarg; break;
         case 'o': o.output = optarg; break;
         case OPT_IN:
@@ -774,7 +821,7 @@ int main(int argc, char **argv)
     }
     if (optind < argc)
         return nmt_usage_error("unexpected argument '%s'", argv[optind]);
-    if (!o.model)
+    if (!o.nmodels)
         return nmt_usage_error("a checkpoint is required (-m FILE)");
     if (o.so.nbest > o.so.beam)
         return nmt_usage_error("--nbest %d exceeds --beam %d", o.so.nbest, o.so.beam);
@@ -875,7 +922,7 @@ fail:
     free(inp.buf2);
     engines_close(&st);
     free(st.eng);
-    st_free(st.ckpt);
+    ckpts_free(&st);
     bpe_encoder_free(st.enc);
     vocab_free(st.v);
     nmt_buf_free(&st.norm);

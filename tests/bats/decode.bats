@@ -17,6 +17,13 @@ setup_file() {
     zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.de.gz" | head -23 > "$D/ref.de"
     sed -i '7i\\' "$D/ref.de"
     export DEC="nmt-decode -m $D/m.ckpt --threads 2 --max-len-b 8"
+    # ensembles: a second model on the same vocabulary, and one on another vocabulary
+    nmt-train --vocab "$D/v.vocab" -i "$D/p.batches" -o "$D/m2.ckpt" --layers 1 --d-model 32 --heads 2 --ff 64 \
+        --max-steps 30 --warmup 20 --lr 2 --label-smoothing 0 -q --threads 2 --seed 7
+    nmt-tokenize --src "$D/tr.en" --tgt "$D/tr.de" | nmt-vocab --size 300 -o "$D/v3.vocab"
+    nmt-tokenize --vocab "$D/v3.vocab" --src "$D/tr.en" --tgt "$D/tr.de" | nmt-batch -t 2000 -o "$D/p3.batches" 2>/dev/null
+    nmt-train --vocab "$D/v3.vocab" -i "$D/p3.batches" -o "$D/m3.ckpt" --layers 1 --d-model 32 --heads 2 --ff 64 \
+        --max-steps 1 -q --threads 2
 }
 
 @test "--help and --version" {
@@ -32,7 +39,7 @@ setup_file() {
     for args in "" "-m x --beam 0" "-m x --beam 1.5" "-m x --nbest 3 --beam 2" "-m x --in foo" "-m x --out foo" \
                 "-m x --alpha -1" "-m x --src a" "-m x --score --src a" "-m x --score --beam 4" \
                 "-m x --max-tokens 0" "-m x --out hyp --scores" "-m x extra" "-m x --bogus" "-m x --jobs 0" \
-                "-m x --jobs 1.5" "-m x --jobs 257" "-m x --threads 1.5"; do
+                "-m x --jobs 1.5" "-m x --jobs 257" "-m x --threads 1.5" "$(printf -- '-m x %.0s' {1..17})"; do
         run nmt-decode $args
         [ "$status" -eq 2 ] || { echo "args: $args: $status $output"; return 1; }
         [[ "${lines[0]}" == "nmt-decode: "* ]] || { echo "args: $args: $output"; return 1; }
@@ -220,4 +227,46 @@ setup_file() {
 
 @test "--batch-variant translates too" {
     [ "$($DEC --batch-variant -i "$D/src.en" | wc -l)" -eq 24 ]
+}
+
+@test "ensemble: -m twice; a model with itself translates as alone" {
+    for mode in "--beam 1" "--beam 4"; do
+        $DEC $mode -i "$D/src.en" > "$D/e1.txt"
+        $DEC -m "$D/m.ckpt" $mode -i "$D/src.en" > "$D/e2.txt"
+        cmp "$D/e1.txt" "$D/e2.txt" || { echo "$mode: differs"; return 1; }
+    done
+    # scores equal to rounding (the ensemble's softmax is taken apart from the backend's)
+    $DEC --beam 4 --scores -i "$D/src.en" > "$D/e1.txt"
+    $DEC -m "$D/m.ckpt" --beam 4 --scores -i "$D/src.en" > "$D/e2.txt"
+    cmp <(cut -f2 "$D/e1.txt") <(cut -f2 "$D/e2.txt")
+    paste <(cut -f1 "$D/e1.txt") <(cut -f1 "$D/e2.txt") | awk '{ d = $1 - $2; if (d < -1e-4 || d > 1e-4) bad = 1 }
+        END { exit bad }'
+}
+
+@test "ensemble of two models: mean of their probabilities, batch invariant, any number of jobs" {
+    ENS="$DEC -m $D/m2.ckpt"
+    # the probability of an empty target (EOS alone) is the mean of the members'
+    cut -c1-60 "$D/src.en" | sed '7d; s/$/\t/' > "$D/eos.tsv"
+    $DEC --score -i "$D/eos.tsv" > "$D/a.lp"
+    nmt-decode -m "$D/m2.ckpt" --threads 2 --score -i "$D/eos.tsv" > "$D/b.lp"
+    $ENS --score -i "$D/eos.tsv" > "$D/ab.lp"
+    [ "$(wc -l < "$D/ab.lp")" -eq 23 ]
+    paste "$D/a.lp" "$D/b.lp" "$D/ab.lp" | awk -F'\t' '{ m = log((exp($1) + exp($2)) / 2); d = m - $3;
+        if (d < -1e-4 || d > 1e-4) { print "line " NR ": " $1 " " $2 " -> " $3 " (want " m ")"; bad = 1 } }
+        END { exit bad }'
+    # the ensemble translates otherwise than either member, the same alone, in batches and with jobs
+    $ENS --beam 4 --scores -i "$D/src.en" > "$D/ens.txt"
+    ! cmp -s "$D/ens.txt" <($DEC --beam 4 --scores -i "$D/src.en")
+    $ENS --beam 4 --scores --max-tokens 40 --jobs 3 -i "$D/src.en" | cmp "$D/ens.txt" -
+    $ENS --beam 4 --scores --max-tokens 40 --jobs 1 -i "$D/src.en" | cmp "$D/ens.txt" -
+    cat "$D/src.en" | $ENS --beam 4 --scores | cmp "$D/ens.txt" -
+}
+
+@test "ensemble: models of different vocabularies are refused, naming the file" {
+    run $DEC -m "$D/m3.ckpt" -i "$D/src.en"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"m3.ckpt': vocabulary "*" differs from the first model's"* ]]
+    run $DEC -m "$D/missing.ckpt" -i "$D/src.en"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"missing.ckpt"* ]]
 }

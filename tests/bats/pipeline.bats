@@ -37,6 +37,24 @@ setup_file() {
     [ "$(ls "$D/lit"/model.ckpt.step-* | wc -l)" -eq 2 ]
 }
 
+@test "SEEDS: one model per seed, trained side by side, translating as an ensemble" {
+    run pipe VARIANT=lit OUT="$D/ens" SEEDS="1 2" TRAIN_OPTS="--lr 2 --warmup 10" ALPHA=1.0
+    [ "$status" -eq 0 ] || { echo "$output"; return 1; }
+    [[ "$output" == *"== seed 1:"*"== seed 2:"* ]]
+    for s in 1 2; do
+        for f in model.ckpt model.avg.ckpt train.csv train.log; do
+            [ -s "$D/ens/seed-$s/$f" ] || { echo "missing seed-$s/$f"; return 1; }
+        done
+        [ "$(ls "$D/ens/seed-$s"/model.ckpt.step-* | wc -l)" -eq 2 ]
+    done
+    [ ! -e "$D/ens/model.ckpt" ]
+    # different seeds, different models; the translations are the ensemble's
+    ! cmp -s "$D/ens/seed-1/model.avg.ckpt" "$D/ens/seed-2/model.avg.ckpt"
+    nmt-decode -m "$D/ens/seed-1/model.avg.ckpt" -m "$D/ens/seed-2/model.avg.ckpt" --beam 2 --alpha 1.0 \
+        < "$D/ens/test_2016_flickr.en" | cmp - "$D/ens/test_2016_flickr.hyp"
+    grep -q '^ *BLEU|.*tok:none' "$D/ens/test_2016_flickr.scores"
+}
+
 @test "BPE_DROPOUT: the training ids hold BPE_COPIES differently segmented copies; val and test do not" {
     run pipe VARIANT=lit OUT="$D/bd" BPE_DROPOUT=0.1 BPE_COPIES=3 batches texts
     [ "$status" -eq 0 ] || { echo "$output"; return 1; }
@@ -71,4 +89,9 @@ setup_file() {
     [ "$status" -ne 0 ]
     [[ "$output" == *"nosuch"* ]]
     [ ! -e "$D/nob/model.ckpt" ]
+    # with several seeds too: the failed trainings fail the rule
+    run pipe VARIANT=raw OUT="$D/nob2" BACKEND=nosuch SEEDS="1 2" train
+    [ "$status" -ne 0 ]
+    [[ "$output" == *"nosuch"* ]]
+    [ ! -e "$D/nob2/ensemble.trained" ]
 }

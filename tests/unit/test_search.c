@@ -1,7 +1,9 @@
 /* test_search.c: inference (infer.c) and search (search.c) on the cpu backend with a randomly
  * initialised model: forced-decoding scores against the training forward (model_step) per sentence,
  * batch invariance of translations and scores, greedy equal to beam 1, beam scores not below
- * greedy's, and that the score of a translation matches its forced decoding. */
+ * greedy's, and that the score of a translation matches its forced decoding; ensembles: a model
+ * with itself translates as alone, and an ensemble's scores are the log of its members' mean
+ * probabilities, in search and forced decoding alike. */
 #include "test.h"
 
 #include <math.h>
@@ -95,14 +97,14 @@ static void run(struct backend *be, int pre_norm)
 
     /* forced decoding equals the training forward, in one batch and alone */
     double lp[NS], lp1;
-    test_ok(search_score(in, NS, src, slen, tgt, tlen, lp) == 0, "search_score: %s", nmt_errmsg());
+    test_ok(search_score(&in, 1, NS, src, slen, tgt, tlen, lp) == 0, "search_score: %s", nmt_errmsg());
     double worst = 0;
     int alone_same = 1;
     for (int b = 0; b < NS; b++) {
         double nll = train_nll(m, b), d = fabs(nll + lp[b]) / (fabs(nll) > 1 ? fabs(nll) : 1);
         if (!(d <= worst))
             worst = isnan(d) ? INFINITY : d > worst ? d : worst;
-        if (search_score(in, 1, &src[b], &slen[b], &tgt[b], &tlen[b], &lp1) < 0 || lp1 != lp[b])
+        if (search_score(&in, 1, 1, &src[b], &slen[b], &tgt[b], &tlen[b], &lp1) < 0 || lp1 != lp[b])
             alone_same = 0;
     }
     test_ok(worst < 1e-4, "pre_norm %d: forced decoding matches the training NLL (max rel diff %.3g)", pre_norm, worst);
@@ -110,17 +112,17 @@ static void run(struct backend *be, int pre_norm)
 
     struct search_opts o = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1.0, .len_b = 5};
     struct search_result g[NS], g1, bm[NS];
-    test_ok(search_batch(in, &o, NS, src, slen, g) == 0, "greedy batch: %s", nmt_errmsg());
+    test_ok(search_batch(&in, 1, &o, NS, src, slen, g) == 0, "greedy batch: %s", nmt_errmsg());
     int inv = 1, fmatch = 1;
     for (int b = 0; b < NS; b++) {
-        if (search_batch(in, &o, 1, &src[b], &slen[b], &g1) < 0 || !same_result(&g[b], &g1))
+        if (search_batch(&in, 1, &o, 1, &src[b], &slen[b], &g1) < 0 || !same_result(&g[b], &g1))
             inv = 0;
         search_result_free(&g1);
         /* the reported log-probability is the forced decoding of the output (if it ended by itself) */
         int n = (int)g[b].hyp[0].n;
         const uint32_t *hy = g[b].hyp[0].ids;
         if (n + 1 < search_max_len(&o, slen[b], c.max_len)) {
-            if (search_score(in, 1, &src[b], &slen[b], &hy, &n, &lp1) < 0 ||
+            if (search_score(&in, 1, 1, &src[b], &slen[b], &hy, &n, &lp1) < 0 ||
                 fabs(lp1 - g[b].hyp[0].logprob) > 1e-4 * (1 + fabs(lp1)))
                 fmatch = 0;
         }
@@ -131,10 +133,10 @@ static void run(struct backend *be, int pre_norm)
     /* beam 4: batch invariant; scores never below greedy's; n-best sorted */
     o.beam = 4;
     o.nbest = 4;
-    test_ok(search_batch(in, &o, NS, src, slen, bm) == 0, "beam batch: %s", nmt_errmsg());
+    test_ok(search_batch(&in, 1, &o, NS, src, slen, bm) == 0, "beam batch: %s", nmt_errmsg());
     int binv = 1, better = 1, sorted = 1;
     for (int b = 0; b < NS; b++) {
-        if (search_batch(in, &o, 1, &src[b], &slen[b], &g1) < 0 || !same_result(&bm[b], &g1))
+        if (search_batch(&in, 1, &o, 1, &src[b], &slen[b], &g1) < 0 || !same_result(&bm[b], &g1))
             binv = 0;
         search_result_free(&g1);
         if (bm[b].nhyp < 1 || bm[b].hyp[0].score < g[b].hyp[0].score)
@@ -151,19 +153,19 @@ static void run(struct backend *be, int pre_norm)
     int tl4[NS];
     for (int b = 0; b < NS; b++)
         tl4[b] = tlen[b] + 3;
-    test_ok(search_reserve(in, &o, NS, slen, NULL) == 0 && search_reserve(in, &o, NS, slen, tl4) == 0 &&
+    test_ok(search_reserve(&in, 1, &o, NS, slen, NULL) == 0 && search_reserve(&in, 1, &o, NS, slen, tl4) == 0 &&
                 infer_reserve(in, 3 * NS, c.max_len, 4, c.max_len) == 0,
             "pre_norm %d: reserve: %s", pre_norm, nmt_errmsg());
     struct search_result br[NS];
-    int rsame = search_batch(in, &o, NS, src, slen, br) == 0;
+    int rsame = search_batch(&in, 1, &o, NS, src, slen, br) == 0;
     for (int b = 0; rsame && b < NS; b++)
         rsame = same_result(&bm[b], &br[b]);
     test_ok(rsame, "pre_norm %d: beam 4 results identical after infer_reserve", pre_norm);
     if (rsame)
         for (int b = 0; b < NS; b++)
             search_result_free(&br[b]);
-    test_ok(search_score(in, NS, src, slen, tgt, tlen, lp) == 0 && search_reserve(in, &o, NS, slen, NULL) == 0 &&
-                search_score(in, 1, &src[1], &slen[1], &tgt[1], &tlen[1], &lp1) == 0 && lp1 == lp[1],
+    test_ok(search_score(&in, 1, NS, src, slen, tgt, tlen, lp) == 0 && search_reserve(&in, 1, &o, NS, slen, NULL) == 0 &&
+                search_score(&in, 1, 1, &src[1], &slen[1], &tgt[1], &tlen[1], &lp1) == 0 && lp1 == lp[1],
             "pre_norm %d: forced decoding identical after search_reserve", pre_norm);
     test_ok(infer_reserve(in, 0, 1, 1, 1) < 0 && strstr(nmt_errmsg(), "empty batch") != NULL,
             "pre_norm %d: infer_reserve refuses an empty shape", pre_norm);
@@ -173,6 +175,186 @@ static void run(struct backend *be, int pre_norm)
     }
     infer_free(in);
     model_free(m);
+}
+
+static struct model *test_model(struct backend *be, int pre_norm, int vocab, int max_len, uint64_t seed)
+{
+    struct model_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab = vocab;
+    c.d_model = 32;
+    c.heads = 4;
+    c.ff = 48;
+    c.enc_layers = 2;
+    c.dec_layers = 2;
+    c.pre_norm = pre_norm;
+    c.max_len = max_len;
+    c.ln_eps = 1e-5f;
+    struct model *m = model_new(be, &c, 0);
+    if (m && model_init(m, seed) < 0) {
+        model_free(m);
+        m = NULL;
+    }
+    return m;
+}
+
+/* Greedy decoding of sentence I by the ensemble IN[0..2), the whole distribution computed here:
+ * the ids into IDS (at most LIMIT - 1), their count returned, the log-probability in *LP; -1 on error. */
+static int brute_greedy(struct infer **in, int i, int limit, uint32_t *ids, double *lp)
+{
+    const uint32_t *src = src_store[i];
+    int V = infer_config(in[0])->vocab, n = 0;
+    float *l[2] = {malloc((size_t)V * sizeof(float)), malloc((size_t)V * sizeof(float))};
+    double *p = malloc((size_t)V * sizeof *p);
+    int32_t tok = NMT_BOS;
+    *lp = 0;
+    if (!l[0] || !l[1] || !p || infer_encode(in[0], 1, &src, &slen[i], 1, limit) < 0 ||
+        infer_encode(in[1], 1, &src, &slen[i], 1, limit) < 0)
+        n = -1;
+    for (int t = 0; n >= 0; t++) {
+        for (int v = 0; v < V; v++)
+            p[v] = 0;
+        for (int m = 0; m < 2 && n >= 0; m++) {
+            if (infer_step(in[m], &tok, 0, NULL, NULL, NULL, NULL) < 0 || infer_logits(in[m], l[m]) < 0) {
+                n = -1;
+                break;
+            }
+            double mx = l[m][0], sum = 0;
+            for (int v = 1; v < V; v++)
+                mx = l[m][v] > mx ? l[m][v] : mx;
+            for (int v = 0; v < V; v++)
+                sum += exp(l[m][v] - mx);
+            for (int v = 0; v < V; v++)
+                p[v] += exp(l[m][v] - mx) / sum / 2;
+        }
+        if (n < 0)
+            break;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (p[v] > p[best])
+                best = v;
+        if (t == limit - 1) /* the length limit: EOS without its probability */
+            break;
+        *lp += log(p[best]);
+        if (best == NMT_EOS)
+            break;
+        ids[n++] = (uint32_t)best;
+        tok = best;
+    }
+    free(l[0]);
+    free(l[1]);
+    free(p);
+    return n;
+}
+
+static void run_ensemble(struct backend *be)
+{
+    struct model *a = test_model(be, 0, 60, 40, 3), *b = test_model(be, 1, 60, 30, 4), *c = test_model(be, 0, 61, 40, 5);
+    struct infer *ia = a ? infer_new(be, a, 1) : NULL, *ia2 = a ? infer_new(be, a, 1) : NULL;
+    struct infer *ib = b ? infer_new(be, b, 1) : NULL, *ic = c ? infer_new(be, c, 1) : NULL;
+    test_ok(ia && ia2 && ib && ic, "ensemble members: %s", nmt_errmsg());
+    if (!ia || !ia2 || !ib || !ic)
+        goto out;
+    const uint32_t *src[NS], *tgt[NS];
+    for (int i = 0; i < NS; i++)
+        src[i] = src_store[i], tgt[i] = tgt_store[i];
+    struct infer *aa[2] = {ia, ia2}, *ab[2] = {ia, ib}, *ac[2] = {ia, ic};
+
+    /* a model with itself: the same translations and scores as alone */
+    struct search_opts o = {.beam = 4, .nbest = 4, .alpha = 0.6, .len_a = 1, .len_b = 10};
+    struct search_result one[NS], two[NS];
+    int ok = search_batch(&ia, 1, &o, NS, src, slen, one) == 0 && search_batch(aa, 2, &o, NS, src, slen, two) == 0;
+    test_ok(ok, "ensemble of a model with itself: %s", ok ? "" : nmt_errmsg());
+    int same = ok, close = ok;
+    for (int i = 0; ok && i < NS; i++) {
+        same = same && one[i].nhyp == two[i].nhyp;
+        for (int h = 0; same && h < one[i].nhyp; h++) {
+            const struct search_hyp *x = &one[i].hyp[h], *y = &two[i].hyp[h];
+            same = x->n == y->n && (!x->n || !memcmp(x->ids, y->ids, x->n * sizeof *x->ids));
+            close = close && fabs(x->logprob - y->logprob) < 1e-4;
+        }
+        search_result_free(&one[i]);
+        search_result_free(&two[i]);
+    }
+    test_ok(same, "a model with itself: the same beam 4 n-best translations as alone");
+    test_ok(close, "a model with itself: the same log-probabilities as alone (1e-4)");
+    double l1[NS], l2[NS], lb[NS], le[NS];
+    ok = search_score(&ia, 1, NS, src, slen, tgt, tlen, l1) == 0 && search_score(aa, 2, NS, src, slen, tgt, tlen, l2) == 0;
+    close = ok;
+    for (int i = 0; ok && i < NS; i++)
+        close = close && fabs(l1[i] - l2[i]) < 1e-5 * (1 + fabs(l1[i]));
+    test_ok(close, "a model with itself: forced decoding scores as alone");
+
+    /* two models: the probability of the end of sentence after nothing is the mean of theirs */
+    int zero[NS] = {0};
+    ok = search_score(&ia, 1, NS, src, slen, tgt, zero, l1) == 0 && search_score(&ib, 1, NS, src, slen, tgt, zero, lb) == 0 &&
+         search_score(ab, 2, NS, src, slen, tgt, zero, le) == 0;
+    close = ok;
+    for (int i = 0; ok && i < NS; i++)
+        close = close && fabs(le[i] - log((exp(l1[i]) + exp(lb[i])) / 2)) < 1e-5;
+    test_ok(close, "two models: log p(EOS) is the log of the members' mean probability");
+
+    /* two models: batch invariance, and search scores equal forced-decoding scores */
+    o = (struct search_opts){.beam = 12, .nbest = 12, .alpha = 0, .len_a = 1, .len_b = 20};
+    ok = search_batch(ab, 2, &o, NS, src, slen, two) == 0;
+    test_ok(ok, "ensemble of two models, beam 12: %s", ok ? "" : nmt_errmsg());
+    int binv = ok, cons = ok, lim = ok, checked = 0;
+    for (int i = 0; ok && i < NS; i++) {
+        struct search_result r1;
+        if (search_batch(ab, 2, &o, 1, &src[i], &slen[i], &r1) < 0 || !same_result(&two[i], &r1))
+            binv = 0;
+        else
+            search_result_free(&r1);
+        for (int h = 0; h < two[i].nhyp; h++) {
+            const struct search_hyp *x = &two[i].hyp[h];
+            const uint32_t *hy = x->ids;
+            int n = (int)x->n;
+            double lp;
+            if (n + 1 > search_max_len(&o, slen[i], 30))
+                lim = 0;
+            if (n + 1 == search_max_len(&o, slen[i], 30))
+                continue; /* ended by the limit: no log p(EOS) in its score */
+            checked++;
+            if (search_score(ab, 2, 1, &src[i], &slen[i], &hy, &n, &lp) < 0 ||
+                fabs(lp - x->logprob) > 1e-4 * (1 + fabs(lp)))
+                cons = 0;
+        }
+        search_result_free(&two[i]);
+    }
+    test_ok(binv, "two models: beam 12 results identical alone and in a batch");
+    test_ok(cons && checked > 0, "two models: the log-probability of each of %d hypotheses ended by EOS equals its "
+            "forced-decoding score", checked);
+    test_ok(lim, "two models: outputs within the smaller max_len");
+
+    /* greedy: the same as computing the ensemble's whole distribution at every step */
+    o = (struct search_opts){.beam = 1, .nbest = 1, .alpha = 0, .len_a = 1, .len_b = 20};
+    int gsame = 1;
+    for (int i = 0; i < NS; i++) {
+        uint32_t ids[64];
+        double lp;
+        struct search_result r1;
+        int lmax = search_max_len(&o, slen[i], 30), n = brute_greedy(ab, i, lmax, ids, &lp);
+        if (n < 0 || search_batch(ab, 2, &o, 1, &src[i], &slen[i], &r1) < 0) {
+            gsame = 0;
+            break;
+        }
+        if (r1.hyp[0].n != (uint32_t)n || (n && memcmp(r1.hyp[0].ids, ids, (size_t)n * sizeof *ids)) ||
+            fabs(r1.hyp[0].logprob - lp) > 1e-4 * (1 + fabs(lp)))
+            gsame = 0;
+        search_result_free(&r1);
+    }
+    test_ok(gsame, "two models: greedy search equals the argmax of the whole mean distribution at every step");
+    test_ok(search_batch(ac, 2, &o, 1, src, slen, two) < 0 && strstr(nmt_errmsg(), "vocabulary") != NULL,
+            "two models of different vocabularies: an error (%s)", nmt_errmsg());
+    test_ok(search_score(ab, 0, 1, src, slen, tgt, tlen, l1) < 0, "no model: an error (%s)", nmt_errmsg());
+out:
+    infer_free(ia);
+    infer_free(ia2);
+    infer_free(ib);
+    infer_free(ic);
+    model_free(a);
+    model_free(b);
+    model_free(c);
 }
 
 int main(void)
@@ -186,6 +368,7 @@ int main(void)
     test_ok(be->ops.gemm_rowinv != NULL, "# the cpu backend's row-invariant product (gemm_rowinv)");
     run(be, 0);
     run(be, 1);
+    run_ensemble(be);
     /* the host's fallback for a backend without gemm_rowinv: products on blocks of 8 rows */
     be->ops.gemm_rowinv = NULL;
     test_ok(1, "# without gemm_rowinv (fixed row blocks)");
