@@ -135,12 +135,13 @@ setup_file() {
 
 @test "--interactive flushes each translation before the next line arrives" {
     coproc DECP { $DEC --interactive; }
+    pid=$DECP_PID # bash unsets DECP_PID once the coprocess has ended
     echo "A man sleeps." >&"${DECP[1]}"
     read -t 20 -r first <&"${DECP[0]}"
     echo "Two dogs." >&"${DECP[1]}"
     read -t 20 -r second <&"${DECP[0]}"
     exec {DECP[1]}>&-
-    wait "$DECP_PID"
+    wait "$pid"
     [ -n "$first" ] && [ -n "$second" ]
     [ "$first" = "$(echo 'A man sleeps.' | $DEC)" ]
 }
