@@ -5,7 +5,7 @@
 # the experiment's make with a tiny model, few steps and the data slice; extra arguments follow
 pipe() {
     make -s -C "$NMT_SRCDIR/pipelines/multi30k" BIN="$NMT_BIN" DATA="$D/data" VOCAB_SIZE=400 \
-        MODEL="--layers 1 --d-model 32 --heads 2 --ff 64" TRAIN_OPTS="--lr 2 --warmup 10 --threads 2" \
+        MODEL="--layers 1 --d-model 32 --heads 2 --ff 64" TRAIN_OPTS="--lr 2 --warmup 10" \
         STOP="--max-steps 12" SAVE_EVERY=4 AVG=2 VALID_EVERY=6 MAX_TOKENS=1024 BEAM=2 "$@"
 }
 
@@ -22,37 +22,43 @@ setup_file() {
     done
 }
 
-@test "the lit variant: vocabulary, batches, training, averaging, translations and scores of val and test" {
-    run pipe VARIANT=lit OUT="$D/lit"
+@test "the lit variant: vocabulary, batches, an ensemble of two models trained side by side, translations and scores" {
+    run pipe VARIANT=lit OUT="$D/lit" ALPHA=1.0
     [ "$status" -eq 0 ] || { echo "$output"; return 1; }
+    [[ "$output" == *"== seed 1:"*"== seed 2:"* ]]
     [[ "$output" == *"== lit: test (test_2016_flickr)"* ]]
-    for f in vocab.bpe train.batches val.batches model.ckpt model.avg.ckpt val.hyp test_2016_flickr.hyp; do
+    for f in vocab.bpe train.batches val.batches val.hyp test_2016_flickr.hyp; do
         [ -s "$D/lit/$f" ] || { echo "missing $f"; return 1; }
     done
+    [ -e "$D/lit/ensemble.trained" ]
     [ "$(wc -l < "$D/lit/test_2016_flickr.hyp")" -eq 30 ]
+    for s in 1 2; do
+        for f in model.ckpt model.avg.ckpt train.csv train.log; do
+            [ -s "$D/lit/seed-$s/$f" ] || { echo "missing seed-$s/$f"; return 1; }
+        done
+        # two periodic checkpoints averaged
+        [ "$(ls "$D/lit/seed-$s"/model.ckpt.step-* | wc -l)" -eq 2 ]
+    done
+    [ ! -e "$D/lit/model.ckpt" ]
+    # different seeds, different models; the translations are their ensemble's
+    ! cmp -s "$D/lit/seed-1/model.avg.ckpt" "$D/lit/seed-2/model.avg.ckpt"
+    nmt-decode -m "$D/lit/seed-1/model.avg.ckpt" -m "$D/lit/seed-2/model.avg.ckpt" --beam 2 --alpha 1.0 \
+        < "$D/lit/test_2016_flickr.en" | cmp - "$D/lit/test_2016_flickr.hyp"
     # scored as tokenized text (--tokenize none), with BLEU and chrF signatures
     grep -q '^ *BLEU|.*tok:none' "$D/lit/test_2016_flickr.scores"
     grep -q '^chrF2|' "$D/lit/test_2016_flickr.scores"
-    # two periodic checkpoints averaged
-    [ "$(ls "$D/lit"/model.ckpt.step-* | wc -l)" -eq 2 ]
 }
 
-@test "SEEDS: one model per seed, trained side by side, translating as an ensemble" {
-    run pipe VARIANT=lit OUT="$D/ens" SEEDS="1 2" TRAIN_OPTS="--lr 2 --warmup 10" ALPHA=1.0
+@test "SEEDS with one seed: one model, its checkpoints averaged" {
+    run pipe VARIANT=lit OUT="$D/one" SEEDS=1 ALPHA=1.0
     [ "$status" -eq 0 ] || { echo "$output"; return 1; }
-    [[ "$output" == *"== seed 1:"*"== seed 2:"* ]]
-    for s in 1 2; do
-        for f in model.ckpt model.avg.ckpt train.csv train.log; do
-            [ -s "$D/ens/seed-$s/$f" ] || { echo "missing seed-$s/$f"; return 1; }
-        done
-        [ "$(ls "$D/ens/seed-$s"/model.ckpt.step-* | wc -l)" -eq 2 ]
+    for f in model.ckpt model.avg.ckpt val.hyp test_2016_flickr.hyp; do
+        [ -s "$D/one/$f" ] || { echo "missing $f"; return 1; }
     done
-    [ ! -e "$D/ens/model.ckpt" ]
-    # different seeds, different models; the translations are the ensemble's
-    ! cmp -s "$D/ens/seed-1/model.avg.ckpt" "$D/ens/seed-2/model.avg.ckpt"
-    nmt-decode -m "$D/ens/seed-1/model.avg.ckpt" -m "$D/ens/seed-2/model.avg.ckpt" --beam 2 --alpha 1.0 \
-        < "$D/ens/test_2016_flickr.en" | cmp - "$D/ens/test_2016_flickr.hyp"
-    grep -q '^ *BLEU|.*tok:none' "$D/ens/test_2016_flickr.scores"
+    [ "$(ls "$D/one"/model.ckpt.step-* | wc -l)" -eq 2 ]
+    [ ! -e "$D/one/seed-1" ]
+    nmt-decode -m "$D/one/model.avg.ckpt" --beam 2 --alpha 1.0 < "$D/one/test_2016_flickr.en" |
+        cmp - "$D/one/test_2016_flickr.hyp"
 }
 
 @test "BPE_DROPOUT: the training ids hold BPE_COPIES differently segmented copies; val and test do not" {
