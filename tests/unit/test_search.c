@@ -68,21 +68,33 @@ static int same_result(const struct search_result *a, const struct search_result
     return 1;
 }
 
-static void run(struct backend *be, int pre_norm)
+/* A randomly initialised model of 2+2 layers, d 32. */
+static struct model *test_model(struct backend *be, int pre_norm, int vocab, int max_len, uint64_t seed)
 {
     struct model_config c;
     memset(&c, 0, sizeof c);
-    c.vocab = 60;
+    c.vocab = vocab;
     c.d_model = 32;
     c.heads = 4;
     c.ff = 48;
     c.enc_layers = 2;
     c.dec_layers = 2;
     c.pre_norm = pre_norm;
-    c.max_len = 40;
+    c.max_len = max_len;
     c.ln_eps = 1e-5f;
     struct model *m = model_new(be, &c, 0);
-    test_ok(m && model_init(m, 3 + (uint64_t)pre_norm) == 0, "model (pre_norm %d): %s", pre_norm, m ? "" : nmt_errmsg());
+    if (m && model_init(m, seed) < 0) {
+        model_free(m);
+        m = NULL;
+    }
+    return m;
+}
+
+static void run(struct backend *be, int pre_norm)
+{
+    const struct model_config c = {.vocab = 60, .max_len = 40};
+    struct model *m = test_model(be, pre_norm, c.vocab, c.max_len, 3 + (uint64_t)pre_norm);
+    test_ok(m != NULL, "model (pre_norm %d): %s", pre_norm, m ? "" : nmt_errmsg());
     if (!m)
         return;
     struct infer *in = infer_new(be, m, getenv("NOINV") ? 0 : 1);
@@ -175,27 +187,6 @@ static void run(struct backend *be, int pre_norm)
     }
     infer_free(in);
     model_free(m);
-}
-
-static struct model *test_model(struct backend *be, int pre_norm, int vocab, int max_len, uint64_t seed)
-{
-    struct model_config c;
-    memset(&c, 0, sizeof c);
-    c.vocab = vocab;
-    c.d_model = 32;
-    c.heads = 4;
-    c.ff = 48;
-    c.enc_layers = 2;
-    c.dec_layers = 2;
-    c.pre_norm = pre_norm;
-    c.max_len = max_len;
-    c.ln_eps = 1e-5f;
-    struct model *m = model_new(be, &c, 0);
-    if (m && model_init(m, seed) < 0) {
-        model_free(m);
-        m = NULL;
-    }
-    return m;
 }
 
 /* Greedy decoding of sentence I by the ensemble IN[0..2), the whole distribution computed here:
