@@ -4,7 +4,7 @@
 #                        valgrind for the unit tests), fuzz
 #   make demo            train en-de on the bundled Multi30k data, translate and score the test set
 #   make install PREFIX=/usr/local
-# Sources are found by wildcard: libcommon/*.c form libnmt.a, tools/NAME.c becomes bin/nmt-NAME
+# Sources are found by wildcard: libcommon/*/*.c form libnmt.a, tools/NAME.c becomes bin/nmt-NAME
 # (tools/nmt.c becomes bin/nmt), plugins/NAME/*.c become bin/nmt-backend-NAME.so,
 # tests/unit/test_*.c become unit test programs.
 
@@ -28,7 +28,7 @@ endif
 LIBS     := -lzstd -lcsv -lutf8proc -lm -ldl -lpthread
 BLASLIBS := -lopenblas
 
-LIB_SRC  := $(wildcard libcommon/*.c)
+LIB_SRC  := $(wildcard libcommon/*/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(OBJ)/%.o)
 LIB_A    := $(OBJ)/libnmt.a
 
@@ -58,7 +58,7 @@ ifneq ($(NVCC),)
 endif
 
 comma := ,
-.PHONY: valgrind bench-built all check test test-san fuzz install clean deps bench demo tests-built
+.PHONY: layers valgrind bench-built all check test test-san fuzz install clean deps bench demo tests-built
 all: $(TOOLS) $(PLUGINS) $(if $(HAVE_CUDA),$(BIN)/nmt-backend-cuda.so)
 	@echo "nmt: built $(words $(TOOLS)) tools and $(words $(PLUGINS) $(if $(HAVE_CUDA),cuda)) plugin(s) in $(BIN)/; CUDA: $(if $(NVCC),nvcc found ($(NVCC)),nvcc not found)$(if $(HAVE_CUDA),$(comma) cuda plugin built,$(comma) cuda plugin skipped)"
 
@@ -131,8 +131,12 @@ tests-built: all $(UNITS) $(TESTPLUGINS) $(HELPERS)
 deps:
 	@bash scripts/deps.sh
 
+# The include graph against the layers of libcommon/README.md.
+layers:
+	@bash tests/layers.sh && echo "layers: includes follow libcommon/README.md"
+
 # The whole suite: plain build, then the same tests under ASan+UBSan, then the fuzzers.
-check: deps
+check: deps layers
 	@rm -f .check-counts; st=0; \
 	$(MAKE) tests-built || exit 1; \
 	bash tests/run.sh . .check-counts || st=1; \
@@ -154,7 +158,7 @@ test: tests-built
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZERS  := $(patsubst tests/fuzz/%.c,fuzz-build/%,$(FUZZ_SRC))
 FUZZ_SECONDS ?= 60
-fuzz-build/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard libcommon/*.h)
+fuzz-build/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard libcommon/*/*.h)
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) $(LIBS) -o $@
 

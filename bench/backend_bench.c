@@ -10,8 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
-#include "util.h"
+#include "nn/backend_loader.h"
+#include "cli/cli.h"
 
 static struct backend *be;
 #define OP(f, ...) be->ops.f(be->ctx, __VA_ARGS__)

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "rec.h"
-#include "records.h"
-#include "util.h"
+#include "io/stream.h"
+#include "io/records.h"
+#include "cli/cli.h"
 
 int main(int argc, char **argv)
 {

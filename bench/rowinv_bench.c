@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "backend.h"
-#include "util.h"
+#include "nn/backend_loader.h"
+#include "cli/cli.h"
 
 static double now(void)
 {

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "safetensors.h"
-#include "util.h"
+#include "io/safetensors.h"
+#include "cli/cli.h"
 
 static void usage(FILE *f)
 {

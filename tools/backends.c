@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend.h"
-#include "util.h"
+#include "nn/backend_loader.h"
+#include "cli/cli.h"
 
 static void usage(void)
 {

@@ -1,5 +1,5 @@
 /* nmt-batch: token-budget batches with length bucketing and seeded shuffling (nmt-batch(1)).
- * Reads an ids stream, writes a batch stream; the work is done by libcommon/batcher.c. */
+ * Reads an ids stream, writes a batch stream; the work is done by libcommon/data/batcher.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "batcher.h"
-#include "rec.h"
-#include "util.h"
+#include "data/batcher.h"
+#include "io/stream.h"
+#include "cli/cli.h"
 
 static void usage(void)
 {

@@ -1,5 +1,5 @@
 /* nmt-bleu: BLEU, chrF/chrF++ and TER with sacreBLEU 2.6.0's numbers, options and output.
- * main parses options, reads the files and calls libcommon/bleu.h. */
+ * main parses options, reads the files and calls libcommon/eval/bleu.h. */
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bleu.h"
-#include "util.h"
+#include "eval/bleu.h"
+#include "cli/cli.h"
 
 #define BLEU_TOOL_VERSION "nmt-bleu-" NMT_VERSION "+sacrebleu-" BLEU_SACREBLEU_VERSION
 

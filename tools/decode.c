@@ -1,6 +1,6 @@
 /* nmt-decode: translates with a trained checkpoint (nmt-decode(1)): greedy or beam search,
- * n-best lists, and forced-decoding scores of given pairs. The search is in libcommon/search.c,
- * the model's inference steps in libcommon/infer.c. */
+ * n-best lists, and forced-decoding scores of given pairs. The search is in libcommon/nn/search.c,
+ * the model's inference steps in libcommon/nn/infer.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -11,18 +11,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "bpe.h"
-#include "infer.h"
-#include "model.h"
-#include "pretok.h"
-#include "rec.h"
-#include "records.h"
-#include "safetensors.h"
-#include "search.h"
-#include "text.h"
-#include "util.h"
-#include "vocab.h"
+#include "nn/backend_loader.h"
+#include "text/bpe.h"
+#include "nn/infer.h"
+#include "nn/model.h"
+#include "text/pretok.h"
+#include "io/stream.h"
+#include "io/records.h"
+#include "io/safetensors.h"
+#include "nn/search.h"
+#include "text/normalize.h"
+#include "cli/cli.h"
+#include "text/vocab.h"
 
 static void usage(void)
 {

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "cli/cli.h"
 
 /* Directory of the running executable into BUF; returns 0 or -1. */
 static int exe_dir(char *buf, size_t size)

@@ -7,13 +7,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bpe.h"
-#include "pretok.h"
-#include "rec.h"
-#include "records.h"
-#include "text.h"
-#include "util.h"
-#include "vocab.h"
+#include "text/bpe.h"
+#include "text/pretok.h"
+#include "io/stream.h"
+#include "io/records.h"
+#include "text/normalize.h"
+#include "cli/cli.h"
+#include "text/vocab.h"
 
 static void usage(FILE *f)
 {

@@ -1,5 +1,5 @@
 /* nmt-train: trains the Transformer on a batch stream with a backend plugin (nmt-train(1)).
- * Options and files here; the model, its checkpoints and the kernels are in libcommon/model.c. */
+ * Options and files here; the model, its checkpoints and the kernels are in libcommon/nn/model.c. */
 #include <csv.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,13 +13,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "model.h"
-#include "rec.h"
-#include "records.h"
-#include "safetensors.h"
-#include "util.h"
-#include "vocab.h"
+#include "nn/backend_loader.h"
+#include "nn/model.h"
+#include "io/stream.h"
+#include "io/records.h"
+#include "io/safetensors.h"
+#include "cli/cli.h"
+#include "text/vocab.h"
 
 static void usage(void)
 {

@@ -6,11 +6,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bpe.h"
-#include "rec.h"
-#include "records.h"
-#include "util.h"
-#include "vocab.h"
+#include "text/bpe.h"
+#include "io/stream.h"
+#include "io/records.h"
+#include "cli/cli.h"
+#include "text/vocab.h"
 
 static void usage(FILE *f)
 {

@@ -8,9 +8,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "batcher.h"
-#include "rec.h"
-#include "records.h"
+#include "data/batcher.h"
+#include "io/stream.h"
+#include "io/records.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

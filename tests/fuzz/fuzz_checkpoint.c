@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
-#include "safetensors.h"
-#include "util.h"
+#include "nn/model.h"
+#include "io/safetensors.h"
+#include "cli/cli.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,8 +5,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "rec.h"
-#include "records.h"
+#include "io/stream.h"
+#include "io/records.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bpe.h"
-#include "pretok.h"
-#include "vocab.h"
+#include "text/bpe.h"
+#include "text/pretok.h"
+#include "text/vocab.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rec.h"
-#include "records.h"
-#include "util.h"
+#include "io/stream.h"
+#include "io/records.h"
+#include "cli/cli.h"
 
 
 static uint32_t word_id(const char *w, size_t n)

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rec.h"
-#include "records.h"
-#include "util.h"
+#include "io/stream.h"
+#include "io/records.h"
+#include "cli/cli.h"
 
 static const char *dir;
 

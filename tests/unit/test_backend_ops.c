@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "nn/backend_loader.h"
 #include "test.h"
-#include "util.h"
+#include "cli/cli.h"
 
 static uint64_t rng_state;
 static float urand(float lo, float hi)

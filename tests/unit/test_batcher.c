@@ -1,15 +1,15 @@
-/* test_batcher: unit tests of libcommon/batcher.c: the generator, options, header provenance,
+/* test_batcher: unit tests of libcommon/data/batcher.c: the generator, options, header provenance,
  * summary formats, and one epoch end to end through temporary streams. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "batcher.h"
-#include "rec.h"
-#include "records.h"
+#include "data/batcher.h"
+#include "io/stream.h"
+#include "io/records.h"
 #include "test.h"
-#include "util.h"
+#include "cli/cli.h"
 
 /* ---- unit tests ---- */
 

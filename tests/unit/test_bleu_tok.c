@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bleu.h"
-#include "bleu_impl.h"
+#include "eval/bleu.h"
+#include "eval/bleu_impl.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;

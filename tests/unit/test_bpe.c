@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bpe.h"
-#include "pretok.h"
+#include "text/bpe.h"
+#include "text/pretok.h"
 #include "test.h"
-#include "util.h"
+#include "cli/cli.h"
 
 static struct vocab *tiny(uint32_t size, uint64_t min_freq, double cov)
 {

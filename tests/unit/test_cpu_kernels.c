@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "nn/backend_loader.h"
 #include "test.h"
-#include "util.h"
+#include "cli/cli.h"
 
 static struct backend *be, *be1; /* 2 threads, 1 thread */
 #define OPS (be->ops)

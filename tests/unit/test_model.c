@@ -10,10 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "model.h"
-#include "safetensors.h"
-#include "util.h"
+#include "nn/backend_loader.h"
+#include "nn/model.h"
+#include "io/safetensors.h"
+#include "cli/cli.h"
 
 static struct backend *be;
 

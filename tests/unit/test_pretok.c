@@ -3,11 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bpe.h"
-#include "pretok.h"
+#include "text/bpe.h"
+#include "text/pretok.h"
 #include "test.h"
-#include "text.h"
-#include "util.h"
+#include "text/normalize.h"
+#include "cli/cli.h"
 
 /* Round trip of LINE under MODE through pieces and, when E is given, through ids. */
 static int round_trip(const char *line, size_t len, enum text_norm mode, struct bpe_encoder *e, const struct vocab *v)

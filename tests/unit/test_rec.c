@@ -9,10 +9,10 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include "rec.h"
-#include "records.h"
+#include "io/stream.h"
+#include "io/records.h"
 #include "test.h"
-#include "util.h"
+#include "cli/cli.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
 static uint64_t rnd(void)

@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "infer.h"
-#include "model.h"
-#include "search.h"
-#include "util.h"
+#include "nn/backend_loader.h"
+#include "nn/infer.h"
+#include "nn/model.h"
+#include "nn/search.h"
+#include "cli/cli.h"
 
 #define NS 9
 

@@ -3,10 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bpe.h"
+#include "text/bpe.h"
 #include "test.h"
-#include "util.h"
-#include "vocab.h"
+#include "cli/cli.h"
+#include "text/vocab.h"
 
 static struct vocab *sample(void)
 {

@@ -1,0 +1,58 @@
+/* util.h: error text, allocation, number parsing, hashing and little-endian helpers: the
+ * primitives every layer of libcommon uses.
+ *
+ * Library code never prints or exits: it returns an error code (negative, or NULL) and leaves
+ * a one-line description in a per-thread buffer read with nmt_errmsg(). Tools print it with
+ * nmt_error() (cli/cli.h), which prefixes the program name: "nmt-cat: cannot open 'x': No such file".
+ * Exit codes: NMT_EXIT_OK 0, NMT_EXIT_DATA 1 (bad data, runtime failure), NMT_EXIT_USAGE 2. */
+#ifndef NMT_UTIL_H
+#define NMT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { NMT_EXIT_OK = 0, NMT_EXIT_DATA = 1, NMT_EXIT_USAGE = 2 };
+
+/* Records the error text for the calling thread (printf-style); always returns -1. */
+int nmt_seterr(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Returns the calling thread's last error text ("" if none). */
+const char *nmt_errmsg(void);
+
+
+
+/* Allocation that never returns NULL for a non-zero size: on failure returns NULL with the error
+ * set, so callers still check. Provided to give a uniform "out of memory" message. */
+void *nmt_malloc(size_t n);
+void *nmt_realloc(void *p, size_t n);
+void *nmt_calloc(size_t n, size_t size);
+/* Returns a malloc'ed copy of S, or NULL with the error set. */
+char *nmt_strdup(const char *s);
+
+/* Parses a non-negative decimal integer no larger than MAX; 0 on success, -1 on junk/overflow. */
+int nmt_parse_u64(const char *s, uint64_t max, uint64_t *out);
+/* Parses a finite double; 0 on success, -1 on junk. */
+int nmt_parse_double(const char *s, double *out);
+
+/* Little-endian load/store helpers: the only way formats touch multi-byte integers. */
+static inline uint16_t nmt_le16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t nmt_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t nmt_le64(const unsigned char *p)
+{
+    return (uint64_t)nmt_le32(p) | ((uint64_t)nmt_le32(p + 4) << 32);
+}
+static inline void nmt_put16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
+static inline void nmt_put32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
+}
+static inline void nmt_put64(unsigned char *p, uint64_t v) { nmt_put32(p, (uint32_t)v); nmt_put32(p + 4, (uint32_t)(v >> 32)); }
+
+/* 64-bit FNV-1a hash of LEN bytes, continuing from H (start with NMT_FNV_INIT). */
+#define NMT_FNV_INIT 0xcbf29ce484222325ULL
+uint64_t nmt_fnv1a(uint64_t h, const void *data, size_t len);
+
+#endif
+

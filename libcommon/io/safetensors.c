@@ -1,0 +1,882 @@
+/* safetensors.c: bounded safetensors reader and atomic writer (see safetensors.h). */
+#include "io/safetensors.h"
+#include "base/util.h"
+#include "io/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *const dtype_names[ST_NDTYPES] = {
+    "F32", "F64", "F16", "BF16", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL"};
+static const size_t dtype_sizes[ST_NDTYPES] = {4, 8, 2, 2, 8, 4, 2, 1, 8, 4, 2, 1, 1};
+
+const char *st_dtype_name(int dt)
+{
+    return dt >= 0 && dt < ST_NDTYPES ? dtype_names[dt] : "?";
+}
+
+size_t st_dtype_size(int dt)
+{
+    return dt >= 0 && dt < ST_NDTYPES ? dtype_sizes[dt] : 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * JSON header parser: a cursor over the header bytes; every error names the byte offset in the file
+ * (the header starts at byte 8). */
+struct jp {
+    const char *s;
+    size_t n, i;
+    const char *name;
+};
+
+static int jp_err(struct jp *p, const char *what)
+{
+    return nmt_seterr("%s: safetensors header: %s at byte %zu", p->name, what, p->i + 8);
+}
+
+static void jp_ws(struct jp *p)
+{
+    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
+        p->i++;
+}
+
+static int jp_expect(struct jp *p, char c)
+{
+    jp_ws(p);
+    if (p->i >= p->n || p->s[p->i] != c) {
+        char msg[32];
+        snprintf(msg, sizeof msg, "expected '%c'", c);
+        return jp_err(p, msg);
+    }
+    p->i++;
+    return 0;
+}
+
+/* Peeks the next non-space character (0 at the end). */
+static char jp_peek(struct jp *p)
+{
+    jp_ws(p);
+    return p->i < p->n ? p->s[p->i] : 0;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static int jp_hex4(struct jp *p, unsigned *out)
+{
+    if (p->n - p->i < 4)
+        return jp_err(p, "truncated \\u escape");
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++) {
+        int h = hexval(p->s[p->i + k]);
+        if (h < 0)
+            return jp_err(p, "bad \\u escape");
+        v = v * 16 + (unsigned)h;
+    }
+    p->i += 4;
+    *out = v;
+    return 0;
+}
+
+/* Parses a JSON string into a new NUL-terminated UTF-8 string (*OUT, malloc'ed). Strings holding
+ * a NUL byte are refused (names and metadata are C strings). */
+static int jp_string(struct jp *p, char **out)
+{
+    *out = NULL;
+    if (jp_expect(p, '"') < 0)
+        return -1;
+    size_t start = p->i, end = start;
+    /* first pass: find the end, bounding the output size by the input size */
+    while (end < p->n && p->s[end] != '"') {
+        if (p->s[end] == '\\')
+            end++;
+        end++;
+    }
+    if (end >= p->n) {
+        p->i = p->n;
+        return jp_err(p, "unterminated string");
+    }
+    char *o = malloc(end - start + 1);
+    if (!o)
+        return nmt_seterr("out of memory");
+    size_t k = 0;
+    while (p->s[p->i] != '"') {
+        unsigned char c = (unsigned char)p->s[p->i];
+        if (c < 0x20) {
+            free(o);
+            return jp_err(p, "control character in string");
+        }
+        if (c != '\\') {
+            o[k++] = (char)c;
+            p->i++;
+            continue;
+        }
+        p->i++;
+        char e = p->s[p->i++];
+        unsigned cp;
+        switch (e) {
+        case '"': o[k++] = '"'; break;
+        case '\\': o[k++] = '\\'; break;
+        case '/': o[k++] = '/'; break;
+        case 'b': o[k++] = '\b'; break;
+        case 'f': o[k++] = '\f'; break;
+        case 'n': o[k++] = '\n'; break;
+        case 'r': o[k++] = '\r'; break;
+        case 't': o[k++] = '\t'; break;
+        case 'u':
+            if (jp_hex4(p, &cp) < 0) {
+                free(o);
+                return -1;
+            }
+            if (cp >= 0xD800 && cp < 0xDC00) {
+                unsigned lo;
+                if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u') {
+                    free(o);
+                    return jp_err(p, "unpaired surrogate");
+                }
+                p->i += 2;
+                if (jp_hex4(p, &lo) < 0) {
+                    free(o);
+                    return -1;
+                }
+                if (lo < 0xDC00 || lo > 0xDFFF) {
+                    free(o);
+                    return jp_err(p, "unpaired surrogate");
+                }
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (cp >= 0xDC00 && cp < 0xE000) {
+                free(o);
+                return jp_err(p, "unpaired surrogate");
+            }
+            if (cp == 0) {
+                free(o);
+                return jp_err(p, "NUL in string");
+            }
+            /* an escape of >= 6 input bytes yields at most 4 output bytes: stays within the bound */
+            if (cp < 0x80) {
+                o[k++] = (char)cp;
+            } else if (cp < 0x800) {
+                o[k++] = (char)(0xC0 | (cp >> 6));
+                o[k++] = (char)(0x80 | (cp & 0x3F));
+            } else if (cp < 0x10000) {
+                o[k++] = (char)(0xE0 | (cp >> 12));
+                o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                o[k++] = (char)(0x80 | (cp & 0x3F));
+            } else {
+                o[k++] = (char)(0xF0 | (cp >> 18));
+                o[k++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+                o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                o[k++] = (char)(0x80 | (cp & 0x3F));
+            }
+            break;
+        default:
+            p->i--;
+            free(o);
+            return jp_err(p, "bad escape");
+        }
+    }
+    p->i++; /* closing quote */
+    o[k] = 0;
+    *out = o;
+    return 0;
+}
+
+/* Parses a non-negative integer without sign, fraction or exponent, at most 2^53. */
+static int jp_uint(struct jp *p, uint64_t *out)
+{
+    jp_ws(p);
+    size_t st = p->i;
+    uint64_t v = 0;
+    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
+        v = v * 10 + (uint64_t)(p->s[p->i] - '0');
+        if (v > (1ULL << 53))
+            return jp_err(p, "integer too large");
+        p->i++;
+    }
+    if (p->i == st)
+        return jp_err(p, "expected a non-negative integer");
+    if (p->i - st > 1 && p->s[st] == '0')
+        return jp_err(p, "leading zero in integer");
+    if (p->i < p->n && (p->s[p->i] == '.' || p->s[p->i] == 'e' || p->s[p->i] == 'E'))
+        return jp_err(p, "expected an integer");
+    *out = v;
+    return 0;
+}
+
+/* Parses "[u, u, ...]" into V (at most MAX entries); *N gets the count. */
+static int jp_uint_array(struct jp *p, uint64_t *v, int max, int *n)
+{
+    *n = 0;
+    if (jp_expect(p, '[') < 0)
+        return -1;
+    if (jp_peek(p) == ']') {
+        p->i++;
+        return 0;
+    }
+    for (;;) {
+        if (*n >= max)
+            return jp_err(p, "too many entries in array");
+        if (jp_uint(p, &v[(*n)++]) < 0)
+            return -1;
+        char c = jp_peek(p);
+        if (c == ',') {
+            p->i++;
+            continue;
+        }
+        if (c == ']') {
+            p->i++;
+            return 0;
+        }
+        return jp_err(p, "expected ',' or ']'");
+    }
+}
+
+static void file_free_parts(struct st_file *f)
+{
+    for (size_t i = 0; i < f->nt; i++)
+        free(f->t[i].name);
+    free(f->t);
+    for (size_t i = 0; i < f->nmeta; i++) {
+        free(f->meta_key[i]);
+        free(f->meta_val[i]);
+    }
+    free(f->meta_key);
+    free(f->meta_val);
+}
+
+void st_free(struct st_file *f)
+{
+    if (!f)
+        return;
+    file_free_parts(f);
+    free(f->buf);
+    free(f);
+}
+
+static int parse_metadata(struct jp *p, struct st_file *f)
+{
+    if (f->meta_key)
+        return jp_err(p, "duplicate __metadata__");
+    size_t cap = 0;
+    if (jp_expect(p, '{') < 0)
+        return -1;
+    if (jp_peek(p) == '}') {
+        p->i++;
+        f->meta_key = calloc(1, sizeof(char *));
+        f->meta_val = calloc(1, sizeof(char *));
+        return f->meta_key && f->meta_val ? 0 : nmt_seterr("out of memory");
+    }
+    for (;;) {
+        if (f->nmeta == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **k = realloc(f->meta_key, cap * sizeof *k);
+            if (k)
+                f->meta_key = k;
+            char **v = realloc(f->meta_val, cap * sizeof *v);
+            if (v)
+                f->meta_val = v;
+            if (!k || !v)
+                return nmt_seterr("out of memory");
+        }
+        char *key, *val;
+        if (jp_string(p, &key) < 0)
+            return -1;
+        if (jp_expect(p, ':') < 0 || (jp_peek(p) != '"' ? (jp_err(p, "metadata values must be strings"), 1) : 0) ||
+            jp_string(p, &val) < 0) {
+            free(key);
+            return -1;
+        }
+        f->meta_key[f->nmeta] = key;
+        f->meta_val[f->nmeta++] = val;
+        char c = jp_peek(p);
+        if (c == ',') {
+            p->i++;
+            continue;
+        }
+        if (c == '}') {
+            p->i++;
+            return 0;
+        }
+        return jp_err(p, "expected ',' or '}'");
+    }
+}
+
+static int parse_dtype(const char *s)
+{
+    for (int d = 0; d < ST_NDTYPES; d++)
+        if (!strcmp(s, dtype_names[d]))
+            return d;
+    return -1;
+}
+
+/* Parses one tensor object into T (name already set); DATALEN bounds the offsets. */
+static int parse_tensor(struct jp *p, struct st_tensor *t, uint64_t *off0, uint64_t datalen)
+{
+    int have_dt = 0, have_shape = 0, have_off = 0;
+    uint64_t off[2] = {0, 0};
+    if (jp_expect(p, '{') < 0)
+        return -1;
+    if (jp_peek(p) != '}') {
+        for (;;) {
+            char *key;
+            if (jp_string(p, &key) < 0)
+                return -1;
+            if (jp_expect(p, ':') < 0) {
+                free(key);
+                return -1;
+            }
+            int r = 0;
+            if (!strcmp(key, "dtype") && !have_dt) {
+                char *dt;
+                if (jp_string(p, &dt) < 0) {
+                    r = -1;
+                } else {
+                    t->dtype = parse_dtype(dt);
+                    if (t->dtype < 0)
+                        r = nmt_seterr("%s: tensor '%s': unknown dtype '%.20s'", p->name, t->name, dt);
+                    free(dt);
+                }
+                have_dt = 1;
+            } else if (!strcmp(key, "shape") && !have_shape) {
+                r = jp_uint_array(p, t->shape, ST_MAX_DIMS, &t->ndim);
+                have_shape = 1;
+            } else if (!strcmp(key, "data_offsets") && !have_off) {
+                int n;
+                r = jp_uint_array(p, off, 2, &n);
+                if (r == 0 && n != 2)
+                    r = jp_err(p, "data_offsets needs two entries");
+                have_off = 1;
+            } else {
+                r = jp_err(p, "unknown or repeated tensor field");
+            }
+            free(key);
+            if (r < 0)
+                return -1;
+            char c = jp_peek(p);
+            if (c == ',') {
+                p->i++;
+                continue;
+            }
+            if (c == '}')
+                break;
+            return jp_err(p, "expected ',' or '}'");
+        }
+    }
+    p->i++;
+    if (!have_dt || !have_shape || !have_off)
+        return nmt_seterr("%s: tensor '%s': missing dtype, shape or data_offsets", p->name, t->name);
+    uint64_t count = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] && count > UINT64_MAX / 16 / t->shape[d])
+            return nmt_seterr("%s: tensor '%s': shape too large", p->name, t->name);
+        count *= t->shape[d];
+    }
+    t->nbytes = count * st_dtype_size(t->dtype);
+    if (off[0] > off[1] || off[1] > datalen)
+        return nmt_seterr("%s: tensor '%s': data_offsets [%llu, %llu] outside the %llu data bytes", p->name,
+                          t->name, (unsigned long long)off[0], (unsigned long long)off[1],
+                          (unsigned long long)datalen);
+    if (off[1] - off[0] != t->nbytes)
+        return nmt_seterr("%s: tensor '%s': data_offsets span %llu bytes, shape needs %llu", p->name, t->name,
+                          (unsigned long long)(off[1] - off[0]), (unsigned long long)t->nbytes);
+    *off0 = off[0];
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+struct st_file *st_parse(unsigned char *buf, size_t len, int own, const char *name)
+{
+    struct st_file *f = calloc(1, sizeof *f);
+    if (!f) {
+        nmt_seterr("out of memory");
+        if (own)
+            free(buf);
+        return NULL;
+    }
+    if (own)
+        f->buf = buf;
+    f->len = len;
+    if (len < 8) {
+        nmt_seterr("%s: not a safetensors file (%zu bytes, too short)", name, len);
+        goto fail;
+    }
+    uint64_t hlen = nmt_le64(buf);
+    if (hlen > ST_MAX_HEADER || hlen > len - 8) {
+        nmt_seterr("%s: not a safetensors file or truncated (header length %llu, file %zu bytes)", name,
+                   (unsigned long long)hlen, len);
+        goto fail;
+    }
+    struct jp p = {(const char *)buf + 8, (size_t)hlen, 0, name};
+    const unsigned char *data = buf + 8 + hlen;
+    uint64_t datalen = len - 8 - hlen;
+    size_t cap = 0;
+    uint64_t *offs = NULL;
+    if (jp_expect(&p, '{') < 0)
+        goto fail;
+    if (jp_peek(&p) != '}') {
+        for (;;) {
+            char *key;
+            if (jp_string(&p, &key) < 0)
+                goto fail_offs;
+            if (jp_expect(&p, ':') < 0) {
+                free(key);
+                goto fail_offs;
+            }
+            if (!strcmp(key, "__metadata__")) {
+                free(key);
+                if (parse_metadata(&p, f) < 0)
+                    goto fail_offs;
+            } else {
+                if (f->nt >= ST_MAX_TENSORS) {
+                    free(key);
+                    nmt_seterr("%s: more than %u tensors", name, ST_MAX_TENSORS);
+                    goto fail_offs;
+                }
+                if (f->nt == cap) {
+                    cap = cap ? 2 * cap : 32;
+                    struct st_tensor *nt = realloc(f->t, cap * sizeof *nt);
+                    uint64_t *no = nt ? realloc(offs, cap * sizeof *no) : NULL;
+                    if (nt)
+                        f->t = nt;
+                    if (no)
+                        offs = no;
+                    if (!nt || !no) {
+                        free(key);
+                        nmt_seterr("out of memory");
+                        goto fail_offs;
+                    }
+                }
+                struct st_tensor *t = &f->t[f->nt++];
+                memset(t, 0, sizeof *t);
+                t->name = key;
+                if (parse_tensor(&p, t, &offs[f->nt - 1], datalen) < 0)
+                    goto fail_offs;
+                t->data = data + offs[f->nt - 1];
+            }
+            char c = jp_peek(&p);
+            if (c == ',') {
+                p.i++;
+                continue;
+            }
+            if (c == '}')
+                break;
+            jp_err(&p, "expected ',' or '}'");
+            goto fail_offs;
+        }
+    }
+    p.i++;
+    jp_ws(&p);
+    if (p.i != p.n) {
+        jp_err(&p, "trailing bytes after the header object");
+        goto fail_offs;
+    }
+    free(offs);
+    /* duplicate names */
+    if (f->nt > 1) {
+        char **names = malloc(f->nt * sizeof *names);
+        if (!names) {
+            nmt_seterr("out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < f->nt; i++)
+            names[i] = f->t[i].name;
+        qsort(names, f->nt, sizeof *names, cmp_str);
+        for (size_t i = 1; i < f->nt; i++)
+            if (!strcmp(names[i - 1], names[i])) {
+                nmt_seterr("%s: duplicate tensor '%s'", name, names[i]);
+                free(names);
+                goto fail;
+            }
+        free(names);
+    }
+    return f;
+fail_offs:
+    free(offs);
+fail:
+    st_free(f);
+    return NULL;
+}
+
+struct st_file *st_read(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        nmt_seterr("cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+        nmt_seterr("cannot read '%s': %s", path, S_ISDIR(sb.st_mode) ? "is a directory" : "not a regular file");
+        close(fd);
+        return NULL;
+    }
+    size_t len = (size_t)sb.st_size;
+    unsigned char *buf = malloc(len ? len : 1);
+    if (!buf) {
+        nmt_seterr("cannot read '%s': out of memory (%zu bytes)", path, len);
+        close(fd);
+        return NULL;
+    }
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, buf + got, len - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            nmt_seterr("cannot read '%s': %s", path, r < 0 ? strerror(errno) : "file shrank while reading");
+            free(buf);
+            close(fd);
+            return NULL;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    return st_parse(buf, len, 1, path);
+}
+
+const struct st_tensor *st_find(const struct st_file *f, const char *name)
+{
+    for (size_t i = 0; i < f->nt; i++)
+        if (!strcmp(f->t[i].name, name))
+            return &f->t[i];
+    return NULL;
+}
+
+const char *st_meta(const struct st_file *f, const char *key)
+{
+    for (size_t i = 0; i < f->nmeta; i++)
+        if (!strcmp(f->meta_key[i], key))
+            return f->meta_val[i];
+    return NULL;
+}
+
+int st_get(const struct st_file *f, const char *name, int dt, void *dst, uint64_t count)
+{
+    const struct st_tensor *t = st_find(f, name);
+    if (!t)
+        return nmt_seterr("tensor '%s' missing", name);
+    if (t->dtype != dt)
+        return nmt_seterr("tensor '%s' has dtype %s, expected %s", name, st_dtype_name(t->dtype), st_dtype_name(dt));
+    if (t->nbytes != count * st_dtype_size(dt))
+        return nmt_seterr("tensor '%s' has %llu elements, expected %llu", name,
+                          (unsigned long long)(t->nbytes / st_dtype_size(dt)), (unsigned long long)count);
+    if (count)
+        memcpy(dst, t->data, (size_t)t->nbytes);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * writer */
+struct st_fill {
+    int (*fn)(void *arg, void *dst, uint64_t offset, size_t n);
+    void *arg;
+};
+
+struct st_writer {
+    struct st_fill *fill;      /* (cap) per tensor, fn NULL when data is given */
+    struct st_tensor *t;
+    size_t nt, cap;
+    char **mk, **mv;
+    size_t nm, mcap;
+};
+
+struct st_writer *st_writer_new(void)
+{
+    struct st_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        nmt_seterr("out of memory");
+    return w;
+}
+
+void st_writer_free(struct st_writer *w)
+{
+    if (!w)
+        return;
+    for (size_t i = 0; i < w->nt; i++)
+        free(w->t[i].name);
+    free(w->t);
+    free(w->fill);
+    for (size_t i = 0; i < w->nm; i++) {
+        free(w->mk[i]);
+        free(w->mv[i]);
+    }
+    free(w->mk);
+    free(w->mv);
+    free(w);
+}
+
+int st_writer_meta(struct st_writer *w, const char *key, const char *value)
+{
+    if (w->nm == w->mcap) {
+        size_t c = w->mcap ? 2 * w->mcap : 16;
+        char **k = realloc(w->mk, c * sizeof *k);
+        if (k)
+            w->mk = k;
+        char **v = realloc(w->mv, c * sizeof *v);
+        if (v)
+            w->mv = v;
+        if (!k || !v)
+            return nmt_seterr("out of memory");
+        w->mcap = c;
+    }
+    char *k = strdup(key), *v = strdup(value);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return nmt_seterr("out of memory");
+    }
+    w->mk[w->nm] = k;
+    w->mv[w->nm++] = v;
+    return 0;
+}
+
+int st_writer_add(struct st_writer *w, const char *name, int dt, int ndim, const uint64_t *shape, const void *data)
+{
+    if (dt < 0 || dt >= ST_NDTYPES || ndim < 0 || ndim > ST_MAX_DIMS || !*name || !strcmp(name, "__metadata__"))
+        return nmt_seterr("safetensors: invalid tensor '%s'", name);
+    for (size_t i = 0; i < w->nt; i++)
+        if (!strcmp(w->t[i].name, name))
+            return nmt_seterr("safetensors: duplicate tensor '%s'", name);
+    if (w->nt == w->cap) {
+        size_t c = w->cap ? 2 * w->cap : 32;
+        struct st_tensor *t = realloc(w->t, c * sizeof *t);
+        if (!t)
+            return nmt_seterr("out of memory");
+        w->t = t;
+        struct st_fill *fl = realloc(w->fill, c * sizeof *fl);
+        if (!fl)
+            return nmt_seterr("out of memory");
+        w->fill = fl;
+        w->cap = c;
+    }
+    w->fill[w->nt].fn = NULL;
+    w->fill[w->nt].arg = NULL;
+    struct st_tensor *t = &w->t[w->nt];
+    memset(t, 0, sizeof *t);
+    t->name = strdup(name);
+    if (!t->name)
+        return nmt_seterr("out of memory");
+    t->dtype = dt;
+    t->ndim = ndim;
+    uint64_t count = 1;
+    for (int d = 0; d < ndim; d++) {
+        t->shape[d] = shape[d];
+        count *= shape[d];
+    }
+    t->nbytes = count * st_dtype_size(dt);
+    t->data = data;
+    w->nt++;
+    return 0;
+}
+
+int st_writer_add_fn(struct st_writer *w, const char *name, int dt, int ndim, const uint64_t *shape,
+                     int (*fill)(void *arg, void *dst, uint64_t offset, size_t n), void *arg)
+{
+    if (st_writer_add(w, name, dt, ndim, shape, NULL) < 0)
+        return -1;
+    w->fill[w->nt - 1].fn = fill;
+    w->fill[w->nt - 1].arg = arg;
+    return 0;
+}
+
+struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+static void sb_put(struct sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap : 1024;
+        while (c < b->len + n + 1)
+            c *= 2;
+        char *q = realloc(b->p, c);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = c;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+static void sb_puts(struct sbuf *b, const char *s)
+{
+    sb_put(b, s, strlen(s));
+}
+
+static void sb_json(struct sbuf *b, const char *s)
+{
+    sb_put(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char e[8];
+        if (c == '"' || c == '\\') {
+            e[0] = '\\';
+            e[1] = (char)c;
+            sb_put(b, e, 2);
+        } else if (c < 0x20) {
+            snprintf(e, sizeof e, "\\u%04x", c);
+            sb_put(b, e, 6);
+        } else {
+            sb_put(b, (const char *)&c, 1);
+        }
+    }
+    sb_put(b, "\"", 1);
+}
+
+#define ST_FILL_CHUNK ((size_t)8 << 20)
+
+static int write_all_fd(int fd, const void *p, size_t n, const char *tmp)
+{
+    if (nmt_write_all(fd, p, n) < 0)
+        return nmt_seterr("cannot write '%s': %s", tmp, nmt_errmsg());
+    return 0;
+}
+
+int st_writer_write(struct st_writer *w, const char *path)
+{
+    struct sbuf h = {0};
+    char num[64];
+    uint64_t off = 0;
+    sb_puts(&h, "{");
+    if (w->nm) {
+        sb_puts(&h, "\"__metadata__\":{");
+        for (size_t i = 0; i < w->nm; i++) {
+            if (i)
+                sb_puts(&h, ",");
+            sb_json(&h, w->mk[i]);
+            sb_puts(&h, ":");
+            sb_json(&h, w->mv[i]);
+        }
+        sb_puts(&h, "}");
+    }
+    for (size_t i = 0; i < w->nt; i++) {
+        const struct st_tensor *t = &w->t[i];
+        if (i || w->nm)
+            sb_puts(&h, ",");
+        sb_json(&h, t->name);
+        sb_puts(&h, ":{\"dtype\":\"");
+        sb_puts(&h, dtype_names[t->dtype]);
+        sb_puts(&h, "\",\"shape\":[");
+        for (int d = 0; d < t->ndim; d++) {
+            snprintf(num, sizeof num, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
+            sb_puts(&h, num);
+        }
+        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                 (unsigned long long)(off + t->nbytes));
+        sb_puts(&h, num);
+        off += t->nbytes;
+    }
+    sb_puts(&h, "}");
+    while (h.len % 8)
+        sb_puts(&h, " "); /* tensor data starts 8-byte aligned */
+    if (h.oom) {
+        free(h.p);
+        return nmt_seterr("out of memory");
+    }
+    /* temp file in the target's directory */
+    char *dup1 = strdup(path), *dup2 = strdup(path);
+    size_t tl = strlen(path) + 32;
+    char *tmp = malloc(tl);
+    if (!dup1 || !dup2 || !tmp) {
+        free(dup1);
+        free(dup2);
+        free(tmp);
+        free(h.p);
+        return nmt_seterr("out of memory");
+    }
+    const char *dir = dirname(dup1);
+    const char *base = basename(dup2);
+    snprintf(tmp, tl, "%s/.%s.tmpXXXXXX", dir, base);
+    int rc = -1;
+    unsigned char *chunk = NULL;
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        nmt_seterr("cannot write '%s': cannot create a temporary file in '%s': %s", path, dir, strerror(errno));
+        goto out;
+    }
+    unsigned char len8[8];
+    nmt_put64(len8, h.len);
+    if (write_all_fd(fd, len8, 8, path) < 0 || write_all_fd(fd, h.p, h.len, path) < 0)
+        goto bad;
+    for (size_t i = 0; i < w->nt; i++) {
+        if (!w->t[i].nbytes)
+            continue;
+        if (!w->fill[i].fn) {
+            if (write_all_fd(fd, w->t[i].data, (size_t)w->t[i].nbytes, path) < 0)
+                goto bad;
+            continue;
+        }
+        if (!chunk && !(chunk = malloc(ST_FILL_CHUNK))) {
+            nmt_seterr("out of memory");
+            goto bad;
+        }
+        for (uint64_t o = 0; o < w->t[i].nbytes; o += ST_FILL_CHUNK) {
+            size_t n = w->t[i].nbytes - o < ST_FILL_CHUNK ? (size_t)(w->t[i].nbytes - o) : ST_FILL_CHUNK;
+            if (w->fill[i].fn(w->fill[i].arg, chunk, o, n) < 0) {
+                nmt_seterr("cannot write '%s': tensor '%s': %s", path, w->t[i].name, nmt_errmsg());
+                goto bad;
+            }
+            if (write_all_fd(fd, chunk, n, path) < 0)
+                goto bad;
+        }
+    }
+    if (fchmod(fd, 0644) < 0 || fsync(fd) < 0) {
+        nmt_seterr("cannot write '%s': %s", path, strerror(errno));
+        goto bad;
+    }
+    if (close(fd) < 0) {
+        fd = -1;
+        nmt_seterr("cannot write '%s': %s", path, strerror(errno));
+        goto bad;
+    }
+    fd = -1;
+    if (rename(tmp, path) < 0) {
+        nmt_seterr("cannot write '%s': rename: %s", path, strerror(errno));
+        goto bad;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd); /* best effort: some file systems refuse fsync on directories */
+        close(dfd);
+    }
+    rc = 0;
+    goto out;
+bad:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+out:
+    free(chunk);
+    free(dup1);
+    free(dup2);
+    free(tmp);
+    free(h.p);
+    return rc;
+}

@@ -1,0 +1,86 @@
+/* safetensors.h: reading and writing safetensors files (model checkpoints, formats/checkpoint.md).
+ *
+ * Layout: u64le N | N bytes of JSON header | raw little-endian tensor data. The header is one JSON
+ * object mapping tensor names to {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}
+ * (offsets relative to the start of the data) plus an optional "__metadata__" object of
+ * string-to-string pairs. The reader bounds everything (header size, nesting, name and string
+ * lengths, shapes, offsets against the file) before allocating, so a hostile file yields an error,
+ * never a crash. The writer writes atomically: a temporary file in the same directory, fsync,
+ * rename over the target, fsync of the directory. */
+#ifndef NMT_SAFETENSORS_H
+#define NMT_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ST_MAX_HEADER (64u << 20)  /* largest JSON header accepted: 64 MiB */
+#define ST_MAX_DIMS 8              /* most dimensions a tensor may have */
+#define ST_MAX_TENSORS 65536       /* most tensors in one file */
+
+enum st_dtype { ST_F32, ST_F64, ST_F16, ST_BF16, ST_I64, ST_I32, ST_I16, ST_I8, ST_U64, ST_U32, ST_U16, ST_U8,
+                ST_BOOL, ST_NDTYPES };
+
+/* Returns the safetensors name of DT ("F32"), or "?" for an invalid value. */
+const char *st_dtype_name(int dt);
+/* Returns the size in bytes of one element of DT, or 0 for an invalid value. */
+size_t st_dtype_size(int dt);
+
+/* One tensor as found in a file (DATA points into the file's memory) or given to the writer. */
+struct st_tensor {
+    char *name;                /* NUL-terminated, owned by the file / copied by the writer */
+    int dtype;                 /* enum st_dtype */
+    int ndim;
+    uint64_t shape[ST_MAX_DIMS];
+    uint64_t nbytes;
+    const void *data;          /* (nbytes) little-endian elements */
+};
+
+/* ---- reading ---- */
+struct st_file {
+    unsigned char *buf;        /* whole file, owned */
+    size_t len;
+    struct st_tensor *t;       /* (nt) in header order */
+    size_t nt;
+    char **meta_key, **meta_val; /* (nmeta) __metadata__ pairs */
+    size_t nmeta;
+};
+
+/* Parses a safetensors image of LEN bytes at BUF (not copied: BUF must outlive the result, and is
+ * not freed by st_free unless OWN is non-zero). NAME names the input in messages. Returns a new
+ * st_file, or NULL with nmt_errmsg() set ("x.ckpt: header: expected ':' at byte 37"). */
+struct st_file *st_parse(unsigned char *buf, size_t len, int own, const char *name);
+/* Reads and parses the file at PATH. Returns a new st_file, or NULL with the error set. */
+struct st_file *st_read(const char *path);
+/* Frees F; st_free(NULL) is a no-op. */
+void st_free(struct st_file *f);
+/* Returns the tensor called NAME, or NULL when absent. */
+const struct st_tensor *st_find(const struct st_file *f, const char *name);
+/* Returns the __metadata__ value of KEY, or NULL when absent. */
+const char *st_meta(const struct st_file *f, const char *key);
+/* Copies tensor NAME, which must have dtype DT and exactly COUNT elements, into DST.
+ * Returns 0, or -1 with the error naming the tensor and what differed. */
+int st_get(const struct st_file *f, const char *name, int dt, void *dst, uint64_t count);
+
+/* ---- writing ---- */
+struct st_writer;
+
+/* Returns a new empty writer, or NULL (out of memory). */
+struct st_writer *st_writer_new(void);
+/* Adds a metadata pair (both copied). 0 or -1. */
+int st_writer_meta(struct st_writer *w, const char *key, const char *value);
+/* Adds tensor NAME (copied) of type DT and shape SHAPE[NDIM] whose data is at DATA (NOT copied:
+ * it must stay valid until st_writer_write). 0 or -1 (bad shape, duplicate name, out of memory). */
+int st_writer_add(struct st_writer *w, const char *name, int dt, int ndim, const uint64_t *shape,
+                  const void *data);
+/* Like st_writer_add, but the data is produced while writing, in pieces: FILL(ARG, DST, OFFSET, N)
+ * copies bytes [OFFSET, OFFSET+N) of the tensor into DST and returns 0, or -1 with the error set.
+ * So a large tensor held elsewhere (device memory) is written without a whole host copy. */
+int st_writer_add_fn(struct st_writer *w, const char *name, int dt, int ndim, const uint64_t *shape,
+                     int (*fill)(void *arg, void *dst, uint64_t offset, size_t n), void *arg);
+/* Writes the file atomically to PATH (temp file, fsync, rename, fsync dir). 0 or -1 with the error
+ * set; on failure PATH is left untouched. */
+int st_writer_write(struct st_writer *w, const char *path);
+/* Frees W; st_writer_free(NULL) is a no-op. */
+void st_writer_free(struct st_writer *w);
+
+#endif

@@ -1,0 +1,71 @@
+/* infer.h: inference with a trained model (model.h) on its backend: the encoder for a batch of
+ * source sentences, and an incremental decoder step over rows of hypotheses with per-layer
+ * self-attention key/value caches and encoder-decoder keys/values computed once per batch.
+ *
+ * Rows are grouped by sentence: with K rows per sentence, rows s*K .. s*K+K-1 belong to live
+ * sentence s. The same kernels as training run in the same order (no dropout), so a forced decode
+ * reproduces the training model's log-probabilities.
+ *
+ * Batch invariance: every computation is per row or per sentence (masked attention, row-wise layer
+ * norm), except matrix products, whose BLAS results may depend on the number of rows. In
+ * invariant mode (the default) products run through the backend's row-invariant gemm_rowinv slot,
+ * or, when the backend lacks it, on fixed blocks of INFER_BLOCK rows (the last block padded), so a
+ * row's result depends only on that row: a sentence translates the same in any batch. */
+#ifndef NMT_INFER_H
+#define NMT_INFER_H
+
+#include <stdint.h>
+
+#include "nn/backend_loader.h"
+#include "nn/model.h"
+
+#define INFER_BLOCK 8
+
+struct infer;
+
+/* Creates the inference state for model M (not owned) on its backend BE (not owned); INVARIANT
+ * non-zero makes products row-invariant (see above). Returns it, or NULL with the error set. */
+struct infer *infer_new(struct backend *be, struct model *m, int invariant);
+/* Frees IN and its device buffers; infer_free(NULL) is a no-op. */
+void infer_free(struct infer *in);
+
+/* Returns the model configuration. */
+const struct model_config *infer_config(const struct infer *in);
+
+/* Grows the decoding memory to fit a batch of B sentences of at most S source tokens (EOS
+ * included), K rows each and TMAX decoder steps, without touching it: reserving for every batch
+ * of a run first makes one allocation whose pages are faulted in once. Ends any batch under way.
+ * 0, or -1 with the error set. */
+int infer_reserve(struct infer *in, int B, int S, int K, int tmax);
+/* Encodes B sentences: sentence b has LEN[b] ids SRC[b] (without EOS, which is appended; LEN[b] + 1
+ * <= the model's max_len). Prepares K decoder rows per sentence for at most TMAX steps and resets
+ * the decoder to step 0. Returns 0, or -1 with the error set (id out of range, backend failure). */
+int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int *len, int K, int tmax);
+
+/* Returns the number of live rows (live sentences times K) and the current step. */
+int infer_rows(const struct infer *in);
+int infer_time(const struct infer *in);
+
+/* One decoder step for all live rows: TOK (host, rows) is each row's input token at the current
+ * step (NMT_BOS at step 0). With 0 < TOPK <= 4K, VALS/IDX (host, rows x TOPK) receive each row's TOPK
+ * best log-probabilities (descending, ties by lower id) and their ids. With TGT (host, rows) not
+ * NULL, LP (host, rows) receives log p(TGT[r]) of each row (0 where TGT[r] is NMT_PAD). Advances
+ * the step. Returns 0, or -1 with the error set. */
+int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int32_t *idx, const int32_t *tgt,
+               float *lp);
+
+/* Copies the output logits (rows x vocab, before the softmax) of the last infer_step into LOGITS
+ * (host). Returns 0, or -1 with the error set (no step taken since infer_encode). */
+int infer_logits(struct infer *in, float *logits);
+
+/* OUT[r * N + j] (host) receives the logit of the last infer_step's row r at token IDS[r * N + j]
+ * (host, rows x N), for every live row r; FLAT (host, rows x N) is scratch. Returns 0, or -1 with
+ * the error set (an id outside the vocabulary, no step taken since infer_encode). */
+int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, float *out);
+
+/* Reorders the decoder state after a step: keeps the NS live sentences KEEP[0..NS) (indices among
+ * the current live sentences, increasing), each with K rows; new row i continues old row
+ * PARENT[i] (host, NS*K rows, each a row of a kept sentence). Returns 0, or -1 with the error set. */
+int infer_reorder(struct infer *in, int ns, const int *keep, const int *parent);
+
+#endif

@@ -1,0 +1,141 @@
+/* model.h: the Transformer encoder-decoder ("Attention Is All You Need"), written once on top of the
+ * backend kernel table (plugins/backend.h), with its parameter layout and checkpoint I/O.
+ *
+ * Parameters live in one contiguous device buffer (gradients and Adam moments in three more of the
+ * same size), in the order of the table built by the layout code in model.c; each tensor has a
+ * name (the same names as the PyTorch reference, e.g. "enc.0.att.qkv.weight") under which it is
+ * stored in a checkpoint. Activations for a batch live in one more device buffer sized for the
+ * largest batch seen so far.
+ *
+ * Token rows are laid out padded (B, S) for the source and (B, T) for the target; padding rows are
+ * masked out of attention, and the output projection and loss run only on the non-padding target
+ * rows (gathered into a packed matrix), so most of the padding costs no FLOPs where it matters. */
+#ifndef NMT_MODEL_H
+#define NMT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn/backend_loader.h"
+#include "io/records.h"
+#include "io/safetensors.h"
+
+struct model_config {
+    int vocab;             /* V: shared source/target vocabulary size */
+    int d_model;           /* D */
+    int heads;             /* H; D % H == 0 */
+    int ff;                /* F: FFN inner width */
+    int enc_layers, dec_layers;
+    int pre_norm;          /* 0: post-norm (the paper), 1: pre-norm (with final layer norms) */
+    int max_len;           /* longest sentence (tokens incl. EOS) the model accepts */
+    float dropout;         /* on embeddings and sublayer outputs (residual dropout) */
+    float attn_dropout;    /* on attention probabilities */
+    float act_dropout;     /* on the FFN's ReLU activation */
+    float label_smoothing; /* eps of the label-smoothed cross-entropy */
+    float ln_eps;          /* layer norm epsilon (1e-5, as PyTorch) */
+};
+
+/* Fills C with preset NAME ("tiny", "small", "base", "big") and defaults for the rest (dropout 0.1,
+ * label smoothing 0.1, post-norm, max_len 1024); VOCAB is left 0. Returns 0, or -1 for an unknown name. */
+int model_preset(struct model_config *c, const char *name);
+/* Returns 0 if C is a usable configuration, or -1 with the error naming the bad field. */
+int model_config_check(const struct model_config *c);
+/* Adds C's fields to checkpoint metadata W ("model.d_model" = "512", ...). 0 or -1. */
+int model_config_save(const struct model_config *c, struct st_writer *w);
+/* Reads C from the metadata of checkpoint F. 0, or -1 with the error naming the missing key. */
+int model_config_load(struct model_config *c, const struct st_file *f);
+
+/* One parameter tensor of the layout. */
+struct model_param {
+    char name[64];
+    int ndim;
+    int64_t shape[2];
+    size_t offset;         /* in floats from the start of the parameter buffer */
+    size_t size;           /* elements */
+};
+
+struct model;
+
+/* Creates a model with configuration C on backend BE (not owned). With TRAINING non-zero also
+ * allocates gradients and Adam moments. Parameters are uninitialised: call model_init or
+ * model_load. Returns the model, or NULL with the error set. */
+struct model *model_new(struct backend *be, const struct model_config *c, int training);
+/* Frees M and its device buffers; model_free(NULL) is a no-op. */
+void model_free(struct model *m);
+/* Returns M's configuration. */
+const struct model_config *model_config(const struct model *m);
+/* Returns the number of parameter floats (P). */
+size_t model_num_params(const struct model *m);
+/* Returns the number of parameter tensors and sets *PARAMS to the layout table (owned by M). */
+size_t model_params(const struct model *m, const struct model_param **params);
+/* Returns the device pointer of the parameter buffer (P floats; tensor i at + params[i].offset). */
+float *model_param_data(struct model *m);
+
+/* Initialises the parameters from SEED: Xavier-uniform weight matrices, zero biases, unit layer norm
+ * gains, N(0, D^-1/2) embedding with a zero PAD row (as the PyTorch reference); zeroes the Adam
+ * moments. 0 or -1. */
+int model_init(struct model *m, uint64_t seed);
+/* Copies all P parameters to host memory HOST (P floats) / from HOST to the device. 0 or -1. */
+int model_get_params(struct model *m, float *host);
+int model_set_params(struct model *m, const float *host);
+/* Copies the gradient buffer (P floats) to HOST. 0 or -1. */
+int model_get_grads(struct model *m, float *host);
+
+/* Result of one forward (and backward) pass over a batch. */
+struct model_loss {
+    double loss;           /* summed label-smoothed cross-entropy over target tokens */
+    double nll;            /* summed negative log-likelihood (perplexity = exp(nll / tokens)) */
+    int64_t tokens;        /* target tokens (non-padding) */
+    int64_t src_tokens;    /* source tokens (non-padding) */
+};
+
+/* Runs the model on batch BR: forward, loss and, when BACKWARD, the backward pass, ACCUMULATING the
+ * summed-loss gradients into the gradient buffer (call model_zero_grad before the first batch of an
+ * update). Dropout uses the configured rates when TRAIN is non-zero (else none), with random numbers
+ * from DROPOUT_SEED. If LOGITS (host, tokens x V) is not NULL it receives the logits of the
+ * non-padding target rows in row-major batch order (for tests). Returns 0, or -1 with the error set
+ * (bad batch: id out of range, sentence longer than max_len; backend failure). */
+int model_step(struct model *m, const struct batch_record *br, int train, int backward, uint64_t dropout_seed,
+               struct model_loss *out, float *logits);
+/* Forced decoding: runs the model on batch BR without dropout and writes each sentence's negative
+ * log-likelihood of its target (summed over its tokens, EOS included, natural log) into SENT_NLL
+ * (host, B); *OUT gets the totals. 0 or -1. */
+int model_score(struct model *m, const struct batch_record *br, double *sent_nll, struct model_loss *out);
+/* Grows the activation memory to fit batch BR (call it for every batch of a file before training so
+ * that memory is allocated once, not as batch shapes vary). Optional. 0 or -1 (out of memory). */
+int model_reserve(struct model *m, const struct batch_record *br);
+/* Returns 1 when every parameter is finite, 0 when one is not, -1 on a backend error. */
+int model_params_finite(struct model *m);
+/* Zeroes the gradient buffer. 0 or -1. */
+int model_zero_grad(struct model *m);
+/* Sets *OUT to the sum of squared gradients (times SCALE^2). 0 or -1. */
+int model_grad_sumsq(struct model *m, double *out);
+/* One Adam step (beta 0.9/0.98 unless changed, eps 1e-9) number T >= 1 with learning rate LR on
+ * gradients times GRAD_SCALE. 0 or -1. */
+int model_adam(struct model *m, float lr, int64_t t, float grad_scale, float beta1, float beta2, float eps);
+
+/* One optimizer update from the accumulated gradients of TOKENS target tokens: gradients are
+ * divided by TOKENS, clipped to global norm CLIP (<= 0: no clipping; PyTorch's clip_grad_norm_
+ * formula), then Adam step T with rate LR (beta 0.9/0.98, eps 1e-9). *GNORM receives the gradient
+ * norm before clipping; when it is not finite no update happens and 1 is returned. 0, 1, or -1. */
+int model_update(struct model *m, float lr, int64_t t, int64_t tokens, double clip, double *gnorm);
+
+/* Adds M's configuration (metadata) and parameters (tensors) to W, and with OPT the Adam moments
+ * ("optim.adam_m", "optim.adam_v"). The tensors are read from the device in pieces while W is
+ * written (no host copy of the model), so W must be written before M changes, the next
+ * model_save, or model_free. 0 or -1. */
+int model_save(struct model *m, struct st_writer *w, int opt);
+/* Loads parameters (and with OPT the Adam moments) from checkpoint F, whose configuration must equal
+ * M's. 0, or -1 with the error naming the first missing or mis-shaped tensor. */
+int model_load(struct model *m, const struct st_file *f, int opt);
+
+/* Returns the matrix-product FLOPs of one training step (forward + backward = 3 x forward) on batch
+ * BR, counting only non-padding tokens: with Ns/Nt the source/target tokens and s_b/t_b the lengths,
+ *   forward = 2 Ns Le (4d^2 + 2 d ff) + 2 Nt Ld (6d^2 + 2 d ff) + 2 Ns Ld 2d^2 + 2 Nt d V
+ *           + 2 d sum_b (2 Le s_b^2 + 2 Ld t_b^2 + 2 Ld t_b s_b)     (attention QK^T and PV, unmasked). */
+double model_step_flops(const struct model_config *c, const struct batch_record *br);
+
+/* Learning rate of the paper's schedule at STEP >= 1: scale * D^-0.5 * min(step^-0.5, step * warmup^-1.5). */
+double model_lr(double scale, int d_model, int64_t step, int64_t warmup);
+
+#endif

@@ -1,0 +1,527 @@
+/* search.c: greedy and beam search with GNMT length penalty, and forced decoding (see search.h). */
+#include "nn/search.h"
+#include "io/records.h"
+#include "base/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int search_max_len(const struct search_opts *o, int srclen, int model_max_len)
+{
+    double v = floor(o->len_a * (double)(srclen + 1) + o->len_b);
+    int n = v < 1 ? 1 : v > (double)model_max_len ? model_max_len : (int)v;
+    return n;
+}
+
+void search_result_free(struct search_result *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->nhyp; i++)
+        free(r->hyp[i].ids);
+    free(r->hyp);
+    r->hyp = NULL;
+    r->nhyp = 0;
+}
+
+struct cand {
+    double s;                  /* summed log-probability */
+    int row, seq;              /* parent row, order of generation (tie break) */
+    int32_t tok;
+};
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const struct cand *x = a, *y = b;
+    if (x->s != y->s)
+        return x->s > y->s ? -1 : 1;
+    return x->seq - y->seq;
+}
+
+struct fin {
+    double s, lp;              /* normalised score, log-probability */
+    int seq;
+    uint32_t n;
+    uint32_t *ids;
+};
+
+static int fin_cmp(const void *a, const void *b)
+{
+    const struct fin *x = a, *y = b;
+    if (x->s != y->s)
+        return x->s > y->s ? -1 : 1;
+    return x->seq - y->seq;
+}
+
+/* Checks that the NIN >= 1 members of an ensemble share one vocabulary; sets *MAX_LEN to their
+ * smallest max_len. 0, or -1 with the error set. */
+static int ensemble_check(struct infer *const *in, int nin, int *max_len)
+{
+    if (nin < 1)
+        return nmt_seterr("no model to search with");
+    *max_len = infer_config(in[0])->max_len;
+    for (int m = 1; m < nin; m++) {
+        if (infer_config(in[m])->vocab != infer_config(in[0])->vocab)
+            return nmt_seterr("ensemble: model %d has a vocabulary of %d pieces, model 1 of %d", m + 1,
+                              infer_config(in[m])->vocab, infer_config(in[0])->vocab);
+        if (infer_config(in[m])->max_len < *max_len)
+            *max_len = infer_config(in[m])->max_len;
+    }
+    return 0;
+}
+
+/* Scratch of an ensemble's steps (ensemble_step) for up to R0 rows, NIN models, TOPK extensions
+ * taken from each member's MTOPK best. */
+struct ens {
+    int nin, topk, mtopk, V;
+    size_t R0;
+    float *vals;               /* (nin, R0, mtopk) each member's best log-probabilities */
+    int32_t *idx;              /* (nin, R0, mtopk) and their ids */
+    double *lse;               /* (nin, R0) each member's log-sum-exp of the logits */
+    int32_t *cid;              /* (R0, nin * mtopk) candidates: the union of the members' best ids,
+                                * increasing, padded with the first */
+    int32_t *flat;             /* (R0, nin * mtopk) infer_logits_at's scratch */
+    float *at;                 /* (R0, nin * mtopk) one member's logits at the candidates */
+    double *cp;                /* (R0, nin * mtopk) the ensemble's probability of each candidate */
+    int *nc;                   /* (R0) candidates per row */
+    int *fb;                   /* (R0) rows whose candidates may miss a better token */
+    float *logits;             /* (R0, V) one member's logits, for fallback rows */
+    double *full;              /* (full_cap, V) the ensemble's distribution of fallback rows */
+    double *best;              /* (topk) */
+    size_t full_cap;
+};
+
+static void ens_free(struct ens *e)
+{
+    free(e->vals);
+    free(e->idx);
+    free(e->lse);
+    free(e->cid);
+    free(e->flat);
+    free(e->at);
+    free(e->cp);
+    free(e->nc);
+    free(e->fb);
+    free(e->logits);
+    free(e->full);
+    free(e->best);
+    memset(e, 0, sizeof *e);
+}
+
+static int ens_init(struct ens *e, int nin, size_t R0, int topk, int V)
+{
+    memset(e, 0, sizeof *e);
+    e->nin = nin;
+    e->R0 = R0;
+    e->topk = topk;
+    e->mtopk = 2 * topk < V ? 2 * topk : V;
+    e->V = V;
+    size_t c = (size_t)nin * R0 * (size_t)e->mtopk;
+    e->vals = malloc(c * sizeof *e->vals);
+    e->idx = malloc(c * sizeof *e->idx);
+    e->lse = malloc((size_t)nin * R0 * sizeof *e->lse);
+    e->cid = malloc(c * sizeof *e->cid);
+    e->flat = malloc(c * sizeof *e->flat);
+    e->at = malloc(c * sizeof *e->at);
+    e->cp = malloc(c * sizeof *e->cp);
+    e->nc = malloc(R0 * sizeof *e->nc);
+    e->fb = malloc(R0 * sizeof *e->fb);
+    e->best = malloc((size_t)topk * sizeof *e->best);
+    if (!e->vals || !e->idx || !e->lse || !e->cid || !e->flat || !e->at || !e->cp || !e->nc || !e->fb || !e->best) {
+        ens_free(e);
+        return nmt_seterr("out of memory");
+    }
+    return 0;
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The TOPK largest of the N probabilities P (ids ID, increasing; NULL: 0..N-1) into VALS (as logs)
+ * and IDX, descending, ties by lower id, with BEST as scratch of TOPK; returns the TOPK-th
+ * probability (-1 if N < TOPK). */
+static double select_topk(const double *p, const int32_t *id, int n, int topk, float *vals, int32_t *idx,
+                          double *best)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (k == topk && !(p[i] > best[k - 1]))
+            continue;
+        int j = k < topk ? k++ : topk - 1;
+        for (; j > 0 && p[i] > best[j - 1]; j--) {
+            best[j] = best[j - 1];
+            idx[j] = idx[j - 1];
+        }
+        best[j] = p[i];
+        idx[j] = id ? id[i] : i;
+    }
+    for (int q = 0; q < k; q++)
+        vals[q] = (float)log(best[q]);
+    return k == topk ? best[k - 1] : -1;
+}
+
+/* One decoder step of every member; VALS/IDX (rows x TOPK) receive the ensemble's TOPK best
+ * extensions of each row (a single model: its own, from the backend): the log of the mean of the
+ * members' probabilities, descending, ties by lower id. Each member's 2 TOPK best tokens come from
+ * the backend; the ensemble's probability is computed on the union of them. A token outside the
+ * union has a probability of at most T, the mean of the members' 2 TOPK-th best; when the union's
+ * TOPK-th best exceeds T (nearly always) the union holds the ensemble's TOPK best, else the row's
+ * whole distribution is computed. */
+static int ensemble_step(struct infer *const *in, int nin, const int32_t *tok, int topk, float *vals, int32_t *idx,
+                         struct ens *e)
+{
+    if (nin == 1)
+        return infer_step(in[0], tok, topk, vals, idx, NULL, NULL);
+    int R = 0, V = e->V, mk = e->mtopk, C = nin * mk;
+    for (int m = 0; m < nin; m++) {
+        R = infer_rows(in[m]);
+        if (infer_step(in[m], tok, mk, e->vals + (size_t)m * (size_t)R * (size_t)mk,
+                       e->idx + (size_t)m * (size_t)R * (size_t)mk, NULL, NULL) < 0)
+            return -1;
+    }
+    for (int r = 0; r < R; r++) { /* candidates: the members' best ids, each once */
+        int32_t *c = e->cid + (size_t)r * (size_t)C;
+        for (int m = 0; m < nin; m++)
+            memcpy(c + m * mk, e->idx + ((size_t)m * (size_t)R + (size_t)r) * (size_t)mk, (size_t)mk * sizeof *c);
+        qsort(c, (size_t)C, sizeof *c, id_cmp);
+        int n = 0;
+        for (int j = 0; j < C; j++)
+            if (!n || c[j] != c[n - 1])
+                c[n++] = c[j];
+        e->nc[r] = n;
+        for (int j = 0; j < C; j++) {
+            e->cp[(size_t)r * (size_t)C + (size_t)j] = 0;
+            if (j >= n)
+                c[j] = c[0];
+        }
+    }
+    for (int m = 0; m < nin; m++) {
+        if (infer_logits_at(in[m], C, e->cid, e->flat, e->at) < 0)
+            return -1;
+        for (int r = 0; r < R; r++) {
+            const int32_t *c = e->cid + (size_t)r * (size_t)C;
+            const float *l = e->at + (size_t)r * (size_t)C;
+            size_t o = ((size_t)m * (size_t)R + (size_t)r) * (size_t)mk;
+            const int32_t *top = bsearch(&e->idx[o], c, (size_t)e->nc[r], sizeof *c, id_cmp);
+            double lse = (double)l[top - c] - (double)e->vals[o];
+            e->lse[(size_t)m * (size_t)R + (size_t)r] = lse;
+            for (int j = 0; j < e->nc[r]; j++)
+                e->cp[(size_t)r * (size_t)C + (size_t)j] += exp((double)l[j] - lse) / (double)nin;
+        }
+    }
+    int nfb = 0;
+    for (int r = 0; r < R; r++) {
+        double t = 0;
+        for (int m = 0; m < nin; m++)
+            t += exp((double)e->vals[((size_t)m * (size_t)R + (size_t)r) * (size_t)mk + (size_t)mk - 1]) / (double)nin;
+        double kth = select_topk(e->cp + (size_t)r * (size_t)C, e->cid + (size_t)r * (size_t)C, e->nc[r], topk,
+                                 vals + (size_t)r * (size_t)topk, idx + (size_t)r * (size_t)topk, e->best);
+        e->fb[r] = e->nc[r] < V && !(kth > t); /* no token outside the candidates, or none as good */
+        nfb += e->fb[r];
+    }
+    if (!nfb)
+        return 0;
+    /* rows whose candidates may miss a token: their whole distribution */
+    if ((size_t)nfb > e->full_cap) {
+        double *f = realloc(e->full, (size_t)nfb * (size_t)V * sizeof *f);
+        if (!f)
+            return nmt_seterr("out of memory");
+        e->full = f;
+        e->full_cap = (size_t)nfb;
+    }
+    if (!e->logits && !(e->logits = malloc(e->R0 * (size_t)V * sizeof *e->logits)))
+        return nmt_seterr("out of memory");
+    for (size_t i = 0; i < (size_t)nfb * (size_t)V; i++)
+        e->full[i] = 0;
+    for (int m = 0; m < nin; m++) {
+        if (infer_logits(in[m], e->logits) < 0)
+            return -1;
+        for (int r = 0, f = 0; r < R; r++) {
+            if (!e->fb[r])
+                continue;
+            const float *l = e->logits + (size_t)r * (size_t)V;
+            double lse = e->lse[(size_t)m * (size_t)R + (size_t)r], *p = e->full + (size_t)f++ * (size_t)V;
+            for (int v = 0; v < V; v++)
+                p[v] += exp((double)l[v] - lse) / (double)nin;
+        }
+    }
+    for (int r = 0, f = 0; r < R; r++)
+        if (e->fb[r])
+            select_topk(e->full + (size_t)f++ * (size_t)V, NULL, V, topk, vals + (size_t)r * (size_t)topk,
+                        idx + (size_t)r * (size_t)topk, e->best);
+    return 0;
+}
+
+int search_batch(struct infer *const *in, int nin, const struct search_opts *o, int B, const uint32_t *const *src,
+                 const int *len, struct search_result *out)
+{
+    const int K = o->beam;
+    int model_max;
+    for (int b = 0; b < B; b++) {
+        out[b].nhyp = 0;
+        out[b].hyp = NULL;
+    }
+    if (ensemble_check(in, nin, &model_max) < 0)
+        return -1;
+    int V = infer_config(in[0])->vocab;
+    int k2 = 2 * K < V ? 2 * K : V;
+    int tmax = 1, rc = -1;
+    int *ml = malloc((size_t)B * sizeof *ml);
+    if (!ml)
+        return nmt_seterr("out of memory");
+    for (int b = 0; b < B; b++) {
+        ml[b] = search_max_len(o, len[b], model_max);
+        if (ml[b] > tmax)
+            tmax = ml[b];
+    }
+    size_t R0 = (size_t)B * (size_t)K, T = (size_t)tmax;
+    int32_t *tok = malloc(R0 * sizeof *tok), *idx = malloc(R0 * (size_t)k2 * sizeof *idx);
+    float *vals = malloc(R0 * (size_t)k2 * sizeof *vals);
+    double *score = malloc(R0 * sizeof *score), *nscore = malloc(R0 * sizeof *nscore);
+    uint32_t *hist = malloc(R0 * T * sizeof *hist), *nhist = malloc(R0 * T * sizeof *nhist);
+    int *orig = malloc((size_t)B * sizeof *orig), *keep = malloc((size_t)B * sizeof *keep);
+    int *parent = malloc(R0 * sizeof *parent);
+    int32_t *ntok = malloc(R0 * sizeof *ntok);
+    struct cand *cd = malloc((size_t)K * (size_t)k2 * sizeof *cd);
+    struct fin *fin = calloc((size_t)B * (size_t)K, sizeof *fin);
+    int *nfin = calloc((size_t)B, sizeof *nfin);
+    struct ens ens = {0};
+    int lok = nin == 1 || ens_init(&ens, nin, R0, k2, V) == 0;
+    if (!tok || !idx || !vals || !score || !nscore || !hist || !nhist || !orig || !keep || !parent || !ntok || !cd ||
+        !fin || !nfin || !lok) {
+        nmt_seterr("out of memory");
+        goto out;
+    }
+    for (int m = 0; m < nin; m++)
+        if (infer_encode(in[m], B, src, len, K, tmax) < 0)
+            goto out;
+    for (int b = 0; b < B; b++)
+        orig[b] = b;
+    for (size_t r = 0; r < R0; r++) {
+        tok[r] = NMT_BOS;
+        score[r] = r % (size_t)K ? -INFINITY : 0; /* at step 0 the K rows are identical: keep one */
+    }
+    int ns = B, seq = 0;
+    for (int t = 0; ns > 0; t++) {
+        int R = ns * K;
+        if (ensemble_step(in, nin, tok, k2, vals, idx, &ens) < 0)
+            goto out;
+        int nk = 0;
+        for (int s = 0; s < ns; s++) {
+            int b = orig[s], forced = t >= ml[b] - 1, nc = 0;
+            for (int j = 0; j < K; j++) {
+                int r = s * K + j;
+                if (score[r] == -INFINITY)
+                    continue;
+                if (forced) {
+                    cd[nc] = (struct cand){score[r], r, nc, NMT_EOS};
+                    nc++;
+                    continue;
+                }
+                for (int q = 0; q < k2; q++) {
+                    float v = vals[(size_t)r * (size_t)k2 + (size_t)q];
+                    cd[nc] = (struct cand){score[r] + (double)v, r, nc, idx[(size_t)r * (size_t)k2 + (size_t)q]};
+                    nc++;
+                }
+            }
+            qsort(cd, (size_t)nc, sizeof *cd, cand_cmp);
+            if (nc > 2 * K)
+                nc = 2 * K;
+            double lpen = pow((5.0 + (double)(t + 1)) / 6.0, o->alpha);
+            for (int j = 0; j < nc && j < K; j++) {
+                if (cd[j].tok != NMT_EOS || nfin[b] >= K)
+                    continue;
+                struct fin *f = &fin[(size_t)b * (size_t)K + (size_t)nfin[b]];
+                f->lp = cd[j].s;
+                f->s = cd[j].s / lpen;
+                f->seq = seq++;
+                f->n = (uint32_t)t;
+                f->ids = malloc((t ? (size_t)t : 1) * sizeof *f->ids);
+                if (!f->ids) {
+                    nmt_seterr("out of memory");
+                    goto out;
+                }
+                if (t)
+                    memcpy(f->ids, hist + (size_t)cd[j].row * T, (size_t)t * sizeof *f->ids);
+                nfin[b]++;
+            }
+            /* the K best non-EOS extensions continue */
+            int nr = 0;
+            int base = nk * K;
+            for (int j = 0; j < nc && nr < K; j++) {
+                if (cd[j].tok == NMT_EOS)
+                    continue;
+                parent[base + nr] = cd[j].row;
+                ntok[base + nr] = cd[j].tok;
+                nscore[base + nr] = cd[j].s;
+                nr++;
+            }
+            int alive = nr > 0 && !forced && nfin[b] < K;
+            if (!alive)
+                continue;
+            for (; nr < K; nr++) { /* fewer candidates than K: dead rows */
+                parent[base + nr] = s * K;
+                ntok[base + nr] = NMT_EOS;
+                nscore[base + nr] = -INFINITY;
+            }
+            keep[nk++] = s;
+        }
+        /* new rows: histories, tokens and scores */
+        for (int i = 0; i < nk * K; i++) {
+            int r = parent[i];
+            if (t)
+                memcpy(nhist + (size_t)i * T, hist + (size_t)r * T, (size_t)t * sizeof *hist);
+            nhist[(size_t)i * T + (size_t)t] = (uint32_t)ntok[i];
+            tok[i] = ntok[i];
+            score[i] = nscore[i];
+        }
+        uint32_t *th = hist;
+        hist = nhist;
+        nhist = th;
+        for (int s = 0; s < nk; s++)
+            orig[s] = orig[keep[s]];
+        (void)R;
+        for (int m = 0; m < nin && nk; m++)
+            if (infer_reorder(in[m], nk, keep, parent) < 0)
+                goto out;
+        ns = nk;
+    }
+    for (int b = 0; b < B; b++) {
+        struct fin *f = &fin[(size_t)b * (size_t)K];
+        qsort(f, (size_t)nfin[b], sizeof *f, fin_cmp);
+        int n = nfin[b] < o->nbest ? nfin[b] : o->nbest;
+        out[b].hyp = calloc((size_t)(n ? n : 1), sizeof *out[b].hyp);
+        if (!out[b].hyp) {
+            nmt_seterr("out of memory");
+            goto out;
+        }
+        for (int i = 0; i < n; i++) {
+            out[b].hyp[i] = (struct search_hyp){(float)f[i].s, f[i].lp, f[i].n, f[i].ids};
+            f[i].ids = NULL;
+        }
+        out[b].nhyp = n;
+    }
+    rc = 0;
+out:
+    if (fin)
+        for (size_t i = 0; i < (size_t)B * (size_t)K; i++)
+            free(fin[i].ids);
+    if (rc < 0)
+        for (int b = 0; b < B; b++)
+            search_result_free(&out[b]);
+    free(ml);
+    free(tok);
+    free(idx);
+    free(vals);
+    free(score);
+    free(nscore);
+    free(hist);
+    free(nhist);
+    free(orig);
+    free(keep);
+    free(parent);
+    free(ntok);
+    free(cd);
+    free(fin);
+    free(nfin);
+    ens_free(&ens);
+    return rc;
+}
+
+int search_reserve(struct infer *const *in, int nin, const struct search_opts *o, int B, const int *len,
+                   const int *tlen)
+{
+    int model_max, S = 1, tmax = 1;
+    if (ensemble_check(in, nin, &model_max) < 0)
+        return -1;
+    for (int b = 0; b < B; b++) {
+        if (len[b] + 1 > S)
+            S = len[b] + 1;
+        int t = tlen ? tlen[b] + 1 : search_max_len(o, len[b], model_max);
+        if (t > tmax)
+            tmax = t;
+    }
+    for (int m = 0; m < nin && B > 0; m++)
+        if (infer_reserve(in[m], B, S, tlen ? 1 : o->beam, tmax) < 0)
+            return -1;
+    return 0;
+}
+
+/* The ensemble's log-probability of row S's token: the log of the mean of the NIN members'
+ * probabilities L[m * B + S]. */
+static double token_logprob(const float *l, int nin, int B, int s)
+{
+    if (nin == 1)
+        return (double)l[s];
+    double mx = (double)l[s], sum = 0;
+    for (int m = 1; m < nin; m++)
+        if ((double)l[(size_t)m * (size_t)B + (size_t)s] > mx)
+            mx = (double)l[(size_t)m * (size_t)B + (size_t)s];
+    if (mx == -INFINITY)
+        return mx;
+    for (int m = 0; m < nin; m++)
+        sum += exp((double)l[(size_t)m * (size_t)B + (size_t)s] - mx);
+    return mx + log(sum / (double)nin);
+}
+
+int search_score(struct infer *const *in, int nin, int B, const uint32_t *const *src, const int *len,
+                 const uint32_t *const *tgt, const int *tlen, double *lp)
+{
+    int tmax = 1, rc = -1, model_max;
+    if (ensemble_check(in, nin, &model_max) < 0)
+        return -1;
+    for (int b = 0; b < B; b++) {
+        if (tlen[b] + 1 > model_max)
+            return nmt_seterr("target of %d tokens exceeds the model's maximum length %d", tlen[b] + 1, model_max);
+        if (tlen[b] + 1 > tmax)
+            tmax = tlen[b] + 1;
+        lp[b] = 0;
+    }
+    int32_t *tok = malloc((size_t)B * sizeof *tok), *tg = malloc((size_t)B * sizeof *tg);
+    float *l = malloc((size_t)B * (size_t)nin * sizeof *l);
+    int *orig = malloc((size_t)B * sizeof *orig), *keep = malloc((size_t)B * sizeof *keep);
+    if (!tok || !tg || !l || !orig || !keep) {
+        nmt_seterr("out of memory");
+        goto out;
+    }
+    for (int m = 0; m < nin; m++)
+        if (infer_encode(in[m], B, src, len, 1, tmax) < 0)
+            goto out;
+    int ns = B;
+    for (int b = 0; b < B; b++)
+        orig[b] = b;
+    for (int t = 0; ns > 0; t++) {
+        for (int s = 0; s < ns; s++) {
+            int b = orig[s];
+            tok[s] = t == 0 ? NMT_BOS : (int32_t)tgt[b][t - 1];
+            tg[s] = t < tlen[b] ? (int32_t)tgt[b][t] : NMT_EOS;
+        }
+        for (int m = 0; m < nin; m++)
+            if (infer_step(in[m], tok, 0, NULL, NULL, tg, l + (size_t)m * (size_t)B) < 0)
+                goto out;
+        int nk = 0;
+        for (int s = 0; s < ns; s++) {
+            lp[orig[s]] += token_logprob(l, nin, B, s);
+            if (t < tlen[orig[s]])
+                keep[nk++] = s;
+        }
+        for (int s = 0; s < nk; s++)
+            orig[s] = orig[keep[s]];
+        for (int m = 0; m < nin && nk; m++)
+            if (infer_reorder(in[m], nk, keep, keep) < 0)
+                goto out;
+        ns = nk;
+    }
+    rc = 0;
+out:
+    free(tok);
+    free(tg);
+    free(l);
+    free(orig);
+    free(keep);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/* search.h: greedy and beam search, and forced-decoding scores, over infer.h.
+ *
+ * Beam search keeps K hypotheses per sentence. Each step takes the 2K best extensions of the
+ * sentence's K hypotheses (scores are summed log-probabilities; ties by hypothesis then token
+ * order); an end-of-sentence extension among the first K is finished with the GNMT length penalty,
+ * score = logprob / ((5 + n) / 6)^alpha where n counts the tokens with EOS; the K best others
+ * continue. A sentence stops when it has K finished hypotheses, or at its length limit
+ * floor(a * (source tokens with EOS) + b) (capped by the model's max_len), where every live
+ * hypothesis ends with EOS. Finished sentences leave the batch. K = 1 is greedy decoding. Every
+ * decision is made per sentence, so results do not depend on the rest of the batch.
+ *
+ * Ensembles: every function takes NIN >= 1 models' inference states IN[0..NIN), on one vocabulary.
+ * With NIN > 1 each step's distribution is the mean of the members' probabilities (their softmax
+ * is taken on the host from each member's logits), and the length limit uses the smallest max_len. */
+#ifndef NMT_SEARCH_H
+#define NMT_SEARCH_H
+
+#include <stdint.h>
+
+#include "nn/infer.h"
+
+struct search_opts {
+    int beam;                  /* K >= 1 */
+    int nbest;                 /* hypotheses returned per sentence, 1 <= nbest <= beam */
+    double alpha;              /* length penalty exponent (0: none) */
+    double len_a, len_b;       /* maximum output length a * source + b tokens (with EOS) */
+};
+
+struct search_hyp {
+    float score;               /* logprob / length penalty */
+    double logprob;            /* summed log-probability, EOS included */
+    uint32_t n;                /* tokens without EOS */
+    uint32_t *ids;             /* (n), owned by the result */
+};
+
+struct search_result {
+    int nhyp;                  /* <= nbest, best first */
+    struct search_hyp *hyp;
+};
+
+/* Returns the length limit (tokens with EOS) of a source of SRCLEN tokens (without EOS). */
+int search_max_len(const struct search_opts *o, int srclen, int model_max_len);
+
+/* Translates B sentences (SRC[b], LEN[b] ids without EOS) with the NIN models IN into OUT[0..B)
+ * (each freed with search_result_free). Returns 0, or -1 with the error set. */
+int search_batch(struct infer *const *in, int nin, const struct search_opts *o, int B, const uint32_t *const *src,
+                 const int *len, struct search_result *out);
+
+/* Forced decoding: LP[b] receives log p(TGT[b] + EOS | SRC[b]) summed over the TLEN[b] + 1 target
+ * tokens. Returns 0, or -1 with the error set (target longer than the model's max_len). */
+int search_score(struct infer *const *in, int nin, int B, const uint32_t *const *src, const int *len,
+                 const uint32_t *const *tgt, const int *tlen, double *lp);
+
+/* Reserves the decoding memory (infer_reserve) of the NIN models IN for search_batch with O on B
+ * sentences of LEN[b] ids, or, with TLEN, for search_score on those pairs. 0, or -1 with the error set. */
+int search_reserve(struct infer *const *in, int nin, const struct search_opts *o, int B, const int *len,
+                   const int *tlen);
+
+/* Frees R's hypotheses (not R). */
+void search_result_free(struct search_result *r);
+
+#endif

@@ -1,0 +1,651 @@
+/* bpe.c: BPE learning (incremental pair counts with a lazy max-heap) and encoding (see bpe.h). */
+#include "text/bpe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/u64map.h"
+#include "base/util.h"
+
+#define BARRIER UINT32_MAX   /* a character without a piece: never part of a pair */
+
+void bpe_counts_init(struct bpe_counts *c)
+{
+    memset(c, 0, sizeof *c);
+    strtab_init(&c->words);
+}
+
+void bpe_counts_free(struct bpe_counts *c)
+{
+    if (!c)
+        return;
+    strtab_free(&c->words);
+    free(c->count);
+    memset(c, 0, sizeof *c);
+}
+
+int bpe_counts_add(struct bpe_counts *c, const char *s, size_t len, uint64_t n)
+{
+    int64_t id = strtab_intern(&c->words, s, len, NULL);
+    if (id < 0)
+        return -1;
+    if ((uint32_t)id >= c->cap) {
+        uint32_t cap = c->cap ? c->cap * 2 : 1024;
+        uint64_t *cnt = nmt_realloc(c->count, (size_t)cap * sizeof *cnt);
+        if (!cnt)
+            return -1;
+        memset(cnt + c->cap, 0, (size_t)(cap - c->cap) * sizeof *cnt);
+        c->count = cnt;
+        c->cap = cap;
+    }
+    c->count[id] += n;
+    return 0;
+}
+
+/* ---- learning ---- */
+
+struct pair {
+    int64_t count;             /* occurrences (word counts summed) */
+    uint32_t a, b;             /* left and right piece ids */
+    uint32_t *w;               /* (nw) words that contain or contained the pair; may repeat */
+    uint32_t nw, capw;
+    uint32_t touched;          /* merge step that last raised the count */
+    uint8_t forbidden;         /* its text is already a piece: never merged */
+};
+
+struct heap_ent {
+    int64_t count;
+    uint32_t a, b;
+};
+
+struct learner {
+    struct pair *pairs;
+    uint32_t npairs, cap_pairs;
+    struct u64map pair_index;  /* (a << 32 | b) -> index in pairs */
+    struct heap_ent *heap;
+    size_t nheap, cap_heap;
+    uint32_t *touched;         /* (ntouched) pairs whose count rose during the current merge */
+    uint32_t ntouched, cap_touched;
+};
+
+static int heap_less(const struct heap_ent *x, const struct heap_ent *y) /* x ranks below y */
+{
+    if (x->count != y->count)
+        return x->count < y->count;
+    if (x->a != y->a)
+        return x->a > y->a;
+    return x->b > y->b;
+}
+
+static int heap_push(struct learner *L, int64_t count, uint32_t a, uint32_t b)
+{
+    if (L->nheap == L->cap_heap) {
+        size_t cap = L->cap_heap ? L->cap_heap * 2 : 4096;
+        struct heap_ent *h = nmt_realloc(L->heap, cap * sizeof *h);
+        if (!h)
+            return -1;
+        L->heap = h;
+        L->cap_heap = cap;
+    }
+    struct heap_ent e = {count, a, b};
+    size_t i = L->nheap++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!heap_less(&L->heap[parent], &e))
+            break;
+        L->heap[i] = L->heap[parent];
+        i = parent;
+    }
+    L->heap[i] = e;
+    return 0;
+}
+
+static struct heap_ent heap_pop(struct learner *L)
+{
+    struct heap_ent top = L->heap[0];
+    struct heap_ent last = L->heap[--L->nheap];
+    size_t i = 0, n = L->nheap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && heap_less(&L->heap[c], &L->heap[c + 1]))
+            c++;
+        if (!heap_less(&last, &L->heap[c]))
+            break;
+        L->heap[i] = L->heap[c];
+        i = c;
+    }
+    if (n)
+        L->heap[i] = last;
+    return top;
+}
+
+/* Returns the index of pair (A, B), creating it; -1 on memory failure. */
+static int64_t pair_get(struct learner *L, uint32_t a, uint32_t b)
+{
+    uint64_t key = (uint64_t)a << 32 | b;
+    uint64_t *slot = u64map_find(&L->pair_index, key);
+    if (slot)
+        return (int64_t)*slot;
+    if (L->npairs == L->cap_pairs) {
+        uint32_t cap = L->cap_pairs ? L->cap_pairs * 2 : 4096;
+        struct pair *p = nmt_realloc(L->pairs, (size_t)cap * sizeof *p);
+        if (!p)
+            return -1;
+        L->pairs = p;
+        L->cap_pairs = cap;
+    }
+    slot = u64map_get(&L->pair_index, key);
+    if (!slot)
+        return -1;
+    *slot = L->npairs;
+    struct pair *p = &L->pairs[L->npairs];
+    memset(p, 0, sizeof *p);
+    p->a = a;
+    p->b = b;
+    p->touched = UINT32_MAX;
+    return L->npairs++;
+}
+
+static int pair_add_word(struct pair *p, uint32_t w)
+{
+    if (p->nw && p->w[p->nw - 1] == w)
+        return 0;
+    if (p->nw == p->capw) {
+        uint32_t cap = p->capw ? p->capw * 2 : 4;
+        uint32_t *x = nmt_realloc(p->w, (size_t)cap * sizeof *x);
+        if (!x)
+            return -1;
+        p->w = x;
+        p->capw = cap;
+    }
+    p->w[p->nw++] = w;
+    return 0;
+}
+
+static void learner_free(struct learner *L)
+{
+    for (uint32_t i = 0; i < L->npairs; i++)
+        free(L->pairs[i].w);
+    free(L->pairs);
+    u64map_free(&L->pair_index);
+    free(L->heap);
+    free(L->touched);
+}
+
+struct char_count {
+    int32_t cp;
+    uint64_t count;
+};
+
+static int char_count_cmp(const void *x, const void *y)
+{
+    const struct char_count *p = x, *q = y;
+    if (p->count != q->count)
+        return p->count > q->count ? -1 : 1;
+    return p->cp < q->cp ? -1 : p->cp > q->cp;
+}
+
+/* Adds F to the count of every pair of the word's symbols SYM[0..N); when NEWID is not BARRIER,
+ * pairs holding NEWID get word W recorded and are marked touched at STEP. -1 on memory failure. */
+static int add_pairs(struct learner *L, const uint32_t *sym, uint32_t n, int64_t f, uint32_t w, uint32_t newid,
+                     uint32_t step)
+{
+    for (uint32_t i = 0; i + 1 < n; i++) {
+        if (sym[i] == BARRIER || sym[i + 1] == BARRIER)
+            continue;
+        int64_t k = pair_get(L, sym[i], sym[i + 1]);
+        if (k < 0)
+            return -1;
+        struct pair *p = &L->pairs[k];
+        p->count += f;
+        if (f > 0 && (newid == BARRIER || sym[i] == newid || sym[i + 1] == newid)) {
+            if (pair_add_word(p, w) < 0)
+                return -1;
+            if (newid != BARRIER && p->touched != step) {
+                p->touched = step;
+                if (L->ntouched == L->cap_touched) {
+                    uint32_t cap = L->cap_touched ? L->cap_touched * 2 : 256;
+                    uint32_t *t = nmt_realloc(L->touched, (size_t)cap * sizeof *t);
+                    if (!t)
+                        return -1;
+                    L->touched = t;
+                    L->cap_touched = cap;
+                }
+                L->touched[L->ntouched++] = (uint32_t)k;
+            }
+        }
+    }
+    return 0;
+}
+
+struct vocab *bpe_learn(const struct bpe_counts *c, const struct bpe_learn_opts *opts, struct bpe_learn_stats *stats)
+{
+    struct bpe_learn_stats st = {0};
+    struct learner L = {0};
+    struct u64map chars;
+    u64map_init(&chars);
+    u64map_init(&L.pair_index);
+    struct char_count *cc = NULL;
+    uint32_t *sym = NULL, *wlen = NULL, *stamp = NULL;
+    uint64_t *woff = NULL;
+    struct vocab *v = NULL;
+    uint32_t nw = c->words.n;
+
+    if (opts->size < VOCAB_FIRST_CHAR || opts->size > VOCAB_MAX_SIZE) {
+        nmt_seterr("vocabulary size must be %u..%u", VOCAB_FIRST_CHAR, VOCAB_MAX_SIZE);
+        goto fail;
+    }
+    if (!(opts->char_coverage > 0 && opts->char_coverage <= 1)) {
+        nmt_seterr("character coverage must be in (0, 1]");
+        goto fail;
+    }
+    v = vocab_new(opts->normalize);
+    if (!v)
+        goto fail;
+
+    /* 1. characters, by count */
+    uint64_t total_chars = 0, total_syms = 0;
+    for (uint32_t w = 0; w < nw; w++) {
+        uint32_t len;
+        const unsigned char *s = (const unsigned char *)strtab_get(&c->words, w, &len);
+        for (uint32_t i = 0; i < len;) {
+            int32_t cp;
+            int k = text_utf8_next(s + i, len - i, &cp);
+            if (cp < 0) {
+                nmt_seterr("invalid UTF-8 in a word");
+                goto fail;
+            }
+            uint64_t *cnt = u64map_get(&chars, (uint64_t)cp);
+            if (!cnt)
+                goto fail;
+            *cnt += c->count[w];
+            total_chars += c->count[w];
+            total_syms++;
+            i += (uint32_t)k;
+        }
+    }
+    st.nchar_seen = (uint32_t)chars.n;
+    cc = nmt_malloc((chars.n ? chars.n : 1) * sizeof *cc);
+    if (!cc)
+        goto fail;
+    size_t ncc = 0;
+    for (size_t i = 0; i < chars.cap; i++)
+        if (chars.key[i] != U64MAP_EMPTY)
+            cc[ncc++] = (struct char_count){(int32_t)chars.key[i], chars.val[i]};
+    qsort(cc, ncc, sizeof *cc, char_count_cmp);
+    size_t keep = 0;
+    uint64_t covered = 0;
+    while (keep < ncc && keep < opts->size - VOCAB_FIRST_CHAR &&
+           (keep == 0 || (double)covered < opts->char_coverage * (double)total_chars)) {
+        covered += cc[keep].count;
+        keep++;
+    }
+    u64map_free(&chars);
+    u64map_init(&chars);
+    for (size_t i = 0; i < keep; i++) {
+        int64_t id = vocab_add_char(v, cc[i].cp);
+        uint64_t *slot = id < 0 ? NULL : u64map_get(&chars, (uint64_t)cc[i].cp);
+        if (!slot)
+            goto fail;
+        *slot = (uint64_t)id;
+    }
+    st.nchar = (uint32_t)keep;
+
+    /* 2. words as symbol sequences */
+    sym = nmt_malloc((total_syms ? total_syms : 1) * sizeof *sym);
+    woff = nmt_malloc((nw ? nw : 1) * sizeof *woff);
+    wlen = nmt_malloc((nw ? nw : 1) * sizeof *wlen);
+    stamp = nmt_calloc(nw ? nw : 1, sizeof *stamp);
+    if (!sym || !woff || !wlen || !stamp)
+        goto fail;
+    uint64_t pos = 0;
+    for (uint32_t w = 0; w < nw; w++) {
+        uint32_t len;
+        const unsigned char *s = (const unsigned char *)strtab_get(&c->words, w, &len);
+        woff[w] = pos;
+        for (uint32_t i = 0; i < len;) {
+            int32_t cp;
+            int k = text_utf8_next(s + i, len - i, &cp);
+            uint64_t *id = u64map_find(&chars, (uint64_t)cp);
+            sym[pos++] = id ? (uint32_t)*id : BARRIER;
+            i += (uint32_t)k;
+        }
+        wlen[w] = (uint32_t)(pos - woff[w]);
+        if (add_pairs(&L, sym + woff[w], wlen[w], (int64_t)c->count[w], w, BARRIER, 0) < 0)
+            goto fail;
+    }
+    for (uint32_t k = 0; k < L.npairs; k++)
+        if (heap_push(&L, L.pairs[k].count, L.pairs[k].a, L.pairs[k].b) < 0)
+            goto fail;
+
+    /* 3. merges */
+    uint32_t step = 0;
+    while (v->n < opts->size && L.nheap > 0) {
+        struct heap_ent e = heap_pop(&L);
+        uint64_t *slot = u64map_find(&L.pair_index, (uint64_t)e.a << 32 | e.b);
+        struct pair *p = &L.pairs[*slot];
+        if (p->forbidden)
+            continue;
+        if (p->count != e.count) {
+            if (p->count > 0 && p->count < e.count && heap_push(&L, p->count, e.a, e.b) < 0)
+                goto fail;
+            continue;
+        }
+        if ((uint64_t)e.count < opts->min_freq || e.count <= 0)
+            break;
+        uint32_t la, lb;
+        const char *sa = vocab_piece(v, e.a, &la), *sb = vocab_piece(v, e.b, &lb);
+        struct nmt_buf cat = {0};
+        if (nmt_buf_append(&cat, sa, la) < 0 || nmt_buf_append(&cat, sb, lb) < 0) {
+            nmt_buf_free(&cat);
+            goto fail;
+        }
+        int64_t exists = vocab_find(v, (const char *)cat.data, cat.len);
+        nmt_buf_free(&cat);
+        if (exists >= 0) {
+            p->forbidden = 1;
+            continue;
+        }
+        int64_t nid = vocab_add_merge(v, e.a, e.b);
+        if (nid < 0)
+            goto fail;
+        step++;
+        st.nmerge++;
+        st.stop_count = (uint64_t)e.count;
+        uint32_t a = e.a, b = e.b, newid = (uint32_t)nid;
+        uint32_t *wl = p->w, nwl = p->nw;  /* p may move as pairs are added; this list does not grow */
+        p->w = NULL;
+        p->nw = p->capw = 0;
+        L.ntouched = 0;
+        for (uint32_t j = 0; j < nwl; j++) {
+            uint32_t w = wl[j];
+            if (stamp[w] == step)
+                continue;
+            stamp[w] = step;
+            uint32_t *s = sym + woff[w], n = wlen[w];
+            uint32_t i;
+            for (i = 0; i + 1 < n; i++)
+                if (s[i] == a && s[i + 1] == b)
+                    break;
+            if (i + 1 >= n)
+                continue;
+            int64_t f = (int64_t)c->count[w];
+            if (add_pairs(&L, s, n, -f, w, BARRIER, step) < 0)
+                goto fail_wl;
+            uint32_t o = 0;
+            for (i = 0; i < n; i++) {
+                if (i + 1 < n && s[i] == a && s[i + 1] == b) {
+                    s[o++] = newid;
+                    i++;
+                } else {
+                    s[o++] = s[i];
+                }
+            }
+            wlen[w] = o;
+            if (add_pairs(&L, s, o, f, w, newid, step) < 0)
+                goto fail_wl;
+        }
+        free(wl);
+        for (uint32_t t = 0; t < L.ntouched; t++) {
+            struct pair *q = &L.pairs[L.touched[t]];
+            if (q->count > 0 && heap_push(&L, q->count, q->a, q->b) < 0)
+                goto fail;
+        }
+        continue;
+    fail_wl:
+        free(wl);
+        goto fail;
+    }
+    learner_free(&L);
+    u64map_free(&chars);
+    free(cc);
+    free(sym);
+    free(woff);
+    free(wlen);
+    free(stamp);
+    if (stats)
+        *stats = st;
+    return v;
+fail:
+    learner_free(&L);
+    u64map_free(&chars);
+    free(cc);
+    free(sym);
+    free(woff);
+    free(wlen);
+    free(stamp);
+    vocab_free(v);
+    return NULL;
+}
+
+/* ---- encoding ---- */
+
+#define CACHE_MAX_WORDS (1u << 20)
+
+struct bpe_encoder {
+    const struct vocab *v;
+    struct u64map merge;       /* (left << 32 | right) -> merged id (= rank) */
+    struct u64map chars;       /* code point -> char piece id */
+    uint32_t ascii[128];       /* char piece id of each ASCII character, or BARRIER */
+    double p;                  /* dropout probability */
+    uint64_t seed, rng;
+    uint32_t *sym;             /* (cap_sym) scratch */
+    uint32_t cap_sym;
+    struct strtab cache;       /* words seen (only without dropout) */
+    uint32_t *cache_off, *cache_n; /* (cache.n) ids of cached word k: cache_ids[cache_off[k] ..] */
+    uint32_t cache_cap;
+    uint32_t *cache_ids;
+    size_t ncache_ids, cap_cache_ids;
+};
+
+struct bpe_encoder *bpe_encoder_new(const struct vocab *v)
+{
+    struct bpe_encoder *e = nmt_calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->v = v;
+    u64map_init(&e->merge);
+    u64map_init(&e->chars);
+    strtab_init(&e->cache);
+    for (int i = 0; i < 128; i++)
+        e->ascii[i] = BARRIER;
+    for (uint32_t id = VOCAB_FIRST_CHAR; id < v->n; id++) {
+        uint64_t *slot;
+        if (v->kind[id] == VOCAB_CHAR) {
+            uint32_t len;
+            int32_t cp;
+            const char *s = vocab_piece(v, id, &len);
+            text_utf8_next((const unsigned char *)s, len, &cp);
+            if (cp >= 0 && cp < 128)
+                e->ascii[cp] = id;
+            slot = u64map_get(&e->chars, (uint64_t)cp);
+        } else {
+            slot = u64map_get(&e->merge, (uint64_t)v->left[id] << 32 | v->right[id]);
+        }
+        if (!slot) {
+            bpe_encoder_free(e);
+            return NULL;
+        }
+        *slot = id;
+    }
+    return e;
+}
+
+void bpe_encoder_free(struct bpe_encoder *e)
+{
+    if (!e)
+        return;
+    u64map_free(&e->merge);
+    u64map_free(&e->chars);
+    strtab_free(&e->cache);
+    free(e->cache_off);
+    free(e->cache_n);
+    free(e->cache_ids);
+    free(e->sym);
+    free(e);
+}
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void bpe_encoder_dropout(struct bpe_encoder *e, double p, uint64_t seed)
+{
+    e->p = p;
+    e->seed = seed;
+    e->rng = seed;
+}
+
+void bpe_encoder_reseed(struct bpe_encoder *e, uint64_t key)
+{
+    uint64_t s = e->seed ^ (key * 0xd1342543de82ef95ULL);
+    e->rng = splitmix64(&s);
+}
+
+static int reserve_ids(uint32_t **ids, uint32_t n, uint32_t *cap, size_t more)
+{
+    if ((size_t)n + more <= *cap)
+        return 0;
+    if ((size_t)n + more > UINT32_MAX / 2)
+        return nmt_seterr("sentence too long");
+    uint32_t c = *cap ? *cap : 64;
+    while (c < n + more)
+        c *= 2;
+    uint32_t *x = nmt_realloc(*ids, (size_t)c * sizeof *x);
+    if (!x)
+        return -1;
+    *ids = x;
+    *cap = c;
+    return 0;
+}
+
+static int cache_put(struct bpe_encoder *e, const char *s, size_t len, const uint32_t *ids, uint32_t n)
+{
+    if (e->cache.n >= CACHE_MAX_WORDS)
+        return 0;
+    int added;
+    int64_t k = strtab_intern(&e->cache, s, len, &added);
+    if (k < 0)
+        return -1;
+    if (!added)
+        return 0;
+    if ((uint32_t)k >= e->cache_cap) {
+        uint32_t cap = e->cache_cap ? e->cache_cap * 2 : 1024;
+        uint32_t *o = nmt_realloc(e->cache_off, (size_t)cap * sizeof *o);
+        if (!o)
+            return -1;
+        e->cache_off = o;
+        uint32_t *c = nmt_realloc(e->cache_n, (size_t)cap * sizeof *c);
+        if (!c)
+            return -1;
+        e->cache_n = c;
+        e->cache_cap = cap;
+    }
+    if (e->ncache_ids + n > e->cap_cache_ids) {
+        size_t cap = e->cap_cache_ids ? e->cap_cache_ids * 2 : 4096;
+        while (cap < e->ncache_ids + n)
+            cap *= 2;
+        uint32_t *x = nmt_realloc(e->cache_ids, cap * sizeof *x);
+        if (!x)
+            return -1;
+        e->cache_ids = x;
+        e->cap_cache_ids = cap;
+    }
+    if (e->ncache_ids + n > UINT32_MAX) { /* offsets are 32-bit: stop caching */
+        e->cache_off[k] = 0;
+        e->cache_n[k] = UINT32_MAX;
+        return 0;
+    }
+    if (n)
+        memcpy(e->cache_ids + e->ncache_ids, ids, n * sizeof *ids);
+    e->cache_off[k] = (uint32_t)e->ncache_ids;
+    e->cache_n[k] = n;
+    e->ncache_ids += n;
+    return 0;
+}
+
+int bpe_encode_word(struct bpe_encoder *e, const char *s, size_t len, uint32_t **ids, uint32_t *n, uint32_t *cap)
+{
+    int use_cache = e->p <= 0;
+    if (use_cache) {
+        int64_t k = strtab_find(&e->cache, s, len);
+        if (k >= 0 && e->cache_n[k] != UINT32_MAX) {
+            uint32_t m = e->cache_n[k];
+            if (reserve_ids(ids, *n, cap, m) < 0)
+                return -1;
+            if (m)
+                memcpy(*ids + *n, e->cache_ids + e->cache_off[k], m * sizeof **ids);
+            *n += m;
+            return 0;
+        }
+    }
+    if (len + 1 > e->cap_sym) {
+        if (len + 1 > UINT32_MAX / 8)
+            return nmt_seterr("word too long (%zu bytes)", len);
+        uint32_t c = e->cap_sym ? e->cap_sym : 64;
+        while (c < len + 1)
+            c *= 2;
+        uint32_t *x = nmt_realloc(e->sym, (size_t)c * sizeof *x);
+        if (!x)
+            return -1;
+        e->sym = x;
+        e->cap_sym = c;
+    }
+    /* initial symbols: char pieces, or byte pieces for characters without one */
+    uint32_t ns = 0, *sym = e->sym;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < len;) {
+        uint32_t id = BARRIER;
+        int k = 1;
+        if (u[i] < 0x80) {
+            id = e->ascii[u[i]];
+        } else {
+            int32_t cp;
+            k = text_utf8_next(u + i, len - i, &cp);
+            uint64_t *slot = cp >= 0 ? u64map_find(&e->chars, (uint64_t)cp) : NULL;
+            if (slot)
+                id = (uint32_t)*slot;
+        }
+        if (id != BARRIER) {
+            sym[ns++] = id;
+        } else {
+            for (int j = 0; j < k; j++)
+                sym[ns++] = VOCAB_FIRST_BYTE + u[i + (size_t)j];
+        }
+        i += (size_t)k;
+    }
+    /* merges, lowest rank (= id) first */
+    for (;;) {
+        uint32_t best = BARRIER, at = 0;
+        for (uint32_t i = 0; i + 1 < ns; i++) {
+            if (sym[i] < VOCAB_FIRST_CHAR || sym[i + 1] < VOCAB_FIRST_CHAR)
+                continue;
+            uint64_t *m = u64map_find(&e->merge, (uint64_t)sym[i] << 32 | sym[i + 1]);
+            if (!m || *m >= best)
+                continue;
+            if (e->p > 0 && (double)(splitmix64(&e->rng) >> 11) * 0x1.0p-53 < e->p)
+                continue;
+            best = (uint32_t)*m;
+            at = i;
+        }
+        if (best == BARRIER)
+            break;
+        sym[at] = best;
+        memmove(sym + at + 1, sym + at + 2, (ns - at - 2) * sizeof *sym);
+        ns--;
+    }
+    if (reserve_ids(ids, *n, cap, ns) < 0)
+        return -1;
+    if (ns)
+        memcpy(*ids + *n, sym, ns * sizeof *sym);
+    *n += ns;
+    if (use_cache && cache_put(e, s, len, sym, ns) < 0)
+        return -1;
+    return 0;
+}
