@@ -127,7 +127,7 @@ static void sent_free(struct sent *s)
 static int encode_text(struct state *st, uint64_t line, const char *s, size_t len, uint32_t **ids, int *n)
 {
     size_t bad;
-    if (text_utf8_check(s, len, &bad) < 0)
+    if (utf8_check(s, len, &bad) < 0)
         return nmt_seterr("line %llu: invalid UTF-8 at byte %zu", (unsigned long long)line, bad + 1);
     if (text_normalize(st->v->normalize, s, len, &st->norm) < 0 ||
         pretok_run(&st->pt, (const char *)st->norm.data, st->norm.len) < 0)

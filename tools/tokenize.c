@@ -104,7 +104,7 @@ static int process(struct state *st, uint64_t index, unsigned nsides, const char
 {
     for (unsigned s = 0; s < nsides; s++) {
         size_t bad;
-        if (text_utf8_check(text[s], len[s], &bad) < 0) {
+        if (utf8_check(text[s], len[s], &bad) < 0) {
             *bad_side = s;
             st->bad_utf8++;
             nmt_seterr("invalid UTF-8 at byte %zu", bad + 1);

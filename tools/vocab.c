@@ -73,7 +73,7 @@ static int count_input(const char *path, struct bpe_counts *c, int side, const c
                 continue;
             for (uint32_t i = 0; i < t.side[s].ntok; i++) {
                 size_t bad;
-                if (text_utf8_check(t.side[s].tok[i], t.side[s].len[i], &bad) < 0) {
+                if (utf8_check(t.side[s].tok[i], t.side[s].len[i], &bad) < 0) {
                     rc = nmt_seterr("%s: record %llu: token %u is not valid UTF-8", name,
                                     (unsigned long long)rec_reader_count(r), i + 1);
                     break;

@@ -96,3 +96,25 @@ uint64_t nmt_fnv1a(uint64_t h, const void *data, size_t len)
     }
     return h;
 }
+
+int nmt_grow(void *ptrp, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap < 16 ? 16 : *cap;
+    while (n < need) {
+        if (n > SIZE_MAX / 2)
+            return nmt_seterr("out of memory (array of %zu elements)", need);
+        n *= 2;
+    }
+    if (n > SIZE_MAX / size)
+        return nmt_seterr("out of memory (array of %zu elements of %zu bytes)", need, size);
+    void *old;
+    memcpy(&old, ptrp, sizeof old);
+    void *p = nmt_realloc(old, n * size);
+    if (!p)
+        return -1;
+    memcpy(ptrp, &p, sizeof p);
+    *cap = n;
+    return 0;
+}

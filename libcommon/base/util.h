@@ -27,6 +27,12 @@ void *nmt_realloc(void *p, size_t n);
 void *nmt_calloc(size_t n, size_t size);
 /* Returns a malloc'ed copy of S, or NULL with the error set. */
 char *nmt_strdup(const char *s);
+/* The one growth rule of growable arrays: makes the array whose pointer is at PTRP (an object
+ * pointer, NULL when empty) of *CAP elements of SIZE bytes hold at least NEED elements, doubling
+ * from at least 16; updates the pointer and *CAP. Returns 0, or -1 with the error set (out of
+ * memory, overflow); the array is unchanged on failure. Use through NMT_GROW. */
+int nmt_grow(void *ptrp, size_t *cap, size_t need, size_t size);
+#define NMT_GROW(arr, cap, need) nmt_grow(&(arr), &(cap), (need), sizeof *(arr))
 
 /* Parses a non-negative decimal integer no larger than MAX; 0 on success, -1 on junk/overflow. */
 int nmt_parse_u64(const char *s, uint64_t max, uint64_t *out);

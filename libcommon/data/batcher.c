@@ -5,52 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "io/records.h"
 #include "base/util.h"
-
-/* ---- generator: splitmix64 seeding xoshiro256** ---- */
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-void batcher_rng_seed(struct batcher_rng *r, uint64_t seed)
-{
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t batcher_rng_next(struct batcher_rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-uint64_t batcher_rng_below(struct batcher_rng *r, uint64_t n)
-{
-    /* Rejection sampling: accept values below the largest multiple of n. */
-    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
-    uint64_t v;
-    do
-        v = batcher_rng_next(r);
-    while (v >= limit);
-    return v % n;
-}
 
 /* ---- options ---- */
 
@@ -126,7 +83,7 @@ struct batcher {
     struct batcher_opts o;
     uint64_t limit;            /* longest row kept: min(max_len, max_tokens) */
     struct batcher_stats st;
-    struct batcher_rng rng;
+    struct rng rng;
     struct ids_record rec;
     struct bpair *pair;        /* (pair_cap), pair_cap <= window */
     size_t npair, pair_cap;
@@ -223,7 +180,7 @@ static int add_pair(struct batcher *b, const char *name, uint64_t recno)
         return -1;
     struct bpair *p = &b->pair[b->npair++];
     p->index = r->index;
-    p->key = batcher_rng_next(&b->rng);
+    p->key = rng_next(&b->rng);
     p->off = b->pool_len;
     p->slen = (uint32_t)slen;
     p->tlen = (uint32_t)tlen;
@@ -345,12 +302,7 @@ static int flush_window(struct batcher *b, struct rec_writer *out)
     qsort(b->pair, b->npair, sizeof *b->pair, pair_cmp);
     if (cut_batches(b) < 0)
         return -1;
-    for (size_t i = b->nspan; i > 1; i--) { /* Fisher-Yates */
-        size_t j = (size_t)batcher_rng_below(&b->rng, i);
-        struct bspan t = b->span[i - 1];
-        b->span[i - 1] = b->span[j];
-        b->span[j] = t;
-    }
+    rng_shuffle(&b->rng, b->span, b->nspan, sizeof *b->span);
     for (size_t i = 0; i < b->nspan; i++, b->epoch_batch++)
         if (b->epoch_batch % b->o.shard_n == b->o.shard_k && write_batch(b, &b->span[i], out) < 0)
             return -1;
@@ -378,7 +330,7 @@ static int pair_reserve(struct batcher *b)
 int batcher_epoch(struct batcher *b, uint64_t epoch, struct rec_reader *in, const char *in_name,
                   struct rec_writer *out)
 {
-    batcher_rng_seed(&b->rng, b->o.seed + epoch);
+    rng_seed(&b->rng, b->o.seed + epoch);
     b->npair = 0;
     b->pool_len = 0;
     b->epoch_batch = 0;

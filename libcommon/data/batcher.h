@@ -79,15 +79,4 @@ size_t batcher_stats_format(const struct batcher_stats *s, enum batcher_style st
 /* Returns the padding fraction of S: 1 - tokens/cells (0 when nothing was written). */
 double batcher_padding(const struct batcher_stats *s);
 
-/* ---- the generator (exposed for tests) ---- */
-struct batcher_rng {
-    uint64_t s[4];
-};
-/* Seeds R from SEED through splitmix64. */
-void batcher_rng_seed(struct batcher_rng *r, uint64_t seed);
-/* Returns the next 64 random bits. */
-uint64_t batcher_rng_next(struct batcher_rng *r);
-/* Returns a uniform integer in [0, N) (N > 0), without modulo bias. */
-uint64_t batcher_rng_below(struct batcher_rng *r, uint64_t n);
-
 #endif

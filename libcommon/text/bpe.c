@@ -252,7 +252,7 @@ struct vocab *bpe_learn(const struct bpe_counts *c, const struct bpe_learn_opts 
         const unsigned char *s = (const unsigned char *)strtab_get(&c->words, w, &len);
         for (uint32_t i = 0; i < len;) {
             int32_t cp;
-            int k = text_utf8_next(s + i, len - i, &cp);
+            int k = utf8_next(s + i, len - i, &cp);
             if (cp < 0) {
                 nmt_seterr("invalid UTF-8 in a word");
                 goto fail;
@@ -307,7 +307,7 @@ struct vocab *bpe_learn(const struct bpe_counts *c, const struct bpe_learn_opts 
         woff[w] = pos;
         for (uint32_t i = 0; i < len;) {
             int32_t cp;
-            int k = text_utf8_next(s + i, len - i, &cp);
+            int k = utf8_next(s + i, len - i, &cp);
             uint64_t *id = u64map_find(&chars, (uint64_t)cp);
             sym[pos++] = id ? (uint32_t)*id : BARRIER;
             i += (uint32_t)k;
@@ -457,7 +457,7 @@ struct bpe_encoder *bpe_encoder_new(const struct vocab *v)
             uint32_t len;
             int32_t cp;
             const char *s = vocab_piece(v, id, &len);
-            text_utf8_next((const unsigned char *)s, len, &cp);
+            utf8_next((const unsigned char *)s, len, &cp);
             if (cp >= 0 && cp < 128)
                 e->ascii[cp] = id;
             slot = u64map_get(&e->chars, (uint64_t)cp);
@@ -607,7 +607,7 @@ int bpe_encode_word(struct bpe_encoder *e, const char *s, size_t len, uint32_t *
             id = e->ascii[u[i]];
         } else {
             int32_t cp;
-            k = text_utf8_next(u + i, len - i, &cp);
+            k = utf8_next(u + i, len - i, &cp);
             uint64_t *slot = cp >= 0 ? u64map_find(&e->chars, (uint64_t)cp) : NULL;
             if (slot)
                 id = (uint32_t)*slot;

@@ -80,7 +80,7 @@ int pretok_run(struct pretok *p, const char *s, size_t len)
     size_t i = 0;
     while (i < len) {
         int32_t cp;
-        int n = text_utf8_next(u + i, len - i, &cp);
+        int n = utf8_next(u + i, len - i, &cp);
         if (cp < 0)
             return nmt_seterr("invalid UTF-8 at byte %zu", i);
         if (cp == ' ') {
@@ -122,7 +122,7 @@ void pretok_free(struct pretok *p)
 static int detok_put_char(const unsigned char *u, size_t n, struct nmt_buf *out)
 {
     int32_t cp;
-    int k = text_utf8_next(u, n, &cp);
+    int k = utf8_next(u, n, &cp);
     if (cp < 0)
         return nmt_buf_append(out, "\xEF\xBF\xBD", 3) < 0 ? -1 : 1;
     return nmt_buf_append(out, u, (size_t)k) < 0 ? -1 : k;

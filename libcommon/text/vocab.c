@@ -107,7 +107,7 @@ int64_t vocab_add_char(struct vocab *v, int32_t cp)
     if (v->n > VOCAB_FIRST_CHAR && v->kind[v->n - 1] == VOCAB_MERGE)
         return nmt_seterr("character pieces must precede merge pieces");
     struct nmt_buf b = {0};
-    if (text_put_utf8(&b, cp) < 0)
+    if (utf8_put(&b, cp) < 0)
         return -1;
     int64_t id = add_text(v, (const char *)b.data, b.len, VOCAB_CHAR, 0, 0);
     nmt_buf_free(&b);
@@ -537,7 +537,7 @@ static int parse_pieces(struct parser *p, struct vocab *v, uint32_t size)
         if (kind == VOCAB_CHAR) {
             int32_t cp = -1;
             if (b.len == 0 || fend != end ||
-                text_utf8_next(b.data, b.len, &cp) != (int)b.len || cp < 0) {
+                utf8_next(b.data, b.len, &cp) != (int)b.len || cp < 0) {
                 perr(p, "char piece must be one valid UTF-8 character");
                 goto out;
             }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/rng.h"
 #include "data/batcher.h"
 #include "io/stream.h"
 #include "io/records.h"
@@ -15,22 +16,22 @@
 
 static void test_rng(void)
 {
-    struct batcher_rng a, b;
-    batcher_rng_seed(&a, 42);
-    batcher_rng_seed(&b, 42);
+    struct rng a, b;
+    rng_seed(&a, 42);
+    rng_seed(&b, 42);
     int same = 1;
     for (int i = 0; i < 100; i++)
-        same &= batcher_rng_next(&a) == batcher_rng_next(&b);
+        same &= rng_next(&a) == rng_next(&b);
     test_ok(same, "same seed gives the same sequence");
-    batcher_rng_seed(&b, 43);
-    test_ok(batcher_rng_next(&a) != batcher_rng_next(&b), "different seeds differ");
+    rng_seed(&b, 43);
+    test_ok(rng_next(&a) != rng_next(&b), "different seeds differ");
     /* splitmix64(0) first output, a published reference value */
-    batcher_rng_seed(&a, 0);
+    rng_seed(&a, 0);
     test_ok(a.s[0] == 0xe220a8397b1dcdafULL, "splitmix64 seeding matches the reference (%llx)",
             (unsigned long long)a.s[0]);
     int counts[7] = {0}, inrange = 1;
     for (int i = 0; i < 70000; i++) {
-        uint64_t v = batcher_rng_below(&a, 7);
+        uint64_t v = rng_below(&a, 7);
         if (v >= 7)
             inrange = 0;
         else
@@ -41,7 +42,7 @@ static void test_rng(void)
     for (int i = 0; i < 7; i++)
         flat &= counts[i] > 9000 && counts[i] < 11000;
     test_ok(flat, "rng_below is roughly uniform");
-    test_ok(batcher_rng_below(&a, 1) == 0, "rng_below(1) is 0");
+    test_ok(rng_below(&a, 1) == 0, "rng_below(1) is 0");
 }
 
 static void test_opts(void)
@@ -111,14 +112,14 @@ static int make_ids(int npair, uint64_t seed)
         return -1;
     unlink(path);
     struct rec_writer *w = rec_writer_open(fd, "tmp", "ids", "test", NULL, 0, NULL);
-    struct batcher_rng g;
-    batcher_rng_seed(&g, seed);
+    struct rng g;
+    rng_seed(&g, seed);
     struct nmt_buf buf = {0};
     uint32_t a[80], c[80];
     for (int i = 0; i < 80; i++)
         a[i] = c[i] = 4 + (uint32_t)i;
     for (int i = 0; i < npair; i++) {
-        uint32_t n[2] = {(uint32_t)batcher_rng_below(&g, 40), (uint32_t)batcher_rng_below(&g, 60)};
+        uint32_t n[2] = {(uint32_t)rng_below(&g, 40), (uint32_t)rng_below(&g, 60)};
         const uint32_t *ids[2] = {a, c};
         buf.len = 0;
         ids_record_encode(&buf, (uint64_t)i, 2, n, ids);
