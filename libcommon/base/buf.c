@@ -12,15 +12,7 @@ int nmt_buf_reserve(struct nmt_buf *b, size_t n)
         return 0;
     if (n > SIZE_MAX / 2 - b->len)
         return nmt_seterr("out of memory (buffer of %zu bytes)", n);
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap - b->len < n)
-        cap *= 2;
-    unsigned char *p = nmt_realloc(b->data, cap);
-    if (!p)
-        return -1;
-    b->data = p;
-    b->cap = cap;
-    return 0;
+    return NMT_GROW(b->data, b->cap, b->len + n);
 }
 
 int nmt_buf_append(struct nmt_buf *b, const void *p, size_t n)

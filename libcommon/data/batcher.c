@@ -125,17 +125,7 @@ const struct batcher_stats *batcher_stats(const struct batcher *b) { return &b->
 
 static int pool_reserve(struct batcher *b, size_t n)
 {
-    if (b->pool_len + n <= b->pool_cap)
-        return 0;
-    size_t cap = b->pool_cap ? b->pool_cap : 1 << 16;
-    while (cap < b->pool_len + n)
-        cap *= 2;
-    uint32_t *p = nmt_realloc(b->pool, cap * sizeof *p);
-    if (!p)
-        return -1;
-    b->pool = p;
-    b->pool_cap = cap;
-    return 0;
+    return NMT_GROW(b->pool, b->pool_cap, b->pool_len + n);
 }
 
 /* Checks that no id of a side is PAD, BOS or EOS. */
@@ -207,14 +197,8 @@ static int pair_cmp(const void *va, const void *vb)
 
 static int span_push(struct batcher *b, size_t start, size_t count)
 {
-    if (b->nspan == b->span_cap) {
-        size_t cap = b->span_cap ? b->span_cap * 2 : 256;
-        struct bspan *s = nmt_realloc(b->span, cap * sizeof *s);
-        if (!s)
-            return -1;
-        b->span = s;
-        b->span_cap = cap;
-    }
+    if (NMT_GROW(b->span, b->span_cap, b->nspan + 1) < 0)
+        return -1;
     b->span[b->nspan].start = start;
     b->span[b->nspan].count = count;
     b->nspan++;

@@ -113,17 +113,7 @@ struct rec_writer {
 
 static int out_reserve(struct rec_writer *w, size_t n)
 {
-    if (w->out.cap - w->out.len >= n)
-        return 0;
-    size_t cap = w->out.cap ? w->out.cap : 64 * 1024;
-    while (cap - w->out.len < n)
-        cap *= 2;
-    unsigned char *p = nmt_realloc(w->out.p, cap);
-    if (!p)
-        return REC_ENOMEM;
-    w->out.p = p;
-    w->out.cap = cap;
-    return 0;
+    return NMT_GROW(w->out.p, w->out.cap, w->out.len + n) < 0 ? REC_ENOMEM : 0;
 }
 
 static int out_drain(struct rec_writer *w)
@@ -270,16 +260,8 @@ int rec_write(struct rec_writer *w, const void *data, size_t len)
         nmt_seterr("%s: record of %zu bytes exceeds the limit of %u", w->name, len, REC_MAX_RECORD);
         return REC_EUSAGE;
     }
-    if (w->chunk.cap - w->chunk.len < len + 4) {
-        size_t cap = w->chunk.cap ? w->chunk.cap : 64 * 1024;
-        while (cap - w->chunk.len < len + 4)
-            cap *= 2;
-        unsigned char *p = nmt_realloc(w->chunk.p, cap);
-        if (!p)
-            return REC_ENOMEM;
-        w->chunk.p = p;
-        w->chunk.cap = cap;
-    }
+    if (NMT_GROW(w->chunk.p, w->chunk.cap, w->chunk.len + len + 4) < 0)
+        return REC_ENOMEM;
     nmt_put32(w->chunk.p + w->chunk.len, (uint32_t)len);
     if (len)
         memcpy(w->chunk.p + w->chunk.len + 4, data, len);
@@ -392,16 +374,8 @@ static long long fill(struct rec_reader *r, size_t need)
             r->in_pos = 0;
         }
         size_t want = need > REC_IN_CHUNK ? need : REC_IN_CHUNK;
-        if (r->in_cap - r->in_len < want) {
-            size_t cap = r->in_cap ? r->in_cap : REC_IN_CHUNK;
-            while (cap - r->in_len < want)
-                cap *= 2;
-            unsigned char *p = nmt_realloc(r->in, cap);
-            if (!p)
-                return REC_ENOMEM;
-            r->in = p;
-            r->in_cap = cap;
-        }
+        if (NMT_GROW(r->in, r->in_cap, r->in_len + want) < 0)
+            return REC_ENOMEM;
         ssize_t n = read(r->fd, r->in + r->in_len, r->in_cap - r->in_len);
         if (n < 0) {
             if (errno == EINTR)
