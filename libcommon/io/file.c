@@ -3,7 +3,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/util.h"
@@ -52,4 +56,86 @@ int nmt_write_all(int fd, const void *buf, size_t len)
         len -= (size_t)n;
     }
     return 0;
+}
+
+/* The directory of PATH, malloc'ed; NULL when out of memory. */
+static char *dir_of(const char *path)
+{
+    char *d = nmt_strdup(path);
+    if (!d)
+        return NULL;
+    char *dir = nmt_strdup(dirname(d));
+    free(d);
+    return dir;
+}
+
+int out_file_open(struct out_file *f, const char *path)
+{
+    f->fd = -1;
+    f->tmp = NULL;
+    f->path = nmt_strdup(path);
+    char *base = nmt_strdup(path), *dir = dir_of(path);
+    size_t n = strlen(path) + 32;
+    char *tmp = nmt_malloc(n);
+    int rc = -1;
+    if (f->path && base && dir && tmp) {
+        snprintf(tmp, n, "%s/.%s.tmpXXXXXX", dir, basename(base));
+        f->fd = mkostemp(tmp, O_CLOEXEC);
+        if (f->fd >= 0) {
+            f->tmp = tmp;
+            tmp = NULL;
+            rc = 0;
+        } else {
+            nmt_seterr("cannot write '%s': cannot create a temporary file in '%s': %s", path, dir, strerror(errno));
+        }
+    }
+    free(tmp);
+    free(base);
+    free(dir);
+    if (rc < 0) {
+        free(f->path);
+        f->path = NULL;
+    }
+    return rc;
+}
+
+int out_file_commit(struct out_file *f)
+{
+    const char *what = NULL;
+    if (fchmod(f->fd, 0644) < 0 || fsync(f->fd) < 0)
+        what = "";
+    if (close(f->fd) < 0 && !what)
+        what = "";
+    f->fd = -1;
+    if (!what && rename(f->tmp, f->path) < 0)
+        what = "rename: ";
+    if (what) {
+        nmt_seterr("cannot write '%s': %s%s", f->path, what, strerror(errno));
+        out_file_abort(f);
+        return -1;
+    }
+    free(f->tmp);
+    f->tmp = NULL;
+    char *dir = dir_of(f->path);
+    int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (dfd >= 0) {
+        fsync(dfd); /* best effort: some file systems refuse fsync on directories */
+        close(dfd);
+    }
+    free(dir);
+    free(f->path);
+    f->path = NULL;
+    return 0;
+}
+
+void out_file_abort(struct out_file *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+    if (f->tmp)
+        unlink(f->tmp);
+    free(f->tmp);
+    free(f->path);
+    f->tmp = f->path = NULL;
 }

@@ -11,6 +11,24 @@ int nmt_open_in(const char *path);
 int nmt_open_out(const char *path, int binary);
 /* Returns a printable name for PATH: "stdin"/"stdout" for "-" or NULL, else PATH. */
 const char *nmt_path_name(const char *path, int output);
+/* A named output written atomically: the bytes go to a temporary file beside PATH
+ * (".NAME.tmpXXXXXX" in PATH's directory), which replaces PATH only on out_file_commit, so a
+ * failed or interrupted write never leaves a partial PATH nor destroys the previous one. */
+struct out_file {
+    int fd;          /* write here */
+    char *path;      /* the destination */
+    char *tmp;       /* the temporary file, NULL once committed or aborted */
+};
+/* Creates the temporary file for PATH; 0, or -1 with the error set ("cannot write 'PATH': ...")
+ * and F left empty. */
+int out_file_open(struct out_file *f, const char *path);
+/* Makes the temporary file mode 0644, syncs it, closes it and renames it over PATH (then syncs the
+ * directory, best effort); 0, or -1 with the error set and the temporary file removed. */
+int out_file_commit(struct out_file *f);
+/* Closes and removes the temporary file, keeping whatever PATH held; out_file_abort on an empty or
+ * committed F only frees it. */
+void out_file_abort(struct out_file *f);
+
 /* Writes all LEN bytes to FD, retrying short writes and EINTR; 0 or -1 with the error set. */
 int nmt_write_all(int fd, const void *buf, size_t len);
 

@@ -759,124 +759,83 @@ static int write_all_fd(int fd, const void *p, size_t n, const char *tmp)
     return 0;
 }
 
-int st_writer_write(struct st_writer *w, const char *path)
+/* Appends the JSON header of W's metadata and tensors to H, padded to 8 bytes; 0 or -1. */
+static int header_json(const struct st_writer *w, struct sbuf *h)
 {
-    struct sbuf h = {0};
     char num[64];
     uint64_t off = 0;
-    sb_puts(&h, "{");
+    sb_puts(h, "{");
     if (w->nm) {
-        sb_puts(&h, "\"__metadata__\":{");
+        sb_puts(h, "\"__metadata__\":{");
         for (size_t i = 0; i < w->nm; i++) {
             if (i)
-                sb_puts(&h, ",");
-            sb_json(&h, w->mk[i]);
-            sb_puts(&h, ":");
-            sb_json(&h, w->mv[i]);
+                sb_puts(h, ",");
+            sb_json(h, w->mk[i]);
+            sb_puts(h, ":");
+            sb_json(h, w->mv[i]);
         }
-        sb_puts(&h, "}");
+        sb_puts(h, "}");
     }
     for (size_t i = 0; i < w->nt; i++) {
         const struct st_tensor *t = &w->t[i];
         if (i || w->nm)
-            sb_puts(&h, ",");
-        sb_json(&h, t->name);
-        sb_puts(&h, ":{\"dtype\":\"");
-        sb_puts(&h, dtype_names[t->dtype]);
-        sb_puts(&h, "\",\"shape\":[");
+            sb_puts(h, ",");
+        sb_json(h, t->name);
+        sb_puts(h, ":{\"dtype\":\"");
+        sb_puts(h, dtype_names[t->dtype]);
+        sb_puts(h, "\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++) {
             snprintf(num, sizeof num, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
-            sb_puts(&h, num);
+            sb_puts(h, num);
         }
         snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
                  (unsigned long long)(off + t->nbytes));
-        sb_puts(&h, num);
+        sb_puts(h, num);
         off += t->nbytes;
     }
-    sb_puts(&h, "}");
-    while (h.len % 8)
-        sb_puts(&h, " "); /* tensor data starts 8-byte aligned */
-    if (h.oom) {
-        free(h.p);
+    sb_puts(h, "}");
+    while (h->len % 8)
+        sb_puts(h, " "); /* tensor data starts 8-byte aligned */
+    return h->oom ? nmt_seterr("out of memory") : 0;
+}
+
+/* Writes tensor I of W to FD (from memory, or through its fill callback in chunks); 0 or -1. */
+static int write_tensor(const struct st_writer *w, size_t i, int fd, const char *path, unsigned char **chunk)
+{
+    const struct st_tensor *t = &w->t[i];
+    if (!w->fill[i].fn)
+        return write_all_fd(fd, t->data, (size_t)t->nbytes, path);
+    if (!*chunk && !(*chunk = malloc(ST_FILL_CHUNK)))
         return nmt_seterr("out of memory");
+    for (uint64_t o = 0; o < t->nbytes; o += ST_FILL_CHUNK) {
+        size_t n = t->nbytes - o < ST_FILL_CHUNK ? (size_t)(t->nbytes - o) : ST_FILL_CHUNK;
+        if (w->fill[i].fn(w->fill[i].arg, *chunk, o, n) < 0)
+            return nmt_seterr("cannot write '%s': tensor '%s': %s", path, t->name, nmt_errmsg());
+        if (write_all_fd(fd, *chunk, n, path) < 0)
+            return -1;
     }
-    /* temp file in the target's directory */
-    char *dup1 = strdup(path), *dup2 = strdup(path);
-    size_t tl = strlen(path) + 32;
-    char *tmp = malloc(tl);
-    if (!dup1 || !dup2 || !tmp) {
-        free(dup1);
-        free(dup2);
-        free(tmp);
+    return 0;
+}
+
+int st_writer_write(struct st_writer *w, const char *path)
+{
+    struct sbuf h = {0};
+    struct out_file out;
+    if (header_json(w, &h) < 0 || out_file_open(&out, path) < 0) {
         free(h.p);
-        return nmt_seterr("out of memory");
+        return -1;
     }
-    const char *dir = dirname(dup1);
-    const char *base = basename(dup2);
-    snprintf(tmp, tl, "%s/.%s.tmpXXXXXX", dir, base);
-    int rc = -1;
-    unsigned char *chunk = NULL;
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        nmt_seterr("cannot write '%s': cannot create a temporary file in '%s': %s", path, dir, strerror(errno));
-        goto out;
-    }
-    unsigned char len8[8];
+    unsigned char len8[8], *chunk = NULL;
     nmt_put64(len8, h.len);
-    if (write_all_fd(fd, len8, 8, path) < 0 || write_all_fd(fd, h.p, h.len, path) < 0)
-        goto bad;
-    for (size_t i = 0; i < w->nt; i++) {
-        if (!w->t[i].nbytes)
-            continue;
-        if (!w->fill[i].fn) {
-            if (write_all_fd(fd, w->t[i].data, (size_t)w->t[i].nbytes, path) < 0)
-                goto bad;
-            continue;
-        }
-        if (!chunk && !(chunk = malloc(ST_FILL_CHUNK))) {
-            nmt_seterr("out of memory");
-            goto bad;
-        }
-        for (uint64_t o = 0; o < w->t[i].nbytes; o += ST_FILL_CHUNK) {
-            size_t n = w->t[i].nbytes - o < ST_FILL_CHUNK ? (size_t)(w->t[i].nbytes - o) : ST_FILL_CHUNK;
-            if (w->fill[i].fn(w->fill[i].arg, chunk, o, n) < 0) {
-                nmt_seterr("cannot write '%s': tensor '%s': %s", path, w->t[i].name, nmt_errmsg());
-                goto bad;
-            }
-            if (write_all_fd(fd, chunk, n, path) < 0)
-                goto bad;
-        }
-    }
-    if (fchmod(fd, 0644) < 0 || fsync(fd) < 0) {
-        nmt_seterr("cannot write '%s': %s", path, strerror(errno));
-        goto bad;
-    }
-    if (close(fd) < 0) {
-        fd = -1;
-        nmt_seterr("cannot write '%s': %s", path, strerror(errno));
-        goto bad;
-    }
-    fd = -1;
-    if (rename(tmp, path) < 0) {
-        nmt_seterr("cannot write '%s': rename: %s", path, strerror(errno));
-        goto bad;
-    }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd); /* best effort: some file systems refuse fsync on directories */
-        close(dfd);
-    }
-    rc = 0;
-    goto out;
-bad:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-out:
+    int rc = write_all_fd(out.fd, len8, 8, path) < 0 || write_all_fd(out.fd, h.p, h.len, path) < 0 ? -1 : 0;
+    for (size_t i = 0; i < w->nt && rc == 0; i++)
+        if (w->t[i].nbytes)
+            rc = write_tensor(w, i, out.fd, path, &chunk);
     free(chunk);
-    free(dup1);
-    free(dup2);
-    free(tmp);
     free(h.p);
-    return rc;
+    if (rc < 0) {
+        out_file_abort(&out);
+        return -1;
+    }
+    return out_file_commit(&out);
 }
