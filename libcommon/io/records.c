@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "base/util.h"
 
 static int put_prefix(struct nmt_buf *out, uint64_t index, unsigned nsides)
@@ -77,6 +78,10 @@ int tok_record_decode(struct tok_record *r, const unsigned char *p, size_t len)
             off += 4;
             if (l > len - off)
                 return nmt_seterr("tok record: token of %u bytes overruns the record", l);
+            size_t bad;
+            if (utf8_check((const char *)p + off, l, &bad) < 0)
+                return nmt_seterr("tok record: token %u of side %u is not valid UTF-8 (its byte %zu)", i + 1, s + 1,
+                                  bad);
             r->tok_store[used + i] = (const char *)p + off;
             r->len_store[used + i] = l;
             off += l;
@@ -216,6 +221,24 @@ int batch_record_encode(struct nmt_buf *out, const struct batch_record *r)
     return 0;
 }
 
+/* Checks row B of one side: LEN ids, the last of them EOS and none before it PAD, BOS or EOS,
+ * then PAD up to COLS columns (an empty row is all PAD); 0 or -1 with the error set. */
+static int check_row(const char *side, uint32_t b, const uint32_t *row, uint32_t len, uint32_t cols)
+{
+    if (len > 0 && row[len - 1] != NMT_EOS)
+        return nmt_seterr("batch record: row %u: the %s does not end with </s> (id %u at column %u)", b, side,
+                          row[len - 1], len);
+    for (uint32_t i = 0; i + 1 < len; i++)
+        if (row[i] == NMT_PAD || row[i] == NMT_BOS || row[i] == NMT_EOS)
+            return nmt_seterr("batch record: row %u: %s id %u at column %u is a special token inside the sentence",
+                              b, side, row[i], i + 1);
+    for (uint32_t i = len; i < cols; i++)
+        if (row[i] != NMT_PAD)
+            return nmt_seterr("batch record: row %u: %s column %u past its length %u is not <pad>", b, side, i + 1,
+                              len);
+    return 0;
+}
+
 int batch_record_decode(struct batch_record *r, const unsigned char *p, size_t len)
 {
     if (len < 16)
@@ -248,6 +271,10 @@ int batch_record_decode(struct batch_record *r, const unsigned char *p, size_t l
         r->src[i] = nmt_le32(p);
     for (size_t i = 0; i < (size_t)B * T; i++, p += 4)
         r->tgt[i] = nmt_le32(p);
+    for (uint32_t b = 0; b < B; b++)
+        if (check_row("source", b, r->src + (size_t)b * S, r->src_len[b], S) < 0 ||
+            check_row("target", b, r->tgt + (size_t)b * T, r->tgt_len[b], T) < 0)
+            return -1;
     return 0;
 }
 

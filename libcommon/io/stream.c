@@ -32,6 +32,7 @@ const char *rec_status_name(int status)
     case REC_EMAGIC: return "not an nmt stream";
     case REC_ENOMEM: return "out of memory";
     case REC_EUSAGE: return "invalid use";
+    case REC_EMIXED: return "mixed streams";
     default: return "unknown status";
     }
 }
@@ -472,6 +473,23 @@ static int parse_header(struct rec_reader *r, const unsigned char *p, size_t n, 
     return 0;
 }
 
+/* Checks that header H, of a stream concatenated at offset OFF, agrees with the first stream's
+ * (major version and REC_ORIGIN_KEYS); 0 or REC_EMIXED. */
+static int check_same_origin(struct rec_reader *r, const struct rec_header *h, uint64_t off)
+{
+    if (h->major != r->header.major)
+        return fail(r, REC_EMIXED, off, "a %s %u.%u stream follows a %s %u.%u stream", h->kind, h->major, h->minor,
+                    r->header.kind, r->header.major, r->header.minor);
+    static const char *const keys[] = REC_ORIGIN_KEYS;
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        const char *a = rec_header_get(&r->header, keys[i]), *b = rec_header_get(h, keys[i]);
+        if ((a || b) && (!a || !b || strcmp(a, b) != 0))
+            return fail(r, REC_EMIXED, off, "a stream with %s=%s follows one with %s=%s (concatenated streams must "
+                        "share it)", keys[i], b ? b : "(none)", keys[i], a ? a : "(none)");
+    }
+    return 0;
+}
+
 /* Reads the next frame boundary: a header, trailer, skippable frame or the start of a chunk.
  * Returns 1 when a chunk begins (state ST_FRAME), REC_END at a clean end, or a negative status. */
 static int next_frame(struct rec_reader *r)
@@ -535,6 +553,8 @@ static int next_frame(struct rec_reader *r)
                 rc = fail(r, REC_EKIND, off, "expected a %s stream, got %s %u.%u", r->expect, h.kind, h.major, h.minor);
             if (rc == 0 && r->streams > 0 && strcmp(h.kind, r->header.kind) != 0)
                 rc = fail(r, REC_EKIND, off, "a stream of kind %s follows one of kind %s", h.kind, r->header.kind);
+            if (rc == 0 && r->streams > 0)
+                rc = check_same_origin(r, &h, off);
             if (rc < 0) {
                 header_clear(&h);
                 return rc;

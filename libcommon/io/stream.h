@@ -39,8 +39,14 @@ enum rec_status {
     REC_EKIND = -5,      /* stream kind other than the one expected */
     REC_EMAGIC = -6,     /* input does not start like an nmt stream */
     REC_ENOMEM = -7,     /* allocation failed */
-    REC_EUSAGE = -8      /* invalid argument from the caller */
+    REC_EUSAGE = -8,     /* invalid argument from the caller */
+    REC_EMIXED = -9      /* a concatenated stream differs from the first in version or origin */
 };
+
+/* The provenance keys that give a stream's records their meaning: the vocabulary fingerprint of
+ * ids, the normalisation of text. Concatenated streams must agree on each (present in both with
+ * the same value, or absent from both), and on the major version. */
+#define REC_ORIGIN_KEYS {"vocab", "normalize"}
 
 /* Returns a short name for a status ("truncated", "corrupt", ...). */
 const char *rec_status_name(int status);

@@ -346,6 +346,14 @@ static void test_codecs(void)
     ok = tok_record_decode(&t, b.data, b.len) == 0 && t.side[0].ntok == 2 && t.side[0].len[1] == 2 &&
          memcmp(t.side[0].tok[1], "bc", 2) == 0;
     test_ok(ok, "tok record round trip");
+    const char *t1[] = {"a", "b\xc3("};
+    uint32_t l1[] = {1, 3};
+    const char *const *toks1[] = {t1};
+    const uint32_t *lens1[] = {l1};
+    b.len = 0;
+    tok_record_encode(&b, 4, 1, nt, toks1, lens1);
+    ok = tok_record_decode(&t, b.data, b.len) < 0 && strstr(nmt_errmsg(), "token 2 of side 1 is not valid UTF-8");
+    test_ok(ok, "tok record with invalid UTF-8 refused: %s", nmt_errmsg());
     tok_record_free(&t);
     b.len = 0;
     struct batch_record br = {0}, bd = {0};
@@ -355,14 +363,34 @@ static void test_codecs(void)
         br.src_len[i] = 3 - (uint32_t)i;
         br.tgt_len[i] = 2;
     }
-    for (int i = 0; i < 6; i++)
-        br.src[i] = (uint32_t)i;
-    for (int i = 0; i < 4; i++)
-        br.tgt[i] = (uint32_t)(10 + i);
+    const uint32_t src[6] = {7, 8, NMT_EOS, 9, NMT_EOS, NMT_PAD}, tgt[4] = {10, NMT_EOS, 11, NMT_EOS};
+    memcpy(br.src, src, sizeof src);
+    memcpy(br.tgt, tgt, sizeof tgt);
     batch_record_encode(&b, &br);
-    ok = batch_record_decode(&bd, b.data, b.len) == 0 && bd.B == 2 && bd.S == 3 && bd.T == 2 && bd.src[5] == 5 &&
-         bd.tgt[3] == 13 && bd.src_len[1] == 2;
+    ok = batch_record_decode(&bd, b.data, b.len) == 0 && bd.B == 2 && bd.S == 3 && bd.T == 2 && bd.src[3] == 9 &&
+         bd.src[5] == NMT_PAD && bd.tgt[2] == 11 && bd.src_len[1] == 2;
     test_ok(ok, "batch record round trip");
+    /* malformed rows: each is refused by name */
+    static const struct { int side, cell; uint32_t id; const char *what; } bad[] = {
+        {0, 2, 5, "does not end with </s>"},        /* row 0 source ends with 5 */
+        {0, 5, 4, "is not <pad>"},                  /* row 1 source padding holds 4 */
+        {0, 0, NMT_EOS, "special token inside"},    /* row 0 source has </s> before its end */
+        {1, 3, 6, "does not end with </s>"},        /* row 1 target ends with 6 */
+        {1, 0, NMT_PAD, "special token inside"},    /* row 0 target has <pad> inside */
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        memcpy(br.src, src, sizeof src);
+        memcpy(br.tgt, tgt, sizeof tgt);
+        (bad[k].side ? br.tgt : br.src)[bad[k].cell] = bad[k].id;
+        b.len = 0;
+        batch_record_encode(&b, &br);
+        ok = batch_record_decode(&bd, b.data, b.len) < 0 && strstr(nmt_errmsg(), bad[k].what);
+        test_ok(ok, "batch row %zu refused: %s", k, nmt_errmsg());
+    }
+    memcpy(br.src, src, sizeof src);
+    memcpy(br.tgt, tgt, sizeof tgt);
+    b.len = 0;
+    batch_record_encode(&b, &br);
     nmt_put32(b.data, 1000000);
     test_ok(batch_record_decode(&bd, b.data, b.len) < 0, "batch with a false row count rejected: %s", nmt_errmsg());
     batch_record_free(&br);
