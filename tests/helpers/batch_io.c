@@ -3,7 +3,10 @@
  *                                             stdout (a line without a TAB gives a one-sided record;
  *                                             a token #N is the id N, any other token hashes to an
  *                                             id >= 4); with --kind other than ids, each line is
- *                                             written as a raw record of that kind
+ *                                             written as a raw record of that kind, except
+ *                                             --kind batch: each line is a one-row batch record
+ *                                             of exactly the ids given (no EOS added), to
+ *                                             build malformed batches
  *   batch_io dump FILE                       batch stream -> one line per row:
  *                                             "batch index src_len tgt_len B S T src tgt"
  *                                             (ids comma-joined without EOS, "-" when empty);
@@ -88,6 +91,20 @@ static int gen(int argc, char **argv)
         const uint32_t *cids[2] = {ids[0], ids[1]};
         if (strcmp(kind, "ids") == 0) {
             if (ids_record_encode(&buf, index, nsides, n, cids) < 0)
+                return 1;
+        } else if (strcmp(kind, "batch") == 0) {
+            struct batch_record br = {0};
+            if (batch_record_resize(&br, 1, n[0], n[1]) < 0)
+                return 1;
+            br.index[0] = index;
+            br.src_len[0] = n[0];
+            br.tgt_len[0] = n[1];
+            memcpy(br.src, ids[0], n[0] * sizeof *br.src);
+            if (n[1])
+                memcpy(br.tgt, ids[1], n[1] * sizeof *br.tgt);
+            int rc = batch_record_encode(&buf, &br);
+            batch_record_free(&br);
+            if (rc < 0)
                 return 1;
         } else {
             nmt_buf_append(&buf, line, (size_t)len);

@@ -1,0 +1,71 @@
+#!/usr/bin/env bats
+# Hostile and mismatched inputs: nothing is accepted silently, no named output is destroyed.
+# Each case is run through the real programs; errors must name the input and where in it.
+
+setup_file() {
+    export D="$BATS_FILE_TMPDIR" H="$NMT_BIN/../build/tests/helpers/batch_io"
+    zcat "$NMT_SRCDIR/data/multi30k/val.en.gz" | sed -n 1,200p > "$D/a.en"
+    zcat "$NMT_SRCDIR/data/multi30k/val.de.gz" | sed -n 1,200p > "$D/a.de"
+    nmt-tokenize --src "$D/a.en" --tgt "$D/a.de" -o "$D/a.tok"
+    nmt-tokenize -N none --src "$D/a.en" --tgt "$D/a.de" -o "$D/none.tok"
+    nmt-vocab --size 400 -o "$D/v1" "$D/a.tok"
+    nmt-vocab --size 500 -o "$D/v2" "$D/a.tok"
+    nmt-tokenize -v "$D/v1" --src "$D/a.en" --tgt "$D/a.de" -o "$D/a.ids"
+    nmt-tokenize -v "$D/v2" --src "$D/a.en" --tgt "$D/a.de" -o "$D/b.ids"
+    nmt-batch -i "$D/a.ids" -o "$D/a.batches" 2>/dev/null
+    nmt-batch -i "$D/b.ids" -o "$D/b.batches" 2>/dev/null
+}
+
+@test "hostile: concatenated ids streams of two vocabularies are refused by nmt-batch" {
+    cat "$D/a.ids" "$D/b.ids" > "$D/ab.ids"
+    run nmt-batch -i "$D/ab.ids" -o "$D/out.batches"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"$D/ab.ids: mixed streams at byte "*": a stream with vocab="*" follows one with vocab="* ]]
+}
+
+@test "hostile: concatenated streams of one vocabulary are still one stream" {
+    cat "$D/a.ids" "$D/a.ids" > "$D/aa.ids"
+    run nmt-cat --count "$D/aa.ids"
+    [ "$status" -eq 0 ]
+    [ "$output" = 400 ]
+}
+
+@test "hostile: nmt-cat --check refuses concatenated streams of two vocabularies" {
+    cat "$D/a.ids" "$D/b.ids" > "$D/ab.ids"
+    run nmt-cat --check "$D/ab.ids"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"mixed streams"* ]]
+}
+
+@test "hostile: nmt-tokenize --decode refuses a second stream of another vocabulary" {
+    cat "$D/a.ids" "$D/b.ids" > "$D/ab.ids"
+    run nmt-tokenize --decode -v "$D/v1" -i "$D/ab.ids"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"mixed streams"*"vocab="* ]]
+}
+
+@test "hostile: nmt-vocab refuses tok streams of two normalisations" {
+    cat "$D/a.tok" "$D/none.tok" > "$D/mixed.tok"
+    run nmt-vocab --size 300 -o "$D/v3" "$D/mixed.tok"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"mixed streams"*"normalize=none follows one with normalize=nfkc"* ]]
+    [ ! -e "$D/v3" ]
+}
+
+@test "hostile: nmt-train refuses concatenated batch files of two vocabularies" {
+    cat "$D/a.batches" "$D/b.batches" > "$D/ab.batches"
+    run nmt-train -i "$D/ab.batches" --vocab "$D/v1" -o "$D/m.ckpt" --preset tiny --max-steps 2 -q --threads 1
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"mixed streams"* ]]
+    [ ! -e "$D/m.ckpt" ]
+}
+
+@test "hostile: batch rows without </s> are refused by nmt-cat --check and nmt-train, naming the record" {
+    printf '#5 #6 #2\t#7 #2\n#5 #6\t#7 #2\n' | "$H" gen --kind batch --vocab "$(sed -n 's/^fingerprint //p' "$D/v1" | head -1)" > "$D/bad.batches"
+    run nmt-cat --check "$D/bad.batches"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"bad.batches: record 2: batch record: row 0: the source does not end with </s>"* ]]
+    run nmt-train -i "$D/bad.batches" --vocab "$D/v1" -o "$D/m2.ckpt" --preset tiny --max-steps 2 -q --threads 1
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"does not end with </s>"* ]]
+}
