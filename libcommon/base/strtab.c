@@ -40,7 +40,7 @@ static size_t probe(const struct strtab *t, const void *s, size_t len, uint64_t 
             return i;
         }
         uint32_t id = v - 1;
-        if (t->slot_hash[i] == h32 && t->len[id] == len && memcmp(t->arena + t->off[id], s, len) == 0) {
+        if (t->slot_hash[i] == h32 && t->len[id] == len && (len == 0 || memcmp(t->arena + t->off[id], s, len) == 0)) {
             *found = 1;
             return i;
         }

@@ -174,7 +174,8 @@ static int add_pair(struct batcher *b, const char *name, uint64_t recno)
     p->off = b->pool_len;
     p->slen = (uint32_t)slen;
     p->tlen = (uint32_t)tlen;
-    memcpy(b->pool + b->pool_len, r->ids[0], nsrc * sizeof(uint32_t));
+    if (nsrc) /* an empty source side has no array */
+        memcpy(b->pool + b->pool_len, r->ids[0], nsrc * sizeof(uint32_t));
     b->pool_len += nsrc;
     if (ntgt) {
         memcpy(b->pool + b->pool_len, r->ids[1], ntgt * sizeof(uint32_t));
@@ -252,12 +253,14 @@ static int write_batch(struct batcher *b, const struct bspan *sp, struct rec_wri
         br->index[r] = p[r].index;
         br->src_len[r] = p[r].slen;
         br->tgt_len[r] = p[r].tlen;
-        memcpy(src, ids, (size_t)ns * sizeof *src);
+        if (ns)
+            memcpy(src, ids, (size_t)ns * sizeof *src);
         src[ns] = NMT_EOS;
         for (uint32_t c = ns + 1; c < S; c++)
             src[c] = NMT_PAD;
         if (T) {
-            memcpy(tgt, ids + ns, (size_t)nt * sizeof *tgt);
+            if (nt)
+                memcpy(tgt, ids + ns, (size_t)nt * sizeof *tgt);
             uint32_t c = nt;
             if (p[r].tlen)
                 tgt[c++] = NMT_EOS;
