@@ -58,6 +58,16 @@ int nmt_write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
+int nmt_check_not_input(int in_fd, const char *in_name, const char *out_path)
+{
+    struct stat a, b;
+    if (!out_path || strcmp(out_path, "-") == 0 || stat(out_path, &b) < 0 || fstat(in_fd, &a) < 0)
+        return 0;
+    if (a.st_dev == b.st_dev && a.st_ino == b.st_ino && S_ISREG(b.st_mode))
+        return nmt_seterr("'%s' is the input file '%s': refusing to overwrite it", out_path, in_name);
+    return 0;
+}
+
 /* The directory of PATH, malloc'ed; NULL when out of memory. */
 static char *dir_of(const char *path)
 {

@@ -11,6 +11,11 @@ int nmt_open_in(const char *path);
 int nmt_open_out(const char *path, int binary);
 /* Returns a printable name for PATH: "stdin"/"stdout" for "-" or NULL, else PATH. */
 const char *nmt_path_name(const char *path, int output);
+/* Refuses to write OUT_PATH when it is the file open as input on IN_FD (same device and inode):
+ * 0 when they differ (or OUT_PATH is "-", NULL or does not exist yet), -1 with the error set
+ * ("'OUT' is the input file 'IN': refusing to overwrite it"). */
+int nmt_check_not_input(int in_fd, const char *in_name, const char *out_path);
+
 /* A named output written atomically: the bytes go to a temporary file beside PATH
  * (".NAME.tmpXXXXXX" in PATH's directory), which replaces PATH only on out_file_commit, so a
  * failed or interrupted write never leaves a partial PATH nor destroys the previous one. */
