@@ -10,6 +10,7 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
+#include "base/utf8.h"
 #include "base/util.h"
 #include "io/file.h"
 
@@ -473,6 +474,36 @@ static int parse_header(struct rec_reader *r, const unsigned char *p, size_t n, 
     return 0;
 }
 
+/* Names the common wrong inputs by their first N bytes at P, with what to do instead; "" when
+ * they look like nothing known. */
+static const char *wrong_input_hint(const unsigned char *p, size_t n)
+{
+    unsigned char magic[4];
+    nmt_put32(magic, REC_MAGIC_HEADER);
+    if (memcmp(p, magic, n < 4 ? n : 4) == 0)
+        return ""; /* the start of a stream header */
+    if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b)
+        return ": this is gzip-compressed data; decompress it first (zcat FILE | ...)";
+    if (n >= 4 && nmt_le32(p) == REC_MAGIC_ZSTD)
+        return ": this is zstd-compressed data without an nmt stream header (not written by an nmt tool)";
+    if (n >= 10 && memcmp(p, "nmt-vocab ", 10) == 0)
+        return ": this is a vocabulary file (nmt-vocab(5)); give it with --vocab";
+    if (n >= 10 && nmt_le64(p) < ((uint64_t)1 << 30) && p[8] == '{' && p[9] == '"')
+        return ": this is a checkpoint (safetensors); give it with -m";
+    size_t bad;
+    size_t k = n < 256 ? n : 256;
+    while (k > 0 && k > n - 4 && (p[k - 1] & 0xC0) == 0x80)
+        k--; /* do not judge a character cut by the end of what was read */
+    if (k > 0 && (p[k - 1] & 0x80))
+        k--;
+    int text = k > 0 && utf8_check((const char *)p, k, &bad) == 0;
+    for (size_t i = 0; text && i < k; i++)
+        text = p[i] >= 0x20 || p[i] == '\n' || p[i] == '\t' || p[i] == '\r';
+    if (text)
+        return ": this is plain text; make a stream of it with nmt-tokenize (with --vocab V for ids)";
+    return "";
+}
+
 /* Checks that header H, of a stream concatenated at offset OFF, agrees with the first stream's
  * (major version and REC_ORIGIN_KEYS); 0 or REC_EMIXED. */
 static int check_same_origin(struct rec_reader *r, const struct rec_header *h, uint64_t off)
@@ -639,9 +670,11 @@ struct rec_reader *rec_reader_open(int fd, const char *name, const char *expect_
     uint64_t off = 0;
     long long got = fill(r, 8);
     if (got >= 0 && got < 8) {
+        const char *hint = wrong_input_hint(r->in, (size_t)got);
         *status = got == 0 ? fail(r, REC_ETRUNC, off, "empty input (no stream header)")
+                  : *hint ? fail(r, REC_EMAGIC, off, "not a stream header%s", hint)
                   : (got >= 4 && (nmt_le32(r->in) & 0xFFFFFFF0U) != 0x184D2A50U)
-                      ? fail(r, REC_EMAGIC, off, "bad magic 0x%08x", nmt_le32(r->in))
+                      ? fail(r, REC_EMAGIC, off, "bad magic 0x%08x%s", nmt_le32(r->in), wrong_input_hint(r->in, (size_t)got))
                       : fail(r, REC_ETRUNC, off, "input ends inside the stream header");
         rec_reader_free(r);
         return NULL;
@@ -653,7 +686,7 @@ struct rec_reader *rec_reader_open(int fd, const char *name, const char *expect_
     }
     uint32_t magic = nmt_le32(r->in);
     if (magic != REC_MAGIC_HEADER) {
-        *status = fail(r, REC_EMAGIC, 0, "bad magic 0x%08x", magic);
+        *status = fail(r, REC_EMAGIC, 0, "bad magic 0x%08x%s", magic, wrong_input_hint(r->in, r->in_len));
         rec_reader_free(r);
         return NULL;
     }

@@ -69,3 +69,30 @@ setup_file() {
     [ "$status" -eq 1 ]
     [[ "$output" == *"does not end with </s>"* ]]
 }
+
+@test "hostile: stream readers name the common wrong inputs and say what to do" {
+    run nmt-batch -i "$D/a.en"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"a.en: not an nmt stream at byte 0: "*"this is plain text; make a stream of it with nmt-tokenize"* ]]
+    run nmt-cat "$D/v1"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"this is a vocabulary file (nmt-vocab(5)); give it with --vocab"* ]]
+    gzip -c "$D/a.ids" > "$D/a.ids.gz"
+    run nmt-batch -i "$D/a.ids.gz"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"this is gzip-compressed data; decompress it first"* ]]
+    zstd -q -c "$D/a.en" > "$D/a.en.zst"
+    run nmt-cat --check "$D/a.en.zst"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"this is zstd-compressed data without an nmt stream header"* ]]
+    run bash -c 'echo hi | nmt-batch'
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"stdin: not an nmt stream at byte 0: not a stream header: this is plain text"* ]]
+}
+
+@test "hostile: a checkpoint given as a stream is named as one" {
+    nmt-train -i "$D/a.batches" --vocab "$D/v1" -o "$D/t.ckpt" --preset tiny --max-steps 1 -q --threads 1
+    run nmt-batch -i "$D/t.ckpt"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"this is a checkpoint (safetensors); give it with -m"* ]]
+}
