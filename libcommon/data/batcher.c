@@ -142,11 +142,15 @@ static int check_ids(const uint32_t *ids, uint32_t n, const char *name, uint64_t
 static int add_pair(struct batcher *b, const char *name, uint64_t recno)
 {
     struct ids_record *r = &b->rec;
-    uint32_t ns = r->n[0], nt = r->nsides == 2 ? r->n[1] : 0;
+    if (r->nsides != 2)
+        return nmt_seterr("%s: record %llu: a source sentence without a target; batches are made of pairs (tokenize "
+                          "both sides: nmt-tokenize --vocab V --src FILE --tgt FILE, or --tsv)", name,
+                          (unsigned long long)recno);
+    uint32_t ns = r->n[0], nt = r->n[1];
     if (check_ids(r->ids[0], ns, name, recno, "source") < 0 ||
-        (r->nsides == 2 && check_ids(r->ids[1], nt, name, recno, "target") < 0))
+        check_ids(r->ids[1], nt, name, recno, "target") < 0)
         return -1;
-    uint64_t slen = (uint64_t)ns + 1, tlen = r->nsides == 2 ? (uint64_t)nt + 1 : 0;
+    uint64_t slen = (uint64_t)ns + 1, tlen = (uint64_t)nt + 1;
     if (slen > b->limit || tlen > b->limit) {
         if (!b->o.truncate) {
             b->st.dropped_len++;

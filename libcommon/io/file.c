@@ -149,3 +149,23 @@ void out_file_abort(struct out_file *f)
     free(f->path);
     f->tmp = f->path = NULL;
 }
+
+int nmt_output_open(struct out_file *f, const char *path, int binary)
+{
+    if (!path || strcmp(path, "-") == 0) {
+        f->path = f->tmp = NULL;
+        f->fd = nmt_open_out(path, binary);
+        return f->fd < 0 ? -1 : 0;
+    }
+    return out_file_open(f, path);
+}
+
+int nmt_output_finish(struct out_file *f, int keep)
+{
+    if (!f->tmp) /* stdout, or already finished */
+        return 0;
+    if (keep)
+        return out_file_commit(f);
+    out_file_abort(f);
+    return 0;
+}

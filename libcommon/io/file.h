@@ -34,6 +34,14 @@ int out_file_commit(struct out_file *f);
  * committed F only frees it. */
 void out_file_abort(struct out_file *f);
 
+/* Opens a named output the way every tool does: PATH "-" or NULL is stdout (refused when BINARY
+ * and stdout is a terminal), anything else an out_file. 0, or -1 with the error set. */
+int nmt_output_open(struct out_file *f, const char *path, int binary);
+/* Ends an output of nmt_output_open: with KEEP, commits a named one (stdout is left open for the
+ * tool's checked close); without, aborts it, leaving the previous file in place. 0, or -1 with the
+ * error set (the commit failed). */
+int nmt_output_finish(struct out_file *f, int keep);
+
 /* Writes all LEN bytes to FD, retrying short writes and EINTR; 0 or -1 with the error set. */
 int nmt_write_all(int fd, const void *buf, size_t len);
 

@@ -273,12 +273,13 @@ indices() { "$H" dump "$1" | awk '{print $2}'; }
     [[ "$output" != *vocab=* ]]
 }
 
-@test "source-only records give rows with an empty target" {
-    printf '#5 #6 #7\n#8\n#9 #10\t#11\n' | "$H" gen > "$D/one.ids"
-    nmt-batch "$D/one.ids" -o "$D/out" 2>/dev/null
-    dump "$D/out" | sort -k2n > "$D/rows"
-    [ "$(awk '{print $2, $3, $4, $7, $8, $9}' "$D/rows" | sed -n 1p)" = "0 4 0 2 5,6,7 -" ]
-    [ "$(awk '{print $2, $3, $4, $8, $9}' "$D/rows" | sed -n 3p)" = "2 3 2 9,10 11" ]
+@test "source-only records are refused: batches are made of pairs" {
+    printf '#5 #6 #7\t#4\n#8\n#9 #10\t#11\n' | "$H" gen > "$D/one.ids"
+    run nmt-batch "$D/one.ids" -o "$D/out"
+    [ "$status" -eq 1 ]
+    [ "${#lines[@]}" -eq 1 ]
+    [[ "$output" == "nmt-batch: $D/one.ids: record 2: a source sentence without a target; batches are made of pairs (tokenize both sides: "* ]]
+    [ ! -e "$D/out" ]
 }
 
 @test "bad input: wrong kind, truncated, not a stream, empty, missing, special ids" {
