@@ -8,7 +8,6 @@
 #include "nn/params.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -224,7 +223,8 @@ static void arena_layout(struct infer *in, struct nn_bump *b)
     in->padx = nn_bump_f(b, INFER_BLOCK * win);
     in->pady = nn_bump_f(b, INFER_BLOCK * wout);
     /* nothing is kept for backward: every encoder layer works in the same buffers */
-    struct nn_sub sa = {.t = in->et, .x = in->ex, .q = in->eq, .att = in->eatt}, ff = {.t = in->et, .x = in->ex, .h = in->eh};
+    struct nn_sub sa = {.t = in->et, .x = in->ex, .q = in->eq, .att = in->eatt},
+                  ff = {.t = in->et, .x = in->ex, .h = in->eh};
     for (int l = 0; l < in->c.enc_layers; l++)
         in->enc.layer[l] = (struct nn_enc_act){sa, ff};
     in->enc.x = in->ex;
@@ -511,8 +511,9 @@ int infer_logits(struct infer *in, float *logits)
 {
     if (in->time == 0 || in->R == 0)
         return nmt_seterr("no decoder step to read the logits of");
-    return nn_bk(&in->run, in->k->download(in->ctx, logits, in->logits, (size_t)in->R * (size_t)in->c.vocab * sizeof(float)),
-              "download");
+    return nn_bk(&in->run,
+                 in->k->download(in->ctx, logits, in->logits, (size_t)in->R * (size_t)in->c.vocab * sizeof(float)),
+                 "download");
 }
 
 int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, float *out)
@@ -579,7 +580,8 @@ int infer_reorder(struct infer *in, int ns, const int *keep, const int *parent)
             return -1;
         int64_t row = (int64_t)in->S * 2 * D;
         for (int l = 0; l < in->c.dec_layers; l++) {
-            if (nn_bk(&in->run, k->gather_rows(in->ctx, in->ckv_spare, in->ckv[l], in->idx, ns, row), "gather_rows") < 0)
+            if (nn_bk(&in->run, k->gather_rows(in->ctx, in->ckv_spare, in->ckv[l], in->idx, ns, row),
+                      "gather_rows") < 0)
                 return -1;
             float *tmp = in->ckv[l];
             in->ckv[l] = in->ckv_spare;
@@ -600,7 +602,8 @@ int infer_reorder(struct infer *in, int ns, const int *keep, const int *parent)
         if (nn_bk(&in->run, k->upload(in->ctx, in->idx, h, (size_t)t * (size_t)Rn * sizeof(int32_t)), "upload") < 0)
             return -1;
         for (int l = 0; l < in->c.dec_layers; l++) {
-            if (nn_bk(&in->run, k->gather_rows(in->ctx, in->kv_spare, in->kv[l], in->idx, t * Rn, 2 * D), "gather_rows") < 0)
+            if (nn_bk(&in->run, k->gather_rows(in->ctx, in->kv_spare, in->kv[l], in->idx, t * Rn, 2 * D),
+                      "gather_rows") < 0)
                 return -1;
             float *tmp = in->kv[l];
             in->kv[l] = in->kv_spare;

@@ -170,7 +170,7 @@ struct dec_act {
 
 struct acts {
     int B, S, T, Nr;     // batch shape, non-padding target rows
-    struct nn_encoder_acts e; // the encoder's (sub and act are sa and sc below)
+    struct nn_encoder_acts e; // the encoder's; its scratch sub and act are sa and sc below
     float *xt;           // (B*T, D) target embeddings (after dropout)
     uint64_t xt_off;
     struct dec_act *dec; // (Ld)
@@ -550,16 +550,18 @@ static int self_att_bwd(struct model *m, struct nn_sub *s, float *dsin, const fl
         return -1;
     struct nmt_attn_args a = nn_attn_args(&m->run, m->a.B, T, T, 3 * D, 3 * D, klen, causal);
     a.offset = s->attn_off;
-    if (nn_bk(&m->run, m->k->attention_backward(m->ctx, dqkv, dqkv + D, dqkv + 2 * D, datt, s->q, s->q + D, s->q + 2 * D, s->P,
+    if (nn_bk(&m->run,
+              m->k->attention_backward(m->ctx, dqkv, dqkv + D, dqkv + 2 * D, datt, s->q, s->q + D, s->q + 2 * D, s->P,
                                        &a),
-           "attention_backward") < 0)
+              "attention_backward") < 0)
         return -1;
     return linear_bwd(m, dsin, dqkv_w, dqkv_b, dqkv, sin, qkv_w, N, 3 * D, D, 0);
 }
 
 /* Backward of nn_cross_attention; adds the memory's gradient into DMEM (B*S, D). */
 static int cross_att_bwd(struct model *m, struct nn_sub *s, float *dsin, const float *dout, const float *sin,
-                         const float *kv, const float *mem, float *dmem, const struct dec_layer_weights *w, struct dec_layer_weights *gw)
+                         const float *kv, const float *mem, float *dmem, const struct dec_layer_weights *w,
+                         struct dec_layer_weights *gw)
 {
     int D = m->c.d_model, N = m->a.B * m->a.T, Ns = m->a.B * m->a.S;
     float *datt = dsin, *dq = m->a.sc, *dkv = m->a.dkv;
@@ -781,17 +783,19 @@ static int output_loss(struct model *m, const float *y, int backward, struct mod
                                  "download") < 0)
             return -1;
         struct nmt_xent_result xr;
-        if (nn_bk(&m->run, m->k->cross_entropy(m->ctx, &xr, backward ? a->logits : NULL, want_rnll ? a->rnll + r0 : NULL,
-                                             a->logits, a->tout + r0, R, V, c->label_smoothing, -1, 1.0f),
+        if (nn_bk(&m->run,
+                  m->k->cross_entropy(m->ctx, &xr, backward ? a->logits : NULL, want_rnll ? a->rnll + r0 : NULL,
+                                      a->logits, a->tout + r0, R, V, c->label_smoothing, -1, 1.0f),
                   "cross_entropy") < 0)
             return -1;
         out->loss += xr.loss;
         out->nll += xr.nll;
         out->tokens += xr.count;
         /* dE += dlogits^T y, then dy = dlogits E written over y's rows (no longer needed) */
-        if (backward &&
-            (nn_bk(&m->run, m->k->gemm(m->ctx, 1, 0, V, D, R, 1.0f, a->logits, V, yr, D, 1.0f, m->g.emb, D), "gemm") < 0 ||
-             nn_bk(&m->run, m->k->gemm(m->ctx, 0, 0, R, D, V, 1.0f, a->logits, V, m->w.emb, D, 0.0f, yr, D), "gemm") < 0))
+        if (backward && (nn_bk(&m->run, m->k->gemm(m->ctx, 1, 0, V, D, R, 1.0f, a->logits, V, yr, D, 1.0f, m->g.emb, D),
+                               "gemm") < 0 ||
+                         nn_bk(&m->run, m->k->gemm(m->ctx, 0, 0, R, D, V, 1.0f, a->logits, V, m->w.emb, D, 0.0f, yr, D),
+                               "gemm") < 0))
             return -1;
     }
     return 0;
@@ -830,7 +834,8 @@ static int decoder_bwd(struct model *m, const float *mem, float *dmem)
     int B = a->B, S = a->S, T = a->T, D = c->d_model, Nt = B * T, Nr = a->Nr;
     size_t Ns_ = (size_t)B * (size_t)S, Nt_ = (size_t)Nt;
     float *dx = a->dxt;
-    if (nn_bk(&m->run, m->k->memset_zero(m->ctx, a->yp + (size_t)Nr * (size_t)D, (size_t)D * sizeof(float)), "memset") < 0 ||
+    if (nn_bk(&m->run, m->k->memset_zero(m->ctx, a->yp + (size_t)Nr * (size_t)D, (size_t)D * sizeof(float)),
+              "memset") < 0 ||
         nn_bk(&m->run, m->k->gather_rows(m->ctx, dx, a->yp, a->sidx, Nt, D), "gather_rows") < 0)
         return -1;
     if (c->pre_norm && nn_bk(&m->run, m->k->layernorm_backward(m->ctx, dx, g->dec_ln_g, g->dec_ln_b, dx,
@@ -963,9 +968,10 @@ int model_grad_sumsq(struct model *m, double *out)
 
 int model_adam(struct model *m, float lr, int64_t t, float grad_scale, float beta1, float beta2, float eps)
 {
-    return nn_bk(&m->run, m->k->adam_update(m->ctx, m->params, m->adam_m, m->adam_v, m->grads, m->np, lr, beta1, beta2, eps, t,
+    return nn_bk(&m->run,
+                 m->k->adam_update(m->ctx, m->params, m->adam_m, m->adam_v, m->grads, m->np, lr, beta1, beta2, eps, t,
                                    grad_scale),
-              "adam_update");
+                 "adam_update");
 }
 
 int model_update(struct model *m, float lr, int64_t t, int64_t tokens, double clip, double *gnorm)
@@ -1063,7 +1069,8 @@ int model_load(struct model *m, const struct st_file *f, int opt)
             nmt_seterr("checkpoint tensor '%s' is not %zu float32 values", p->name, (size_t)p->size);
             goto out;
         }
-        if (p->size && nn_bk(&m->run, m->k->upload(m->ctx, m->params + p->offset, t->data, (size_t)t->nbytes), "upload") < 0)
+        if (p->size &&
+            nn_bk(&m->run, m->k->upload(m->ctx, m->params + p->offset, t->data, (size_t)t->nbytes), "upload") < 0)
             goto out;
     }
     if (opt) {

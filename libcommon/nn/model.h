@@ -4,8 +4,9 @@
  * Parameters live in one contiguous device buffer (gradients and Adam moments in three more of the
  * same size), laid out by the one parameter layout of nn/params.h; each tensor has a name (the same
  * names as the PyTorch reference, e.g. "enc.0.att.qkv.weight") under which it is stored in a
- * checkpoint. The forward blocks (nn/blocks.h) are shared with incremental decoding (nn/infer.h). Activations for a batch live in one more device buffer sized for the
- * largest batch seen so far.
+ * checkpoint. Activations for a batch live in one more device buffer sized for the largest batch
+ * seen so far. The forward blocks (nn/blocks.h) are the same ones incremental decoding (nn/infer.h)
+ * runs.
  *
  * Token rows are laid out padded (B, S) for the source and (B, T) for the target; padding rows are
  * masked out of attention, and the output projection and loss run only on the non-padding target

@@ -319,7 +319,8 @@ static void check_layout(int pre_norm)
     size_t expect = 1 + 12 * (size_t)c.enc_layers + 20 * (size_t)c.dec_layers + (pre_norm ? 4 : 0), off = 0;
     int packed = 1;
     for (size_t i = 0; i < nt; i++) {
-        packed &= tab[i].offset == off && tab[i].size == (size_t)tab[i].shape[0] * (size_t)(tab[i].ndim == 2 ? tab[i].shape[1] : 1);
+        size_t cols = tab[i].ndim == 2 ? (size_t)tab[i].shape[1] : 1;
+        packed &= tab[i].offset == off && tab[i].size == (size_t)tab[i].shape[0] * cols;
         off += tab[i].size;
     }
     test_ok(nt == expect && packed && off == model_num_params(m), "%s: %zu tensors back to back, %zu floats",
