@@ -3,8 +3,8 @@
  * self-attention key/value caches and encoder-decoder keys/values computed once per batch.
  *
  * Rows are grouped by sentence: with K rows per sentence, rows s*K .. s*K+K-1 belong to live
- * sentence s. The same kernels as training run in the same order (no dropout), so a forced decode
- * reproduces the training model's log-probabilities.
+ * sentence s. The forward blocks are training's own (nn/blocks.h, no dropout) on the model's
+ * weights (nn/params.h), so a forced decode reproduces the training model's log-probabilities.
  *
  * Batch invariance: every computation is per row or per sentence (masked attention, row-wise layer
  * norm), except matrix products, whose BLAS results may depend on the number of rows. In

@@ -1,7 +1,11 @@
-/* model.c: Transformer parameter layout, forward/backward layer loop over the backend kernels,
- * Adam, and checkpoint I/O (see model.h). */
+/* model.c: the Transformer for training (see model.h): the batch's activations, the forward pass
+ * over the shared blocks of nn/blocks.h, its backward pass, Adam, and checkpoint I/O over the
+ * parameter layout of nn/params.h. */
 #include "nn/model.h"
+#include "base/rng.h"
 #include "base/util.h"
+#include "nn/blocks.h"
+#include "nn/params.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -157,161 +161,19 @@ double model_lr(double scale, int d_model, int64_t step, int64_t warmup)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * parameter layout */
-
-struct enc_w {
-    float *qkv_w;   // (3D, D)
-    float *qkv_b;   // (3D)
-    float *o_w;     // (D, D)
-    float *o_b;     // (D)
-    float *w1;      // (F, D)
-    float *b1;      // (F)
-    float *w2;      // (D, F)
-    float *b2;      // (D)
-    float *ln1_g, *ln1_b; // (D)
-    float *ln2_g, *ln2_b; // (D)
-};
-
-struct dec_w {
-    float *sqkv_w;  // (3D, D) self-attention
-    float *sqkv_b;  // (3D)
-    float *so_w;    // (D, D)
-    float *so_b;    // (D)
-    float *cq_w;    // (D, D) encoder-decoder attention
-    float *cq_b;    // (D)
-    float *ckv_w;   // (2D, D)
-    float *ckv_b;   // (2D)
-    float *co_w;    // (D, D)
-    float *co_b;    // (D)
-    float *w1;      // (F, D)
-    float *b1;      // (F)
-    float *w2;      // (D, F)
-    float *b2;      // (D)
-    float *ln1_g, *ln1_b, *ln2_g, *ln2_b, *ln3_g, *ln3_b; // (D)
-};
-
-struct weights {
-    float *emb;     // (V, D) shared source/target embedding and output projection
-    struct enc_w *enc; // (Le)
-    struct dec_w *dec; // (Ld)
-    float *enc_ln_g, *enc_ln_b; // (D) pre-norm only: final encoder layer norm
-    float *dec_ln_g, *dec_ln_b; // (D) pre-norm only
-};
-
-/* Layout walker: hands out consecutive slices of BASE and (first pass) records the table. */
-struct lay {
-    float *base;
-    size_t off;
-    struct model_param *tab;
-    size_t n;
-};
-
-static float *take(struct lay *L, const char *name, int64_t r, int64_t c)
-{
-    size_t size = (size_t)(r * (c ? c : 1));
-    if (L->tab) {
-        struct model_param *p = &L->tab[L->n];
-        snprintf(p->name, sizeof p->name, "%s", name);
-        p->ndim = c ? 2 : 1;
-        p->shape[0] = r;
-        p->shape[1] = c;
-        p->offset = L->off;
-        p->size = size;
-    }
-    L->n++;
-    float *out = L->base ? L->base + L->off : NULL;
-    L->off += size;
-    return out;
-}
-
-static void layout(const struct model_config *c, struct lay *L, struct weights *w)
-{
-    int64_t D = c->d_model, F = c->ff, V = c->vocab;
-    char n[64];
-    w->emb = take(L, "emb.weight", V, D);
-    for (int l = 0; l < c->enc_layers; l++) {
-        struct enc_w *e = &w->enc[l];
-#define NM(fmt) (snprintf(n, sizeof n, fmt, l), n)
-        e->qkv_w = take(L, NM("enc.%d.att.qkv.weight"), 3 * D, D);
-        e->qkv_b = take(L, NM("enc.%d.att.qkv.bias"), 3 * D, 0);
-        e->o_w = take(L, NM("enc.%d.att.o.weight"), D, D);
-        e->o_b = take(L, NM("enc.%d.att.o.bias"), D, 0);
-        e->w1 = take(L, NM("enc.%d.ffn.w1.weight"), F, D);
-        e->b1 = take(L, NM("enc.%d.ffn.w1.bias"), F, 0);
-        e->w2 = take(L, NM("enc.%d.ffn.w2.weight"), D, F);
-        e->b2 = take(L, NM("enc.%d.ffn.w2.bias"), D, 0);
-        e->ln1_g = take(L, NM("enc.%d.ln1.weight"), D, 0);
-        e->ln1_b = take(L, NM("enc.%d.ln1.bias"), D, 0);
-        e->ln2_g = take(L, NM("enc.%d.ln2.weight"), D, 0);
-        e->ln2_b = take(L, NM("enc.%d.ln2.bias"), D, 0);
-    }
-    for (int l = 0; l < c->dec_layers; l++) {
-        struct dec_w *d = &w->dec[l];
-        d->sqkv_w = take(L, NM("dec.%d.self_att.qkv.weight"), 3 * D, D);
-        d->sqkv_b = take(L, NM("dec.%d.self_att.qkv.bias"), 3 * D, 0);
-        d->so_w = take(L, NM("dec.%d.self_att.o.weight"), D, D);
-        d->so_b = take(L, NM("dec.%d.self_att.o.bias"), D, 0);
-        d->cq_w = take(L, NM("dec.%d.cross_att.q.weight"), D, D);
-        d->cq_b = take(L, NM("dec.%d.cross_att.q.bias"), D, 0);
-        d->ckv_w = take(L, NM("dec.%d.cross_att.kv.weight"), 2 * D, D);
-        d->ckv_b = take(L, NM("dec.%d.cross_att.kv.bias"), 2 * D, 0);
-        d->co_w = take(L, NM("dec.%d.cross_att.o.weight"), D, D);
-        d->co_b = take(L, NM("dec.%d.cross_att.o.bias"), D, 0);
-        d->w1 = take(L, NM("dec.%d.ffn.w1.weight"), F, D);
-        d->b1 = take(L, NM("dec.%d.ffn.w1.bias"), F, 0);
-        d->w2 = take(L, NM("dec.%d.ffn.w2.weight"), D, F);
-        d->b2 = take(L, NM("dec.%d.ffn.w2.bias"), D, 0);
-        d->ln1_g = take(L, NM("dec.%d.ln1.weight"), D, 0);
-        d->ln1_b = take(L, NM("dec.%d.ln1.bias"), D, 0);
-        d->ln2_g = take(L, NM("dec.%d.ln2.weight"), D, 0);
-        d->ln2_b = take(L, NM("dec.%d.ln2.bias"), D, 0);
-        d->ln3_g = take(L, NM("dec.%d.ln3.weight"), D, 0);
-        d->ln3_b = take(L, NM("dec.%d.ln3.bias"), D, 0);
-#undef NM
-    }
-    if (c->pre_norm) {
-        w->enc_ln_g = take(L, "enc_ln.weight", D, 0);
-        w->enc_ln_b = take(L, "enc_ln.bias", D, 0);
-        w->dec_ln_g = take(L, "dec_ln.weight", D, 0);
-        w->dec_ln_b = take(L, "dec_ln.bias", D, 0);
-    }
-}
-
-/* ---------------------------------------------------------------------------------------------
  * activations */
 
-/* One residual sublayer. Post-norm: r = x_in + drop(sub(x_in)); x = LN(r), t holds r.
- * Pre-norm: t = LN(x_in); x = x_in + drop(sub(t)). */
-struct sub_act {
-    float *t;            // (N, D)
-    float *x;            // (N, D) stream after the sublayer
-    float *mean, *rstd;  // (N)
-    uint64_t drop_off;   // residual dropout counter offset
-    float *q;            // (N, 3D) self-attention qkv, or (N, D) cross-attention queries
-    float *P;            // (B, H, Tq, Tk) attention probabilities
-    float *att;          // (N, D) attention output before the projection
-    uint64_t attn_off;
-    float *h;            // (N, F) FFN ReLU output
-    uint64_t act_off;
-};
-
-struct enc_act {
-    struct sub_act sa, ff;
-};
-
 struct dec_act {
-    struct sub_act sa, ca, ff;
+    struct nn_sub sa, ca, ff;
     float *kv;           // (B*S, 2D) encoder-decoder keys and values of the memory
 };
 
 struct acts {
     int B, S, T, Nr;     // batch shape, non-padding target rows
-    float *xs;           // (B*S, D) source embeddings (after dropout)
-    float *xt;           // (B*T, D) target embeddings
-    uint64_t xs_off, xt_off;
-    struct enc_act *enc; // (Le)
+    struct nn_encoder_acts e; // the encoder's; its scratch sub and act are sa and sc below
+    float *xt;           // (B*T, D) target embeddings (after dropout)
+    uint64_t xt_off;
     struct dec_act *dec; // (Ld)
-    float *efl, *efl_mean, *efl_rstd; // (B*S, D), (B*S) pre-norm final encoder LN
     float *dfl, *dfl_mean, *dfl_rstd; // (B*T, D), (B*T)
     float *yp;           // (Nr + 1, D) packed decoder output rows; also their gradient in backward
     float *logits;       // (R, V) one chunk of logits
@@ -330,6 +192,7 @@ struct acts {
 
 struct model {
     struct backend *be;
+    struct nn_exec run;        // how the blocks run (dropout state of the current step)
     const struct nmt_backend *k;
     nmt_bctx *ctx;
     struct model_config c;
@@ -338,7 +201,7 @@ struct model {
     struct model_param *tab;   // (ntab)
     size_t ntab;
     float *params, *grads, *adam_m, *adam_v; // device, (P) each
-    struct weights w, g;       // views into params and grads
+    struct model_weights w, g; // views into params and grads
     struct acts a;
     float *act_buf;            // device activation buffer
     size_t act_cap;            // floats
@@ -346,17 +209,7 @@ struct model {
     size_t host_ints_cap;
     void *save_args;           // (ntab + 2) struct save_arg of the last model_save
     int R;                     // logit rows per chunk
-    uint64_t ctr;              // dropout counter of the current step
-    uint64_t seed;             // dropout seed of the current step
-    int train;                 // dropout on in the current step
 };
-
-static int bk(struct model *m, int rc, const char *what)
-{
-    if (rc < 0)
-        return nmt_seterr("backend %s: %s: %s", m->k->name, what, m->k->last_error(m->ctx));
-    return 0;
-}
 
 const struct model_config *model_config(const struct model *m)
 {
@@ -379,6 +232,11 @@ float *model_param_data(struct model *m)
     return m->params;
 }
 
+const struct model_weights *model_weights(const struct model *m)
+{
+    return &m->w;
+}
+
 void model_free(struct model *m)
 {
     if (!m)
@@ -390,11 +248,9 @@ void model_free(struct model *m)
         m->k->free(m->ctx, m->adam_v);
         m->k->free(m->ctx, m->act_buf);
     }
-    free(m->w.enc);
-    free(m->w.dec);
-    free(m->g.enc);
-    free(m->g.dec);
-    free(m->a.enc);
+    model_weights_free(&m->w);
+    model_weights_free(&m->g);
+    free(m->a.e.layer);
     free(m->a.dec);
     free(m->tab);
     free(m->host_ints);
@@ -422,37 +278,26 @@ struct model *model_new(struct backend *be, const struct model_config *c, int tr
     m->k = &be->ops;
     m->ctx = be->ctx;
     m->c = *c;
+    m->run = (struct nn_exec){.k = m->k, .ctx = m->ctx, .c = &m->c, .linear = nn_linear_gemm, .owner = m};
     m->training = training;
-    int Le = c->enc_layers, Ld = c->dec_layers;
-    m->w.enc = calloc((size_t)Le, sizeof *m->w.enc);
-    m->w.dec = calloc((size_t)Ld, sizeof *m->w.dec);
-    m->g.enc = calloc((size_t)Le, sizeof *m->g.enc);
-    m->g.dec = calloc((size_t)Ld, sizeof *m->g.dec);
-    m->a.enc = calloc((size_t)Le, sizeof *m->a.enc);
-    m->a.dec = calloc((size_t)Ld, sizeof *m->a.dec);
-    if (!m->w.enc || !m->w.dec || !m->g.enc || !m->g.dec || !m->a.enc || !m->a.dec) {
-        nmt_seterr("out of memory");
+    if (model_weights_alloc(&m->w, c) < 0 || (training && model_weights_alloc(&m->g, c) < 0))
         goto fail;
-    }
-    struct lay L = {0};
-    layout(c, &L, &m->w); /* count */
-    m->ntab = L.n;
-    m->np = L.off;
+    m->a.e.layer = calloc((size_t)c->enc_layers, sizeof *m->a.e.layer);
+    m->a.dec = calloc((size_t)c->dec_layers, sizeof *m->a.dec);
+    m->ntab = model_weights_layout(c, NULL, NULL, NULL, &m->np);
     m->tab = calloc(m->ntab, sizeof *m->tab);
-    if (!m->tab) {
+    if (!m->a.e.layer || !m->a.dec || !m->tab) {
         nmt_seterr("out of memory");
         goto fail;
     }
     if (!(m->params = dalloc(m, m->np, "parameters")))
         goto fail;
-    L = (struct lay){m->params, 0, m->tab, 0};
-    layout(c, &L, &m->w);
+    model_weights_layout(c, m->params, m->tab, &m->w, NULL);
     if (training) {
         if (!(m->grads = dalloc(m, m->np, "gradients")) || !(m->adam_m = dalloc(m, m->np, "Adam moments")) ||
             !(m->adam_v = dalloc(m, m->np, "Adam moments")))
             goto fail;
-        L = (struct lay){m->grads, 0, NULL, 0};
-        layout(c, &L, &m->g);
+        model_weights_layout(c, m->grads, NULL, &m->g, NULL);
     }
     return m;
 fail:
@@ -462,19 +307,6 @@ fail:
 
 /* ---------------------------------------------------------------------------------------------
  * initialisation */
-
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-static double unif(uint64_t *s)
-{
-    return (double)(splitmix(s) >> 11) * (1.0 / 9007199254740992.0);
-}
 
 int model_init(struct model *m, uint64_t seed)
 {
@@ -489,7 +321,7 @@ int model_init(struct model *m, uint64_t seed)
         if (!strcmp(p->name, "emb.weight")) {
             double sd = 1 / sqrt((double)m->c.d_model);
             for (size_t j = 0; j < p->size; j += 2) {
-                double u1 = unif(&s), u2 = unif(&s);
+                double u1 = rng_unit(rng_splitmix64(&s)), u2 = rng_unit(rng_splitmix64(&s));
                 double r = sqrt(-2 * log(1 - u1)) * sd;
                 x[j] = (float)(r * cos(2 * M_PI * u2));
                 if (j + 1 < p->size)
@@ -499,7 +331,7 @@ int model_init(struct model *m, uint64_t seed)
         } else if (p->ndim == 2) {
             double a = sqrt(6.0 / (double)(p->shape[0] + p->shape[1]));
             for (size_t j = 0; j < p->size; j++)
-                x[j] = (float)((2 * unif(&s) - 1) * a);
+                x[j] = (float)((2 * rng_unit(rng_splitmix64(&s)) - 1) * a);
         } else if (nl > 7 && !strcmp(p->name + nl - 7, ".weight")) { /* layer norm gain */
             for (size_t j = 0; j < p->size; j++)
                 x[j] = 1;
@@ -510,115 +342,95 @@ int model_init(struct model *m, uint64_t seed)
     int rc = model_set_params(m, h);
     free(h);
     if (rc == 0 && m->training &&
-        (bk(m, m->k->memset_zero(m->ctx, m->adam_m, m->np * sizeof(float)), "memset") < 0 ||
-         bk(m, m->k->memset_zero(m->ctx, m->adam_v, m->np * sizeof(float)), "memset") < 0 ||
-         bk(m, m->k->memset_zero(m->ctx, m->grads, m->np * sizeof(float)), "memset") < 0))
+        (nn_bk(&m->run, m->k->memset_zero(m->ctx, m->adam_m, m->np * sizeof(float)), "memset") < 0 ||
+         nn_bk(&m->run, m->k->memset_zero(m->ctx, m->adam_v, m->np * sizeof(float)), "memset") < 0 ||
+         nn_bk(&m->run, m->k->memset_zero(m->ctx, m->grads, m->np * sizeof(float)), "memset") < 0))
         rc = -1;
     return rc;
 }
 
 int model_get_params(struct model *m, float *host)
 {
-    return bk(m, m->k->download(m->ctx, host, m->params, m->np * sizeof(float)), "download");
+    return nn_bk(&m->run, m->k->download(m->ctx, host, m->params, m->np * sizeof(float)), "download");
 }
 
 int model_set_params(struct model *m, const float *host)
 {
-    return bk(m, m->k->upload(m->ctx, m->params, host, m->np * sizeof(float)), "upload");
+    return nn_bk(&m->run, m->k->upload(m->ctx, m->params, host, m->np * sizeof(float)), "upload");
 }
 
 int model_get_grads(struct model *m, float *host)
 {
     if (!m->grads)
         return nmt_seterr("model has no gradients (not created for training)");
-    return bk(m, m->k->download(m->ctx, host, m->grads, m->np * sizeof(float)), "download");
+    return nn_bk(&m->run, m->k->download(m->ctx, host, m->grads, m->np * sizeof(float)), "download");
 }
 
 /* ---------------------------------------------------------------------------------------------
  * activation buffer */
 
-struct bump {
-    char *base;
-    size_t off;          // bytes
-};
-
-static void *bump(struct bump *b, size_t bytes)
+static void sub_layout(struct nn_bump *b, struct nn_sub *s, int kind, size_t N, size_t D, size_t F, size_t P)
 {
-    void *p = b->base ? b->base + b->off : NULL;
-    b->off += (bytes + 63) & ~(size_t)63;
-    return p;
-}
-
-static float *bf(struct bump *b, size_t n)
-{
-    return bump(b, n * sizeof(float));
-}
-
-static int32_t *bi(struct bump *b, size_t n)
-{
-    return bump(b, n * sizeof(int32_t));
-}
-
-static void sub_layout(struct bump *b, struct sub_act *s, int kind, size_t N, size_t D, size_t F, size_t P)
-{
-    s->t = bf(b, N * D);
-    s->x = bf(b, N * D);
-    s->mean = bf(b, N);
-    s->rstd = bf(b, N);
+    s->t = nn_bump_f(b, N * D);
+    s->x = nn_bump_f(b, N * D);
+    s->mean = nn_bump_f(b, N);
+    s->rstd = nn_bump_f(b, N);
     if (kind == 0 || kind == 1) { /* self / cross attention */
-        s->q = bf(b, N * (kind == 0 ? 3 : 1) * D);
-        s->P = bf(b, P);
-        s->att = bf(b, N * D);
+        s->q = nn_bump_f(b, N * (kind == 0 ? 3 : 1) * D);
+        s->P = nn_bump_f(b, P);
+        s->att = nn_bump_f(b, N * D);
     } else {
-        s->h = bf(b, N * F);
+        s->h = nn_bump_f(b, N * F);
     }
 }
 
-static void acts_layout(struct model *m, struct bump *b, int B, int S, int T, int Nr)
+static void acts_layout(struct model *m, struct nn_bump *b, int B, int S, int T, int Nr)
 {
     struct acts *a = &m->a;
     size_t D = (size_t)m->c.d_model, F = (size_t)m->c.ff, H = (size_t)m->c.heads, V = (size_t)m->c.vocab;
     size_t Ns = (size_t)B * (size_t)S, Nt = (size_t)B * (size_t)T, Nm = Ns > Nt ? Ns : Nt;
     a->B = B, a->S = S, a->T = T, a->Nr = Nr;
-    a->xs = bf(b, Ns * D);
-    a->xt = bf(b, Nt * D);
+    a->e.x = nn_bump_f(b, Ns * D);
+    a->xt = nn_bump_f(b, Nt * D);
     for (int l = 0; l < m->c.enc_layers; l++) {
-        sub_layout(b, &a->enc[l].sa, 0, Ns, D, F, (size_t)B * H * (size_t)S * (size_t)S);
-        sub_layout(b, &a->enc[l].ff, 2, Ns, D, F, 0);
+        sub_layout(b, &a->e.layer[l].sa, 0, Ns, D, F, (size_t)B * H * (size_t)S * (size_t)S);
+        sub_layout(b, &a->e.layer[l].ff, 2, Ns, D, F, 0);
     }
     for (int l = 0; l < m->c.dec_layers; l++) {
         sub_layout(b, &a->dec[l].sa, 0, Nt, D, F, (size_t)B * H * (size_t)T * (size_t)T);
         sub_layout(b, &a->dec[l].ca, 1, Nt, D, F, (size_t)B * H * (size_t)T * (size_t)S);
         sub_layout(b, &a->dec[l].ff, 2, Nt, D, F, 0);
-        a->dec[l].kv = bf(b, Ns * 2 * D);
+        a->dec[l].kv = nn_bump_f(b, Ns * 2 * D);
     }
     if (m->c.pre_norm) {
-        a->efl = bf(b, Ns * D);
-        a->efl_mean = bf(b, Ns);
-        a->efl_rstd = bf(b, Ns);
-        a->dfl = bf(b, Nt * D);
-        a->dfl_mean = bf(b, Nt);
-        a->dfl_rstd = bf(b, Nt);
+        a->e.fl = nn_bump_f(b, Ns * D);
+        a->e.fl_mean = nn_bump_f(b, Ns);
+        a->e.fl_rstd = nn_bump_f(b, Ns);
+        a->dfl = nn_bump_f(b, Nt * D);
+        a->dfl_mean = nn_bump_f(b, Nt);
+        a->dfl_rstd = nn_bump_f(b, Nt);
     }
-    a->yp = bf(b, ((size_t)Nr + 1) * D);
+    a->yp = nn_bump_f(b, ((size_t)Nr + 1) * D);
     size_t R = (size_t)m->R < (size_t)Nr ? (size_t)m->R : (size_t)Nr;
-    a->logits = bf(b, (R ? R : 1) * V);
-    a->rnll = bf(b, (size_t)Nr + 1);
-    a->dxs = bf(b, Ns * D);
-    a->dxt = bf(b, Nt * D);
-    a->sa = bf(b, Nm * D);
-    a->sb = bf(b, Nm * D);
-    a->sc = bf(b, Nm * (3 * D > F ? 3 * D : F));
-    a->dkv = bf(b, Ns * 2 * D);
-    a->src_ids = bi(b, Ns);
-    a->src_pos = bi(b, Ns);
-    a->src_len = bi(b, (size_t)B);
-    a->tin_ids = bi(b, Nt);
-    a->tin_pos = bi(b, Nt);
-    a->tgt_len = bi(b, (size_t)B);
-    a->tout = bi(b, (size_t)Nr + 1);
-    a->gidx = bi(b, (size_t)Nr + 1);
-    a->sidx = bi(b, Nt);
+    a->logits = nn_bump_f(b, (R ? R : 1) * V);
+    a->rnll = nn_bump_f(b, (size_t)Nr + 1);
+    a->dxs = nn_bump_f(b, Ns * D);
+    a->dxt = nn_bump_f(b, Nt * D);
+    a->sa = nn_bump_f(b, Nm * D);
+    a->sb = nn_bump_f(b, Nm * D);
+    a->sc = nn_bump_f(b, Nm * (3 * D > F ? 3 * D : F));
+    a->dkv = nn_bump_f(b, Ns * 2 * D);
+    a->e.sub = a->sa;
+    a->e.act = a->sc;
+    a->src_ids = nn_bump_i(b, Ns);
+    a->src_pos = nn_bump_i(b, Ns);
+    a->src_len = nn_bump_i(b, (size_t)B);
+    a->tin_ids = nn_bump_i(b, Nt);
+    a->tin_pos = nn_bump_i(b, Nt);
+    a->tgt_len = nn_bump_i(b, (size_t)B);
+    a->tout = nn_bump_i(b, (size_t)Nr + 1);
+    a->gidx = nn_bump_i(b, (size_t)Nr + 1);
+    a->sidx = nn_bump_i(b, Nt);
 }
 
 /* Grows the activation buffer to at least BYTES (plus SLACK); 0 or -1. */
@@ -644,7 +456,7 @@ static size_t acts_bytes(struct model *m, int B, int S, int T, int Nr)
     m->R = (int)((4u << 20) / V);
     if (m->R < 64)
         m->R = 64;
-    struct bump b = {NULL, 0};
+    struct nn_bump b = {NULL, 0};
     acts_layout(m, &b, B, S, T, Nr);
     return b.off;
 }
@@ -655,7 +467,7 @@ static int acts_prepare(struct model *m, int B, int S, int T, int Nr)
     size_t need = acts_bytes(m, B, S, T, Nr);
     if (acts_grow(m, need, need / 4) < 0)
         return -1;
-    struct bump b = {(char *)m->act_buf, 0};
+    struct nn_bump b = {(char *)m->act_buf, 0};
     acts_layout(m, &b, B, S, T, Nr);
     return 0;
 }
@@ -673,91 +485,40 @@ int model_reserve(struct model *m, const struct batch_record *br)
 /* ---------------------------------------------------------------------------------------------
  * layer building blocks */
 
-/* y (N, out) = x (N, in) W^T + b, W (out, in). */
-static int linear(struct model *m, float *y, const float *x, const float *W, const float *bias, int N, int out, int in)
-{
-    if (bk(m, m->k->gemm(m->ctx, 0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out), "gemm") < 0)
-        return -1;
-    return bk(m, m->k->bias_add(m->ctx, y, bias, N, out), "bias_add");
-}
-
 /* Backward of linear: dx (N, in) = dy W (+= when BETA is 1; skipped when dx is NULL),
  * dW += dy^T x, db += column sums of dy. */
 static int linear_bwd(struct model *m, float *dx, float *dW, float *db, const float *dy, const float *x,
                       const float *W, int N, int out, int in, float beta)
 {
-    if (dx && bk(m, m->k->gemm(m->ctx, 0, 0, N, in, out, 1.0f, dy, out, W, in, beta, dx, in), "gemm") < 0)
+    if (dx && nn_bk(&m->run, m->k->gemm(m->ctx, 0, 0, N, in, out, 1.0f, dy, out, W, in, beta, dx, in), "gemm") < 0)
         return -1;
-    if (bk(m, m->k->gemm(m->ctx, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in), "gemm") < 0)
+    if (nn_bk(&m->run, m->k->gemm(m->ctx, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in), "gemm") < 0)
         return -1;
-    return bk(m, m->k->bias_grad(m->ctx, db, dy, N, out), "bias_grad");
-}
-
-static uint64_t take_ctr(struct model *m, size_t n)
-{
-    uint64_t o = m->ctr;
-    m->ctr += n;
-    return o;
-}
-
-/* x = dropout(x) in place with the residual rate (no-op when off); records the counter offset. */
-static int drop_fwd(struct model *m, float *x, size_t n, float p, uint64_t *off)
-{
-    if (!m->train || p <= 0)
-        return 0;
-    *off = take_ctr(m, n);
-    return bk(m, m->k->dropout_forward(m->ctx, x, x, n, p, m->seed, *off), "dropout_forward");
+    return nn_bk(&m->run, m->k->bias_grad(m->ctx, db, dy, N, out), "bias_grad");
 }
 
 static int drop_bwd(struct model *m, float *dx, const float *dy, size_t n, float p, uint64_t off)
 {
-    if (!m->train || p <= 0) {
+    if (!m->run.train || p <= 0) {
         if (dx == dy)
             return 0;
-        return bk(m, m->k->copy(m->ctx, dx, dy, n * sizeof(float)), "copy");
+        return nn_bk(&m->run, m->k->copy(m->ctx, dx, dy, n * sizeof(float)), "copy");
     }
-    return bk(m, m->k->dropout_backward(m->ctx, dx, dy, n, p, m->seed, off), "dropout_backward");
-}
-
-/* Start of a residual sublayer: returns the sublayer input (x_in, or LN(x_in) in pre-norm). */
-static const float *res_begin(struct model *m, struct sub_act *s, const float *xin, const float *g, const float *b,
-                              int N)
-{
-    if (!m->c.pre_norm)
-        return xin;
-    if (bk(m, m->k->layernorm_forward(m->ctx, s->t, s->mean, s->rstd, xin, g, b, N, m->c.d_model, m->c.ln_eps),
-           "layernorm_forward") < 0)
-        return NULL;
-    return s->t;
-}
-
-/* End of a residual sublayer: SUB (N, D) is the sublayer output (clobbered by dropout). */
-static int res_end(struct model *m, struct sub_act *s, const float *xin, float *sub, const float *g, const float *b,
-                   int N)
-{
-    size_t n = (size_t)N * (size_t)m->c.d_model;
-    if (drop_fwd(m, sub, n, m->c.dropout, &s->drop_off) < 0)
-        return -1;
-    if (m->c.pre_norm)
-        return bk(m, m->k->add(m->ctx, s->x, xin, sub, n), "add");
-    if (bk(m, m->k->add(m->ctx, s->t, xin, sub, n), "add") < 0)
-        return -1;
-    return bk(m, m->k->layernorm_forward(m->ctx, s->x, s->mean, s->rstd, s->t, g, b, N, m->c.d_model, m->c.ln_eps),
-              "layernorm_forward");
+    return nn_bk(&m->run, m->k->dropout_backward(m->ctx, dx, dy, n, p, m->run.seed, off), "dropout_backward");
 }
 
 /* Backward through the end of a residual sublayer: DX (N, D) holds the gradient of s->x; on return
  * DX holds the gradient of the direct path to x_in and *DSUB points at the gradient of the
  * sublayer output (DX itself or scratch SCR). */
-static int res_end_bwd(struct model *m, struct sub_act *s, float *dx, float *scr, float **dsub, float *dg, float *db,
+static int res_end_bwd(struct model *m, struct nn_sub *s, float *dx, float *scr, float **dsub, float *dg, float *db,
                        const float *g, int N)
 {
     size_t n = (size_t)N * (size_t)m->c.d_model;
     if (!m->c.pre_norm &&
-        bk(m, m->k->layernorm_backward(m->ctx, dx, dg, db, dx, s->t, s->mean, s->rstd, g, N, m->c.d_model),
+        nn_bk(&m->run, m->k->layernorm_backward(m->ctx, dx, dg, db, dx, s->t, s->mean, s->rstd, g, N, m->c.d_model),
            "layernorm_backward") < 0)
         return -1;
-    if (!m->train || m->c.dropout <= 0) {
+    if (!m->run.train || m->c.dropout <= 0) {
         *dsub = dx;
         return 0;
     }
@@ -767,60 +528,19 @@ static int res_end_bwd(struct model *m, struct sub_act *s, float *dx, float *scr
 
 /* Backward through the start: DSIN (N, D) is the gradient of the sublayer input; adds it (through
  * the pre-norm LN) into DX. DSIN is clobbered. */
-static int res_begin_bwd(struct model *m, struct sub_act *s, float *dx, float *dsin, const float *xin, float *dg,
+static int res_begin_bwd(struct model *m, struct nn_sub *s, float *dx, float *dsin, const float *xin, float *dg,
                          float *db, const float *g, int N)
 {
     size_t n = (size_t)N * (size_t)m->c.d_model;
     if (m->c.pre_norm &&
-        bk(m, m->k->layernorm_backward(m->ctx, dsin, dg, db, dsin, xin, s->mean, s->rstd, g, N, m->c.d_model),
+        nn_bk(&m->run, m->k->layernorm_backward(m->ctx, dsin, dg, db, dsin, xin, s->mean, s->rstd, g, N, m->c.d_model),
            "layernorm_backward") < 0)
         return -1;
-    return bk(m, m->k->add(m->ctx, dx, dx, dsin, n), "add");
+    return nn_bk(&m->run, m->k->add(m->ctx, dx, dx, dsin, n), "add");
 }
 
-static struct nmt_attn_args attn_args(struct model *m, int Tq, int Tk, int64_t q_ld, int64_t kv_ld, const int32_t *klen,
-                                      int causal)
-{
-    struct nmt_attn_args a;
-    memset(&a, 0, sizeof a);
-    int D = m->c.d_model;
-    a.B = m->a.B;
-    a.Tq = Tq;
-    a.Tk = Tk;
-    a.H = m->c.heads;
-    a.dh = D / m->c.heads;
-    a.q_ld = q_ld;
-    a.q_bs = q_ld * Tq;
-    a.k_ld = a.v_ld = kv_ld;
-    a.k_bs = a.v_bs = kv_ld * Tk;
-    a.o_ld = D;
-    a.o_bs = (int64_t)D * Tq;
-    a.klen = klen;
-    a.causal = causal;
-    a.scale = 1.0f / sqrtf((float)a.dh);
-    a.dropout = m->train ? m->c.attn_dropout : 0;
-    a.seed = m->seed;
-    return a;
-}
-
-/* Self-attention sublayer on input SIN (B*T, D) into OUT (B*T, D). */
-static int self_att_fwd(struct model *m, struct sub_act *s, float *out, const float *sin, const float *qkv_w,
-                        const float *qkv_b, const float *o_w, const float *o_b, int T, const int32_t *klen, int causal)
-{
-    int D = m->c.d_model, N = m->a.B * T;
-    if (linear(m, s->q, sin, qkv_w, qkv_b, N, 3 * D, D) < 0)
-        return -1;
-    struct nmt_attn_args a = attn_args(m, T, T, 3 * D, 3 * D, klen, causal);
-    if (a.dropout > 0)
-        a.offset = s->attn_off = take_ctr(m, (size_t)a.B * a.H * (size_t)T * (size_t)T);
-    if (bk(m, m->k->attention_forward(m->ctx, s->att, s->P, s->q, s->q + D, s->q + 2 * D, &a), "attention_forward") <
-        0)
-        return -1;
-    return linear(m, out, s->att, o_w, o_b, N, D, D);
-}
-
-/* Backward of self_att_fwd: DOUT (B*T, D) gradient of the output; DSIN receives the input's gradient. */
-static int self_att_bwd(struct model *m, struct sub_act *s, float *dsin, const float *dout, const float *sin,
+/* Backward of nn_self_attention: DOUT (B*T, D) gradient of the output; DSIN receives the input's gradient. */
+static int self_att_bwd(struct model *m, struct nn_sub *s, float *dsin, const float *dout, const float *sin,
                         const float *qkv_w, float *dqkv_w, float *dqkv_b, const float *o_w, float *do_w, float *do_b,
                         int T, const int32_t *klen, int causal)
 {
@@ -828,41 +548,28 @@ static int self_att_bwd(struct model *m, struct sub_act *s, float *dsin, const f
     float *datt = dsin, *dqkv = m->a.sc;
     if (linear_bwd(m, datt, do_w, do_b, dout, s->att, o_w, N, D, D, 0) < 0)
         return -1;
-    struct nmt_attn_args a = attn_args(m, T, T, 3 * D, 3 * D, klen, causal);
+    struct nmt_attn_args a = nn_attn_args(&m->run, m->a.B, T, T, 3 * D, 3 * D, klen, causal);
     a.offset = s->attn_off;
-    if (bk(m, m->k->attention_backward(m->ctx, dqkv, dqkv + D, dqkv + 2 * D, datt, s->q, s->q + D, s->q + 2 * D, s->P,
+    if (nn_bk(&m->run,
+              m->k->attention_backward(m->ctx, dqkv, dqkv + D, dqkv + 2 * D, datt, s->q, s->q + D, s->q + 2 * D, s->P,
                                        &a),
-           "attention_backward") < 0)
+              "attention_backward") < 0)
         return -1;
     return linear_bwd(m, dsin, dqkv_w, dqkv_b, dqkv, sin, qkv_w, N, 3 * D, D, 0);
 }
 
-/* Encoder-decoder attention: queries from SIN (B*T, D), keys/values KV (B*S, 2D). */
-static int cross_att_fwd(struct model *m, struct sub_act *s, float *out, const float *sin, const float *kv,
-                         const struct dec_w *w)
-{
-    int D = m->c.d_model, N = m->a.B * m->a.T;
-    if (linear(m, s->q, sin, w->cq_w, w->cq_b, N, D, D) < 0)
-        return -1;
-    struct nmt_attn_args a = attn_args(m, m->a.T, m->a.S, D, 2 * D, m->a.src_len, 0);
-    if (a.dropout > 0)
-        a.offset = s->attn_off = take_ctr(m, (size_t)a.B * a.H * (size_t)m->a.T * (size_t)m->a.S);
-    if (bk(m, m->k->attention_forward(m->ctx, s->att, s->P, s->q, kv, kv + D, &a), "attention_forward") < 0)
-        return -1;
-    return linear(m, out, s->att, w->co_w, w->co_b, N, D, D);
-}
-
-/* Backward of cross_att_fwd; adds the memory's gradient into DMEM (B*S, D). */
-static int cross_att_bwd(struct model *m, struct sub_act *s, float *dsin, const float *dout, const float *sin,
-                         const float *kv, const float *mem, float *dmem, const struct dec_w *w, struct dec_w *gw)
+/* Backward of nn_cross_attention; adds the memory's gradient into DMEM (B*S, D). */
+static int cross_att_bwd(struct model *m, struct nn_sub *s, float *dsin, const float *dout, const float *sin,
+                         const float *kv, const float *mem, float *dmem, const struct dec_layer_weights *w,
+                         struct dec_layer_weights *gw)
 {
     int D = m->c.d_model, N = m->a.B * m->a.T, Ns = m->a.B * m->a.S;
     float *datt = dsin, *dq = m->a.sc, *dkv = m->a.dkv;
     if (linear_bwd(m, datt, gw->co_w, gw->co_b, dout, s->att, w->co_w, N, D, D, 0) < 0)
         return -1;
-    struct nmt_attn_args a = attn_args(m, m->a.T, m->a.S, D, 2 * D, m->a.src_len, 0);
+    struct nmt_attn_args a = nn_attn_args(&m->run, m->a.B, m->a.T, m->a.S, D, 2 * D, m->a.src_len, 0);
     a.offset = s->attn_off;
-    if (bk(m, m->k->attention_backward(m->ctx, dq, dkv, dkv + D, datt, s->q, kv, kv + D, s->P, &a),
+    if (nn_bk(&m->run, m->k->attention_backward(m->ctx, dq, dkv, dkv + D, datt, s->q, kv, kv + D, s->P, &a),
            "attention_backward") < 0)
         return -1;
     if (linear_bwd(m, dmem, gw->ckv_w, gw->ckv_b, dkv, mem, w->ckv_w, Ns, 2 * D, D, 1) < 0)
@@ -870,46 +577,27 @@ static int cross_att_bwd(struct model *m, struct sub_act *s, float *dsin, const 
     return linear_bwd(m, dsin, gw->cq_w, gw->cq_b, dq, sin, w->cq_w, N, D, D, 0);
 }
 
-/* FFN sublayer: OUT = W2 drop(relu(W1 SIN + b1)) + b2. */
-static int ffn_fwd(struct model *m, struct sub_act *s, float *out, const float *sin, const float *w1, const float *b1,
-                   const float *w2, const float *b2, int N)
-{
-    int D = m->c.d_model, F = m->c.ff;
-    size_t n = (size_t)N * (size_t)F;
-    if (linear(m, s->h, sin, w1, b1, N, F, D) < 0 || bk(m, m->k->relu_forward(m->ctx, s->h, s->h, n), "relu") < 0)
-        return -1;
-    const float *hd = s->h;
-    if (m->train && m->c.act_dropout > 0) {
-        s->act_off = take_ctr(m, n);
-        if (bk(m, m->k->dropout_forward(m->ctx, m->a.sc, s->h, n, m->c.act_dropout, m->seed, s->act_off),
-               "dropout_forward") < 0)
-            return -1;
-        hd = m->a.sc;
-    }
-    return linear(m, out, hd, w2, b2, N, D, F);
-}
-
-static int ffn_bwd(struct model *m, struct sub_act *s, float *dsin, const float *dout, const float *sin,
+static int ffn_bwd(struct model *m, struct nn_sub *s, float *dsin, const float *dout, const float *sin,
                    const float *w1, float *dw1, float *db1, const float *w2, float *dw2, float *db2, int N)
 {
     int D = m->c.d_model, F = m->c.ff;
     size_t n = (size_t)N * (size_t)F;
     float *dh = m->a.sc;
     const float *hd = s->h;
-    int drop = m->train && m->c.act_dropout > 0;
+    int drop = m->run.train && m->c.act_dropout > 0;
     if (drop) { /* regenerate the dropped activation for dW2 */
-        if (bk(m, m->k->dropout_forward(m->ctx, dh, s->h, n, m->c.act_dropout, m->seed, s->act_off),
+        if (nn_bk(&m->run, m->k->dropout_forward(m->ctx, dh, s->h, n, m->c.act_dropout, m->run.seed, s->act_off),
                "dropout_forward") < 0)
             return -1;
         hd = dh;
     }
     if (linear_bwd(m, NULL, dw2, db2, dout, hd, w2, N, D, F, 0) < 0)
         return -1;
-    if (bk(m, m->k->gemm(m->ctx, 0, 0, N, F, D, 1.0f, dout, D, w2, F, 0.0f, dh, F), "gemm") < 0)
+    if (nn_bk(&m->run, m->k->gemm(m->ctx, 0, 0, N, F, D, 1.0f, dout, D, w2, F, 0.0f, dh, F), "gemm") < 0)
         return -1;
     if (drop && drop_bwd(m, dh, dh, n, m->c.act_dropout, s->act_off) < 0)
         return -1;
-    if (bk(m, m->k->relu_backward(m->ctx, dh, dh, s->h, n), "relu_backward") < 0)
+    if (nn_bk(&m->run, m->k->relu_backward(m->ctx, dh, dh, s->h, n), "relu_backward") < 0)
         return -1;
     return linear_bwd(m, dsin, dw1, db1, dh, sin, w1, N, F, D, 0);
 }
@@ -984,7 +672,7 @@ static int stage_batch(struct model *m, const struct batch_record *br, int *nr, 
 
 static int upload_ints(struct model *m, int32_t *dst, const int32_t *src, size_t n)
 {
-    return bk(m, m->k->upload(m->ctx, dst, src, n * sizeof(int32_t)), "upload");
+    return nn_bk(&m->run, m->k->upload(m->ctx, dst, src, n * sizeof(int32_t)), "upload");
 }
 
 /* Validates BR, sizes the activations and uploads the batch's int arrays. */
@@ -1016,47 +704,6 @@ static int prepare_batch(struct model *m, const struct batch_record *br, int *nr
     return 0;
 }
 
-/* The encoder over the prepared batch; *MEM receives its output (B*S, D). */
-static int encoder_fwd(struct model *m, const float **mem_out)
-{
-    struct acts *a = &m->a;
-    const struct weights *w = &m->w;
-    const struct model_config *c = &m->c;
-    int D = c->d_model, V = c->vocab, B = a->B, S = a->S, Ns = B * S;
-    size_t Ns_ = (size_t)Ns;
-    float emb_scale = sqrtf((float)D);
-    /* ---- encoder ---- */
-    if (bk(m, m->k->embedding_forward(m->ctx, a->xs, a->src_ids, a->src_pos, w->emb, Ns, D, V, emb_scale),
-           "embedding_forward") < 0 ||
-        drop_fwd(m, a->xs, Ns_ * (size_t)D, c->dropout, &a->xs_off) < 0)
-        return -1;
-    const float *x = a->xs;
-    for (int l = 0; l < c->enc_layers; l++) {
-        const struct enc_w *ew = &w->enc[l];
-        struct enc_act *ea = &a->enc[l];
-        const float *sin = res_begin(m, &ea->sa, x, ew->ln1_g, ew->ln1_b, Ns);
-        if (!sin || self_att_fwd(m, &ea->sa, a->sa, sin, ew->qkv_w, ew->qkv_b, ew->o_w, ew->o_b, S, a->src_len, 0) < 0 ||
-            res_end(m, &ea->sa, x, a->sa, ew->ln1_g, ew->ln1_b, Ns) < 0)
-            return -1;
-        x = ea->sa.x;
-        sin = res_begin(m, &ea->ff, x, ew->ln2_g, ew->ln2_b, Ns);
-        if (!sin || ffn_fwd(m, &ea->ff, a->sa, sin, ew->w1, ew->b1, ew->w2, ew->b2, Ns) < 0 ||
-            res_end(m, &ea->ff, x, a->sa, ew->ln2_g, ew->ln2_b, Ns) < 0)
-            return -1;
-        x = ea->ff.x;
-    }
-    const float *mem = x;
-    if (c->pre_norm) {
-        if (bk(m, m->k->layernorm_forward(m->ctx, a->efl, a->efl_mean, a->efl_rstd, x, w->enc_ln_g, w->enc_ln_b, Ns, D,
-                                          c->ln_eps),
-               "layernorm_forward") < 0)
-            return -1;
-        mem = a->efl;
-    }
-    *mem_out = mem;
-    return 0;
-}
-
 static int step_impl(struct model *m, const struct batch_record *br, int train, int backward, uint64_t dropout_seed,
                      struct model_loss *out, float *logits_host, double *sent_nll);
 
@@ -1071,134 +718,137 @@ int model_score(struct model *m, const struct batch_record *br, double *sent_nll
     return step_impl(m, br, 0, 0, 0, out, NULL, sent_nll);
 }
 
-static int step_impl(struct model *m, const struct batch_record *br, int train, int backward, uint64_t dropout_seed,
-                     struct model_loss *out, float *logits_host, double *sent_nll)
+/* The decoder over the prepared batch, on the encoder output MEM (B*S, D); *Y receives its output
+ * (B*T, D): the last layer's stream, or its final layer norm in pre-norm. */
+static int decoder_fwd(struct model *m, const float *mem, const float **y)
 {
-    memset(out, 0, sizeof *out);
-    if (backward && !m->training)
-        return nmt_seterr("model was not created for training");
-    int Nr = 0;
-    int64_t nsrc = 0;
-    m->train = train;
-    m->seed = dropout_seed;
-    m->ctr = 0;
-    if (prepare_batch(m, br, &Nr, &nsrc) < 0)
-        return -1;
-    const float *mem;
-    if (encoder_fwd(m, &mem) < 0)
-        return -1;
     struct acts *a = &m->a;
-    const struct weights *w = &m->w;
+    const struct model_weights *w = &m->w;
     const struct model_config *c = &m->c;
-    int B = (int)br->B, S = (int)br->S, T = (int)br->T;
-    int D = c->d_model, V = c->vocab, Ns = B * S, Nt = B * T;
-    size_t Ns_ = (size_t)Ns, Nt_ = (size_t)Nt;
-    float emb_scale = sqrtf((float)D);
-    const float *x;
-
-    /* ---- decoder ---- */
-    if (bk(m, m->k->embedding_forward(m->ctx, a->xt, a->tin_ids, a->tin_pos, w->emb, Nt, D, V, emb_scale),
-           "embedding_forward") < 0 ||
-        drop_fwd(m, a->xt, Nt_ * (size_t)D, c->dropout, &a->xt_off) < 0)
+    struct nn_exec *e = &m->run;
+    int B = a->B, S = a->S, T = a->T, D = c->d_model, Ns = B * S, Nt = B * T;
+    if (nn_embed(e, a->xt, a->tin_ids, a->tin_pos, w->emb, Nt, &a->xt_off) < 0)
         return -1;
-    x = a->xt;
+    const float *x = a->xt;
     for (int l = 0; l < c->dec_layers; l++) {
-        const struct dec_w *dw = &w->dec[l];
+        const struct dec_layer_weights *dw = &w->dec[l];
         struct dec_act *da = &a->dec[l];
-        const float *sin = res_begin(m, &da->sa, x, dw->ln1_g, dw->ln1_b, Nt);
+        const float *sin = nn_res_begin(e, &da->sa, x, dw->ln1_g, dw->ln1_b, Nt);
         if (!sin ||
-            self_att_fwd(m, &da->sa, a->sa, sin, dw->sqkv_w, dw->sqkv_b, dw->so_w, dw->so_b, T, a->tgt_len, 1) < 0 ||
-            res_end(m, &da->sa, x, a->sa, dw->ln1_g, dw->ln1_b, Nt) < 0)
+            nn_self_attention(e, &da->sa, a->sa, sin, dw->sqkv_w, dw->sqkv_b, dw->so_w, dw->so_b, B, T, a->tgt_len,
+                              1) < 0 ||
+            nn_res_end(e, &da->sa, x, a->sa, dw->ln1_g, dw->ln1_b, Nt) < 0)
             return -1;
         x = da->sa.x;
-        if (linear(m, da->kv, mem, dw->ckv_w, dw->ckv_b, Ns, 2 * D, D) < 0)
+        if (e->linear(e, da->kv, mem, dw->ckv_w, dw->ckv_b, 0, Ns, 2 * D, D) < 0)
             return -1;
-        sin = res_begin(m, &da->ca, x, dw->ln2_g, dw->ln2_b, Nt);
-        if (!sin || cross_att_fwd(m, &da->ca, a->sa, sin, da->kv, dw) < 0 ||
-            res_end(m, &da->ca, x, a->sa, dw->ln2_g, dw->ln2_b, Nt) < 0)
+        sin = nn_res_begin(e, &da->ca, x, dw->ln2_g, dw->ln2_b, Nt);
+        if (!sin || nn_cross_attention(e, &da->ca, a->sa, sin, da->kv, dw, B, T, S, a->src_len) < 0 ||
+            nn_res_end(e, &da->ca, x, a->sa, dw->ln2_g, dw->ln2_b, Nt) < 0)
             return -1;
         x = da->ca.x;
-        sin = res_begin(m, &da->ff, x, dw->ln3_g, dw->ln3_b, Nt);
-        if (!sin || ffn_fwd(m, &da->ff, a->sa, sin, dw->w1, dw->b1, dw->w2, dw->b2, Nt) < 0 ||
-            res_end(m, &da->ff, x, a->sa, dw->ln3_g, dw->ln3_b, Nt) < 0)
+        sin = nn_res_begin(e, &da->ff, x, dw->ln3_g, dw->ln3_b, Nt);
+        if (!sin || nn_ffn(e, &da->ff, a->sa, a->sc, sin, dw->w1, dw->b1, dw->w2, dw->b2, Nt) < 0 ||
+            nn_res_end(e, &da->ff, x, a->sa, dw->ln3_g, dw->ln3_b, Nt) < 0)
             return -1;
         x = da->ff.x;
     }
-    const float *y = x;
+    *y = x;
     if (c->pre_norm) {
-        if (bk(m, m->k->layernorm_forward(m->ctx, a->dfl, a->dfl_mean, a->dfl_rstd, x, w->dec_ln_g, w->dec_ln_b, Nt, D,
-                                          c->ln_eps),
-               "layernorm_forward") < 0)
+        if (nn_layernorm(e, a->dfl, a->dfl_mean, a->dfl_rstd, x, w->dec_ln_g, w->dec_ln_b, Nt) < 0)
             return -1;
-        y = a->dfl;
+        *y = a->dfl;
     }
+    return 0;
+}
 
-    /* ---- output projection and loss on the non-padding rows, in chunks of R rows ---- */
-    if (Nr && bk(m, m->k->gather_rows(m->ctx, a->yp, y, a->gidx, Nr, D), "gather_rows") < 0)
+/* Output projection and loss on the Nr non-padding rows of Y (B*T, D), in chunks of R rows, into
+ * *OUT; with BACKWARD, the embedding's gradient and (over a->yp) the rows' gradients; LOGITS_HOST
+ * and SENT_NLL as step_impl's. */
+static int output_loss(struct model *m, const float *y, int backward, struct model_loss *out, float *logits_host,
+                       int want_rnll)
+{
+    struct acts *a = &m->a;
+    const struct model_config *c = &m->c;
+    int D = c->d_model, V = c->vocab, Nr = a->Nr;
+    if (Nr && nn_bk(&m->run, m->k->gather_rows(m->ctx, a->yp, y, a->gidx, Nr, D), "gather_rows") < 0)
         return -1;
-    struct weights *g = &m->g;
     for (int r0 = 0; r0 < Nr; r0 += m->R) {
         int R = Nr - r0 < m->R ? Nr - r0 : m->R;
         float *yr = a->yp + (size_t)r0 * (size_t)D;
-        if (bk(m, m->k->gemm(m->ctx, 0, 1, R, V, D, 1.0f, yr, D, w->emb, D, 0.0f, a->logits, V), "gemm") < 0)
+        if (nn_bk(&m->run, m->k->gemm(m->ctx, 0, 1, R, V, D, 1.0f, yr, D, m->w.emb, D, 0.0f, a->logits, V), "gemm") < 0)
             return -1;
-        if (logits_host && bk(m, m->k->download(m->ctx, logits_host + (size_t)r0 * (size_t)V, a->logits,
-                                                (size_t)R * (size_t)V * sizeof(float)),
-                              "download") < 0)
+        if (logits_host && nn_bk(&m->run, m->k->download(m->ctx, logits_host + (size_t)r0 * (size_t)V, a->logits,
+                                                       (size_t)R * (size_t)V * sizeof(float)),
+                                 "download") < 0)
             return -1;
         struct nmt_xent_result xr;
-        if (bk(m, m->k->cross_entropy(m->ctx, &xr, backward ? a->logits : NULL, sent_nll ? a->rnll + r0 : NULL,
-                                      a->logits, a->tout + r0, R, V,
-                                      c->label_smoothing, -1, 1.0f),
-               "cross_entropy") < 0)
+        if (nn_bk(&m->run,
+                  m->k->cross_entropy(m->ctx, &xr, backward ? a->logits : NULL, want_rnll ? a->rnll + r0 : NULL,
+                                      a->logits, a->tout + r0, R, V, c->label_smoothing, -1, 1.0f),
+                  "cross_entropy") < 0)
             return -1;
         out->loss += xr.loss;
         out->nll += xr.nll;
         out->tokens += xr.count;
-        if (backward) {
-            /* dE += dlogits^T y, then dy = dlogits E written over y's rows (no longer needed) */
-            if (bk(m, m->k->gemm(m->ctx, 1, 0, V, D, R, 1.0f, a->logits, V, yr, D, 1.0f, g->emb, D), "gemm") < 0 ||
-                bk(m, m->k->gemm(m->ctx, 0, 0, R, D, V, 1.0f, a->logits, V, w->emb, D, 0.0f, yr, D), "gemm") < 0)
-                return -1;
-        }
-    }
-    out->src_tokens = nsrc;
-    if (sent_nll) {
-        float *h = malloc(((size_t)Nr + 1) * sizeof *h);
-        if (!h)
-            return nmt_seterr("out of memory");
-        if (Nr && bk(m, m->k->download(m->ctx, h, a->rnll, (size_t)Nr * sizeof *h), "download") < 0) {
-            free(h);
+        /* dE += dlogits^T y, then dy = dlogits E written over y's rows (no longer needed) */
+        if (backward && (nn_bk(&m->run, m->k->gemm(m->ctx, 1, 0, V, D, R, 1.0f, a->logits, V, yr, D, 1.0f, m->g.emb, D),
+                               "gemm") < 0 ||
+                         nn_bk(&m->run, m->k->gemm(m->ctx, 0, 0, R, D, V, 1.0f, a->logits, V, m->w.emb, D, 0.0f, yr, D),
+                               "gemm") < 0))
             return -1;
-        }
-        size_t r = 0;
-        for (uint32_t b = 0; b < br->B; b++) {
-            double sum = 0;
-            for (uint32_t j = 0; j < br->tgt_len[b]; j++)
-                sum += h[r++];
-            sent_nll[b] = sum;
-        }
-        free(h);
     }
-    if (!backward)
-        return 0;
+    return 0;
+}
 
-    /* ---- backward: decoder ---- */
+/* SENT_NLL (B) = each sentence's summed per-token NLL of the last output_loss. 0 or -1. */
+static int sentence_nll(struct model *m, const struct batch_record *br, double *sent_nll)
+{
+    int Nr = m->a.Nr;
+    float *h = malloc(((size_t)Nr + 1) * sizeof *h);
+    if (!h)
+        return nmt_seterr("out of memory");
+    if (Nr && nn_bk(&m->run, m->k->download(m->ctx, h, m->a.rnll, (size_t)Nr * sizeof *h), "download") < 0) {
+        free(h);
+        return -1;
+    }
+    size_t r = 0;
+    for (uint32_t b = 0; b < br->B; b++) {
+        double sum = 0;
+        for (uint32_t j = 0; j < br->tgt_len[b]; j++)
+            sum += h[r++];
+        sent_nll[b] = sum;
+    }
+    free(h);
+    return 0;
+}
+
+/* Backward through the decoder, from the rows' gradients in a->yp; the memory's gradient goes to
+ * DMEM (B*S, D), assigned. MEM is the encoder output. */
+static int decoder_bwd(struct model *m, const float *mem, float *dmem)
+{
+    struct acts *a = &m->a;
+    const struct model_weights *w = &m->w;
+    struct model_weights *g = &m->g;
+    const struct model_config *c = &m->c;
+    int B = a->B, S = a->S, T = a->T, D = c->d_model, Nt = B * T, Nr = a->Nr;
+    size_t Ns_ = (size_t)B * (size_t)S, Nt_ = (size_t)Nt;
     float *dx = a->dxt;
-    if (bk(m, m->k->memset_zero(m->ctx, a->yp + (size_t)Nr * (size_t)D, (size_t)D * sizeof(float)), "memset") < 0 ||
-        bk(m, m->k->gather_rows(m->ctx, dx, a->yp, a->sidx, Nt, D), "gather_rows") < 0)
+    if (nn_bk(&m->run, m->k->memset_zero(m->ctx, a->yp + (size_t)Nr * (size_t)D, (size_t)D * sizeof(float)),
+              "memset") < 0 ||
+        nn_bk(&m->run, m->k->gather_rows(m->ctx, dx, a->yp, a->sidx, Nt, D), "gather_rows") < 0)
         return -1;
-    if (c->pre_norm && bk(m, m->k->layernorm_backward(m->ctx, dx, g->dec_ln_g, g->dec_ln_b, dx, a->dec[c->dec_layers - 1].ff.x,
-                                                      a->dfl_mean, a->dfl_rstd, w->dec_ln_g, Nt, D),
-                          "layernorm_backward") < 0)
+    if (c->pre_norm && nn_bk(&m->run, m->k->layernorm_backward(m->ctx, dx, g->dec_ln_g, g->dec_ln_b, dx,
+                                                             a->dec[c->dec_layers - 1].ff.x, a->dfl_mean, a->dfl_rstd,
+                                                             w->dec_ln_g, Nt, D),
+                             "layernorm_backward") < 0)
         return -1;
-    float *dmem = a->dxs;
-    if (bk(m, m->k->memset_zero(m->ctx, dmem, Ns_ * (size_t)D * sizeof(float)), "memset") < 0)
+    if (nn_bk(&m->run, m->k->memset_zero(m->ctx, dmem, Ns_ * (size_t)D * sizeof(float)), "memset") < 0)
         return -1;
     float *dsub;
     for (int l = c->dec_layers - 1; l >= 0; l--) {
-        const struct dec_w *dw = &w->dec[l];
-        struct dec_w *gw = &g->dec[l];
+        const struct dec_layer_weights *dw = &w->dec[l];
+        struct dec_layer_weights *gw = &g->dec[l];
         struct dec_act *da = &a->dec[l];
         const float *xin = da->ca.x;
         const float *sin = c->pre_norm ? da->ff.t : xin;
@@ -1221,27 +871,38 @@ static int step_impl(struct model *m, const struct batch_record *br, int train, 
             return -1;
     }
     if (drop_bwd(m, dx, dx, Nt_ * (size_t)D, c->dropout, a->xt_off) < 0 ||
-        bk(m, m->k->embedding_backward(m->ctx, g->emb, dx, a->tin_ids, a->tin_pos, Nt, D, V, emb_scale),
-           "embedding_backward") < 0)
+        nn_bk(&m->run, m->k->embedding_backward(m->ctx, g->emb, dx, a->tin_ids, a->tin_pos, Nt, D, c->vocab,
+                                              sqrtf((float)D)),
+              "embedding_backward") < 0)
         return -1;
+    return 0;
+}
 
-    /* ---- backward: encoder ---- */
-    dx = dmem;
-    if (c->pre_norm && bk(m, m->k->layernorm_backward(m->ctx, dx, g->enc_ln_g, g->enc_ln_b, dx, a->enc[c->enc_layers - 1].ff.x,
-                                                      a->efl_mean, a->efl_rstd, w->enc_ln_g, Ns, D),
-                          "layernorm_backward") < 0)
+/* Backward through the encoder from the memory's gradient DX (B*S, D, clobbered). */
+static int encoder_bwd(struct model *m, float *dx)
+{
+    struct acts *a = &m->a;
+    const struct model_weights *w = &m->w;
+    struct model_weights *g = &m->g;
+    const struct model_config *c = &m->c;
+    int S = a->S, D = c->d_model, Ns = a->B * S;
+    if (c->pre_norm && nn_bk(&m->run, m->k->layernorm_backward(m->ctx, dx, g->enc_ln_g, g->enc_ln_b, dx,
+                                                             a->e.layer[c->enc_layers - 1].ff.x, a->e.fl_mean,
+                                                             a->e.fl_rstd, w->enc_ln_g, Ns, D),
+                             "layernorm_backward") < 0)
         return -1;
+    float *dsub;
     for (int l = c->enc_layers - 1; l >= 0; l--) {
-        const struct enc_w *ew = &w->enc[l];
-        struct enc_w *gw = &g->enc[l];
-        struct enc_act *ea = &a->enc[l];
+        const struct enc_layer_weights *ew = &w->enc[l];
+        struct enc_layer_weights *gw = &g->enc[l];
+        struct nn_enc_act *ea = &a->e.layer[l];
         const float *xin = ea->sa.x;
         const float *sin = c->pre_norm ? ea->ff.t : xin;
         if (res_end_bwd(m, &ea->ff, dx, a->sa, &dsub, gw->ln2_g, gw->ln2_b, ew->ln2_g, Ns) < 0 ||
             ffn_bwd(m, &ea->ff, a->sb, dsub, sin, ew->w1, gw->w1, gw->b1, ew->w2, gw->w2, gw->b2, Ns) < 0 ||
             res_begin_bwd(m, &ea->ff, dx, a->sb, xin, gw->ln2_g, gw->ln2_b, ew->ln2_g, Ns) < 0)
             return -1;
-        xin = l ? a->enc[l - 1].ff.x : a->xs;
+        xin = l ? a->e.layer[l - 1].ff.x : a->e.x;
         sin = c->pre_norm ? ea->sa.t : xin;
         if (res_end_bwd(m, &ea->sa, dx, a->sa, &dsub, gw->ln1_g, gw->ln1_b, ew->ln1_g, Ns) < 0 ||
             self_att_bwd(m, &ea->sa, a->sb, dsub, sin, ew->qkv_w, gw->qkv_w, gw->qkv_b, ew->o_w, gw->o_w, gw->o_b, S,
@@ -1249,36 +910,68 @@ static int step_impl(struct model *m, const struct batch_record *br, int train, 
             res_begin_bwd(m, &ea->sa, dx, a->sb, xin, gw->ln1_g, gw->ln1_b, ew->ln1_g, Ns) < 0)
             return -1;
     }
-    if (drop_bwd(m, dx, dx, Ns_ * (size_t)D, c->dropout, a->xs_off) < 0 ||
-        bk(m, m->k->embedding_backward(m->ctx, g->emb, dx, a->src_ids, a->src_pos, Ns, D, V, emb_scale),
-           "embedding_backward") < 0)
+    if (drop_bwd(m, dx, dx, (size_t)Ns * (size_t)D, c->dropout, a->e.x_drop_off) < 0 ||
+        nn_bk(&m->run, m->k->embedding_backward(m->ctx, g->emb, dx, a->src_ids, a->src_pos, Ns, D, c->vocab,
+                                              sqrtf((float)D)),
+              "embedding_backward") < 0)
         return -1;
     return 0;
+}
+
+/* model_step and model_score: the forward pass over BR, its loss and, when BACKWARD, the backward
+ * pass; SENT_NLL (B) as model_score's when not NULL. 0 or -1. */
+static int step_impl(struct model *m, const struct batch_record *br, int train, int backward, uint64_t dropout_seed,
+                     struct model_loss *out, float *logits_host, double *sent_nll)
+{
+    memset(out, 0, sizeof *out);
+    if (backward && !m->training)
+        return nmt_seterr("model was not created for training");
+    int Nr = 0;
+    int64_t nsrc = 0;
+    m->run.train = train;
+    m->run.seed = dropout_seed;
+    m->run.ctr = 0;
+    if (prepare_batch(m, br, &Nr, &nsrc) < 0)
+        return -1;
+    struct acts *a = &m->a;
+    const float *mem, *y;
+    if (nn_encoder(&m->run, &m->w, &a->e, a->src_ids, a->src_pos, a->src_len, a->B, a->S, &mem) < 0 ||
+        decoder_fwd(m, mem, &y) < 0 || output_loss(m, y, backward, out, logits_host, sent_nll != NULL) < 0)
+        return -1;
+    out->src_tokens = nsrc;
+    if (sent_nll && sentence_nll(m, br, sent_nll) < 0)
+        return -1;
+    if (!backward)
+        return 0;
+    if (decoder_bwd(m, mem, a->dxs) < 0)
+        return -1;
+    return encoder_bwd(m, a->dxs);
 }
 
 int model_params_finite(struct model *m)
 {
     double ss;
-    if (bk(m, m->k->sumsq(m->ctx, &ss, m->params, m->np), "sumsq") < 0)
+    if (nn_bk(&m->run, m->k->sumsq(m->ctx, &ss, m->params, m->np), "sumsq") < 0)
         return -1;
     return isfinite(ss) ? 1 : 0;
 }
 
 int model_zero_grad(struct model *m)
 {
-    return bk(m, m->k->memset_zero(m->ctx, m->grads, m->np * sizeof(float)), "memset");
+    return nn_bk(&m->run, m->k->memset_zero(m->ctx, m->grads, m->np * sizeof(float)), "memset");
 }
 
 int model_grad_sumsq(struct model *m, double *out)
 {
-    return bk(m, m->k->sumsq(m->ctx, out, m->grads, m->np), "sumsq");
+    return nn_bk(&m->run, m->k->sumsq(m->ctx, out, m->grads, m->np), "sumsq");
 }
 
 int model_adam(struct model *m, float lr, int64_t t, float grad_scale, float beta1, float beta2, float eps)
 {
-    return bk(m, m->k->adam_update(m->ctx, m->params, m->adam_m, m->adam_v, m->grads, m->np, lr, beta1, beta2, eps, t,
+    return nn_bk(&m->run,
+                 m->k->adam_update(m->ctx, m->params, m->adam_m, m->adam_v, m->grads, m->np, lr, beta1, beta2, eps, t,
                                    grad_scale),
-              "adam_update");
+                 "adam_update");
 }
 
 int model_update(struct model *m, float lr, int64_t t, int64_t tokens, double clip, double *gnorm)
@@ -1311,7 +1004,7 @@ struct save_arg {
 static int save_fill(void *arg, void *dst, uint64_t offset, size_t n)
 {
     struct save_arg *a = arg;
-    return bk(a->m, a->m->k->download(a->m->ctx, dst, (const char *)a->dev + offset, n), "download");
+    return nn_bk(&a->m->run, a->m->k->download(a->m->ctx, dst, (const char *)a->dev + offset, n), "download");
 }
 
 int model_save(struct model *m, struct st_writer *w, int opt)
@@ -1376,7 +1069,8 @@ int model_load(struct model *m, const struct st_file *f, int opt)
             nmt_seterr("checkpoint tensor '%s' is not %zu float32 values", p->name, (size_t)p->size);
             goto out;
         }
-        if (p->size && bk(m, m->k->upload(m->ctx, m->params + p->offset, t->data, (size_t)t->nbytes), "upload") < 0)
+        if (p->size &&
+            nn_bk(&m->run, m->k->upload(m->ctx, m->params + p->offset, t->data, (size_t)t->nbytes), "upload") < 0)
             goto out;
     }
     if (opt) {
@@ -1386,9 +1080,9 @@ int model_load(struct model *m, const struct st_file *f, int opt)
             goto out;
         }
         if (st_get(f, "optim.adam_m", ST_F32, h, m->np) < 0 ||
-            bk(m, m->k->upload(m->ctx, m->adam_m, h, m->np * sizeof(float)), "upload") < 0 ||
+            nn_bk(&m->run, m->k->upload(m->ctx, m->adam_m, h, m->np * sizeof(float)), "upload") < 0 ||
             st_get(f, "optim.adam_v", ST_F32, h, m->np) < 0 ||
-            bk(m, m->k->upload(m->ctx, m->adam_v, h, m->np * sizeof(float)), "upload") < 0)
+            nn_bk(&m->run, m->k->upload(m->ctx, m->adam_v, h, m->np * sizeof(float)), "upload") < 0)
             goto out;
     }
     rc = 0;

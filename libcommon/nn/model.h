@@ -2,10 +2,11 @@
  * backend kernel table (plugins/backend.h), with its parameter layout and checkpoint I/O.
  *
  * Parameters live in one contiguous device buffer (gradients and Adam moments in three more of the
- * same size), in the order of the table built by the layout code in model.c; each tensor has a
- * name (the same names as the PyTorch reference, e.g. "enc.0.att.qkv.weight") under which it is
- * stored in a checkpoint. Activations for a batch live in one more device buffer sized for the
- * largest batch seen so far.
+ * same size), laid out by the one parameter layout of nn/params.h; each tensor has a name (the same
+ * names as the PyTorch reference, e.g. "enc.0.att.qkv.weight") under which it is stored in a
+ * checkpoint. Activations for a batch live in one more device buffer sized for the largest batch
+ * seen so far. The forward blocks (nn/blocks.h) are the same ones incremental decoding (nn/infer.h)
+ * runs.
  *
  * Token rows are laid out padded (B, S) for the source and (B, T) for the target; padding rows are
  * masked out of attention, and the output projection and loss run only on the non-padding target
@@ -55,6 +56,7 @@ struct model_param {
 };
 
 struct model;
+struct model_weights;
 
 /* Creates a model with configuration C on backend BE (not owned). With TRAINING non-zero also
  * allocates gradients and Adam moments. Parameters are uninitialised: call model_init or
@@ -70,6 +72,8 @@ size_t model_num_params(const struct model *m);
 size_t model_params(const struct model *m, const struct model_param **params);
 /* Returns the device pointer of the parameter buffer (P floats; tensor i at + params[i].offset). */
 float *model_param_data(struct model *m);
+/* Returns M's parameters as named fields (nn/params.h; device pointers, owned by M). */
+const struct model_weights *model_weights(const struct model *m);
 
 /* Initialises the parameters from SEED: Xavier-uniform weight matrices, zero biases, unit layer norm
  * gains, N(0, D^-1/2) embedding with a zero PAD row (as the PyTorch reference); zeroes the Adam

@@ -256,10 +256,207 @@ static int ensemble_step(struct infer *const *in, int nin, const int32_t *tok, i
     return 0;
 }
 
+/* The state of one search_batch over B sentences of K rows each. */
+struct beam {
+    int B, K, k2;              /* sentences, beam, extensions looked at per row */
+    size_t R0, T;              /* rows at the start (B * K), longest output (tokens with EOS) */
+    int *ml;                   /* (B) each sentence's length limit */
+    int32_t *tok, *ntok;       /* (R0) each live row's last token, and the next step's */
+    int32_t *idx;              /* (R0, k2) each row's best extensions */
+    float *vals;               /* (R0, k2) and their log-probabilities */
+    double *score, *nscore;    /* (R0) each live row's log-probability, and the next step's */
+    uint32_t *hist, *nhist;    /* (R0, T) each live row's tokens, and the next step's */
+    int *orig, *keep, *parent; /* (B) live sentence -> batch index, (B) kept sentences, (R0) parent rows */
+    struct cand *cd;           /* (K * k2) one sentence's candidates */
+    struct fin *fin;           /* (B, K) finished hypotheses */
+    int *nfin;                 /* (B) finished per sentence */
+    int seq;                   /* finished so far (tie break) */
+    struct ens ens;            /* an ensemble's scratch */
+};
+
+static void beam_free(struct beam *z)
+{
+    if (z->fin)
+        for (size_t i = 0; i < z->R0; i++)
+            free(z->fin[i].ids);
+    free(z->ml);
+    free(z->tok);
+    free(z->idx);
+    free(z->vals);
+    free(z->score);
+    free(z->nscore);
+    free(z->hist);
+    free(z->nhist);
+    free(z->orig);
+    free(z->keep);
+    free(z->parent);
+    free(z->ntok);
+    free(z->cd);
+    free(z->fin);
+    free(z->nfin);
+    ens_free(&z->ens);
+}
+
+/* Sizes Z for B sentences of LEN[b] ids, beam O->beam, NIN models of vocabulary V and length limit
+ * MODEL_MAX; every row starts with BOS, one row per sentence live. 0, or -1 with the error set
+ * (Z is to be freed with beam_free either way). */
+static int beam_init(struct beam *z, const struct search_opts *o, int B, const int *len, int nin, int V, int model_max)
+{
+    const int K = o->beam;
+    z->B = B;
+    z->K = K;
+    z->k2 = 2 * K < V ? 2 * K : V;
+    z->R0 = (size_t)B * (size_t)K;
+    z->ml = malloc((size_t)B * sizeof *z->ml);
+    if (!z->ml)
+        return nmt_seterr("out of memory");
+    int tmax = 1;
+    for (int b = 0; b < B; b++) {
+        z->ml[b] = search_max_len(o, len[b], model_max);
+        if (z->ml[b] > tmax)
+            tmax = z->ml[b];
+    }
+    size_t R0 = z->R0, T = z->T = (size_t)tmax, k2 = (size_t)z->k2;
+    z->tok = malloc(R0 * sizeof *z->tok), z->idx = malloc(R0 * k2 * sizeof *z->idx);
+    z->vals = malloc(R0 * k2 * sizeof *z->vals);
+    z->score = malloc(R0 * sizeof *z->score), z->nscore = malloc(R0 * sizeof *z->nscore);
+    z->hist = malloc(R0 * T * sizeof *z->hist), z->nhist = malloc(R0 * T * sizeof *z->nhist);
+    z->orig = malloc((size_t)B * sizeof *z->orig), z->keep = malloc((size_t)B * sizeof *z->keep);
+    z->parent = malloc(R0 * sizeof *z->parent);
+    z->ntok = malloc(R0 * sizeof *z->ntok);
+    z->cd = malloc((size_t)K * k2 * sizeof *z->cd);
+    z->fin = calloc(R0, sizeof *z->fin);
+    z->nfin = calloc((size_t)B, sizeof *z->nfin);
+    int lok = nin == 1 || ens_init(&z->ens, nin, R0, z->k2, V) == 0;
+    if (!z->tok || !z->idx || !z->vals || !z->score || !z->nscore || !z->hist || !z->nhist || !z->orig || !z->keep ||
+        !z->parent || !z->ntok || !z->cd || !z->fin || !z->nfin || !lok)
+        return nmt_seterr("out of memory");
+    for (int b = 0; b < B; b++)
+        z->orig[b] = b;
+    for (size_t r = 0; r < R0; r++) {
+        z->tok[r] = NMT_BOS;
+        z->score[r] = r % (size_t)K ? -INFINITY : 0; /* at step 0 the K rows are identical: keep one */
+    }
+    return 0;
+}
+
+/* Fills z->cd with the candidates of live sentence S at step T, best first (at most 2K): each live
+ * row's k2 extensions, or only EOS when FORCED. Returns their number. */
+static int beam_candidates(struct beam *z, int s, int forced)
+{
+    int K = z->K, k2 = z->k2, nc = 0;
+    for (int j = 0; j < K; j++) {
+        int r = s * K + j;
+        if (z->score[r] == -INFINITY)
+            continue;
+        if (forced) {
+            z->cd[nc] = (struct cand){z->score[r], r, nc, NMT_EOS};
+            nc++;
+            continue;
+        }
+        for (int q = 0; q < k2; q++) {
+            size_t at = (size_t)r * (size_t)k2 + (size_t)q;
+            z->cd[nc] = (struct cand){z->score[r] + (double)z->vals[at], r, nc, z->idx[at]};
+            nc++;
+        }
+    }
+    qsort(z->cd, (size_t)nc, sizeof *z->cd, cand_cmp);
+    return nc > 2 * K ? 2 * K : nc;
+}
+
+/* Sentence B's candidates ending in EOS among the K best of the NC become finished hypotheses of T
+ * tokens (while it has fewer than K), scored with length penalty LPEN. 0, or -1 with the error set. */
+static int beam_finish(struct beam *z, int b, int nc, int t, double lpen)
+{
+    int K = z->K;
+    for (int j = 0; j < nc && j < K; j++) {
+        const struct cand *c = &z->cd[j];
+        if (c->tok != NMT_EOS || z->nfin[b] >= K)
+            continue;
+        struct fin *f = &z->fin[(size_t)b * (size_t)K + (size_t)z->nfin[b]];
+        f->lp = c->s;
+        f->s = c->s / lpen;
+        f->seq = z->seq++;
+        f->n = (uint32_t)t;
+        f->ids = malloc((t ? (size_t)t : 1) * sizeof *f->ids);
+        if (!f->ids)
+            return nmt_seterr("out of memory");
+        if (t)
+            memcpy(f->ids, z->hist + (size_t)c->row * z->T, (size_t)t * sizeof *f->ids);
+        z->nfin[b]++;
+    }
+    return 0;
+}
+
+/* One search step's choices for live sentence S at step T: finished hypotheses, then its K best
+ * non-EOS extensions as the rows of kept sentence *NK (incremented when it stays live). 0 or -1. */
+static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int t, int *nk)
+{
+    int K = z->K, b = z->orig[s], forced = t >= z->ml[b] - 1;
+    int nc = beam_candidates(z, s, forced);
+    if (beam_finish(z, b, nc, t, pow((5.0 + (double)(t + 1)) / 6.0, o->alpha)) < 0)
+        return -1;
+    int nr = 0, base = *nk * K;
+    for (int j = 0; j < nc && nr < K; j++) {
+        if (z->cd[j].tok == NMT_EOS)
+            continue;
+        z->parent[base + nr] = z->cd[j].row;
+        z->ntok[base + nr] = z->cd[j].tok;
+        z->nscore[base + nr] = z->cd[j].s;
+        nr++;
+    }
+    if (nr == 0 || forced || z->nfin[b] >= K)
+        return 0;
+    for (; nr < K; nr++) { /* fewer candidates than K: dead rows */
+        z->parent[base + nr] = s * K;
+        z->ntok[base + nr] = NMT_EOS;
+        z->nscore[base + nr] = -INFINITY;
+    }
+    z->keep[(*nk)++] = s;
+    return 0;
+}
+
+/* The NK kept sentences' rows after step T: histories, tokens and scores. */
+static void beam_advance(struct beam *z, int nk, int t)
+{
+    size_t T = z->T;
+    for (int i = 0; i < nk * z->K; i++) {
+        int r = z->parent[i];
+        if (t)
+            memcpy(z->nhist + (size_t)i * T, z->hist + (size_t)r * T, (size_t)t * sizeof *z->hist);
+        z->nhist[(size_t)i * T + (size_t)t] = (uint32_t)z->ntok[i];
+        z->tok[i] = z->ntok[i];
+        z->score[i] = z->nscore[i];
+    }
+    uint32_t *th = z->hist;
+    z->hist = z->nhist;
+    z->nhist = th;
+    for (int s = 0; s < nk; s++)
+        z->orig[s] = z->orig[z->keep[s]];
+}
+
+/* OUT[b] receives sentence b's O->nbest best finished hypotheses (their ids move out of Z). 0 or -1. */
+static int beam_results(struct beam *z, const struct search_opts *o, struct search_result *out)
+{
+    for (int b = 0; b < z->B; b++) {
+        struct fin *f = &z->fin[(size_t)b * (size_t)z->K];
+        qsort(f, (size_t)z->nfin[b], sizeof *f, fin_cmp);
+        int n = z->nfin[b] < o->nbest ? z->nfin[b] : o->nbest;
+        out[b].hyp = calloc((size_t)(n ? n : 1), sizeof *out[b].hyp);
+        if (!out[b].hyp)
+            return nmt_seterr("out of memory");
+        for (int i = 0; i < n; i++) {
+            out[b].hyp[i] = (struct search_hyp){(float)f[i].s, f[i].lp, f[i].n, f[i].ids};
+            f[i].ids = NULL;
+        }
+        out[b].nhyp = n;
+    }
+    return 0;
+}
+
 int search_batch(struct infer *const *in, int nin, const struct search_opts *o, int B, const uint32_t *const *src,
                  const int *len, struct search_result *out)
 {
-    const int K = o->beam;
     int model_max;
     for (int b = 0; b < B; b++) {
         out[b].nhyp = 0;
@@ -267,168 +464,32 @@ int search_batch(struct infer *const *in, int nin, const struct search_opts *o, 
     }
     if (ensemble_check(in, nin, &model_max) < 0)
         return -1;
-    int V = infer_config(in[0])->vocab;
-    int k2 = 2 * K < V ? 2 * K : V;
-    int tmax = 1, rc = -1;
-    int *ml = malloc((size_t)B * sizeof *ml);
-    if (!ml)
-        return nmt_seterr("out of memory");
-    for (int b = 0; b < B; b++) {
-        ml[b] = search_max_len(o, len[b], model_max);
-        if (ml[b] > tmax)
-            tmax = ml[b];
-    }
-    size_t R0 = (size_t)B * (size_t)K, T = (size_t)tmax;
-    int32_t *tok = malloc(R0 * sizeof *tok), *idx = malloc(R0 * (size_t)k2 * sizeof *idx);
-    float *vals = malloc(R0 * (size_t)k2 * sizeof *vals);
-    double *score = malloc(R0 * sizeof *score), *nscore = malloc(R0 * sizeof *nscore);
-    uint32_t *hist = malloc(R0 * T * sizeof *hist), *nhist = malloc(R0 * T * sizeof *nhist);
-    int *orig = malloc((size_t)B * sizeof *orig), *keep = malloc((size_t)B * sizeof *keep);
-    int *parent = malloc(R0 * sizeof *parent);
-    int32_t *ntok = malloc(R0 * sizeof *ntok);
-    struct cand *cd = malloc((size_t)K * (size_t)k2 * sizeof *cd);
-    struct fin *fin = calloc((size_t)B * (size_t)K, sizeof *fin);
-    int *nfin = calloc((size_t)B, sizeof *nfin);
-    struct ens ens = {0};
-    int lok = nin == 1 || ens_init(&ens, nin, R0, k2, V) == 0;
-    if (!tok || !idx || !vals || !score || !nscore || !hist || !nhist || !orig || !keep || !parent || !ntok || !cd ||
-        !fin || !nfin || !lok) {
-        nmt_seterr("out of memory");
+    struct beam z = {0};
+    int rc = -1;
+    if (beam_init(&z, o, B, len, nin, infer_config(in[0])->vocab, model_max) < 0)
         goto out;
-    }
     for (int m = 0; m < nin; m++)
-        if (infer_encode(in[m], B, src, len, K, tmax) < 0)
+        if (infer_encode(in[m], B, src, len, z.K, (int)z.T) < 0)
             goto out;
-    for (int b = 0; b < B; b++)
-        orig[b] = b;
-    for (size_t r = 0; r < R0; r++) {
-        tok[r] = NMT_BOS;
-        score[r] = r % (size_t)K ? -INFINITY : 0; /* at step 0 the K rows are identical: keep one */
-    }
-    int ns = B, seq = 0;
-    for (int t = 0; ns > 0; t++) {
-        int R = ns * K;
-        if (ensemble_step(in, nin, tok, k2, vals, idx, &ens) < 0)
-            goto out;
+    for (int t = 0, ns = B; ns > 0; t++) {
         int nk = 0;
-        for (int s = 0; s < ns; s++) {
-            int b = orig[s], forced = t >= ml[b] - 1, nc = 0;
-            for (int j = 0; j < K; j++) {
-                int r = s * K + j;
-                if (score[r] == -INFINITY)
-                    continue;
-                if (forced) {
-                    cd[nc] = (struct cand){score[r], r, nc, NMT_EOS};
-                    nc++;
-                    continue;
-                }
-                for (int q = 0; q < k2; q++) {
-                    float v = vals[(size_t)r * (size_t)k2 + (size_t)q];
-                    cd[nc] = (struct cand){score[r] + (double)v, r, nc, idx[(size_t)r * (size_t)k2 + (size_t)q]};
-                    nc++;
-                }
-            }
-            qsort(cd, (size_t)nc, sizeof *cd, cand_cmp);
-            if (nc > 2 * K)
-                nc = 2 * K;
-            double lpen = pow((5.0 + (double)(t + 1)) / 6.0, o->alpha);
-            for (int j = 0; j < nc && j < K; j++) {
-                if (cd[j].tok != NMT_EOS || nfin[b] >= K)
-                    continue;
-                struct fin *f = &fin[(size_t)b * (size_t)K + (size_t)nfin[b]];
-                f->lp = cd[j].s;
-                f->s = cd[j].s / lpen;
-                f->seq = seq++;
-                f->n = (uint32_t)t;
-                f->ids = malloc((t ? (size_t)t : 1) * sizeof *f->ids);
-                if (!f->ids) {
-                    nmt_seterr("out of memory");
-                    goto out;
-                }
-                if (t)
-                    memcpy(f->ids, hist + (size_t)cd[j].row * T, (size_t)t * sizeof *f->ids);
-                nfin[b]++;
-            }
-            /* the K best non-EOS extensions continue */
-            int nr = 0;
-            int base = nk * K;
-            for (int j = 0; j < nc && nr < K; j++) {
-                if (cd[j].tok == NMT_EOS)
-                    continue;
-                parent[base + nr] = cd[j].row;
-                ntok[base + nr] = cd[j].tok;
-                nscore[base + nr] = cd[j].s;
-                nr++;
-            }
-            int alive = nr > 0 && !forced && nfin[b] < K;
-            if (!alive)
-                continue;
-            for (; nr < K; nr++) { /* fewer candidates than K: dead rows */
-                parent[base + nr] = s * K;
-                ntok[base + nr] = NMT_EOS;
-                nscore[base + nr] = -INFINITY;
-            }
-            keep[nk++] = s;
-        }
-        /* new rows: histories, tokens and scores */
-        for (int i = 0; i < nk * K; i++) {
-            int r = parent[i];
-            if (t)
-                memcpy(nhist + (size_t)i * T, hist + (size_t)r * T, (size_t)t * sizeof *hist);
-            nhist[(size_t)i * T + (size_t)t] = (uint32_t)ntok[i];
-            tok[i] = ntok[i];
-            score[i] = nscore[i];
-        }
-        uint32_t *th = hist;
-        hist = nhist;
-        nhist = th;
-        for (int s = 0; s < nk; s++)
-            orig[s] = orig[keep[s]];
-        (void)R;
+        if (ensemble_step(in, nin, z.tok, z.k2, z.vals, z.idx, &z.ens) < 0)
+            goto out;
+        for (int s = 0; s < ns; s++)
+            if (beam_sentence(&z, o, s, t, &nk) < 0)
+                goto out;
+        beam_advance(&z, nk, t);
         for (int m = 0; m < nin && nk; m++)
-            if (infer_reorder(in[m], nk, keep, parent) < 0)
+            if (infer_reorder(in[m], nk, z.keep, z.parent) < 0)
                 goto out;
         ns = nk;
     }
-    for (int b = 0; b < B; b++) {
-        struct fin *f = &fin[(size_t)b * (size_t)K];
-        qsort(f, (size_t)nfin[b], sizeof *f, fin_cmp);
-        int n = nfin[b] < o->nbest ? nfin[b] : o->nbest;
-        out[b].hyp = calloc((size_t)(n ? n : 1), sizeof *out[b].hyp);
-        if (!out[b].hyp) {
-            nmt_seterr("out of memory");
-            goto out;
-        }
-        for (int i = 0; i < n; i++) {
-            out[b].hyp[i] = (struct search_hyp){(float)f[i].s, f[i].lp, f[i].n, f[i].ids};
-            f[i].ids = NULL;
-        }
-        out[b].nhyp = n;
-    }
-    rc = 0;
+    rc = beam_results(&z, o, out);
 out:
-    if (fin)
-        for (size_t i = 0; i < (size_t)B * (size_t)K; i++)
-            free(fin[i].ids);
     if (rc < 0)
         for (int b = 0; b < B; b++)
             search_result_free(&out[b]);
-    free(ml);
-    free(tok);
-    free(idx);
-    free(vals);
-    free(score);
-    free(nscore);
-    free(hist);
-    free(nhist);
-    free(orig);
-    free(keep);
-    free(parent);
-    free(ntok);
-    free(cd);
-    free(fin);
-    free(nfin);
-    ens_free(&ens);
+    beam_free(&z);
     return rc;
 }
 

@@ -12,6 +12,7 @@
 
 #include "nn/backend_loader.h"
 #include "nn/model.h"
+#include "nn/params.h"
 #include "io/safetensors.h"
 #include "cli/cli.h"
 
@@ -304,6 +305,47 @@ static void check_misc(void)
     unlink(path);
 }
 
+/* The named fields of the weights view and the table of names, shapes and offsets describe one
+ * layout: every tensor in order, back to back, each field at its named tensor. */
+static void check_layout(int pre_norm)
+{
+    struct model_config c;
+    tiny_config(&c, pre_norm);
+    struct model *m = model_new(be, &c, 0);
+    const struct model_param *tab;
+    size_t nt = model_params(m, &tab);
+    const struct model_weights *w = model_weights(m);
+    const float *base = model_param_data(m);
+    size_t expect = 1 + 12 * (size_t)c.enc_layers + 20 * (size_t)c.dec_layers + (pre_norm ? 4 : 0), off = 0;
+    int packed = 1;
+    for (size_t i = 0; i < nt; i++) {
+        size_t cols = tab[i].ndim == 2 ? (size_t)tab[i].shape[1] : 1;
+        packed &= tab[i].offset == off && tab[i].size == (size_t)tab[i].shape[0] * cols;
+        off += tab[i].size;
+    }
+    test_ok(nt == expect && packed && off == model_num_params(m), "%s: %zu tensors back to back, %zu floats",
+            pre_norm ? "pre" : "post", nt, off);
+    struct { const char *name; const float *field; int64_t r, c; } f[] = {
+        {"emb.weight", w->emb, c.vocab, c.d_model},
+        {"enc.0.att.qkv.weight", w->enc[0].qkv_w, 3 * c.d_model, c.d_model},
+        {"enc.1.ln2.bias", w->enc[1].ln2_b, c.d_model, 0},
+        {"dec.0.cross_att.kv.weight", w->dec[0].ckv_w, 2 * c.d_model, c.d_model},
+        {"dec.1.ffn.w2.weight", w->dec[1].w2, c.d_model, c.ff},
+        {"dec.1.ln3.bias", w->dec[1].ln3_b, c.d_model, 0},
+        {"dec_ln.weight", w->dec_ln_g, c.d_model, 0},
+    };
+    int found = 0, at = 1;
+    for (size_t j = 0; j < sizeof f / sizeof f[0]; j++)
+        for (size_t i = 0; i < nt; i++)
+            if (!strcmp(tab[i].name, f[j].name)) {
+                found++;
+                at &= f[j].field == base + tab[i].offset && tab[i].shape[0] == f[j].r && tab[i].shape[1] == f[j].c;
+            }
+    test_ok(found == (pre_norm ? 7 : 6) && at && (pre_norm || !w->dec_ln_g),
+            "%s: the weights' fields are their named tensors", pre_norm ? "pre" : "post");
+    model_free(m);
+}
+
 /* Forced decoding (model_score) gives each sentence's share of the batch NLL. */
 static void check_score(int pre_norm)
 {
@@ -341,6 +383,8 @@ int main(void)
         return rc;
     }
     check_misc();
+    check_layout(0);
+    check_layout(1);
     check_fixture("post");
     check_fixture("pre");
     check_score(0);
