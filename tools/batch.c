@@ -2,6 +2,7 @@
  * Reads an ids stream, writes a batch stream; the work is done by libcommon/data/batcher.c. */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "data/batcher.h"
 #include "io/stream.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
 
 static void usage(void)
 {
@@ -41,16 +43,6 @@ static void usage(void)
 }
 
 enum { OPT_TRUNCATE = 256, OPT_SEED, OPT_SHARD, OPT_LOG, OPT_VERSION };
-
-static int parse_count(const char *opt, const char *arg, uint64_t min, uint64_t max, uint64_t *out)
-{
-    if (nmt_parse_u64(arg, UINT64_MAX, out) < 0 || *out < min || *out > max) {
-        nmt_usage_error("invalid %s '%s' (expected an integer from %llu to %llu)", opt, arg,
-                        (unsigned long long)min, (unsigned long long)max);
-        return -1;
-    }
-    return 0;
-}
 
 static int parse_shard(const char *arg, struct batcher_opts *o)
 {
@@ -102,32 +94,32 @@ int main(int argc, char **argv)
         case 'i': in_path = optarg; break;
         case 'o': out_path = optarg; break;
         case 't':
-            if (parse_count("--max-tokens", optarg, 1, BATCHER_MAX_TOKENS, &o.max_tokens) < 0)
+            if (opt_u64("--max-tokens", optarg, 1, BATCHER_MAX_TOKENS, &o.max_tokens) < 0)
                 return NMT_EXIT_USAGE;
             break;
         case 's':
-            if (parse_count("--max-sentences", optarg, 1, BATCHER_MAX_TOKENS, &o.max_sentences) < 0)
+            if (opt_u64("--max-sentences", optarg, 1, BATCHER_MAX_TOKENS, &o.max_sentences) < 0)
                 return NMT_EXIT_USAGE;
             break;
         case 'l':
-            if (parse_count("--max-len", optarg, 1, BATCHER_MAX_TOKENS, &o.max_len) < 0)
+            if (opt_u64("--max-len", optarg, 1, BATCHER_MAX_TOKENS, &o.max_len) < 0)
                 return NMT_EXIT_USAGE;
             break;
         case OPT_TRUNCATE: o.truncate = 1; break;
         case 'r':
-            if (nmt_parse_double(optarg, &o.max_ratio) < 0 || !(o.max_ratio >= 1))
-                return nmt_usage_error("invalid --max-ratio '%s' (expected a number >= 1)", optarg);
+            if (opt_double("--max-ratio", optarg, 1, INFINITY, 1, &o.max_ratio) < 0)
+                return NMT_EXIT_USAGE;
             break;
         case 'w':
-            if (parse_count("--window", optarg, 1, BATCHER_MAX_WINDOW, &o.window) < 0)
+            if (opt_u64("--window", optarg, 1, BATCHER_MAX_WINDOW, &o.window) < 0)
                 return NMT_EXIT_USAGE;
             break;
         case OPT_SEED:
-            if (nmt_parse_u64(optarg, UINT64_MAX, &o.seed) < 0)
-                return nmt_usage_error("invalid --seed '%s' (expected a non-negative integer)", optarg);
+            if (opt_u64("--seed", optarg, 0, UINT64_MAX, &o.seed) < 0)
+                return NMT_EXIT_USAGE;
             break;
         case 'e':
-            if (parse_count("--epochs", optarg, 1, 1000000, &epochs) < 0)
+            if (opt_u64("--epochs", optarg, 1, 1000000, &epochs) < 0)
                 return NMT_EXIT_USAGE;
             break;
         case OPT_SHARD:
