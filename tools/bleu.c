@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/utf8.h"
 #include "eval/bleu.h"
 #include "cli/cli.h"
 
@@ -165,7 +166,7 @@ have_data:
         const char *nl = memchr(buf + st, '\n', n - st);
         size_t en = nl ? (size_t)(nl - buf) : n;
         size_t bad;
-        if (bleu_utf8_check(buf + st, en - st, &bad) < 0) {
+        if (utf8_check(buf + st, en - st, &bad) < 0) {
             nmt_error("invalid UTF-8 in '%s' line %zu (byte offset %zu)", name, l->n + 1, st + bad);
             lines_free(l);
             return -1;
