@@ -66,11 +66,14 @@ int bleu_decode(const char *str, size_t len, bleu_cps *out)
 int bleu_encode_buf(const bleu_cps *b, struct nmt_buf *out)
 {
     out->len = 0;
-    if (nmt_buf_reserve(out, b->n + 1) < 0)
+    if (nmt_buf_reserve(out, b->n * 4 + 1) < 0) /* room for the longest encoding */
         return nmt_seterr("out of memory");
-    for (size_t i = 0; i < b->n; i++)
-        if (utf8_put(out, b->p[i]) < 0)
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->p[i] < 0x80)
+            out->data[out->len++] = (unsigned char)b->p[i];
+        else if (utf8_put(out, b->p[i]) < 0)
             return nmt_seterr("out of memory");
+    }
     return 0;
 }
 
