@@ -183,33 +183,67 @@ static int btoks_buf(bleu_btoks *t, size_t need)
     return 0;
 }
 
+/* Lowercases *STR[0..*LEN) (valid UTF-8) as Python's str.lower() and rstrips it, into T's
+ * buffers; *STR and *LEN then describe the result. 0 or -1 with the error set. */
+static int lower_text(bleu_btoks *t, const char **str, size_t *len)
+{
+    const char *s = *str;
+    size_t n = *len;
+    int ascii = 1;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] >= 0x80) {
+            ascii = 0;
+            break;
+        }
+    if (ascii) {
+        if (btoks_buf(t, n + 1) < 0)
+            return -1;
+        for (size_t i = 0; i < n; i++) {
+            char c = s[i];
+            t->buf[i] = (c >= 'A' && c <= 'Z') ? (char)(c + 32) : c;
+        }
+        s = t->buf;
+    } else {
+        if (bleu_decode(s, n, &t->a) < 0 || bleu_cps_lower(&t->a, &t->b) < 0 || bleu_encode_buf(&t->b, &t->low) < 0)
+            return -1;
+        s = (const char *)t->low.data;
+        n = t->low.len;
+    }
+    *str = s;
+    *len = bleu_rstrip_len(s, n);
+    return 0;
+}
+
+/* Applies 13a's string replacements (none makes the text longer) to *STR[0..*LEN) into t->buf;
+ * *STR and *LEN then describe the result. 0 or -1 with the error set. */
+static int replace_13a(bleu_btoks *t, const char **str, size_t *len)
+{
+    size_t n = *len;
+    if (btoks_buf(t, n + 1) < 0)
+        return -1;
+    char *x = t->buf, *y = t->buf2;
+    if (*str != x)
+        memcpy(x, *str, n);
+    n = replace_bytes(x, n, "<skipped>", "", y);
+    n = replace_bytes(y, n, "-\n", "", x);
+    n = replace_bytes(x, n, "\n", " ", y);
+    n = replace_bytes(y, n, "&quot;", "\"", x);
+    n = replace_bytes(x, n, "&amp;", "&", y);
+    n = replace_bytes(y, n, "&lt;", "<", x);
+    n = replace_bytes(x, n, "&gt;", ">", y);
+    memcpy(x, y, n);
+    *str = x;
+    *len = n;
+    return 0;
+}
+
 int bleu_tok13a_bytes(const char *str, size_t len, int lowercase, bleu_btoks *t)
 {
     t->end = str + len;
     t->n = 0;
     if (lowercase) {
-        int ascii = 1;
-        for (size_t i = 0; i < len; i++)
-            if ((unsigned char)str[i] >= 0x80) {
-                ascii = 0;
-                break;
-            }
-        if (ascii) {
-            if (btoks_buf(t, len + 1) < 0)
-                return -1;
-            for (size_t i = 0; i < len; i++) {
-                char c = str[i];
-                t->buf[i] = (c >= 'A' && c <= 'Z') ? (char)(c + 32) : c;
-            }
-            str = t->buf;
-        } else {
-            if (bleu_decode(str, len, &t->a) < 0 || bleu_cps_lower(&t->a, &t->b) < 0
-                || bleu_encode_buf(&t->b, &t->low) < 0)
-                return -1;
-            str = (const char *)t->low.data;
-            len = t->low.len;
-        }
-        len = bleu_rstrip_len(str, len);
+        if (lower_text(t, &str, &len) < 0)
+            return -1;
         t->end = str + len;
     }
     if (len == 0 || btoks_reserve(t, len) < 0)
@@ -227,21 +261,9 @@ again:
             continue;
         }
         if (k == B13_PRE) {
-            if (!pre) { /* 13a's string replacements (none makes the text longer), then again */
-                if (btoks_buf(t, len + 1) < 0)
+            if (!pre) { /* 13a's string replacements, then again */
+                if (replace_13a(t, &str, &len) < 0)
                     return -1;
-                char *x = t->buf, *y = t->buf2;
-                if (str != x)
-                    memcpy(x, str, len);
-                len = replace_bytes(x, len, "<skipped>", "", y);
-                len = replace_bytes(y, len, "-\n", "", x);
-                len = replace_bytes(x, len, "\n", " ", y);
-                len = replace_bytes(y, len, "&quot;", "\"", x);
-                len = replace_bytes(x, len, "&amp;", "&", y);
-                len = replace_bytes(y, len, "&lt;", "<", x);
-                len = replace_bytes(x, len, "&gt;", ">", y);
-                memcpy(x, y, len);
-                str = x;
                 t->end = str + len;
                 pre = 1;
                 t->n = 0;
