@@ -16,8 +16,9 @@
  *   size       sizeof(struct nmt_backend) as the plugin was compiled. The host reads only the first
  *              `size` bytes and treats every slot past them as absent (NULL); so an old plugin runs
  *              under a newer host, and a newer plugin's extra slots are ignored by an older host.
- *   Required slots (all slots of ABI 1.0 unless marked OPTIONAL) must be non-NULL, otherwise the host
+ *   Required slots (all slots of ABI 2.0 unless marked OPTIONAL) must be non-NULL, otherwise the host
  *   refuses the plugin. OPTIONAL slots may be NULL; the host checks before calling them.
+ *   Every slot is one the host calls: a kernel no host code uses is not part of the interface.
  *
  * DEVICE MEMORY
  *   The plugin owns device memory; the host decides the layout. The host allocates a few large
@@ -43,7 +44,7 @@
  *   layernorm_backward's dgamma/dbeta (and weight gradients computed by the host with gemm and
  *   beta = 1). The host zeroes them once per optimizer step (memset_zero).
  *   Activation gradients are ASSIGNED (=): dx, dq, dk, dv, dlogits. Where a gradient must be summed
- *   with another (a residual branch), the host uses add/axpy.
+ *   with another (a residual branch), the host uses add.
  *
  * ALIASING
  *   Unless a kernel says "may alias", outputs must not overlap inputs or each other.
@@ -57,7 +58,7 @@
  *
  * THREADING AND ORDERING
  *   A context is used by one host thread at a time. Kernels run in call order. A backend may execute
- *   kernels asynchronously; download(), sync(), and the kernels that return a value into host memory
+ *   kernels asynchronously; download() and the kernels that return a value into host memory
  *   (cross_entropy, sumsq) wait for all earlier work. The cpu plugin is synchronous and threaded
  *   internally (opts.threads); its results do not depend on the thread count (reductions are split
  *   into fixed-size blocks summed in a fixed order), except for the reassociation BLAS itself does.
@@ -75,11 +76,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define NMT_BACKEND_ABI_MAJOR 1
-#define NMT_BACKEND_ABI_MINOR 2
+#define NMT_BACKEND_ABI_MAJOR 2
+#define NMT_BACKEND_ABI_MINOR 0
 #define NMT_BACKEND_ENTRY "nmt_backend_entry"
 
-/* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 1 kernels are F32. */
+/* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 2 kernels are F32. */
 enum { NMT_DTYPE_F32 = 1, NMT_DTYPE_F16 = 2, NMT_DTYPE_BF16 = 4 };
 
 /* Options for open(). The host zero-fills the struct and sets size = sizeof(struct
@@ -166,8 +167,6 @@ struct nmt_backend {
     int (*memset_zero)(nmt_bctx *ctx, void *dst, size_t bytes);
     /* Copies BYTES from device SRC to device DST (may not overlap); 0 or negative. */
     int (*copy)(nmt_bctx *ctx, void *dst, const void *src, size_t bytes);
-    /* Waits for all queued work; returns 0, or negative if any earlier asynchronous work failed. */
-    int (*sync)(nmt_bctx *ctx);
 
     /* ---- matrix products ---- */
     /* C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major, as cblas_sgemm(CblasRowMajor, ...):
@@ -179,11 +178,6 @@ struct nmt_backend {
      * db += column sums of dy (bias_grad). */
     int (*gemm)(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha,
                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
-    /* COUNT independent products: for i < COUNT, the gemm above on A + i*strideA, B + i*strideB,
-     * C + i*strideC (strides in floats). */
-    int (*gemm_batched)(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha,
-                        const float *A, int lda, int64_t strideA, const float *B, int ldb,
-                        int64_t strideB, float beta, float *C, int ldc, int64_t strideC, int count);
     /* out (M,N) += bias (N) broadcast over rows; 0 or negative. */
     int (*bias_add)(nmt_bctx *ctx, float *out, const float *bias, int M, int N);
     /* dbias (N) += column sums of dout (M,N); 0 or negative. */
@@ -228,10 +222,6 @@ struct nmt_backend {
     /* ---- elementwise (n elements; outputs may alias inputs) ---- */
     /* out = a + b (residual add). */
     int (*add)(nmt_bctx *ctx, float *out, const float *a, const float *b, size_t n);
-    /* y += alpha * x. */
-    int (*axpy)(nmt_bctx *ctx, float *y, const float *x, size_t n, float alpha);
-    /* x *= alpha. */
-    int (*scale)(nmt_bctx *ctx, float *x, size_t n, float alpha);
     /* out = max(x, 0). */
     int (*relu_forward)(nmt_bctx *ctx, float *out, const float *x, size_t n);
     /* dx = dout where y > 0, else 0; Y is the forward output (or input: same sign). */
@@ -279,13 +269,7 @@ struct nmt_backend {
     int (*gather_rows)(nmt_bctx *ctx, float *dst, const float *src, const int32_t *idx, int N,
                        int64_t row);
 
-    /* ---- OPTIONAL slots (may be NULL) ---- */
-    /* out = GELU(x) = x * Phi(x) (the exact erf form, PyTorch's default). */
-    int (*gelu_forward)(nmt_bctx *ctx, float *out, const float *x, size_t n);
-    /* dx = dout * GELU'(x), X the forward input. */
-    int (*gelu_backward)(nmt_bctx *ctx, float *dx, const float *dout, const float *x, size_t n);
-
-    /* ---- appended in ABI 1.1 (OPTIONAL) ---- */
+    /* ---- OPTIONAL (may be NULL) ---- */
     /* Row-invariant product for inference: C (M,N) = alpha * A (M,K) @ B^T + beta * C, row-major,
      * with A (M,K) lda >= K and B stored (N,K) ldb >= K (a linear layer's weight (out, in), i.e.
      * gemm with transA 0, transB 1); ldc >= N; beta == 0: C is not read. M, N, K >= 0.
@@ -297,7 +281,7 @@ struct nmt_backend {
     int (*gemm_rowinv)(nmt_bctx *ctx, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                        int ldb, float beta, float *C, int ldc);
 
-    /* ---- appended in ABI 1.2 (OPTIONAL: the three slots or none) ---- */
+    /* ---- OPTIONAL (the three slots or none) ---- */
     /* Bytes of device memory that linear_pack needs for a weight of N rows by K columns (0 when
      * N or K is not positive). */
     size_t (*linear_packed_bytes)(nmt_bctx *ctx, int N, int K);

@@ -2,6 +2,7 @@
  * Reads an ids stream, writes a batch stream; the work is done by libcommon/data/batcher.c. */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "data/batcher.h"
 #include "io/stream.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
 
 static void usage(void)
 {
@@ -42,16 +44,6 @@ static void usage(void)
 
 enum { OPT_TRUNCATE = 256, OPT_SEED, OPT_SHARD, OPT_LOG, OPT_VERSION };
 
-static int parse_count(const char *opt, const char *arg, uint64_t min, uint64_t max, uint64_t *out)
-{
-    if (nmt_parse_u64(arg, UINT64_MAX, out) < 0 || *out < min || *out > max) {
-        nmt_usage_error("invalid %s '%s' (expected an integer from %llu to %llu)", opt, arg,
-                        (unsigned long long)min, (unsigned long long)max);
-        return -1;
-    }
-    return 0;
-}
-
 static int parse_shard(const char *arg, struct batcher_opts *o)
 {
     const char *slash = strchr(arg, '/');
@@ -80,9 +72,19 @@ static int log_style(const char *path)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* The command line: batching options, files and epochs. */
+struct args {
+    struct batcher_opts o;
+    const char *in_path, *out_path, *log_path;
+    uint64_t epochs;
+};
+
+#define GO_ON (-1) /* parse_args' "carry on": anything else is main's exit status */
+
+/* Parses the command line into A. Returns GO_ON, or main's exit status (usage errors, --help,
+ * --version). */
+static int parse_args(int argc, char **argv, struct args *a)
 {
-    nmt_set_progname(argv[0]);
     static const struct option longopts[] = {
         {"input", required_argument, NULL, 'i'},      {"output", required_argument, NULL, 'o'},
         {"max-tokens", required_argument, NULL, 't'}, {"max-sentences", required_argument, NULL, 's'},
@@ -92,52 +94,52 @@ int main(int argc, char **argv)
         {"shard", required_argument, NULL, OPT_SHARD}, {"log", required_argument, NULL, OPT_LOG},
         {"help", no_argument, NULL, 'h'},             {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0}};
-    struct batcher_opts o;
-    batcher_opts_init(&o);
-    const char *in_path = NULL, *out_path = NULL, *log_path = NULL;
-    uint64_t epochs = 1;
+    struct batcher_opts *o = &a->o;
+    batcher_opts_init(o);
+    a->in_path = a->out_path = a->log_path = NULL;
+    a->epochs = 1;
     int c;
     while ((c = getopt_long(argc, argv, "i:o:t:s:l:r:w:e:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'i': in_path = optarg; break;
-        case 'o': out_path = optarg; break;
+        case 'i': a->in_path = optarg; break;
+        case 'o': a->out_path = optarg; break;
         case 't':
-            if (parse_count("--max-tokens", optarg, 1, BATCHER_MAX_TOKENS, &o.max_tokens) < 0)
+            if (opt_u64("--max-tokens", optarg, 1, BATCHER_MAX_TOKENS, &o->max_tokens) < 0)
                 return NMT_EXIT_USAGE;
             break;
         case 's':
-            if (parse_count("--max-sentences", optarg, 1, BATCHER_MAX_TOKENS, &o.max_sentences) < 0)
+            if (opt_u64("--max-sentences", optarg, 1, BATCHER_MAX_TOKENS, &o->max_sentences) < 0)
                 return NMT_EXIT_USAGE;
             break;
         case 'l':
-            if (parse_count("--max-len", optarg, 1, BATCHER_MAX_TOKENS, &o.max_len) < 0)
+            if (opt_u64("--max-len", optarg, 1, BATCHER_MAX_TOKENS, &o->max_len) < 0)
                 return NMT_EXIT_USAGE;
             break;
-        case OPT_TRUNCATE: o.truncate = 1; break;
+        case OPT_TRUNCATE: o->truncate = 1; break;
         case 'r':
-            if (nmt_parse_double(optarg, &o.max_ratio) < 0 || !(o.max_ratio >= 1))
-                return nmt_usage_error("invalid --max-ratio '%s' (expected a number >= 1)", optarg);
+            if (opt_double("--max-ratio", optarg, 1, INFINITY, 1, &o->max_ratio) < 0)
+                return NMT_EXIT_USAGE;
             break;
         case 'w':
-            if (parse_count("--window", optarg, 1, BATCHER_MAX_WINDOW, &o.window) < 0)
+            if (opt_u64("--window", optarg, 1, BATCHER_MAX_WINDOW, &o->window) < 0)
                 return NMT_EXIT_USAGE;
             break;
         case OPT_SEED:
-            if (nmt_parse_u64(optarg, UINT64_MAX, &o.seed) < 0)
-                return nmt_usage_error("invalid --seed '%s' (expected a non-negative integer)", optarg);
+            if (opt_u64("--seed", optarg, 0, UINT64_MAX, &o->seed) < 0)
+                return NMT_EXIT_USAGE;
             break;
         case 'e':
-            if (parse_count("--epochs", optarg, 1, 1000000, &epochs) < 0)
+            if (opt_u64("--epochs", optarg, 1, 1000000, &a->epochs) < 0)
                 return NMT_EXIT_USAGE;
             break;
         case OPT_SHARD:
-            if (parse_shard(optarg, &o) < 0)
+            if (parse_shard(optarg, o) < 0)
                 return NMT_EXIT_USAGE;
             break;
         case OPT_LOG:
-            log_path = optarg;
-            if (!log_style(log_path))
-                return nmt_usage_error("--log FILE must end in .jsonl or .csv: '%s'", log_path);
+            a->log_path = optarg;
+            if (!log_style(a->log_path))
+                return nmt_usage_error("--log FILE must end in .jsonl or .csv: '%s'", a->log_path);
             break;
         case 'h': usage(); return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
         case OPT_VERSION: nmt_print_version(); return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
@@ -145,12 +147,44 @@ int main(int argc, char **argv)
         }
     }
     if (optind < argc) {
-        if (in_path || argc - optind > 1)
-            return nmt_usage_error("expected one input, got extra argument '%s'", argv[in_path ? optind : optind + 1]);
-        in_path = argv[optind];
+        if (a->in_path || argc - optind > 1)
+            return nmt_usage_error("expected one input, got extra argument '%s'", argv[a->in_path ? optind : optind + 1]);
+        a->in_path = argv[optind];
     }
-    if (batcher_opts_check(&o) < 0)
+    if (batcher_opts_check(o) < 0)
         return nmt_usage_error("%s", nmt_errmsg());
+    return GO_ON;
+}
+
+/* Writes the summary line of B to stderr, and to LOG (when not NULL) in the style of LOG_PATH. */
+static void write_summary(const struct batcher *b, FILE *log, const char *log_path)
+{
+    char line[512];
+    batcher_stats_format(batcher_stats(b), BATCHER_TEXT, line, sizeof line);
+    fprintf(stderr, "%s: %s\n", nmt_progname(), line);
+    if (!log)
+        return;
+    if (log_style(log_path) == 1) {
+        batcher_stats_format(batcher_stats(b), BATCHER_JSON, line, sizeof line);
+        fprintf(log, "%s\n", line);
+    } else {
+        batcher_stats_format(batcher_stats(b), BATCHER_CSV_HEADER, line, sizeof line);
+        fprintf(log, "%s\n", line);
+        batcher_stats_format(batcher_stats(b), BATCHER_CSV_ROW, line, sizeof line);
+        fprintf(log, "%s\n", line);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    nmt_set_progname(argv[0]);
+    struct args args;
+    int rc = parse_args(argc, argv, &args);
+    if (rc != GO_ON)
+        return rc;
+    const struct batcher_opts o = args.o;
+    const char *in_path = args.in_path, *out_path = args.out_path, *log_path = args.log_path;
+    uint64_t epochs = args.epochs;
     const char *in_name = nmt_path_name(in_path, 0), *out_name = nmt_path_name(out_path, 1);
 
     int in_fd = nmt_open_in(in_path);
@@ -188,7 +222,7 @@ int main(int argc, char **argv)
     struct batcher *b = batcher_new(&o);
     struct rec_writer *w = b ? rec_writer_open(out_fd, out_name, "batch", "nmt-batch " NMT_VERSION, kv.kv, kv.nkv, NULL)
                              : NULL;
-    int rc = NMT_EXIT_OK;
+    rc = NMT_EXIT_OK;
     if (!w) {
         nmt_error("%s", nmt_errmsg());
         rc = NMT_EXIT_DATA;
@@ -228,22 +262,8 @@ int main(int argc, char **argv)
         nmt_error("cannot close '%s': %s", out_name, strerror(errno));
         rc = NMT_EXIT_DATA;
     }
-    if (rc == NMT_EXIT_OK) {
-        char line[512];
-        batcher_stats_format(batcher_stats(b), BATCHER_TEXT, line, sizeof line);
-        fprintf(stderr, "%s: %s\n", nmt_progname(), line);
-        if (log) {
-            if (log_style(log_path) == 1) {
-                batcher_stats_format(batcher_stats(b), BATCHER_JSON, line, sizeof line);
-                fprintf(log, "%s\n", line);
-            } else {
-                batcher_stats_format(batcher_stats(b), BATCHER_CSV_HEADER, line, sizeof line);
-                fprintf(log, "%s\n", line);
-                batcher_stats_format(batcher_stats(b), BATCHER_CSV_ROW, line, sizeof line);
-                fprintf(log, "%s\n", line);
-            }
-        }
-    }
+    if (rc == NMT_EXIT_OK)
+        write_summary(b, log, log_path);
     if (log && (ferror(log) | fclose(log)) && rc == NMT_EXIT_OK) {
         nmt_error("cannot write '%s': %s", log_path, strerror(errno));
         rc = NMT_EXIT_DATA;

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/utf8.h"
 #include "eval/bleu.h"
 #include "cli/cli.h"
 
@@ -165,7 +166,7 @@ have_data:
         const char *nl = memchr(buf + st, '\n', n - st);
         size_t en = nl ? (size_t)(nl - buf) : n;
         size_t bad;
-        if (bleu_utf8_check(buf + st, en - st, &bad) < 0) {
+        if (utf8_check(buf + st, en - st, &bad) < 0) {
             nmt_error("invalid UTF-8 in '%s' line %zu (byte offset %zu)", name, l->n + 1, st + bad);
             lines_free(l);
             return -1;
@@ -233,15 +234,19 @@ static int count_fields(const char *p, size_t len)
     return f;
 }
 
+#define GO_ON (-1) /* the option parsers' "carry on": anything else is main's exit status */
+
+/* Parses S as an integer in [LO, HI] as Python's int() reads an argument (strtol: leading blanks
+ * and a sign allowed) into *OUT. Returns GO_ON, or the usage error's status. */
 static int parse_int(const char *s, const char *what, int lo, int hi, int *out)
 {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi)
-        return nmt_usage_error("invalid %s '%s' (expected an integer from %d to %d)", what, s, lo, hi), -1;
+        return nmt_usage_error("invalid %s '%s' (expected an integer from %d to %d)", what, s, lo, hi);
     *out = (int)v;
-    return 0;
+    return GO_ON;
 }
 
 /* Expands sacreBLEU's multi-value options (-i A B, -m bleu chrf) into repeated options so that
@@ -373,14 +378,6 @@ static void *half_run(void *arg)
     return NULL;
 }
 
-/* Long-lived data of main, kept reachable until exit. */
-static char **eargv;
-static lines_t *reflines, *reffile, stdin_lines, *stdin_cols;
-static system_t *sys;
-static const char **refp;
-static size_t *refl;
-static bleu_metric *met[3];
-
 static void print_or_fail(const char *s, int *st)
 {
     if (!s) {
@@ -456,643 +453,764 @@ static void print_table(char ***cells, int rows, int cols)
     }
 }
 
-int main(int argc, char **argv)
-{
-    nmt_set_progname(argv[0]);
-    static const struct option opts[] = {
-        {"input", required_argument, 0, 'i'}, {"num-refs", required_argument, 0, OPT_NR},
-        {"nr", required_argument, 0, OPT_NR}, {"metrics", required_argument, 0, 'm'},
-        {"sentence-level", no_argument, 0, OPT_SL}, {"sl", no_argument, 0, OPT_SL},
-        {"tokenize", required_argument, 0, OPT_TOK}, {"tok", required_argument, 0, OPT_TOK},
-        {"lowercase", no_argument, 0, OPT_LC}, {"lc", no_argument, 0, OPT_LC},
-        {"smooth-method", required_argument, 0, 's'}, {"smooth-value", required_argument, 0, OPT_SV},
-        {"sv", required_argument, 0, OPT_SV}, {"max-ngram-order", required_argument, 0, OPT_MAXORDER},
-        {"force", no_argument, 0, OPT_FORCE}, {"chrf-char-order", required_argument, 0, OPT_CC},
-        {"cc", required_argument, 0, OPT_CC}, {"chrf-word-order", required_argument, 0, OPT_CW},
-        {"cw", required_argument, 0, OPT_CW}, {"chrf-beta", required_argument, 0, OPT_BETA},
-        {"chrf-whitespace", no_argument, 0, OPT_WS}, {"chrf-lowercase", no_argument, 0, OPT_CLC},
-        {"chrf-eps-smoothing", no_argument, 0, OPT_EPS}, {"ter-case-sensitive", no_argument, 0, OPT_TCS},
-        {"ter-no-punct", no_argument, 0, OPT_TNP}, {"ter-normalized", no_argument, 0, OPT_TNORM},
-        {"ter-asian-support", no_argument, 0, OPT_TASIAN}, {"confidence", no_argument, 0, OPT_CI},
-        {"ci", no_argument, 0, OPT_CI}, {"confidence-n", required_argument, 0, OPT_CIN},
-        {"cin", required_argument, 0, OPT_CIN}, {"paired-bs", no_argument, 0, OPT_PBS},
-        {"pbs", no_argument, 0, OPT_PBS}, {"paired-bs-n", required_argument, 0, OPT_PBSN},
-        {"pbsn", required_argument, 0, OPT_PBSN}, {"format", required_argument, 0, 'f'},
-        {"width", required_argument, 0, 'w'}, {"score-only", no_argument, 0, 'b'},
-        {"short", no_argument, 0, OPT_SH}, {"sh", no_argument, 0, OPT_SH},
-        {"quiet", no_argument, 0, 'q'}, {"no-color", no_argument, 0, OPT_NC},
-        {"nc", no_argument, 0, OPT_NC}, {"full", no_argument, 0, OPT_FULL}, {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'},
-        {0, 0, 0, 0}};
-    bleu_config cfg[3];
-    for (int k = 0; k < 3; k++)
-        bleu_config_init(&cfg[k], k);
+/* What the options ask for. */
+typedef struct {
+    bleu_config cfg[3]; /* per metric, indexed by enum bleu_metric_kind */
     const char *inputs[64];
-    int ninputs = 0, use_metric[3] = {0, 0, 0}, any_metric = 0;
-    int num_refs = 1, sentence = 0, ci = 0, ci_n = 1000, pbs = 0, pbs_n = 1000, json = 1, width = 1;
-    int score_only = 0, is_short = 0, full = 0;
-    int eargc;
-    eargv = expand_args(argc, argv, &eargc);
-    if (!eargv) {
-        nmt_error("out of memory");
-        return NMT_EXIT_DATA;
-    }
-    int c;
-    opterr = 0;
-    while ((c = getopt_long_only(eargc, eargv, ":i:m:s:f:w:bqhV", opts, NULL)) != -1) {
-        switch (c) {
-        case 'i':
-            if (ninputs == 64)
-                return nmt_usage_error("too many input systems (at most 64)");
-            inputs[ninputs++] = optarg;
-            break;
-        case 'm':
-            if (!strcmp(optarg, "bleu"))
-                use_metric[0] = 1;
-            else if (!strcmp(optarg, "chrf"))
-                use_metric[1] = 1;
-            else if (!strcmp(optarg, "ter"))
-                use_metric[2] = 1;
-            else
-                return nmt_usage_error("unknown metric '%s' (choose from bleu, chrf, ter)", optarg);
-            any_metric++;
-            break;
-        case OPT_NR:
-            if (parse_int(optarg, "number of references", 1, 1000, &num_refs) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case OPT_SL:
-            sentence = 1;
-            break;
-        case OPT_TOK:
-            if ((cfg[0].tokenize = bleu_tokenizer_parse(optarg)) < 0)
-                return nmt_usage_error("unknown tokenizer '%s' (choose from 13a, intl, zh, char, none)", optarg);
-            break;
-        case OPT_LC:
-            cfg[0].lowercase = 1;
-            break;
-        case 's':
-            if (!strcmp(optarg, "exp"))
-                cfg[0].smooth = BLEU_SMOOTH_EXP;
-            else if (!strcmp(optarg, "floor"))
-                cfg[0].smooth = BLEU_SMOOTH_FLOOR;
-            else if (!strcmp(optarg, "add-k"))
-                cfg[0].smooth = BLEU_SMOOTH_ADDK;
-            else if (!strcmp(optarg, "none"))
-                cfg[0].smooth = BLEU_SMOOTH_NONE;
-            else
-                return nmt_usage_error("unknown smoothing method '%s' (choose from exp, floor, add-k, none)", optarg);
-            break;
-        case OPT_SV:
-            if (nmt_parse_double(optarg, &cfg[0].smooth_value) < 0)
-                return nmt_usage_error("invalid smoothing value '%s'", optarg);
-            cfg[0].smooth_value_set = 1;
-            break;
-        case OPT_MAXORDER:
-            if (parse_int(optarg, "n-gram order", 1, BLEU_MAX_ORDER, &cfg[0].max_order) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case OPT_FORCE: case 'q': case OPT_NC:
-            break;
-        case OPT_CC:
-            if (parse_int(optarg, "character order", 0, BLEU_MAX_ORDER, &cfg[1].char_order) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case OPT_CW:
-            if (parse_int(optarg, "word order", 0, BLEU_MAX_ORDER, &cfg[1].word_order) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case OPT_BETA:
-            if (parse_int(optarg, "beta", 0, 1000, &cfg[1].beta) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case OPT_WS:
-            cfg[1].whitespace = 1;
-            break;
-        case OPT_CLC:
-            cfg[1].chrf_lowercase = 1;
-            break;
-        case OPT_EPS:
-            cfg[1].eps_smoothing = 1;
-            break;
-        case OPT_TCS:
-            cfg[2].case_sensitive = 1;
-            break;
-        case OPT_TNP:
-            cfg[2].no_punct = 1;
-            break;
-        case OPT_TNORM:
-            cfg[2].normalized = 1;
-            break;
-        case OPT_TASIAN:
-            return nmt_usage_error("--ter-asian-support is not supported");
-        case OPT_CI:
-            ci = 1;
-            break;
-        case OPT_CIN:
-            if (parse_int(optarg, "number of resamples", 1, 1000000, &ci_n) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case OPT_PBS:
-            pbs = 1;
-            break;
-        case OPT_PBSN:
-            if (parse_int(optarg, "number of resamples", 1, 1000000, &pbs_n) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case 'f':
-            if (!strcmp(optarg, "json"))
-                json = 1;
-            else if (!strcmp(optarg, "text"))
-                json = 0;
-            else
-                return nmt_usage_error("unknown format '%s' (choose from json, text)", optarg);
-            break;
-        case 'w':
-            if (parse_int(optarg, "width", 0, 100, &width) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case 'b':
-            score_only = 1;
-            break;
-        case OPT_SH:
-            is_short = 1;
-            break;
-        case OPT_FULL:
-            full = 1;
-            break;
-        case 'h':
-            usage();
-            free(eargv);
-            return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
-        case 'V':
-            nmt_print_version();
-            printf("signature version %s\n", BLEU_TOOL_VERSION);
-            free(eargv);
-            return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
-        case ':':
-            return nmt_usage_error("option '%s' needs a value", eargv[optind - 1]);
-        default:
-            return nmt_usage_error("unknown option '%s'", eargv[optind - 1]);
-        }
-    }
-    if (!any_metric)
-        use_metric[0] = 1, any_metric = 1;
-    int nref_files = eargc - optind;
-    char **ref_files = eargv + optind;
-    if (nref_files == 0)
-        return nmt_usage_error("no reference file given (give references before -i)");
-    if (num_refs != 1 && nref_files > 1)
-        return nmt_usage_error("--num-refs takes one file of tab-separated references, not several files");
-    if (sentence && any_metric > 1)
-        return nmt_usage_error("only one metric can be used in sentence-level mode");
-    if (sentence && (ci || pbs))
-        return nmt_usage_error("statistical tests are unavailable in sentence-level mode");
-    if (sentence)
-        cfg[0].effective_order = 1;
+    int ninputs, use_metric[3], any_metric;
+    int num_refs, sentence, ci, ci_n, pbs, pbs_n, json, width, score_only, is_short, full;
+    char **ref_files;
+    int nref_files;
+} opts_t;
 
-    int st = 0;
-    /* references */
-    int nrefs = num_refs > 1 ? num_refs : nref_files;
-    reflines = calloc((size_t)nrefs, sizeof *reflines);
-    reffile = calloc((size_t)nref_files, sizeof *reffile);
-    if (!reflines || !reffile) {
+/* One run: options, references, systems and metrics. main keeps it in static storage, so what it
+ * holds stays reachable until exit on every path. */
+typedef struct {
+    opts_t o;
+    char **eargv;
+    lines_t *reffile, *reflines, stdin_lines, *stdin_cols;
+    int nrefs, nsys;
+    system_t *sys;
+    size_t nlines;
+    const char **refp; /* the references of the line being scored */
+    size_t *refl;
+    bleu_metric *met[3];
+    uint64_t seed;
+    char seedlow[64]; /* the seed as the signature writes it */
+} run_t;
+
+/* Sets *OUT to the smoothing method named ARG; GO_ON, or the usage error's status. */
+static int parse_smooth(const char *arg, int *out)
+{
+    static const char *names[] = {"exp", "floor", "add-k", "none"};
+    static const int methods[] = {BLEU_SMOOTH_EXP, BLEU_SMOOTH_FLOOR, BLEU_SMOOTH_ADDK, BLEU_SMOOTH_NONE};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(arg, names[i])) {
+            *out = methods[i];
+            return GO_ON;
+        }
+    return nmt_usage_error("unknown smoothing method '%s' (choose from exp, floor, add-k, none)", arg);
+}
+
+/* Applies option C (with optarg) of BLEU, chrF or TER to CFG. Returns GO_ON, the usage error's
+ * status, or 0 when C is no metric option. */
+static int parse_metric_option(bleu_config *cfg, int c)
+{
+    switch (c) {
+    case OPT_TOK:
+        if ((cfg[0].tokenize = bleu_tokenizer_parse(optarg)) < 0)
+            return nmt_usage_error("unknown tokenizer '%s' (choose from 13a, intl, zh, char, none)", optarg);
+        return GO_ON;
+    case OPT_LC: cfg[0].lowercase = 1; return GO_ON;
+    case 's': return parse_smooth(optarg, &cfg[0].smooth);
+    case OPT_SV:
+        if (nmt_parse_double(optarg, &cfg[0].smooth_value) < 0)
+            return nmt_usage_error("invalid smoothing value '%s'", optarg);
+        cfg[0].smooth_value_set = 1;
+        return GO_ON;
+    case OPT_MAXORDER: return parse_int(optarg, "n-gram order", 1, BLEU_MAX_ORDER, &cfg[0].max_order);
+    case OPT_CC: return parse_int(optarg, "character order", 0, BLEU_MAX_ORDER, &cfg[1].char_order);
+    case OPT_CW: return parse_int(optarg, "word order", 0, BLEU_MAX_ORDER, &cfg[1].word_order);
+    case OPT_BETA: return parse_int(optarg, "beta", 0, 1000, &cfg[1].beta);
+    case OPT_WS: cfg[1].whitespace = 1; return GO_ON;
+    case OPT_CLC: cfg[1].chrf_lowercase = 1; return GO_ON;
+    case OPT_EPS: cfg[1].eps_smoothing = 1; return GO_ON;
+    case OPT_TCS: cfg[2].case_sensitive = 1; return GO_ON;
+    case OPT_TNP: cfg[2].no_punct = 1; return GO_ON;
+    case OPT_TNORM: cfg[2].normalized = 1; return GO_ON;
+    case OPT_TASIAN: return nmt_usage_error("--ter-asian-support is not supported");
+    default: return 0;
+    }
+}
+
+/* Adds metric ARG ("bleu", "chrf", "ter") to O; GO_ON, or the usage error's status. */
+static int parse_metric(opts_t *o, const char *arg)
+{
+    static const char *names[] = {"bleu", "chrf", "ter"};
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(arg, names[k])) {
+            o->use_metric[k] = 1;
+            o->any_metric++;
+            return GO_ON;
+        }
+    return nmt_usage_error("unknown metric '%s' (choose from bleu, chrf, ter)", arg);
+}
+
+/* Applies option C (with optarg) of the input, statistics and output groups to R->o. Returns
+ * GO_ON, or main's exit status (usage errors, --help, --version). */
+static int parse_option(run_t *r, int c)
+{
+    opts_t *o = &r->o;
+    switch (c) {
+    case 'i':
+        if (o->ninputs == 64)
+            return nmt_usage_error("too many input systems (at most 64)");
+        o->inputs[o->ninputs++] = optarg;
+        return GO_ON;
+    case 'm': return parse_metric(o, optarg);
+    case OPT_NR: return parse_int(optarg, "number of references", 1, 1000, &o->num_refs);
+    case OPT_SL: o->sentence = 1; return GO_ON;
+    case OPT_FORCE: case 'q': case OPT_NC: return GO_ON;
+    case OPT_CI: o->ci = 1; return GO_ON;
+    case OPT_CIN: return parse_int(optarg, "number of resamples", 1, 1000000, &o->ci_n);
+    case OPT_PBS: o->pbs = 1; return GO_ON;
+    case OPT_PBSN: return parse_int(optarg, "number of resamples", 1, 1000000, &o->pbs_n);
+    case 'f':
+        if (strcmp(optarg, "json") && strcmp(optarg, "text"))
+            return nmt_usage_error("unknown format '%s' (choose from json, text)", optarg);
+        o->json = !strcmp(optarg, "json");
+        return GO_ON;
+    case 'w': return parse_int(optarg, "width", 0, 100, &o->width);
+    case 'b': o->score_only = 1; return GO_ON;
+    case OPT_SH: o->is_short = 1; return GO_ON;
+    case OPT_FULL: o->full = 1; return GO_ON;
+    case 'h':
+        usage();
+        return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
+    case 'V':
+        nmt_print_version();
+        printf("signature version %s\n", BLEU_TOOL_VERSION);
+        return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
+    case ':': return nmt_usage_error("option '%s' needs a value", r->eargv[optind - 1]);
+    default: {
+        int rc = parse_metric_option(o->cfg, c);
+        return rc ? rc : nmt_usage_error("unknown option '%s'", r->eargv[optind - 1]);
+    }
+    }
+}
+
+static const struct option long_options[] = {
+    {"input", required_argument, 0, 'i'}, {"num-refs", required_argument, 0, OPT_NR},
+    {"nr", required_argument, 0, OPT_NR}, {"metrics", required_argument, 0, 'm'},
+    {"sentence-level", no_argument, 0, OPT_SL}, {"sl", no_argument, 0, OPT_SL},
+    {"tokenize", required_argument, 0, OPT_TOK}, {"tok", required_argument, 0, OPT_TOK},
+    {"lowercase", no_argument, 0, OPT_LC}, {"lc", no_argument, 0, OPT_LC},
+    {"smooth-method", required_argument, 0, 's'}, {"smooth-value", required_argument, 0, OPT_SV},
+    {"sv", required_argument, 0, OPT_SV}, {"max-ngram-order", required_argument, 0, OPT_MAXORDER},
+    {"force", no_argument, 0, OPT_FORCE}, {"chrf-char-order", required_argument, 0, OPT_CC},
+    {"cc", required_argument, 0, OPT_CC}, {"chrf-word-order", required_argument, 0, OPT_CW},
+    {"cw", required_argument, 0, OPT_CW}, {"chrf-beta", required_argument, 0, OPT_BETA},
+    {"chrf-whitespace", no_argument, 0, OPT_WS}, {"chrf-lowercase", no_argument, 0, OPT_CLC},
+    {"chrf-eps-smoothing", no_argument, 0, OPT_EPS}, {"ter-case-sensitive", no_argument, 0, OPT_TCS},
+    {"ter-no-punct", no_argument, 0, OPT_TNP}, {"ter-normalized", no_argument, 0, OPT_TNORM},
+    {"ter-asian-support", no_argument, 0, OPT_TASIAN}, {"confidence", no_argument, 0, OPT_CI},
+    {"ci", no_argument, 0, OPT_CI}, {"confidence-n", required_argument, 0, OPT_CIN},
+    {"cin", required_argument, 0, OPT_CIN}, {"paired-bs", no_argument, 0, OPT_PBS},
+    {"pbs", no_argument, 0, OPT_PBS}, {"paired-bs-n", required_argument, 0, OPT_PBSN},
+    {"pbsn", required_argument, 0, OPT_PBSN}, {"format", required_argument, 0, 'f'},
+    {"width", required_argument, 0, 'w'}, {"score-only", no_argument, 0, 'b'},
+    {"short", no_argument, 0, OPT_SH}, {"sh", no_argument, 0, OPT_SH},
+    {"quiet", no_argument, 0, 'q'}, {"no-color", no_argument, 0, OPT_NC},
+    {"nc", no_argument, 0, OPT_NC}, {"full", no_argument, 0, OPT_FULL}, {"help", no_argument, 0, 'h'},
+    {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
+
+/* Parses the command line into R->o and checks the combination. Returns GO_ON, or main's exit
+ * status. */
+static int parse_args(run_t *r, int argc, char **argv)
+{
+    opts_t *o = &r->o;
+    for (int k = 0; k < 3; k++)
+        bleu_config_init(&o->cfg[k], k);
+    o->num_refs = 1;
+    o->ci_n = o->pbs_n = 1000;
+    o->json = o->width = 1;
+    int eargc;
+    if (!(r->eargv = expand_args(argc, argv, &eargc))) {
         nmt_error("out of memory");
         return NMT_EXIT_DATA;
     }
-    for (int r = 0; r < nref_files; r++)
-        if (read_lines(ref_files[r], &reffile[r]) < 0)
-            return NMT_EXIT_DATA;
-    if (num_refs > 1) {
-        int got;
-        size_t bad = split_tabs(&reffile[0], num_refs, reflines, &got, 0);
-        if (bad) {
-            if (got < 0)
-                nmt_error("out of memory");
-            else
-                nmt_error("'%s' line %zu: expected %d tab-separated references, found %d", ref_files[0], bad, num_refs, got);
-            return NMT_EXIT_DATA;
-        }
-    } else
-        for (int r = 0; r < nrefs; r++)
-            reflines[r] = reffile[r];
-    /* systems */
-    int nsys = 0;
-    if (ninputs == 0 || (ninputs == 1 && !strcmp(inputs[0], "-"))) {
-        lines_t in;
-        if (read_lines("-", &stdin_lines) < 0)
-            return NMT_EXIT_DATA;
-        in = stdin_lines;
-        int k = in.n ? count_fields(in.line[0], in.len[0]) : 1;
-        sys = calloc((size_t)k, sizeof *sys);
-        if (!sys) {
-            nmt_error("out of memory");
-            return NMT_EXIT_DATA;
-        }
-        nsys = k;
-        if (k == 1) {
-            sys[0].l = in;
-            memset(&stdin_lines, 0, sizeof stdin_lines);
-        }
-        else {
-            lines_t *cols = stdin_cols = calloc((size_t)k, sizeof *cols);
-            int got;
-            if (!cols) {
-                nmt_error("out of memory");
-                return NMT_EXIT_DATA;
-            }
-            size_t bad = split_tabs(&in, k, cols, &got, 1);
-            if (bad) {
-                nmt_error("stdin line %zu: expected %d tab-separated systems as on line 1, found %d", bad, k, got);
-                return NMT_EXIT_DATA;
-            }
-            for (int s = 0; s < k; s++)
-                sys[s].l = cols[s];
-        }
-        for (int s = 0; s < nsys; s++) {
-            char *nm = malloc(32);
-            if (!nm) {
-                nmt_error("out of memory");
-                return NMT_EXIT_DATA;
-            }
-            if (pbs)
-                snprintf(nm, 32, s == 0 ? "Baseline" : "System %d", s);
-            else
-                snprintf(nm, 32, "System %d", s + 1);
-            sys[s].name = nm;
-            sys[s].own_name = 1;
-        }
-    } else {
-        sys = calloc((size_t)ninputs, sizeof *sys);
-        if (!sys) {
-            nmt_error("out of memory");
-            return NMT_EXIT_DATA;
-        }
-        for (int s = 0; s < ninputs; s++) {
-            int dup = 0;
-            for (int q = 0; q < nsys; q++)
-                if (!strcmp(inputs[s], inputs[q]))
-                    dup = 1;
-            if (dup) {
-                if (pbs && !strcmp(inputs[s], inputs[0]))
-                    continue; /* the baseline given again */
-                nmt_error("'%s' already used to name a system", inputs[s]);
-                return NMT_EXIT_DATA;
-            }
-            if (read_lines(inputs[s], &sys[nsys].l) < 0)
-                return NMT_EXIT_DATA;
-            sys[nsys++].name = inputs[s];
-        }
-        if (pbs) {
-            char *nm = malloc(strlen(sys[0].name) + 16);
-            if (!nm) {
-                nmt_error("out of memory");
-                return NMT_EXIT_DATA;
-            }
-            sprintf(nm, "Baseline: %s", sys[0].name);
-            sys[0].name = nm;
-            sys[0].own_name = 1;
-        }
+    int c, rc;
+    opterr = 0;
+    while ((c = getopt_long_only(eargc, r->eargv, ":i:m:s:f:w:bqhV", long_options, NULL)) != -1)
+        if ((rc = parse_option(r, c)) != GO_ON)
+            return rc;
+    if (!o->any_metric)
+        o->use_metric[0] = 1, o->any_metric = 1;
+    o->nref_files = eargc - optind;
+    o->ref_files = r->eargv + optind;
+    if (o->nref_files == 0)
+        return nmt_usage_error("no reference file given (give references before -i)");
+    if (o->num_refs != 1 && o->nref_files > 1)
+        return nmt_usage_error("--num-refs takes one file of tab-separated references, not several files");
+    if (o->sentence && o->any_metric > 1)
+        return nmt_usage_error("only one metric can be used in sentence-level mode");
+    if (o->sentence && (o->ci || o->pbs))
+        return nmt_usage_error("statistical tests are unavailable in sentence-level mode");
+    if (o->sentence)
+        o->cfg[0].effective_order = 1;
+    return GO_ON;
+}
+
+/* Reads the reference files, splitting the one file of --num-refs N into its columns. Returns
+ * 0, or main's exit status (the error printed). */
+static int read_refs(run_t *r)
+{
+    const opts_t *o = &r->o;
+    r->nrefs = o->num_refs > 1 ? o->num_refs : o->nref_files;
+    r->reflines = calloc((size_t)r->nrefs, sizeof *r->reflines);
+    r->reffile = calloc((size_t)o->nref_files, sizeof *r->reffile);
+    if (!r->reflines || !r->reffile) {
+        nmt_error("out of memory");
+        return NMT_EXIT_DATA;
     }
-    if (sentence && nsys > 1)
+    for (int i = 0; i < o->nref_files; i++)
+        if (read_lines(o->ref_files[i], &r->reffile[i]) < 0)
+            return NMT_EXIT_DATA;
+    if (o->num_refs == 1) {
+        for (int i = 0; i < r->nrefs; i++)
+            r->reflines[i] = r->reffile[i];
+        return 0;
+    }
+    int got;
+    size_t bad = split_tabs(&r->reffile[0], o->num_refs, r->reflines, &got, 0);
+    if (bad) {
+        if (got < 0)
+            nmt_error("out of memory");
+        else
+            nmt_error("'%s' line %zu: expected %d tab-separated references, found %d", o->ref_files[0], bad,
+                      o->num_refs, got);
+        return NMT_EXIT_DATA;
+    }
+    return 0;
+}
+
+/* Reads the systems from stdin: one, or one per tab-separated column, named as sacreBLEU names
+ * them. Returns 0, or main's exit status. */
+static int read_stdin_systems(run_t *r)
+{
+    if (read_lines("-", &r->stdin_lines) < 0)
+        return NMT_EXIT_DATA;
+    lines_t in = r->stdin_lines;
+    int k = in.n ? count_fields(in.line[0], in.len[0]) : 1;
+    if (!(r->sys = calloc((size_t)k, sizeof *r->sys))) {
+        nmt_error("out of memory");
+        return NMT_EXIT_DATA;
+    }
+    r->nsys = k;
+    if (k == 1) {
+        r->sys[0].l = in;
+        memset(&r->stdin_lines, 0, sizeof r->stdin_lines);
+    } else {
+        lines_t *cols = r->stdin_cols = calloc((size_t)k, sizeof *cols);
+        int got;
+        if (!cols) {
+            nmt_error("out of memory");
+            return NMT_EXIT_DATA;
+        }
+        size_t bad = split_tabs(&in, k, cols, &got, 1);
+        if (bad) {
+            nmt_error("stdin line %zu: expected %d tab-separated systems as on line 1, found %d", bad, k, got);
+            return NMT_EXIT_DATA;
+        }
+        for (int s = 0; s < k; s++)
+            r->sys[s].l = cols[s];
+    }
+    for (int s = 0; s < r->nsys; s++) {
+        char *nm = malloc(32);
+        if (!nm) {
+            nmt_error("out of memory");
+            return NMT_EXIT_DATA;
+        }
+        if (r->o.pbs)
+            snprintf(nm, 32, s == 0 ? "Baseline" : "System %d", s);
+        else
+            snprintf(nm, 32, "System %d", s + 1);
+        r->sys[s].name = nm;
+        r->sys[s].own_name = 1;
+    }
+    return 0;
+}
+
+/* Reads the systems of the -i files (a repeated baseline is dropped under --paired-bs). Returns
+ * 0, or main's exit status. */
+static int read_file_systems(run_t *r)
+{
+    const opts_t *o = &r->o;
+    if (!(r->sys = calloc((size_t)o->ninputs, sizeof *r->sys))) {
+        nmt_error("out of memory");
+        return NMT_EXIT_DATA;
+    }
+    for (int s = 0; s < o->ninputs; s++) {
+        int dup = 0;
+        for (int q = 0; q < r->nsys; q++)
+            if (!strcmp(o->inputs[s], o->inputs[q]))
+                dup = 1;
+        if (dup) {
+            if (o->pbs && !strcmp(o->inputs[s], o->inputs[0]))
+                continue; /* the baseline given again */
+            nmt_error("'%s' already used to name a system", o->inputs[s]);
+            return NMT_EXIT_DATA;
+        }
+        if (read_lines(o->inputs[s], &r->sys[r->nsys].l) < 0)
+            return NMT_EXIT_DATA;
+        r->sys[r->nsys++].name = o->inputs[s];
+    }
+    if (o->pbs) {
+        char *nm = malloc(strlen(r->sys[0].name) + 16);
+        if (!nm) {
+            nmt_error("out of memory");
+            return NMT_EXIT_DATA;
+        }
+        sprintf(nm, "Baseline: %s", r->sys[0].name);
+        r->sys[0].name = nm;
+        r->sys[0].own_name = 1;
+    }
+    return 0;
+}
+
+/* Checks the systems against the mode and the references. Returns 0, or main's exit status. */
+static int check_systems(run_t *r)
+{
+    const opts_t *o = &r->o;
+    if (o->sentence && r->nsys > 1)
         return nmt_usage_error("only one system can be evaluated in sentence-level mode");
-    if (pbs && nsys == 1)
+    if (o->pbs && r->nsys == 1)
         return nmt_usage_error("paired tests require several systems given to -i");
-    if (nsys > 1 && ci)
+    if (r->nsys > 1 && o->ci)
         return nmt_usage_error("use paired tests (--paired-bs) for several systems");
-    for (int s = 0; s < nsys; s++) {
-        const char *hname = ninputs ? inputs[s] : "stdin";
-        if (sys[s].l.n == 0) {
+    for (int s = 0; s < r->nsys; s++) {
+        const char *hname = o->ninputs ? o->inputs[s] : "stdin";
+        if (r->sys[s].l.n == 0) {
             nmt_error("hypothesis '%s' is empty", hname);
             return NMT_EXIT_DATA;
         }
-        for (int r = 0; r < nrefs; r++)
-            if (reflines[r].n != sys[s].l.n) {
-                nmt_error("hypothesis '%s' has %zu lines but reference '%s'%s has %zu", hname, sys[s].l.n,
-                          ref_files[num_refs > 1 ? 0 : r], num_refs > 1 ? " (a column)" : "", reflines[r].n);
+        for (int i = 0; i < r->nrefs; i++)
+            if (r->reflines[i].n != r->sys[s].l.n) {
+                nmt_error("hypothesis '%s' has %zu lines but reference '%s'%s has %zu", hname, r->sys[s].l.n,
+                          o->ref_files[o->num_refs > 1 ? 0 : i], o->num_refs > 1 ? " (a column)" : "",
+                          r->reflines[i].n);
                 return NMT_EXIT_DATA;
             }
     }
-    size_t nlines = sys[0].l.n;
-    refp = malloc((size_t)nrefs * sizeof *refp);
-    refl = malloc((size_t)nrefs * sizeof *refl);
-    if (!refp || !refl) {
-        nmt_error("out of memory");
-        return NMT_EXIT_DATA;
-    }
+    r->nlines = r->sys[0].l.n;
+    return 0;
+}
+
+/* Sets the bootstrap seed from SACREBLEU_SEED (default 12345; "none": time and process id). */
+static void read_seed(run_t *r)
+{
     const char *seedstr = getenv("SACREBLEU_SEED");
     if (!seedstr)
         seedstr = "12345";
-    char seedlow[64];
-    snprintf(seedlow, sizeof seedlow, "%s", seedstr);
-    for (char *q = seedlow; *q; q++)
+    snprintf(r->seedlow, sizeof r->seedlow, "%s", seedstr);
+    for (char *q = r->seedlow; *q; q++)
         if (*q >= 'A' && *q <= 'Z')
             *q = (char)(*q + 32);
-    uint64_t seed = !strcmp(seedlow, "none") ? (uint64_t)getpid() ^ (uint64_t)time(NULL) : strtoull(seedstr, NULL, 10);
+    r->seed = !strcmp(r->seedlow, "none") ? (uint64_t)getpid() ^ (uint64_t)time(NULL) : strtoull(seedstr, NULL, 10);
+}
 
-    /* metrics in sacreBLEU's order: BLEU, CHRF, TER */
+/* Creates the metrics asked for (in sacreBLEU's order: BLEU, chrF, TER) and the reference
+ * pointers of a line. Returns 0, or main's exit status. */
+static int start_metrics(run_t *r)
+{
+    r->refp = malloc((size_t)r->nrefs * sizeof *r->refp);
+    r->refl = malloc((size_t)r->nrefs * sizeof *r->refl);
+    if (!r->refp || !r->refl) {
+        nmt_error("out of memory");
+        return NMT_EXIT_DATA;
+    }
+    read_seed(r);
     for (int k = 0; k < 3; k++)
-        if (use_metric[k] && !(met[k] = bleu_metric_new(&cfg[k]))) {
+        if (r->o.use_metric[k] && !(r->met[k] = bleu_metric_new(&r->o.cfg[k]))) {
             nmt_error("%s", nmt_errmsg());
             return NMT_EXIT_DATA;
         }
+    return 0;
+}
 
-    if (sentence) {
-        int k = use_metric[0] ? 0 : use_metric[1] ? 1 : 2;
-        int ns = bleu_metric_nstats(met[k]);
-        double *row = malloc((size_t)ns * sizeof *row);
+/* Computes the statistics ROW of line I of system S with metric K; 0 or -1 (error set). */
+static int segment_row(run_t *r, int s, int k, size_t i, double *row)
+{
+    for (int q = 0; q < r->nrefs; q++) {
+        r->refp[q] = r->reflines[q].line[i];
+        r->refl[q] = r->reflines[q].len[i];
+    }
+    return bleu_metric_segment(r->met[k], r->sys[s].l.line[i], r->sys[s].l.len[i], r->refp, r->refl, r->nrefs, row);
+}
+
+/* --sentence-level: one score line per segment. Sets *ST when a line cannot be formatted.
+ * Returns 0, or main's exit status. */
+static int score_sentences(run_t *r, int *st)
+{
+    const opts_t *o = &r->o;
+    int k = o->use_metric[0] ? 0 : o->use_metric[1] ? 1 : 2;
+    int ns = bleu_metric_nstats(r->met[k]);
+    double *row = malloc((size_t)ns * sizeof *row);
+    char sig[512];
+    if (!row || bleu_signature(r->met[k], r->nrefs, o->is_short, 0, NULL, BLEU_TOOL_VERSION, sig, sizeof sig) < 0) {
+        nmt_error("out of memory");
+        return NMT_EXIT_DATA;
+    }
+    for (size_t i = 0; i < r->nlines && !*st; i++) {
+        if (segment_row(r, 0, k, i, row) < 0) {
+            nmt_error("line %zu: %s", i + 1, nmt_errmsg());
+            return NMT_EXIT_DATA;
+        }
+        bleu_score sc;
+        bleu_metric_score(r->met[k], row, &sc);
+        if (o->full) {
+            print_full(&sc, row, ns, k);
+            continue;
+        }
+        char *s = bleu_format(&sc, o->width, o->score_only, sig, 0);
+        print_or_fail(s, st);
+        free(s);
+    }
+    free(row);
+    return 0;
+}
+
+/* Sums the statistics of system S with metric K into SUM (ROW as scratch) in two halves, the
+ * first in a second thread: BLEU and chrF statistics are integer counts, so the halves summed
+ * apart give the same sums. Returns 0, or main's exit status. */
+static int sum_in_halves(run_t *r, int s, int k, double *row, double *sum)
+{
+    int ns = bleu_metric_nstats(r->met[k]);
+    half_job job = {.cfg = &r->o.cfg[k], .hyp = &r->sys[s].l, .refs = r->reflines, .nrefs = r->nrefs,
+                    .nlines = r->nlines / 2, .ns = ns};
+    pthread_t th;
+    int started = pthread_create(&th, NULL, half_run, &job) == 0;
+    if (!started)
+        half_run(&job);
+    size_t bad = 0;
+    char err[256] = "";
+    for (size_t i = r->nlines / 2; i < r->nlines; i++) {
+        if (segment_row(r, s, k, i, row) < 0) {
+            bad = i + 1;
+            snprintf(err, sizeof err, "%s", nmt_errmsg());
+            break;
+        }
+        for (int j = 0; j < ns; j++)
+            sum[j] += row[j];
+    }
+    if (started)
+        pthread_join(th, NULL);
+    if (job.failed_line || bad) { /* the first failing line is reported */
+        nmt_error("line %zu: %s", job.failed_line ? job.failed_line : bad, job.failed_line ? job.err : err);
+        return NMT_EXIT_DATA;
+    }
+    for (int j = 0; j < ns; j++)
+        sum[j] += job.sum[j];
+    return 0;
+}
+
+/* Scores system S with metric K over the corpus: its statistics rows (all kept for the
+ * bootstrap, else summed as they come, in the same order), their sum and the score. Returns 0,
+ * or main's exit status. */
+static int score_system(run_t *r, int s, int k)
+{
+    system_t *sy = &r->sys[s];
+    int ns = bleu_metric_nstats(r->met[k]);
+    int keep = r->o.ci || r->o.pbs;
+    size_t nlines = r->nlines, from = 0;
+    sy->rows[k] = malloc((keep ? nlines : 1) * (size_t)ns * sizeof(double));
+    double *sum = sy->sum[k] = calloc((size_t)ns, sizeof *sum);
+    if (!sy->rows[k] || !sum) {
+        nmt_error("out of memory");
+        return NMT_EXIT_DATA;
+    }
+    if (!keep && k != BLEU_METRIC_TER && nlines >= 4096) {
+        if (sum_in_halves(r, s, k, sy->rows[k], sum))
+            return NMT_EXIT_DATA;
+        from = nlines;
+    }
+    for (size_t i = from; i < nlines; i++) {
+        double *row = sy->rows[k] + (keep ? i * (size_t)ns : 0);
+        if (segment_row(r, s, k, i, row) < 0) {
+            nmt_error("line %zu: %s", i + 1, nmt_errmsg());
+            return NMT_EXIT_DATA;
+        }
+        if (!keep)
+            for (int j = 0; j < ns; j++)
+                sum[j] += row[j];
+    }
+    if (keep)
+        bleu_metric_sum(r->met[k], sy->rows[k], nlines, NULL, sum);
+    bleu_metric_score(r->met[k], sum, &sy->score[k]);
+    return 0;
+}
+
+/* Prints the formatted scores RES[0..N) of one system: a JSON list, one per line, or text lines
+ * aligned on " = ". */
+static void print_results(const opts_t *o, char **res, int n)
+{
+    if (o->json && n > 1 && !o->score_only) {
+        fputs("[\n", stdout);
+        for (int q = 0; q < n; q++)
+            printf("%s%s", res[q], q + 1 < n ? ",\n" : "\n");
+        fputs("]\n", stdout);
+    } else if (n == 1 || o->score_only) {
+        for (int q = 0; q < n; q++)
+            printf("%s\n", res[q]);
+    } else {
+        int w = 0;
+        for (int q = 0; q < n; q++) {
+            const char *eq = strchr(res[q], '=');
+            int l = eq ? (int)(eq - res[q]) - 1 : 0;
+            if (l > w)
+                w = l;
+        }
+        for (int q = 0; q < n; q++) {
+            const char *eq = strchr(res[q], '=');
+            int l = eq ? (int)(eq - res[q]) - 1 : 0;
+            printf("%*s%s\n", w - l, "", res[q]);
+        }
+    }
+}
+
+/* One system: each metric's score (with the bootstrap interval under --confidence) with its
+ * signature. Returns 0, or main's exit status. */
+static int print_one_system(run_t *r)
+{
+    const opts_t *o = &r->o;
+    char *res[3];
+    int nres = 0;
+    for (int k = 0; k < 3; k++) {
+        if (!r->met[k])
+            continue;
+        if (o->ci && bleu_bootstrap(r->met[k], r->sys[0].rows[k], r->nlines, o->ci_n, r->seed, &r->sys[0].score[k],
+                                    NULL) < 0) {
+            nmt_error("%s", nmt_errmsg());
+            return NMT_EXIT_DATA;
+        }
         char sig[512];
-        if (!row || bleu_signature(met[k], nrefs, is_short, 0, NULL, BLEU_TOOL_VERSION, sig, sizeof sig) < 0) {
+        bleu_signature(r->met[k], r->nrefs, o->json ? 0 : o->is_short, o->ci ? o->ci_n : 0, r->seedlow,
+                       BLEU_TOOL_VERSION, sig, sizeof sig);
+        if (!(res[nres] = bleu_format(&r->sys[0].score[k], o->width, o->score_only, sig, o->json))) {
+            nmt_error("%s", nmt_errmsg());
+            return NMT_EXIT_DATA;
+        }
+        nres++;
+    }
+    print_results(o, res, nres);
+    for (int q = 0; q < nres; q++)
+        free(res[q]);
+    return 0;
+}
+
+/* --paired-bs: the baseline's interval and every other system's interval and p-value. Returns 0,
+ * or main's exit status. */
+static int paired_bootstrap(run_t *r)
+{
+    system_t *sys = r->sys;
+    int n = r->o.pbs_n;
+    for (int k = 0; k < 3; k++) {
+        if (!r->met[k])
+            continue;
+        if (bleu_bootstrap(r->met[k], sys[0].rows[k], r->nlines, n, r->seed, &sys[0].score[k], NULL) < 0) {
+            nmt_error("%s", nmt_errmsg());
+            return NMT_EXIT_DATA;
+        }
+        for (int s = 1; s < r->nsys; s++)
+            if (bleu_paired_bs(r->met[k], sys[0].rows[k], sys[s].rows[k], r->nlines, n, r->seed, sys[0].score[k].score,
+                               &sys[s].score[k], &sys[s].p[k]) < 0) {
+                nmt_error("%s", nmt_errmsg());
+                return NMT_EXIT_DATA;
+            }
+    }
+    return 0;
+}
+
+/* Several systems as a JSON list (sacreBLEU's print_results_table with --format json). */
+static void print_systems_json(const run_t *r)
+{
+    char num[64];
+    printf("[\n");
+    for (int s = 0; s < r->nsys; s++) {
+        printf("    {\n        \"system\": \"%s\"", r->sys[s].name);
+        for (int k = 0; k < 3; k++) {
+            if (!r->met[k])
+                continue;
+            const bleu_score *sc = &r->sys[s].score[k];
+            if (!r->o.pbs) {
+                char *v = bleu_format(sc, r->o.width, 1, "", 0);
+                printf(",\n        \"%s\": \"%s\"", sc->name, v ? v : "");
+                free(v);
+                continue;
+            }
+            printf(",\n        \"%s\": {\n", sc->name);
+            bleu_pyfloat(sc->score, num, sizeof num);
+            printf("            \"score\": %s,\n", num);
+            if (s == 0)
+                printf("            \"p_value\": null,\n");
+            else {
+                bleu_pyfloat(r->sys[s].p[k], num, sizeof num);
+                printf("            \"p_value\": %s,\n", num);
+            }
+            bleu_pyfloat(sc->mean, num, sizeof num);
+            printf("            \"mean\": %s,\n", num);
+            bleu_pyfloat(sc->ci, num, sizeof num);
+            printf("            \"ci\": %s\n        }", num);
+        }
+        printf("\n    }%s\n", s + 1 < r->nsys ? "," : "");
+    }
+    printf("]\n");
+}
+
+/* The explanation sacreBLEU prints under the table of a paired bootstrap test. */
+static void print_pbs_note(int n, const char *baseline)
+{
+    char msg[128];
+    int ml = snprintf(msg, sizeof msg, "Paired bootstrap resampling test with %d resampling trials", n);
+    for (int i = 0; i < ml; i++)
+        putchar('-');
+    printf("\n%s\n", msg);
+    for (int i = 0; i < ml; i++)
+        putchar('-');
+    printf("\n - Each system is pairwise compared to %s.\n"
+           "   Actual system score / bootstrap estimated true mean / 95%% CI are provided for each metric.\n\n"
+           " - Null hypothesis: the system and the baseline translations are essentially\n"
+           "   generated by the same underlying process. For a given system and the baseline,\n"
+           "   the p-value is roughly the probability of the absolute score difference (delta)\n"
+           "   or higher occurring due to chance, under the assumption that the null hypothesis is correct.\n\n"
+           " - Assuming a significance threshold of 0.05, the null hypothesis can be rejected\n"
+           "   for p-values < 0.05 (marked with \"*\"). This means that the delta is unlikely to be attributed\n"
+           "   to chance, hence the system is significantly \"different\" than the baseline.\n"
+           "   Otherwise, the p-values are highlighted in red.\n\n"
+           " - NOTE: Significance does not tell whether a system is \"better\" than the baseline but rather\n"
+           "   emphasizes the \"difference\" of the systems in terms of the replicability of the delta.\n\n",
+           baseline);
+}
+
+/* The text of table cell (ROW, metric K): the header (ROW 0) or a system's score. */
+static void table_cell(const run_t *r, int row, int k, char *buf, size_t cap)
+{
+    const opts_t *o = &r->o;
+    int w = o->width;
+    const bleu_score *sc = &r->sys[row ? row - 1 : 0].score[k];
+    if (row == 0)
+        snprintf(buf, cap, "%s%s", sc->name, o->pbs ? " (μ ± 95% CI)" : "");
+    else if (!o->pbs)
+        snprintf(buf, cap, "%.*f", w, sc->score);
+    else if (row == 1)
+        snprintf(buf, cap, "%.*f (%.*f ± %.*f)", w, sc->score, w, sc->mean, w, sc->ci);
+    else
+        snprintf(buf, cap, "%.*f (%.*f ± %.*f)\n(p = %.4f)%s", w, sc->score, w, sc->mean, w, sc->ci,
+                 r->sys[row - 1].p[k], r->sys[row - 1].p[k] > 0.05 ? "" : "*");
+}
+
+/* Several systems as a text table, the paired test's note and the signatures. Returns 0, or
+ * main's exit status. */
+static int print_systems_table(const run_t *r)
+{
+    int cols = 1, rows = r->nsys + 1;
+    for (int k = 0; k < 3; k++)
+        cols += r->met[k] != NULL;
+    char ***cells = calloc((size_t)rows, sizeof *cells);
+    if (!cells) {
+        nmt_error("out of memory");
+        return NMT_EXIT_DATA;
+    }
+    for (int row = 0; row < rows; row++) {
+        if (!(cells[row] = calloc((size_t)cols, sizeof **cells))) {
             nmt_error("out of memory");
             return NMT_EXIT_DATA;
         }
-        for (size_t i = 0; i < nlines && !st; i++) {
-            for (int r = 0; r < nrefs; r++) {
-                refp[r] = reflines[r].line[i];
-                refl[r] = reflines[r].len[i];
-            }
-            if (bleu_metric_segment(met[k], sys[0].l.line[i], sys[0].l.len[i], refp, refl, nrefs, row) < 0) {
-                nmt_error("line %zu: %s", i + 1, nmt_errmsg());
-                return NMT_EXIT_DATA;
-            }
-            bleu_score sc;
-            bleu_metric_score(met[k], row, &sc);
-            if (full) {
-                print_full(&sc, row, ns, k);
-                continue;
-            }
-            char *s = bleu_format(&sc, width, score_only, sig, 0);
-            print_or_fail(s, &st);
-            free(s);
-        }
-        free(row);
-    } else {
-        for (int s = 0; s < nsys; s++)
-            for (int k = 0; k < 3; k++) {
-                if (!met[k])
-                    continue;
-                int ns = bleu_metric_nstats(met[k]);
-                /* rows are kept for the bootstrap; otherwise summed as they come (same order) */
-                int keep = ci || pbs;
-                sys[s].rows[k] = malloc((keep ? nlines : 1) * (size_t)ns * sizeof(double));
-                double *sum = calloc((size_t)ns, sizeof *sum);
-                if (!sys[s].rows[k] || !sum) {
-                    nmt_error("out of memory");
-                    return NMT_EXIT_DATA;
-                }
-                size_t from = 0;
-                if (!keep && k != BLEU_METRIC_TER && nlines >= 4096) {
-                    /* BLEU and chrF statistics are integer counts, so two halves summed apart
-                     * give the same sums: the first half runs in a second thread */
-                    half_job job = {.cfg = &cfg[k], .hyp = &sys[s].l, .refs = reflines, .nrefs = nrefs,
-                                    .nlines = nlines / 2, .ns = ns};
-                    pthread_t th;
-                    int started = pthread_create(&th, NULL, half_run, &job) == 0;
-                    if (!started)
-                        half_run(&job);
-                    double *row = sys[s].rows[k];
-                    size_t bad = 0;
-                    char err[256] = "";
-                    for (size_t i = nlines / 2; i < nlines; i++) {
-                        for (int r = 0; r < nrefs; r++) {
-                            refp[r] = reflines[r].line[i];
-                            refl[r] = reflines[r].len[i];
-                        }
-                        if (bleu_metric_segment(met[k], sys[s].l.line[i], sys[s].l.len[i], refp, refl, nrefs, row) < 0) {
-                            bad = i + 1;
-                            snprintf(err, sizeof err, "%s", nmt_errmsg());
-                            break;
-                        }
-                        for (int j = 0; j < ns; j++)
-                            sum[j] += row[j];
-                    }
-                    if (started)
-                        pthread_join(th, NULL);
-                    if (job.failed_line || bad) { /* the first failing line is reported */
-                        nmt_error("line %zu: %s", job.failed_line ? job.failed_line : bad, job.failed_line ? job.err : err);
-                        return NMT_EXIT_DATA;
-                    }
-                    for (int j = 0; j < ns; j++)
-                        sum[j] += job.sum[j];
-                    from = nlines;
-                }
-                for (size_t i = from; i < nlines; i++) {
-                    for (int r = 0; r < nrefs; r++) {
-                        refp[r] = reflines[r].line[i];
-                        refl[r] = reflines[r].len[i];
-                    }
-                    double *row = sys[s].rows[k] + (keep ? i * (size_t)ns : 0);
-                    if (bleu_metric_segment(met[k], sys[s].l.line[i], sys[s].l.len[i], refp, refl, nrefs, row) < 0) {
-                        nmt_error("line %zu: %s", i + 1, nmt_errmsg());
-                        return NMT_EXIT_DATA;
-                    }
-                    if (!keep)
-                        for (int j = 0; j < ns; j++)
-                            sum[j] += row[j];
-                }
-                if (keep)
-                    bleu_metric_sum(met[k], sys[s].rows[k], nlines, NULL, sum);
-                bleu_metric_score(met[k], sum, &sys[s].score[k]);
-                sys[s].sum[k] = sum;
-            }
-        if (nsys == 1 && full) {
-            for (int k = 0; k < 3; k++)
-                if (met[k])
-                    print_full(&sys[0].score[k], sys[0].sum[k], bleu_metric_nstats(met[k]), k);
-        } else if (nsys == 1) {
-            char *res[3];
-            int nres = 0;
-            for (int k = 0; k < 3; k++) {
-                if (!met[k])
-                    continue;
-                if (ci && bleu_bootstrap(met[k], sys[0].rows[k], nlines, ci_n, seed, &sys[0].score[k], NULL) < 0) {
-                    nmt_error("%s", nmt_errmsg());
-                    return NMT_EXIT_DATA;
-                }
-                char sig[512];
-                bleu_signature(met[k], nrefs, json ? 0 : is_short, ci ? ci_n : 0, seedlow, BLEU_TOOL_VERSION, sig, sizeof sig);
-                res[nres] = bleu_format(&sys[0].score[k], width, score_only, sig, json);
-                if (!res[nres]) {
-                    nmt_error("%s", nmt_errmsg());
-                    return NMT_EXIT_DATA;
-                }
-                nres++;
-            }
-            if (json && nres > 1 && !score_only) {
-                fputs("[\n", stdout);
-                for (int q = 0; q < nres; q++)
-                    printf("%s%s", res[q], q + 1 < nres ? ",\n" : "\n");
-                fputs("]\n", stdout);
-            } else if (nres == 1 || score_only) {
-                for (int q = 0; q < nres; q++)
-                    printf("%s\n", res[q]);
-            } else { /* align on " = " */
-                int w = 0;
-                for (int q = 0; q < nres; q++) {
-                    const char *eq = strchr(res[q], '=');
-                    int l = eq ? (int)(eq - res[q]) - 1 : 0;
-                    if (l > w)
-                        w = l;
-                }
-                for (int q = 0; q < nres; q++) {
-                    const char *eq = strchr(res[q], '=');
-                    int l = eq ? (int)(eq - res[q]) - 1 : 0;
-                    printf("%*s%s\n", w - l, "", res[q]);
-                }
-            }
-            for (int q = 0; q < nres; q++)
-                free(res[q]);
-        } else {
-            /* several systems: a table (text) or a JSON list, as sacreBLEU's print_results_table */
-            if (pbs)
-                for (int k = 0; k < 3; k++) {
-                    if (!met[k])
-                        continue;
-                    if (bleu_bootstrap(met[k], sys[0].rows[k], nlines, pbs_n, seed, &sys[0].score[k], NULL) < 0) {
-                        nmt_error("%s", nmt_errmsg());
-                        return NMT_EXIT_DATA;
-                    }
-                    for (int s = 1; s < nsys; s++)
-                        if (bleu_paired_bs(met[k], sys[0].rows[k], sys[s].rows[k], nlines, pbs_n, seed,
-                                           sys[0].score[k].score, &sys[s].score[k], &sys[s].p[k]) < 0) {
-                            nmt_error("%s", nmt_errmsg());
-                            return NMT_EXIT_DATA;
-                        }
-                }
-            if (json) {
-                char num[64];
-                printf("[\n");
-                for (int s = 0; s < nsys; s++) {
-                    printf("    {\n        \"system\": \"%s\"", sys[s].name);
-                    for (int k = 0; k < 3; k++) {
-                        if (!met[k])
-                            continue;
-                        bleu_score *sc = &sys[s].score[k];
-                        if (!pbs) {
-                            char *v = bleu_format(sc, width, 1, "", 0);
-                            printf(",\n        \"%s\": \"%s\"", sc->name, v ? v : "");
-                            free(v);
-                            continue;
-                        }
-                        printf(",\n        \"%s\": {\n", sc->name);
-                        bleu_pyfloat(sc->score, num, sizeof num);
-                        printf("            \"score\": %s,\n", num);
-                        if (s == 0)
-                            printf("            \"p_value\": null,\n");
-                        else {
-                            bleu_pyfloat(sys[s].p[k], num, sizeof num);
-                            printf("            \"p_value\": %s,\n", num);
-                        }
-                        bleu_pyfloat(sc->mean, num, sizeof num);
-                        printf("            \"mean\": %s,\n", num);
-                        bleu_pyfloat(sc->ci, num, sizeof num);
-                        printf("            \"ci\": %s\n        }", num);
-                    }
-                    printf("\n    }%s\n", s + 1 < nsys ? "," : "");
-                }
-                printf("]\n");
-            } else {
-                int cols = 1;
-                for (int k = 0; k < 3; k++)
-                    cols += met[k] != NULL;
-                char ***cells = calloc((size_t)nsys + 1, sizeof *cells);
-                if (!cells) {
-                    nmt_error("out of memory");
-                    return NMT_EXIT_DATA;
-                }
-                for (int r = 0; r <= nsys; r++) {
-                    cells[r] = calloc((size_t)cols, sizeof **cells);
-                    if (!cells[r]) {
-                        nmt_error("out of memory");
-                        return NMT_EXIT_DATA;
-                    }
-                    int c2 = 0;
-                    cells[r][c2++] = strdup(r == 0 ? "System" : sys[r - 1].name);
-                    for (int k = 0; k < 3; k++) {
-                        if (!met[k])
-                            continue;
-                        char buf[256];
-                        bleu_score *sc = &sys[r ? r - 1 : 0].score[k];
-                        if (r == 0)
-                            snprintf(buf, sizeof buf, "%s%s", sc->name, pbs ? " (μ ± 95% CI)" : "");
-                        else if (!pbs)
-                            snprintf(buf, sizeof buf, "%.*f", width, sc->score);
-                        else if (r == 1)
-                            snprintf(buf, sizeof buf, "%.*f (%.*f ± %.*f)", width, sc->score, width, sc->mean, width, sc->ci);
-                        else
-                            snprintf(buf, sizeof buf, "%.*f (%.*f ± %.*f)\n(p = %.4f)%s", width, sc->score, width,
-                                     sc->mean, width, sc->ci, sys[r - 1].p[k], sys[r - 1].p[k] > 0.05 ? "" : "*");
-                        cells[r][c2++] = strdup(buf);
-                    }
-                }
-                print_table(cells, nsys + 1, cols);
-                printf("\n");
-                if (pbs) {
-                    char msg[128];
-                    int ml = snprintf(msg, sizeof msg, "Paired bootstrap resampling test with %d resampling trials", pbs_n);
-                    for (int i = 0; i < ml; i++)
-                        putchar('-');
-                    printf("\n%s\n", msg);
-                    for (int i = 0; i < ml; i++)
-                        putchar('-');
-                    printf("\n - Each system is pairwise compared to %s.\n"
-                           "   Actual system score / bootstrap estimated true mean / 95%% CI are provided for each metric.\n\n"
-                           " - Null hypothesis: the system and the baseline translations are essentially\n"
-                           "   generated by the same underlying process. For a given system and the baseline,\n"
-                           "   the p-value is roughly the probability of the absolute score difference (delta)\n"
-                           "   or higher occurring due to chance, under the assumption that the null hypothesis is correct.\n\n"
-                           " - Assuming a significance threshold of 0.05, the null hypothesis can be rejected\n"
-                           "   for p-values < 0.05 (marked with \"*\"). This means that the delta is unlikely to be attributed\n"
-                           "   to chance, hence the system is significantly \"different\" than the baseline.\n"
-                           "   Otherwise, the p-values are highlighted in red.\n\n"
-                           " - NOTE: Significance does not tell whether a system is \"better\" than the baseline but rather\n"
-                           "   emphasizes the \"difference\" of the systems in terms of the replicability of the delta.\n\n",
-                           sys[0].name);
-                }
-                printf("-----------------\nMetric signatures\n-----------------\n");
-                for (int k = 0; k < 3; k++) {
-                    if (!met[k])
-                        continue;
-                    char sig[512];
-                    bleu_signature(met[k], nrefs, is_short, pbs ? pbs_n : 0, seedlow, BLEU_TOOL_VERSION, sig, sizeof sig);
-                    printf(" - %-10s %s\n", sys[0].score[k].name, sig);
-                }
-                for (int r = 0; r <= nsys; r++) {
-                    for (int c2 = 0; c2 < cols; c2++)
-                        free(cells[r][c2]);
-                    free(cells[r]);
-                }
-                free(cells);
-            }
-        }
-    }
-    for (int k = 0; k < 3; k++)
-        bleu_metric_free(met[k]);
-    for (int s = 0; s < nsys; s++) {
+        int c = 0;
+        cells[row][c++] = strdup(row == 0 ? "System" : r->sys[row - 1].name);
         for (int k = 0; k < 3; k++) {
-            free(sys[s].rows[k]);
-            free(sys[s].sum[k]);
+            if (!r->met[k])
+                continue;
+            char buf[256];
+            table_cell(r, row, k, buf, sizeof buf);
+            cells[row][c++] = strdup(buf);
         }
-        if (sys[s].own_name)
-            free((char *)sys[s].name);
-        lines_free(&sys[s].l);
     }
-    free(sys);
-    if (stdin_cols) {
-        lines_free(&stdin_lines);
-        free(stdin_cols);
+    print_table(cells, rows, cols);
+    printf("\n");
+    if (r->o.pbs)
+        print_pbs_note(r->o.pbs_n, r->sys[0].name);
+    printf("-----------------\nMetric signatures\n-----------------\n");
+    for (int k = 0; k < 3; k++) {
+        if (!r->met[k])
+            continue;
+        char sig[512];
+        bleu_signature(r->met[k], r->nrefs, r->o.is_short, r->o.pbs ? r->o.pbs_n : 0, r->seedlow, BLEU_TOOL_VERSION,
+                       sig, sizeof sig);
+        printf(" - %-10s %s\n", r->sys[0].score[k].name, sig);
     }
-    for (int r = 0; r < nref_files; r++)
-        lines_free(&reffile[r]);
-    if (num_refs > 1)
-        for (int r = 0; r < nrefs; r++) {
-            free(reflines[r].line);
-            free(reflines[r].len);
+    for (int row = 0; row < rows; row++) {
+        for (int c = 0; c < cols; c++)
+            free(cells[row][c]);
+        free(cells[row]);
+    }
+    free(cells);
+    return 0;
+}
+
+/* Corpus mode: scores every system with every metric and prints the results. Returns 0, or
+ * main's exit status. */
+static int score_corpus(run_t *r)
+{
+    int rc;
+    for (int s = 0; s < r->nsys; s++)
+        for (int k = 0; k < 3; k++)
+            if (r->met[k] && (rc = score_system(r, s, k)))
+                return rc;
+    if (r->nsys == 1 && r->o.full) {
+        for (int k = 0; k < 3; k++)
+            if (r->met[k])
+                print_full(&r->sys[0].score[k], r->sys[0].sum[k], bleu_metric_nstats(r->met[k]), k);
+        return 0;
+    }
+    if (r->nsys == 1)
+        return print_one_system(r);
+    if (r->o.pbs && (rc = paired_bootstrap(r)))
+        return rc;
+    if (r->o.json) {
+        print_systems_json(r);
+        return 0;
+    }
+    return print_systems_table(r);
+}
+
+/* Frees everything R holds. */
+static void run_free(run_t *r)
+{
+    for (int k = 0; k < 3; k++)
+        bleu_metric_free(r->met[k]);
+    for (int s = 0; s < r->nsys; s++) {
+        for (int k = 0; k < 3; k++) {
+            free(r->sys[s].rows[k]);
+            free(r->sys[s].sum[k]);
         }
-    free(reflines);
-    free(reffile);
-    free(refp);
-    free(refl);
-    free(eargv);
+        if (r->sys[s].own_name)
+            free((char *)r->sys[s].name);
+        lines_free(&r->sys[s].l);
+    }
+    free(r->sys);
+    if (r->stdin_cols) {
+        lines_free(&r->stdin_lines);
+        free(r->stdin_cols);
+    }
+    for (int i = 0; i < r->o.nref_files; i++)
+        lines_free(&r->reffile[i]);
+    if (r->o.num_refs > 1)
+        for (int i = 0; i < r->nrefs; i++) {
+            free(r->reflines[i].line);
+            free(r->reflines[i].len);
+        }
+    free(r->reflines);
+    free(r->reffile);
+    free(r->refp);
+    free(r->refl);
+    free(r->eargv);
+}
+
+int main(int argc, char **argv)
+{
+    nmt_set_progname(argv[0]);
+    static run_t run; /* static: what it holds stays reachable on every early exit */
+    int rc = parse_args(&run, argc, argv), st = 0;
+    if (rc != GO_ON)
+        return rc;
+    int use_stdin = run.o.ninputs == 0 || (run.o.ninputs == 1 && !strcmp(run.o.inputs[0], "-"));
+    if ((rc = read_refs(&run)) || (rc = use_stdin ? read_stdin_systems(&run) : read_file_systems(&run))
+        || (rc = check_systems(&run)) || (rc = start_metrics(&run)))
+        return rc;
+    if ((rc = run.o.sentence ? score_sentences(&run, &st) : score_corpus(&run)))
+        return rc;
+    run_free(&run);
     if (nmt_close_stdout() < 0) {
         nmt_error("%s", nmt_errmsg());
         return NMT_EXIT_DATA;

@@ -100,9 +100,6 @@ int bleu_paired_bs(const bleu_metric *m, const double *base_rows, const double *
 
 /* Returns 1 if code point CP is whitespace for Python's str.isspace()/str.split(). */
 int bleu_isspace(int32_t cp);
-/* Checks that S[0..LEN) is valid UTF-8 as Python's strict decoder requires (no overlongs,
- * surrogates or values past U+10FFFF). Returns 0, or -1 with *BAD set to the offending offset. */
-int bleu_utf8_check(const char *s, size_t len, size_t *bad);
 /* Returns the length of valid UTF-8 S[0..LEN) after Python's str.rstrip(). */
 size_t bleu_rstrip_len(const char *s, size_t len);
 /* Lowercases valid UTF-8 S as Python's str.lower(); returns a malloc'ed string with its length

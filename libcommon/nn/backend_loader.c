@@ -16,21 +16,21 @@
 #define PREFIX "nmt-backend-"
 #define SUFFIX ".so"
 
-/* The required slots of ABI 1.0, by name, for the "lacks required slot" message. */
+/* The required slots of ABI 2.0, by name, for the "lacks required slot" message. */
 #define SLOT(f) { #f, offsetof(struct nmt_backend, f) }
 static const struct { const char *name; size_t off; } required_slots[] = {
     SLOT(score), SLOT(open), SLOT(close), SLOT(last_error), SLOT(props),
-    SLOT(alloc), SLOT(free), SLOT(upload), SLOT(download), SLOT(memset_zero), SLOT(copy), SLOT(sync),
-    SLOT(gemm), SLOT(gemm_batched), SLOT(bias_add), SLOT(bias_grad),
+    SLOT(alloc), SLOT(free), SLOT(upload), SLOT(download), SLOT(memset_zero), SLOT(copy),
+    SLOT(gemm), SLOT(bias_add), SLOT(bias_grad),
     SLOT(embedding_forward), SLOT(embedding_backward),
     SLOT(attention_forward), SLOT(attention_backward),
     SLOT(layernorm_forward), SLOT(layernorm_backward),
-    SLOT(add), SLOT(axpy), SLOT(scale), SLOT(relu_forward), SLOT(relu_backward),
+    SLOT(add), SLOT(relu_forward), SLOT(relu_backward),
     SLOT(dropout_forward), SLOT(dropout_backward), SLOT(cross_entropy),
     SLOT(adam_update), SLOT(sumsq), SLOT(topk_logsoftmax), SLOT(gather_rows),
 };
 #undef SLOT
-/* ABI 1.0 tables end with the last required slot (the optional ones may be cut off by size). */
+/* ABI 2.0 tables end with the last required slot (the optional ones may be cut off by size). */
 #define MIN_TABLE_SIZE (offsetof(struct nmt_backend, gather_rows) + sizeof(void (*)(void)))
 #define HEADER_SIZE (offsetof(struct nmt_backend, description) + sizeof(const char *))
 
@@ -42,8 +42,8 @@ int backend_check_table(const struct nmt_backend *t, const char *path)
         return nmt_seterr("refusing backend '%s': ABI %u.%u, this program needs ABI %d.x", path,
                           t->abi_major, t->abi_minor, NMT_BACKEND_ABI_MAJOR);
     if (t->size < MIN_TABLE_SIZE)
-        return nmt_seterr("refusing backend '%s': table of %zu bytes is smaller than ABI 1.0's %zu", path,
-                          t->size, (size_t)MIN_TABLE_SIZE);
+        return nmt_seterr("refusing backend '%s': table of %zu bytes is smaller than ABI %d.0's %zu", path,
+                          t->size, NMT_BACKEND_ABI_MAJOR, (size_t)MIN_TABLE_SIZE);
     if (!t->name || !*t->name)
         return nmt_seterr("refusing backend '%s': table has no name", path);
     for (size_t i = 0; i < sizeof required_slots / sizeof required_slots[0]; i++) {

@@ -8,7 +8,7 @@
  * directory (NMT_PLUGINDIR), then the directory of the running executable.
  * A plugin is refused, with a one-line message naming its path and the reason, when it cannot be
  * dlopen'ed, lacks the nmt_backend_entry symbol, has another ABI major version, has a table too
- * small for ABI 1.0 or a NULL required slot. */
+ * small for ABI 2.0 or a NULL required slot. */
 #ifndef NMT_BACKEND_LOADER_H
 #define NMT_BACKEND_LOADER_H
 

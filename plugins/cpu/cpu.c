@@ -24,12 +24,8 @@ int cpu_layernorm_forward(nmt_bctx *ctx, float *out, float *mean, float *rstd, c
 int cpu_layernorm_backward(nmt_bctx *ctx, float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
                            const float *mean, const float *rstd, const float *gamma, int N, int D);
 int cpu_add(nmt_bctx *ctx, float *out, const float *a, const float *b, size_t n);
-int cpu_axpy(nmt_bctx *ctx, float *y, const float *x, size_t n, float alpha);
-int cpu_scale(nmt_bctx *ctx, float *x, size_t n, float alpha);
 int cpu_relu_forward(nmt_bctx *ctx, float *out, const float *x, size_t n);
 int cpu_relu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *y, size_t n);
-int cpu_gelu_forward(nmt_bctx *ctx, float *out, const float *x, size_t n);
-int cpu_gelu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *x, size_t n);
 int cpu_dropout_forward(nmt_bctx *ctx, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t offset);
 int cpu_dropout_backward(nmt_bctx *ctx, float *dx, const float *dout, size_t n, float p, uint64_t seed,
                          uint64_t offset);
@@ -239,8 +235,6 @@ static int cpu_memset_zero(nmt_bctx *ctx, void *dst, size_t bytes)
     return 0;
 }
 
-static int cpu_sync(nmt_bctx *ctx) { return 0; }
-
 static int check_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, int lda, int ldb, int ldc)
 {
     if (M < 0 || N < 0 || K < 0)
@@ -278,20 +272,6 @@ static int cpu_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, 
     return 0;
 }
 
-static int cpu_gemm_batched(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const float *A,
-                            int lda, int64_t strideA, const float *B, int ldb, int64_t strideB, float beta, float *C,
-                            int ldc, int64_t strideC, int count)
-{
-    if (count < 0)
-        return cpu_err(ctx, "gemm_batched: negative count %d", count);
-    if (check_gemm(ctx, transA, transB, M, N, K, lda, ldb, ldc) < 0)
-        return -1;
-    for (int i = 0; i < count; i++)
-        cpu_gemm(ctx, transA, transB, M, N, K, alpha, A + i * strideA, lda, B + i * strideB, ldb, beta,
-                 C + i * strideC, ldc);
-    return 0;
-}
-
 static const struct nmt_backend cpu_table = {
     .abi_major = NMT_BACKEND_ABI_MAJOR,
     .abi_minor = NMT_BACKEND_ABI_MINOR,
@@ -309,9 +289,7 @@ static const struct nmt_backend cpu_table = {
     .download = cpu_upload,
     .memset_zero = cpu_memset_zero,
     .copy = cpu_upload,
-    .sync = cpu_sync,
     .gemm = cpu_gemm,
-    .gemm_batched = cpu_gemm_batched,
     .bias_add = cpu_bias_add,
     .bias_grad = cpu_bias_grad,
     .embedding_forward = cpu_embedding_forward,
@@ -321,8 +299,6 @@ static const struct nmt_backend cpu_table = {
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
     .add = cpu_add,
-    .axpy = cpu_axpy,
-    .scale = cpu_scale,
     .relu_forward = cpu_relu_forward,
     .relu_backward = cpu_relu_backward,
     .dropout_forward = cpu_dropout_forward,
@@ -332,8 +308,6 @@ static const struct nmt_backend cpu_table = {
     .sumsq = cpu_sumsq,
     .topk_logsoftmax = cpu_topk_logsoftmax,
     .gather_rows = cpu_gather_rows,
-    .gelu_forward = cpu_gelu_forward,
-    .gelu_backward = cpu_gelu_backward,
     .gemm_rowinv = cpu_gemm_rowinv,
     .linear_packed_bytes = cpu_linear_packed_bytes,
     .linear_pack = cpu_linear_pack,

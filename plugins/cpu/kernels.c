@@ -26,20 +26,6 @@ CPU_VEC static void add_body(void *arg, int64_t lo, int64_t hi, int tid)
         e->out[i] = e->a[i] + e->b[i];
 }
 
-CPU_VEC static void axpy_body(void *arg, int64_t lo, int64_t hi, int tid)
-{
-    struct ew *e = arg;
-    for (int64_t i = lo; i < hi; i++)
-        e->out[i] += e->s * e->a[i];
-}
-
-CPU_VEC static void scale_body(void *arg, int64_t lo, int64_t hi, int tid)
-{
-    struct ew *e = arg;
-    for (int64_t i = lo; i < hi; i++)
-        e->out[i] *= e->s;
-}
-
 CPU_VEC static void relu_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
     struct ew *e = arg;
@@ -52,26 +38,6 @@ CPU_VEC static void relu_back_body(void *arg, int64_t lo, int64_t hi, int tid)
     struct ew *e = arg; /* out = dx, a = dout, b = y */
     for (int64_t i = lo; i < hi; i++)
         e->out[i] = e->b[i] > 0 ? e->a[i] : 0.0f;
-}
-
-static void gelu_body(void *arg, int64_t lo, int64_t hi, int tid)
-{
-    struct ew *e = arg;
-    for (int64_t i = lo; i < hi; i++) {
-        float x = e->a[i];
-        e->out[i] = 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    }
-}
-
-static void gelu_back_body(void *arg, int64_t lo, int64_t hi, int tid)
-{
-    struct ew *e = arg; /* out = dx, a = dout, b = x */
-    for (int64_t i = lo; i < hi; i++) {
-        float x = e->b[i];
-        float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
-        float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
-        e->out[i] = e->a[i] * (cdf + x * pdf);
-    }
 }
 
 CPU_VEC static void dropout_body(void *arg, int64_t lo, int64_t hi, int tid)
@@ -95,18 +61,6 @@ int cpu_add(nmt_bctx *ctx, float *out, const float *a, const float *b, size_t n)
     return ew_run(ctx, add_body, &e, n);
 }
 
-int cpu_axpy(nmt_bctx *ctx, float *y, const float *x, size_t n, float alpha)
-{
-    struct ew e = { .out = y, .a = x, .s = alpha };
-    return ew_run(ctx, axpy_body, &e, n);
-}
-
-int cpu_scale(nmt_bctx *ctx, float *x, size_t n, float alpha)
-{
-    struct ew e = { .out = x, .s = alpha };
-    return ew_run(ctx, scale_body, &e, n);
-}
-
 int cpu_relu_forward(nmt_bctx *ctx, float *out, const float *x, size_t n)
 {
     struct ew e = { .out = out, .a = x };
@@ -117,18 +71,6 @@ int cpu_relu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *
 {
     struct ew e = { .out = dx, .a = dout, .b = y };
     return ew_run(ctx, relu_back_body, &e, n);
-}
-
-int cpu_gelu_forward(nmt_bctx *ctx, float *out, const float *x, size_t n)
-{
-    struct ew e = { .out = out, .a = x };
-    return ew_run(ctx, gelu_body, &e, n);
-}
-
-int cpu_gelu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *x, size_t n)
-{
-    struct ew e = { .out = dx, .a = dout, .b = x };
-    return ew_run(ctx, gelu_back_body, &e, n);
 }
 
 int cpu_dropout_forward(nmt_bctx *ctx, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t offset)

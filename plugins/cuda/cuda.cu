@@ -4,7 +4,7 @@
  * The CUDA runtime is linked statically and loads the driver (libcuda.so.1) only when first used;
  * cuBLAS is loaded by open(). So the plugin loads on a machine without a GPU or driver, and score()
  * returns 0 there without touching the runtime. All work is queued on one stream per context;
- * download, sync, cross_entropy and sumsq wait for it. */
+ * download, cross_entropy and sumsq wait for it. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -175,7 +175,6 @@ static void blas_load(void)
         { "cublasSetMathMode", (void **)&cu_blas.set_math_mode },
         { "cublasGetStatusString", (void **)&cu_blas.status_string },
         { "cublasSgemm_v2", (void **)&cu_blas.sgemm },
-        { "cublasSgemmStridedBatched", (void **)&cu_blas.sgemm_strided },
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         void *p = dlsym(h, syms[i].name);
@@ -284,7 +283,7 @@ static int cu_props(nmt_bctx *ctx, struct nmt_backend_props *out)
     snprintf(out->device, sizeof out->device, "cuda: %.80s (device %d, sm_%d%d, %d SMs)", p.name, ctx->device, p.major,
              p.minor, p.multiProcessorCount);
     out->memory_bytes = p.totalGlobalMem;
-    out->dtypes = NMT_DTYPE_F32; /* ABI 1.0 kernels are float32 only */
+    out->dtypes = NMT_DTYPE_F32; /* ABI 2 kernels are float32 only */
     out->threads = 0;
     return 0;
 }
@@ -376,12 +375,6 @@ static int cu_copy(nmt_bctx *ctx, void *dst, const void *src, size_t bytes)
                     "cudaMemcpyAsync (device to device)");
 }
 
-static int cu_sync(nmt_bctx *ctx)
-{
-    cu_enter(ctx);
-    return cu_wait(ctx, "sync");
-}
-
 /* ---------------- matrix products ---------------- */
 
 static int check_gemm(nmt_bctx *ctx, const char *what, int transA, int transB, int M, int N, int K, int lda, int ldb,
@@ -407,34 +400,12 @@ static int cu_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, f
         return 0;
     cu_enter(ctx);
     if (K == 0 || alpha == 0)
-        return cu_scale_matrix(ctx, C, M, N, ldc, 0, 1, beta);
+        return cu_scale_matrix(ctx, C, M, N, ldc, beta);
     char call[128];
     snprintf(call, sizeof call, "cublasSgemm (M=%d N=%d K=%d)", M, N, K);
     return blas_check(ctx,
                       cu_blas.sgemm(ctx->blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
                                     N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc),
-                      call);
-}
-
-static int cu_gemm_batched(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const float *A,
-                           int lda, int64_t strideA, const float *B, int ldb, int64_t strideB, float beta, float *C,
-                           int ldc, int64_t strideC, int count)
-{
-    if (count < 0)
-        return cu_err(ctx, "gemm_batched: negative count %d", count);
-    if (check_gemm(ctx, "gemm_batched", transA, transB, M, N, K, lda, ldb, ldc) < 0)
-        return -1;
-    if (M == 0 || N == 0 || count == 0)
-        return 0;
-    cu_enter(ctx);
-    if (K == 0 || alpha == 0)
-        return cu_scale_matrix(ctx, C, M, N, ldc, strideC, count, beta);
-    char call[160];
-    snprintf(call, sizeof call, "cublasSgemmStridedBatched (M=%d N=%d K=%d count=%d)", M, N, K, count);
-    return blas_check(ctx,
-                      cu_blas.sgemm_strided(ctx->blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                            transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, strideB, A,
-                                            lda, strideA, &beta, C, ldc, strideC, count),
                       call);
 }
 
@@ -503,9 +474,7 @@ static const struct nmt_backend cuda_table = {
     .download = cu_download,
     .memset_zero = cu_memset_zero,
     .copy = cu_copy,
-    .sync = cu_sync,
     .gemm = cu_gemm,
-    .gemm_batched = cu_gemm_batched,
     .bias_add = cu_bias_add,
     .bias_grad = cu_bias_grad,
     .embedding_forward = cu_embedding_forward,
@@ -515,8 +484,6 @@ static const struct nmt_backend cuda_table = {
     .layernorm_forward = cu_layernorm_forward,
     .layernorm_backward = cu_layernorm_backward,
     .add = cu_add,
-    .axpy = cu_axpy,
-    .scale = cu_scale,
     .relu_forward = cu_relu_forward,
     .relu_backward = cu_relu_backward,
     .dropout_forward = cu_dropout_forward,
@@ -526,10 +493,8 @@ static const struct nmt_backend cuda_table = {
     .sumsq = cu_sumsq,
     .topk_logsoftmax = cu_topk_logsoftmax,
     .gather_rows = cu_gather_rows,
-    .gelu_forward = cu_gelu_forward,
-    .gelu_backward = cu_gelu_backward,
     .gemm_rowinv = cu_gemm_rowinv,
-    /* linear_pack / linear_rowinv (ABI 1.2) are not provided: the host decodes with gemm_rowinv,
+    /* the optional linear_pack / linear_rowinv are not provided: the host decodes with gemm_rowinv,
      * bias_add and relu. */
     .linear_packed_bytes = NULL,
     .linear_pack = NULL,

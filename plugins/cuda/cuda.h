@@ -23,11 +23,10 @@ struct cu_blas {
     decltype(&cublasSetMathMode) set_math_mode;
     decltype(&cublasGetStatusString) status_string;
     decltype(&cublasSgemm_v2) sgemm;
-    decltype(&cublasSgemmStridedBatched) sgemm_strided;
 };
 
 /* First data error seen by a kernel (an id or target out of range), reported at the next point
- * where the host waits (sync, download, cross_entropy, sumsq): device kernels cannot return. */
+ * where the host waits (download, cross_entropy, sumsq): device kernels cannot return. */
 struct cu_flag {
     int code;  /* CU_BAD_* or 0 */
     int row;   /* row or element where it was seen */
@@ -142,7 +141,7 @@ __device__ __forceinline__ float cu_block_max(float v, float *sh)
 #endif
 
 /* kernels.cu, attention.cu (signatures of plugins/backend.h) */
-int cu_scale_matrix(nmt_bctx *ctx, float *C, int M, int N, int ldc, int64_t stride, int count, float beta);
+int cu_scale_matrix(nmt_bctx *ctx, float *C, int M, int N, int ldc, float beta);
 int cu_bias_add(nmt_bctx *ctx, float *out, const float *bias, int M, int N);
 int cu_bias_grad(nmt_bctx *ctx, float *dbias, const float *dout, int M, int N);
 int cu_embedding_forward(nmt_bctx *ctx, float *out, const int32_t *ids, const int32_t *pos, const float *emb, int N,
@@ -158,12 +157,8 @@ int cu_layernorm_forward(nmt_bctx *ctx, float *out, float *mean, float *rstd, co
 int cu_layernorm_backward(nmt_bctx *ctx, float *dx, float *dgamma, float *dbeta, const float *dout, const float *x,
                           const float *mean, const float *rstd, const float *gamma, int N, int D);
 int cu_add(nmt_bctx *ctx, float *out, const float *a, const float *b, size_t n);
-int cu_axpy(nmt_bctx *ctx, float *y, const float *x, size_t n, float alpha);
-int cu_scale(nmt_bctx *ctx, float *x, size_t n, float alpha);
 int cu_relu_forward(nmt_bctx *ctx, float *out, const float *x, size_t n);
 int cu_relu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *y, size_t n);
-int cu_gelu_forward(nmt_bctx *ctx, float *out, const float *x, size_t n);
-int cu_gelu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *x, size_t n);
 int cu_dropout_forward(nmt_bctx *ctx, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t offset);
 int cu_dropout_backward(nmt_bctx *ctx, float *dx, const float *dout, size_t n, float p, uint64_t seed,
                         uint64_t offset);

@@ -24,18 +24,6 @@ __global__ void k_add(float *out, const float *a, const float *b, size_t n)
         out[i] = a[i] + b[i];
 }
 
-__global__ void k_axpy(float *y, const float *x, size_t n, float alpha)
-{
-    for (size_t i = gidx(); i < n; i += gstep())
-        y[i] += alpha * x[i];
-}
-
-__global__ void k_scale(float *x, size_t n, float alpha)
-{
-    for (size_t i = gidx(); i < n; i += gstep())
-        x[i] *= alpha;
-}
-
 __global__ void k_relu(float *out, const float *x, size_t n)
 {
     for (size_t i = gidx(); i < n; i += gstep())
@@ -46,24 +34,6 @@ __global__ void k_relu_back(float *dx, const float *dout, const float *y, size_t
 {
     for (size_t i = gidx(); i < n; i += gstep())
         dx[i] = y[i] > 0 ? dout[i] : 0.0f;
-}
-
-__global__ void k_gelu(float *out, const float *x, size_t n)
-{
-    for (size_t i = gidx(); i < n; i += gstep()) {
-        float v = x[i];
-        out[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-    }
-}
-
-__global__ void k_gelu_back(float *dx, const float *dout, const float *x, size_t n)
-{
-    for (size_t i = gidx(); i < n; i += gstep()) {
-        float v = x[i];
-        float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
-        float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
-        dx[i] = dout[i] * (cdf + v * pdf);
-    }
 }
 
 __global__ void k_dropout(float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t offset)
@@ -82,24 +52,6 @@ int cu_add(nmt_bctx *ctx, float *out, const float *a, const float *b, size_t n)
     return cu_launched(ctx, "add");
 }
 
-int cu_axpy(nmt_bctx *ctx, float *y, const float *x, size_t n, float alpha)
-{
-    if (!n)
-        return 0;
-    cu_enter(ctx);
-    k_axpy<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(y, x, n, alpha);
-    return cu_launched(ctx, "axpy");
-}
-
-int cu_scale(nmt_bctx *ctx, float *x, size_t n, float alpha)
-{
-    if (!n)
-        return 0;
-    cu_enter(ctx);
-    k_scale<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(x, n, alpha);
-    return cu_launched(ctx, "scale");
-}
-
 int cu_relu_forward(nmt_bctx *ctx, float *out, const float *x, size_t n)
 {
     if (!n)
@@ -116,24 +68,6 @@ int cu_relu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *y
     cu_enter(ctx);
     k_relu_back<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(dx, dout, y, n);
     return cu_launched(ctx, "relu_backward");
-}
-
-int cu_gelu_forward(nmt_bctx *ctx, float *out, const float *x, size_t n)
-{
-    if (!n)
-        return 0;
-    cu_enter(ctx);
-    k_gelu<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(out, x, n);
-    return cu_launched(ctx, "gelu_forward");
-}
-
-int cu_gelu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *x, size_t n)
-{
-    if (!n)
-        return 0;
-    cu_enter(ctx);
-    k_gelu_back<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(dx, dout, x, n);
-    return cu_launched(ctx, "gelu_backward");
 }
 
 int cu_dropout_forward(nmt_bctx *ctx, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t offset)
@@ -157,23 +91,22 @@ int cu_dropout_backward(nmt_bctx *ctx, float *dx, const float *dout, size_t n, f
     return cu_dropout_forward(ctx, dx, dout, n, p, seed, offset);
 }
 
-/* C (M,N) with ldc, COUNT matrices STRIDE apart: C = beta*C, or 0 when beta == 0 (C not read). */
-__global__ void k_scale_matrix(float *C, int M, int N, int ldc, int64_t stride, int count, float beta)
+/* C (M,N) with ldc: C = beta*C, or 0 when beta == 0 (C not read). */
+__global__ void k_scale_matrix(float *C, int M, int N, int ldc, float beta)
 {
     size_t mn = (size_t)M * N;
-    for (size_t e = gidx(); e < mn * (size_t)count; e += gstep()) {
-        size_t c = e / mn, r = e % mn;
-        float *p = C + (int64_t)c * stride + (int64_t)(r / N) * ldc + (int64_t)(r % N);
+    for (size_t e = gidx(); e < mn; e += gstep()) {
+        float *p = C + (int64_t)(e / N) * ldc + (int64_t)(e % N);
         *p = beta == 0 ? 0.0f : beta * *p;
     }
 }
 
-int cu_scale_matrix(nmt_bctx *ctx, float *C, int M, int N, int ldc, int64_t stride, int count, float beta)
+int cu_scale_matrix(nmt_bctx *ctx, float *C, int M, int N, int ldc, float beta)
 {
-    size_t n = (size_t)M * N * (size_t)count;
+    size_t n = (size_t)M * N;
     if (!n || beta == 1)
         return 0;
-    k_scale_matrix<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(C, M, N, ldc, stride, count, beta);
+    k_scale_matrix<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(C, M, N, ldc, beta);
     return cu_launched(ctx, "gemm (beta scaling)");
 }
 

@@ -12,7 +12,7 @@ teardown() { rm -rf "$TMP"; }
     run nmt-backends
     [ "$status" -eq 0 ]
     [ "${lines[0]}" = "$(printf 'NAME\tSCORE\tABI\tPATH\tSTATUS')" ]
-    grep -qP '^cpu\t1[0-9]\t1\.2\t.*/nmt-backend-cpu\.so\tok$' <<< "$output"
+    grep -qP '^cpu\t1[0-9]\t2\.0\t.*/nmt-backend-cpu\.so\tok$' <<< "$output"
     grep -q '^default: cpu (' <<< "$output"
 }
 
@@ -20,7 +20,7 @@ teardown() { rm -rf "$TMP"; }
     run nmt-backends --backend cpu --threads 1
     [ "$status" -eq 0 ]
     grep -qx "$(printf 'name\tcpu')" <<< "$output"
-    grep -qx "$(printf 'abi\t1.2')" <<< "$output"
+    grep -qx "$(printf 'abi\t2.0')" <<< "$output"
     grep -qP '^device\tcpu: .*\(1 thread, ' <<< "$output"
     grep -qx "$(printf 'dtypes\tf32')" <<< "$output"
 }
@@ -37,7 +37,7 @@ teardown() { rm -rf "$TMP"; }
 @test "a plugin with another ABI major version is refused" {
     run nmt-backends --backend "$P/bad_abi.so"
     [ "$status" -eq 1 ]
-    [ "$output" = "nmt-backends: refusing backend '$P/bad_abi.so': ABI 2.0, this program needs ABI 1.x" ]
+    [ "$output" = "nmt-backends: refusing backend '$P/bad_abi.so': ABI 3.0, this program needs ABI 2.x" ]
 }
 
 @test "a plugin with a missing required slot is refused" {
@@ -49,7 +49,7 @@ teardown() { rm -rf "$TMP"; }
 @test "a plugin whose table is too small is refused" {
     run nmt-backends --backend "$P/too_small.so"
     [ "$status" -eq 1 ]
-    [[ "$output" == "nmt-backends: refusing backend '$P/too_small.so': table of "*" bytes is smaller than ABI 1.0's "* ]]
+    [[ "$output" == "nmt-backends: refusing backend '$P/too_small.so': table of "*" bytes is smaller than ABI 2.0's "* ]]
 }
 
 @test "a shared object without the entry symbol is refused" {
@@ -78,11 +78,11 @@ teardown() { rm -rf "$TMP"; }
     cp "$G" "$TMP/"
     NMT_PLUGIN_PATH="$TMP" run nmt-backends
     [ "$status" -eq 0 ]
-    grep -qP "^bad_abi\t-\t-\t$TMP/nmt-backend-bad_abi.so\trefusing backend .*: ABI 2.0, " <<< "$output"
+    grep -qP "^bad_abi\t-\t-\t$TMP/nmt-backend-bad_abi.so\trefusing backend .*: ABI 3.0, " <<< "$output"
     grep -qP "^missing_slot\t-\t-\t.*required slot 'attention_backward' is missing$" <<< "$output"
     grep -qP "^no_entry\t-\t-\t.*no symbol nmt_backend_entry\)$" <<< "$output"
     grep -qP "^garbage\t-\t-\t.*not a loadable shared object" <<< "$output"
-    grep -qP "^minor_old\t1\t1\.0\t$TMP/nmt-backend-minor_old.so\tok$" <<< "$output"
+    grep -qP "^minor_old\t1\t2\.0\t$TMP/nmt-backend-minor_old.so\tok$" <<< "$output"
     grep -qP '^cpu\t' <<< "$output"
     grep -q '^default: cpu (' <<< "$output"
 }
@@ -91,7 +91,7 @@ teardown() { rm -rf "$TMP"; }
     cp "$P/bad_abi.so" "$TMP/nmt-backend-cpu.so"
     NMT_PLUGIN_PATH="$TMP" run nmt-backends --backend cpu
     [ "$status" -eq 1 ]
-    [[ "$output" == *"refusing backend '$TMP/nmt-backend-cpu.so': ABI 2.0"* ]]
+    [[ "$output" == *"refusing backend '$TMP/nmt-backend-cpu.so': ABI 3.0"* ]]
 }
 
 @test "usage errors exit 2; --help and --version exit 0" {

@@ -1,5 +1,5 @@
-/* minor_old: a usable ABI 1.0 table cut off before the optional slots (an older minor version):
- * the loader accepts it and reads the optional slots as NULL. Its kernels are never run. */
+/* minor_old: a usable table cut off before the optional slots (as a plugin built before they were
+ * appended): the loader accepts it and reads the optional slots as NULL. Its kernels are never run. */
 #include "common.h"
 
 static struct nmt_backend table;
@@ -11,6 +11,6 @@ const struct nmt_backend *nmt_backend_entry(void)
     table.name = "minor_old";
     table.score = score;
     table.abi_minor = 0;
-    table.size = offsetof(struct nmt_backend, gelu_forward);
+    table.size = offsetof(struct nmt_backend, gemm_rowinv);
     return &table;
 }

@@ -1,4 +1,4 @@
-/* too_small: a plugin whose table ends before ABI 1.0's last required slot; refused. */
+/* too_small: a plugin whose table ends before the last required slot; refused. */
 #include "common.h"
 
 static struct nmt_backend table;

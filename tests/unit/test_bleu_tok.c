@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
+#include "base/utf8.h"
 #include "eval/bleu.h"
-#include "eval/bleu_impl.h"
+#include "eval/tokenize.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
@@ -128,13 +130,14 @@ static void check_many_distinct(int quick)
             "BLEU every third of %zu tokens replaced: unigrams %g, bigrams %g, trigrams %g", nw, row[2], row[3], row[4]);
     /* chrF over 1200 distinct CJK characters (11 bits: 6 x 11 > 64) */
     size_t nc = 1200;
-    char *c = malloc(nc * 3 + 1), *d = malloc(nc * 3 + 1);
-    size_t kc = 0, kd = 0;
+    struct nmt_buf cb = {0}, db = {0};
     for (size_t i = 0; i < nc; i++) {
-        kc += bleu_encode1((int32_t)(0x4E00 + i), c + kc);
-        kd += bleu_encode1(i % 3 == 2 ? 'x' : (int32_t)(0x4E00 + i), d + kd);
+        utf8_put(&cb, (int32_t)(0x4E00 + i));
+        utf8_put(&db, i % 3 == 2 ? 'x' : (int32_t)(0x4E00 + i));
     }
-    c[kc] = d[kd] = 0;
+    nmt_buf_append(&cb, "", 1);
+    nmt_buf_append(&db, "", 1);
+    char *c = (char *)cb.data, *d = (char *)db.data;
     bleu_config_init(&cfg, BLEU_METRIC_CHRF);
     double cr[3 * 6];
     segment(&cfg, c, c, cr);

@@ -130,16 +130,6 @@ static void test_gemm(void)
     test_ok(OPS.gemm(CTX, 0, 0, 2, 2, 2, 1, (float[4]){ 0 }, 1, (float[4]){ 0 }, 2, 0, (float[4]){ 0 }, 2) < 0 &&
                 strstr(OPS.last_error(CTX), "leading dimension"),
             "gemm refuses lda < K: '%s'", OPS.last_error(CTX));
-
-    /* batched */
-    int M = 5, N = 3, K = 7, cnt = 4;
-    float *A = frand((size_t)cnt * M * K, -1, 1), *B = frand((size_t)cnt * N * K, -1, 1), *C = frand((size_t)cnt * M * N, -1, 1);
-    double *R = malloc((size_t)cnt * M * N * sizeof *R);
-    for (int i = 0; i < cnt; i++)
-        ref_gemm(R + i * M * N, 0, 1, M, N, K, 1, A + i * M * K, K, B + i * N * K, K, 0, NULL, N);
-    int rc = OPS.gemm_batched(CTX, 0, 1, M, N, K, 1, A, K, M * K, B, K, N * K, 0, C, N, M * N, cnt);
-    report("gemm_batched", rc ? INFINITY : relerr(C, R, (size_t)cnt * M * N, 1), 1e-5);
-    free(A), free(B), free(C), free(R);
 }
 
 /* ---------------- gemm_rowinv ---------------- */
@@ -683,7 +673,6 @@ static void test_layernorm(int N, int D)
 struct ew_case {
     size_t n;
     double *x, *w;
-    int gelu;
 };
 
 static double ew_loss(void *arg)
@@ -692,7 +681,7 @@ static double ew_loss(void *arg)
     double s = 0;
     for (size_t i = 0; i < c->n; i++) {
         double x = c->x[i];
-        s += c->w[i] * (c->gelu ? 0.5 * x * (1 + erf(x / sqrt(2))) : (x > 0 ? x : 0));
+        s += c->w[i] * (x > 0 ? x : 0);
     }
     return s;
 }
@@ -707,21 +696,9 @@ static void test_elementwise(void)
     OPS.add(CTX, out, a, b, n);
     report("add", relerr(out, r, n, 1), 1e-7);
     for (size_t i = 0; i < n; i++)
-        r[i] = out[i] + 0.25 * a[i];
-    OPS.axpy(CTX, out, a, n, 0.25f);
-    report("axpy", relerr(out, r, n, 1), 1e-7);
-    for (size_t i = 0; i < n; i++)
-        r[i] = out[i] * -3.0;
-    OPS.scale(CTX, out, n, -3.0f);
-    report("scale", relerr(out, r, n, 1), 1e-7);
-    for (size_t i = 0; i < n; i++)
         r[i] = a[i] > 0 ? a[i] : 0;
     OPS.relu_forward(CTX, out, a, n);
     report("relu_forward", relerr(out, r, n, 1), 0);
-    for (size_t i = 0; i < n; i++)
-        r[i] = 0.5 * a[i] * (1 + erf(a[i] / sqrt(2)));
-    OPS.gelu_forward(CTX, out, a, n);
-    report("gelu_forward", relerr(out, r, n, 1), 1e-6);
 
     size_t m = 101;
     struct ew_case c = { .n = m };
@@ -733,9 +710,6 @@ static void test_elementwise(void)
     OPS.relu_forward(CTX, y, x, m);
     OPS.relu_backward(CTX, dx, w, y, m);
     report("relu_backward vs finite differences", fd_check(c.x, m, ew_loss, &c, dx), 1e-6);
-    c.gelu = 1;
-    OPS.gelu_backward(CTX, dx, w, x, m);
-    report("gelu_backward vs finite differences", fd_check(c.x, m, ew_loss, &c, dx), 1e-5);
     free(c.x), free(c.w), free(x), free(w), free(dx), free(y);
 
     /* dropout */
@@ -921,7 +895,7 @@ static void test_memory(void)
     test_ok(buf && ((uintptr_t)buf & 63) == 0, "alloc returns 64-byte aligned memory");
     float h[10] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 }, back[10];
     int rc = OPS.upload(CTX, buf + 100, h, sizeof h) | OPS.copy(CTX, buf + 200, buf + 100, sizeof h) |
-             OPS.download(CTX, back, buf + 200, sizeof back) | OPS.sync(CTX);
+             OPS.download(CTX, back, buf + 200, sizeof back);
     test_ok(rc == 0 && !memcmp(h, back, sizeof h), "upload, copy at an offset, download");
     OPS.memset_zero(CTX, buf + 200, sizeof h);
     OPS.download(CTX, back, buf + 200, sizeof back);
@@ -1084,17 +1058,6 @@ static void test_torch(void)
            1e-6);
     free(x), free(ga), free(be_), free(dout), free(y), free(mean), free(rstd), free(dx), free(dg), free(db);
 
-    /* GELU */
-    int ng;
-    fxget("gelu_x", &ng);
-    float *xg = fxfloat("gelu_x"), *yg = malloc((size_t)ng * sizeof *yg), *one = malloc((size_t)ng * sizeof *one);
-    for (int i = 0; i < ng; i++)
-        one[i] = 1;
-    OPS.gelu_forward(CTX, yg, xg, (size_t)ng);
-    report("gelu_forward vs PyTorch F.gelu", relerr(yg, fxget("gelu_y", NULL), (size_t)ng, 1e-3), 1e-6);
-    OPS.gelu_backward(CTX, yg, one, xg, (size_t)ng);
-    report("gelu_backward vs PyTorch autograd", relerr(yg, fxget("gelu_dx", NULL), (size_t)ng, 1e-3), 1e-6);
-    free(xg), free(yg), free(one);
     for (int i = 0; i < nfx; i++)
         free(fx[i].v);
 }
