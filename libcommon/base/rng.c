@@ -19,22 +19,6 @@ void rng_seed(struct rng *r, uint64_t seed)
         r->s[i] = rng_splitmix64(&seed);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t rng_next(struct rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
 uint64_t rng_below(struct rng *r, uint64_t n)
 {
     uint64_t limit = UINT64_MAX - UINT64_MAX % n;
@@ -44,8 +28,6 @@ uint64_t rng_below(struct rng *r, uint64_t n)
     while (v >= limit);
     return v % n;
 }
-
-uint64_t rng_scaled(struct rng *r, uint64_t n) { return (uint64_t)(((unsigned __int128)rng_next(r) * n) >> 64); }
 
 void rng_shuffle(struct rng *r, void *base, size_t n, size_t size)
 {

@@ -29,11 +29,26 @@ struct rng {
 /* Seeds R from SEED through splitmix64. */
 void rng_seed(struct rng *r, uint64_t seed);
 /* Returns the next 64 random bits. */
-uint64_t rng_next(struct rng *r);
+static inline uint64_t rng_next(struct rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t x = s[1] * 5, t = s[1] << 17;
+    uint64_t result = ((x << 7) | (x >> 57)) * 9;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    return result;
+}
 /* Returns a value uniform in [0, N) (N >= 1), by rejection: unbiased. */
 uint64_t rng_below(struct rng *r, uint64_t n);
 /* Returns floor(next * N / 2^64): in [0, N), fast, biased by at most N / 2^64. */
-uint64_t rng_scaled(struct rng *r, uint64_t n);
+static inline uint64_t rng_scaled(struct rng *r, uint64_t n)
+{
+    return (uint64_t)(((unsigned __int128)rng_next(r) * n) >> 64);
+}
 /* Shuffles the N elements of SIZE bytes at BASE (Fisher-Yates, from the last element down, with
  * rng_below); SIZE at most 64 bytes. */
 void rng_shuffle(struct rng *r, void *base, size_t n, size_t size);
