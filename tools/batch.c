@@ -175,6 +175,85 @@ static void write_summary(const struct batcher *b, FILE *log, const char *log_pa
     }
 }
 
+/* Writes EPOCHS passes over the input (re-read from IN_FD, which must then be seekable) through
+ * B to W; *IN is the open reader, replaced on each pass. 0, or -1 with the error set. */
+static int run_epochs(struct batcher *b, int in_fd, const char *in_name, struct rec_reader **in, uint64_t epochs,
+                      struct rec_writer *w)
+{
+    int st;
+    for (uint64_t e = 0; e < epochs; e++) {
+        if (e > 0) {
+            rec_reader_free(*in);
+            *in = NULL;
+            if (lseek(in_fd, 0, SEEK_SET) < 0)
+                return nmt_seterr("cannot rewind %s: %s", in_name, strerror(errno));
+            if (!(*in = rec_reader_open(in_fd, in_name, "ids", &st)))
+                return -1;
+        }
+        if (batcher_epoch(b, e, *in, in_name, w) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Batches the open input IN into the named output OUT (and the summary into LOG, if open). 0, or -1
+ * with the error set; the outputs are committed only on success. */
+static int batch_to(const struct args *a, int in_fd, struct rec_reader **in, struct out_file *out, struct out_file *log)
+{
+    const char *in_name = nmt_path_name(a->in_path, 0), *out_name = nmt_path_name(a->out_path, 1);
+    struct batcher_kv kv;
+    batcher_header_kv(&kv, &a->o, a->epochs, rec_header_get(rec_reader_header(*in), "vocab"));
+    struct batcher *b = batcher_new(&a->o);
+    struct rec_writer *w = b ? rec_writer_open(out->fd, out_name, "batch", "nmt-batch " NMT_VERSION, kv.kv, kv.nkv, NULL)
+                             : NULL;
+    int rc = w ? run_epochs(b, in_fd, in_name, in, a->epochs, w) : -1;
+    if (w && rc < 0)
+        rec_writer_abort(w);
+    else if (w && rec_writer_close(w) < 0)
+        rc = -1;
+    FILE *lf = NULL;
+    if (rc == 0 && log->mode) {
+        lf = fdopen(log->fd, "w");
+        if (!lf)
+            rc = nmt_seterr("cannot write '%s': %s", a->log_path, strerror(errno));
+    }
+    if (rc == 0) {
+        write_summary(b, lf, a->log_path);
+        if (lf && (fflush(lf) != 0 || ferror(lf)))
+            rc = nmt_seterr("cannot write '%s': %s", a->log_path, strerror(errno));
+    }
+    if (lf) {
+        log->fd = dup(fileno(lf)); /* out_file closes its own descriptor */
+        fclose(lf);
+    }
+    batcher_free(b);
+    if (nmt_output_finish(out, rc == 0) < 0 || nmt_output_finish(log, rc == 0) < 0)
+        rc = -1;
+    return rc;
+}
+
+/* Opens the input, refuses outputs that are the input, opens the outputs. 0, -1 with the error set, or
+ * -2 with the error set for a usage error. */
+static int open_files(const struct args *a, int *in_fd, struct rec_reader **in, struct out_file *out,
+                      struct out_file *log)
+{
+    const char *in_name = nmt_path_name(a->in_path, 0);
+    int st;
+    if ((*in_fd = nmt_open_in(a->in_path)) < 0)
+        return -1;
+    if (a->epochs > 1 && lseek(*in_fd, 0, SEEK_CUR) < 0)
+        return nmt_seterr("--epochs %llu needs a seekable input; %s is not seekable (%s)",
+                          (unsigned long long)a->epochs, in_name, strerror(errno)), -2;
+    if (nmt_check_not_input(*in_fd, in_name, a->out_path) < 0 ||
+        (a->log_path && nmt_check_not_input(*in_fd, in_name, a->log_path) < 0))
+        return -1;
+    if (!(*in = rec_reader_open(*in_fd, in_name, "ids", &st)))
+        return -1;
+    if (a->log_path && out_file_open(log, a->log_path) < 0)
+        return -1;
+    return nmt_output_open(out, a->out_path, 1);
+}
+
 int main(int argc, char **argv)
 {
     nmt_set_progname(argv[0]);
@@ -182,93 +261,22 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &args);
     if (rc != GO_ON)
         return rc;
-    const struct batcher_opts o = args.o;
-    const char *in_path = args.in_path, *out_path = args.out_path, *log_path = args.log_path;
-    uint64_t epochs = args.epochs;
-    const char *in_name = nmt_path_name(in_path, 0), *out_name = nmt_path_name(out_path, 1);
-
-    int in_fd = nmt_open_in(in_path);
-    if (in_fd < 0) {
+    int in_fd = -1;
+    struct rec_reader *in = NULL;
+    struct out_file out = {.fd = -1}, log = {.fd = -1};
+    int opened = open_files(&args, &in_fd, &in, &out, &log);
+    rc = opened == 0 && batch_to(&args, in_fd, &in, &out, &log) == 0 ? NMT_EXIT_OK : NMT_EXIT_DATA;
+    if (opened == -2) {
+        rc = nmt_usage_error("%s", nmt_errmsg());
+        nmt_output_finish(&log, 0);
+    } else if (rc != NMT_EXIT_OK) {
         nmt_error("%s", nmt_errmsg());
-        return NMT_EXIT_DATA;
-    }
-    if (epochs > 1 && lseek(in_fd, 0, SEEK_CUR) < 0) {
-        nmt_usage_error("--epochs %llu needs a seekable input; %s is not seekable (%s)",
-                        (unsigned long long)epochs, in_name, strerror(errno));
-        return NMT_EXIT_USAGE;
-    }
-    int st;
-    struct rec_reader *in = rec_reader_open(in_fd, in_name, "ids", &st);
-    if (!in) {
-        nmt_error("%s", nmt_errmsg());
-        return NMT_EXIT_DATA;
-    }
-    FILE *log = NULL;
-    if (log_path && !(log = fopen(log_path, "w"))) {
-        nmt_error("cannot open '%s' for writing: %s", log_path, strerror(errno));
-        rec_reader_free(in);
-        return NMT_EXIT_DATA;
-    }
-    int out_fd = nmt_open_out(out_path, 1);
-    if (out_fd < 0) {
-        nmt_error("%s", nmt_errmsg());
-        rec_reader_free(in);
-        if (log)
-            fclose(log);
-        return NMT_EXIT_DATA;
-    }
-    struct batcher_kv kv;
-    batcher_header_kv(&kv, &o, epochs, rec_header_get(rec_reader_header(in), "vocab"));
-    struct batcher *b = batcher_new(&o);
-    struct rec_writer *w = b ? rec_writer_open(out_fd, out_name, "batch", "nmt-batch " NMT_VERSION, kv.kv, kv.nkv, NULL)
-                             : NULL;
-    rc = NMT_EXIT_OK;
-    if (!w) {
-        nmt_error("%s", nmt_errmsg());
-        rc = NMT_EXIT_DATA;
-    }
-    for (uint64_t e = 0; rc == NMT_EXIT_OK && e < epochs; e++) {
-        if (e > 0) {
-            rec_reader_free(in);
-            in = NULL;
-            if (lseek(in_fd, 0, SEEK_SET) < 0) {
-                nmt_error("cannot rewind %s: %s", in_name, strerror(errno));
-                rc = NMT_EXIT_DATA;
-                break;
-            }
-            if (!(in = rec_reader_open(in_fd, in_name, "ids", &st))) {
-                nmt_error("%s", nmt_errmsg());
-                rc = NMT_EXIT_DATA;
-                break;
-            }
-        }
-        if (batcher_epoch(b, e, in, in_name, w) < 0) {
-            nmt_error("%s", nmt_errmsg());
-            rc = NMT_EXIT_DATA;
-        }
+        nmt_output_finish(&out, 0);
+        nmt_output_finish(&log, 0);
     }
     rec_reader_free(in);
-    if (in_fd != STDIN_FILENO)
+    if (in_fd > STDIN_FILENO)
         close(in_fd);
-    if (w) {
-        if (rc != NMT_EXIT_OK) {
-            rec_writer_abort(w);
-        } else if (rec_writer_close(w) < 0) {
-            nmt_error("%s", nmt_errmsg());
-            rc = NMT_EXIT_DATA;
-        }
-    }
-    if (out_fd != STDOUT_FILENO && close(out_fd) < 0 && rc == NMT_EXIT_OK) {
-        nmt_error("cannot close '%s': %s", out_name, strerror(errno));
-        rc = NMT_EXIT_DATA;
-    }
-    if (rc == NMT_EXIT_OK)
-        write_summary(b, log, log_path);
-    if (log && (ferror(log) | fclose(log)) && rc == NMT_EXIT_OK) {
-        nmt_error("cannot write '%s': %s", log_path, strerror(errno));
-        rc = NMT_EXIT_DATA;
-    }
-    batcher_free(b);
     if (nmt_close_stdout() < 0 && rc == NMT_EXIT_OK) {
         nmt_error("%s", nmt_errmsg());
         rc = NMT_EXIT_DATA;

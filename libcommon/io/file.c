@@ -81,12 +81,23 @@ static char *dir_of(const char *path)
 
 int out_file_open(struct out_file *f, const char *path)
 {
+    memset(f, 0, sizeof *f);
     f->fd = -1;
-    f->tmp = NULL;
-    f->path = nmt_strdup(path);
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        if ((f->fd = open(path, O_WRONLY | O_CLOEXEC)) < 0)
+            return nmt_seterr("cannot open '%s' for writing: %s", path, strerror(errno));
+        if (!(f->path = nmt_strdup(path))) {
+            out_file_abort(f);
+            return -1;
+        }
+        f->mode = 2;
+        return 0;
+    }
     char *base = nmt_strdup(path), *dir = dir_of(path);
     size_t n = strlen(path) + 32;
     char *tmp = nmt_malloc(n);
+    f->path = nmt_strdup(path);
     int rc = -1;
     if (f->path && base && dir && tmp) {
         snprintf(tmp, n, "%s/.%s.tmpXXXXXX", dir, basename(base));
@@ -94,9 +105,10 @@ int out_file_open(struct out_file *f, const char *path)
         if (f->fd >= 0) {
             f->tmp = tmp;
             tmp = NULL;
+            f->mode = 3;
             rc = 0;
         } else {
-            nmt_seterr("cannot write '%s': cannot create a temporary file in '%s': %s", path, dir, strerror(errno));
+            nmt_seterr("cannot open '%s' for writing: %s", path, strerror(errno));
         }
     }
     free(tmp);
@@ -111,36 +123,42 @@ int out_file_open(struct out_file *f, const char *path)
 
 int out_file_commit(struct out_file *f)
 {
+    if (f->mode == 1 || f->mode == 0) {
+        f->mode = 0;
+        return 0;
+    }
     const char *what = NULL;
-    if (fchmod(f->fd, 0644) < 0 || fsync(f->fd) < 0)
+    if (f->mode == 3 && (fchmod(f->fd, 0644) < 0 || fsync(f->fd) < 0))
         what = "";
     if (close(f->fd) < 0 && !what)
         what = "";
     f->fd = -1;
-    if (!what && rename(f->tmp, f->path) < 0)
+    if (!what && f->mode == 3 && rename(f->tmp, f->path) < 0)
         what = "rename: ";
     if (what) {
         nmt_seterr("cannot write '%s': %s%s", f->path, what, strerror(errno));
         out_file_abort(f);
         return -1;
     }
-    free(f->tmp);
-    f->tmp = NULL;
-    char *dir = dir_of(f->path);
-    int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    if (dfd >= 0) {
-        fsync(dfd); /* best effort: some file systems refuse fsync on directories */
-        close(dfd);
+    if (f->mode == 3) {
+        char *dir = dir_of(f->path);
+        int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        if (dfd >= 0) {
+            fsync(dfd); /* best effort: some file systems refuse fsync on directories */
+            close(dfd);
+        }
+        free(dir);
     }
-    free(dir);
+    free(f->tmp);
     free(f->path);
-    f->path = NULL;
+    f->tmp = f->path = NULL;
+    f->mode = 0;
     return 0;
 }
 
 void out_file_abort(struct out_file *f)
 {
-    if (f->fd >= 0)
+    if (f->fd >= 0 && f->mode >= 2)
         close(f->fd);
     f->fd = -1;
     if (f->tmp)
@@ -148,22 +166,24 @@ void out_file_abort(struct out_file *f)
     free(f->tmp);
     free(f->path);
     f->tmp = f->path = NULL;
+    f->mode = 0;
 }
 
 int nmt_output_open(struct out_file *f, const char *path, int binary)
 {
     if (!path || strcmp(path, "-") == 0) {
-        f->path = f->tmp = NULL;
+        memset(f, 0, sizeof *f);
         f->fd = nmt_open_out(path, binary);
-        return f->fd < 0 ? -1 : 0;
+        if (f->fd < 0)
+            return -1;
+        f->mode = 1;
+        return 0;
     }
     return out_file_open(f, path);
 }
 
 int nmt_output_finish(struct out_file *f, int keep)
 {
-    if (!f->tmp) /* stdout, or already finished */
-        return 0;
     if (keep)
         return out_file_commit(f);
     out_file_abort(f);

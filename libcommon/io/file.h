@@ -18,27 +18,29 @@ int nmt_check_not_input(int in_fd, const char *in_name, const char *out_path);
 
 /* A named output written atomically: the bytes go to a temporary file beside PATH
  * (".NAME.tmpXXXXXX" in PATH's directory), which replaces PATH only on out_file_commit, so a
- * failed or interrupted write never leaves a partial PATH nor destroys the previous one. */
+ * failed or interrupted write never leaves a partial PATH nor destroys the previous one. A PATH
+ * that exists and is not a regular file (a device, a pipe: /dev/null, /dev/stdout, >(cmd)) is
+ * written directly. Zero-initialise (fd -1) before use, so that finishing an unopened one is a no-op. */
 struct out_file {
     int fd;          /* write here */
-    char *path;      /* the destination */
-    char *tmp;       /* the temporary file, NULL once committed or aborted */
+    int mode;        /* 0 none, 1 stdout, 2 written directly, 3 temporary file */
+    char *path;      /* the destination (modes 2 and 3) */
+    char *tmp;       /* the temporary file (mode 3) */
 };
-/* Creates the temporary file for PATH; 0, or -1 with the error set ("cannot write 'PATH': ...")
- * and F left empty. */
+/* Opens PATH for writing as above; 0, or -1 with the error set ("cannot open 'PATH' for writing:
+ * ...") and F left empty. */
 int out_file_open(struct out_file *f, const char *path);
-/* Makes the temporary file mode 0644, syncs it, closes it and renames it over PATH (then syncs the
- * directory, best effort); 0, or -1 with the error set and the temporary file removed. */
+/* Finishes F: a temporary file is made mode 0644, synced, closed and renamed over PATH (then the
+ * directory is synced, best effort); a direct one is closed. 0, or -1 with the error set and the
+ * temporary file removed. */
 int out_file_commit(struct out_file *f);
-/* Closes and removes the temporary file, keeping whatever PATH held; out_file_abort on an empty or
- * committed F only frees it. */
+/* Closes F and removes its temporary file, keeping whatever PATH held; no-op on an empty F. */
 void out_file_abort(struct out_file *f);
-
 /* Opens a named output the way every tool does: PATH "-" or NULL is stdout (refused when BINARY
- * and stdout is a terminal), anything else an out_file. 0, or -1 with the error set. */
+ * and stdout is a terminal; left open for the tool's checked close), anything else an out_file.
+ * 0, or -1 with the error set. */
 int nmt_output_open(struct out_file *f, const char *path, int binary);
-/* Ends an output of nmt_output_open: with KEEP, commits a named one (stdout is left open for the
- * tool's checked close); without, aborts it, leaving the previous file in place. 0, or -1 with the
+/* Ends an output of nmt_output_open: with KEEP, commits it; without, aborts it. 0, or -1 with the
  * error set (the commit failed). */
 int nmt_output_finish(struct out_file *f, int keep);
 

@@ -275,11 +275,11 @@ indices() { "$H" dump "$1" | awk '{print $2}'; }
 
 @test "source-only records are refused: batches are made of pairs" {
     printf '#5 #6 #7\t#4\n#8\n#9 #10\t#11\n' | "$H" gen > "$D/one.ids"
-    run nmt-batch "$D/one.ids" -o "$D/out"
+    run nmt-batch "$D/one.ids" -o "$D/one.batches"
     [ "$status" -eq 1 ]
     [ "${#lines[@]}" -eq 1 ]
     [[ "$output" == "nmt-batch: $D/one.ids: record 2: a source sentence without a target; batches are made of pairs (tokenize both sides: "* ]]
-    [ ! -e "$D/out" ]
+    [ ! -e "$D/one.batches" ]
 }
 
 @test "bad input: wrong kind, truncated, not a stream, empty, missing, special ids" {
@@ -289,11 +289,18 @@ indices() { "$H" dump "$1" | awk '{print $2}'; }
     [ "$output" = "nmt-batch: $D/tok: unexpected kind at byte 0: expected a ids stream, got tok 1.0" ]
 
     head -c $(( $(stat -c %s "$D/m30k.ids") / 2 )) "$D/m30k.ids" > "$D/trunc"
+    nmt-batch "$D/small.ids" -o "$D/out" 2>/dev/null
+    before=$(sha256sum < "$D/out")
     run nmt-batch "$D/trunc" -o "$D/out"
     [ "$status" -eq 1 ]
     [[ "$output" == "nmt-batch: $D/trunc: truncated at byte "* ]]
-    # the output stays truncated too: its reader says so
-    run "$H" dump "$D/out"
+    # the named output is written only on success: the previous file is intact, no temporary is left
+    [ "$(sha256sum < "$D/out")" = "$before" ]
+    [ -z "$(ls -A "$D" | grep '\.tmp')" ]
+    # on stdout, the output stays truncated: its reader says so
+    run bash -c 'nmt-batch "$1" > "$2"' _ "$D/trunc" "$D/out.stdout"
+    [ "$status" -eq 1 ]
+    run "$H" dump "$D/out.stdout"
     [ "$status" -eq 1 ]
     [[ "$output" == *truncated* ]]
 

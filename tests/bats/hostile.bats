@@ -96,3 +96,30 @@ setup_file() {
     [ "$status" -eq 1 ]
     [[ "$output" == *"this is a checkpoint (safetensors); give it with -m"* ]]
 }
+
+@test "hostile: nmt-batch refuses to write its input file, which stays intact" {
+    cp "$D/a.ids" "$D/same.ids"
+    before=$(sha256sum < "$D/same.ids")
+    run nmt-batch -i "$D/same.ids" -o "$D/same.ids"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-batch: '$D/same.ids' is the input file '$D/same.ids': refusing to overwrite it" ]
+    [ "$(sha256sum < "$D/same.ids")" = "$before" ]
+    ln -f "$D/same.ids" "$D/hardlink.ids"
+    run bash -c 'nmt-batch -o "$1" < "$2"' _ "$D/hardlink.ids" "$D/same.ids"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"is the input file 'stdin': refusing to overwrite it"* ]]
+    [ "$(sha256sum < "$D/same.ids")" = "$before" ]
+}
+
+@test "hostile: a failed nmt-batch leaves the previous output in place and no temporary file" {
+    nmt-batch -i "$D/a.ids" -o "$D/keep.batches" 2>/dev/null
+    before=$(sha256sum < "$D/keep.batches")
+    cat "$D/a.ids" "$D/b.ids" > "$D/ab2.ids"
+    run nmt-batch -i "$D/ab2.ids" -o "$D/keep.batches"
+    [ "$status" -eq 1 ]
+    [ "$(sha256sum < "$D/keep.batches")" = "$before" ]
+    run bash -c 'ls -A "$1" | grep -c "\.tmp"' _ "$D"
+    [ "$output" = 0 ]
+    run nmt-batch -i "$D/a.ids" -o /dev/null
+    [ "$status" -eq 0 ]
+}
