@@ -161,6 +161,11 @@ static char **search_dirs(int *nd)
         char *slash = strrchr(exe, '/');
         if (slash && add_dir(&dirs, nd, exe, slash == exe ? 1 : (size_t)(slash - exe)) < 0)
             goto fail;
+        /* an installed tree: PREFIX/bin/nmt-x finds PREFIX/lib/nmt, wherever PREFIX was moved */
+        char lib[PATH_MAX + 16];
+        int n = snprintf(lib, sizeof lib, "%.*s/../lib/nmt", (int)(slash ? slash - exe : 0), exe);
+        if (slash && slash != exe && add_dir(&dirs, nd, lib, (size_t)n) < 0)
+            goto fail;
     }
     return dirs;
 fail:
@@ -258,6 +263,24 @@ fail:
 }
 
 /* Loads the plugin SPEC names (not opened); NULL with the error set. */
+/* Writes the backend names of the N plugin files PATHS, comma-separated and each once, into OUT. */
+static void names_of(char **paths, int n, char *out, size_t size)
+{
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const char *base = strrchr(paths[i], '/') + 1;
+        int bl = (int)(strlen(base) - strlen(PREFIX) - strlen(SUFFIX));
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", bl, base + strlen(PREFIX));
+        int seen = 0;
+        for (const char *p = out; !seen && (p = strstr(p, name)); p += strlen(name))
+            seen = (p == out || p[-1] == ' ') && (p[strlen(name)] == ',' || !p[strlen(name)]);
+        if (!seen && len < size)
+            len += (size_t)snprintf(out + len, size - len, "%s%s", len ? ", " : "", name);
+    }
+}
+
 static struct backend *load_spec(const char *spec)
 {
     if (strchr(spec, '/'))
@@ -267,7 +290,7 @@ static struct backend *load_spec(const char *spec)
     if (n < 0)
         return NULL;
     struct backend *best = NULL;
-    char firsterr[1024] = "";
+    char firsterr[1024] = "", found[512] = "";
     int nfound = 0;
     if (!strcmp(spec, "auto")) {
         for (int i = 0; i < n; i++) {
@@ -286,6 +309,7 @@ static struct backend *load_spec(const char *spec)
             }
         }
     } else {
+        names_of(paths, n, found, sizeof found);
         for (int i = 0; i < n; i++) {
             const char *base = strrchr(paths[i], '/') + 1;
             size_t bl = strlen(base) - strlen(PREFIX) - strlen(SUFFIX);
@@ -299,7 +323,9 @@ static struct backend *load_spec(const char *spec)
     free_dirs(paths, n);
     if (!best) {
         char *sp = backend_search_path();
-        if (nfound == 0)
+        if (nfound == 0 && n > 0 && strcmp(spec, "auto") != 0)
+            nmt_seterr("no backend plugin '%s' found (searched %s); the backends found: %s", spec, sp ? sp : "?", found);
+        else if (nfound == 0)
             nmt_seterr("no backend plugin %s%s%s found (searched %s)", strcmp(spec, "auto") ? "'" : "nmt-backend-*.so",
                        strcmp(spec, "auto") ? spec : "", strcmp(spec, "auto") ? "'" : "", sp ? sp : "?");
         else if (*firsterr)

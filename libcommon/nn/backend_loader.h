@@ -1,11 +1,12 @@
-/* backend.h (libcommon): finds, checks, loads and opens compute backend plugins.
+/* backend_loader.h: finds, checks, loads and opens compute backend plugins.
  *
  * A backend is named by a SPEC: a NAME ("cpu", "cuda") loads nmt-backend-NAME.so from the first
  * directory of the search path that has it; a SPEC containing '/' loads that file; "auto" loads
  * every plugin found and keeps the one with the highest score() (the first found on a tie). A NULL
  * or empty SPEC means $NMT_BACKEND, or "auto" when that is unset.
  * Search path, in order: the colon-separated directories of $NMT_PLUGIN_PATH, the installed plugin
- * directory (NMT_PLUGINDIR), then the directory of the running executable.
+ * directory (NMT_PLUGINDIR), the directory of the running executable, then lib/nmt beside that
+ * directory (EXEDIR/../lib/nmt: an installed tree found wherever it was installed or moved).
  * A plugin is refused, with a one-line message naming its path and the reason, when it cannot be
  * dlopen'ed, lacks the nmt_backend_entry symbol, has another ABI major version, has a table too
  * small for ABI 2.0 or a NULL required slot. */

@@ -70,7 +70,7 @@ teardown() { rm -rf "$TMP"; }
     [ "$output" = "nmt-backends: cannot load backend '$TMP/none.so': No such file or directory" ]
     NMT_PLUGIN_PATH="$TMP" run nmt-backends --backend nosuch
     [ "$status" -eq 1 ]
-    [[ "$output" == "nmt-backends: no backend plugin 'nosuch' found (searched $TMP:"*":$NMT_BIN)" ]]
+    [[ "$output" == "nmt-backends: no backend plugin 'nosuch' found (searched $TMP:"*":$NMT_BIN:$NMT_BIN/../lib/nmt); the backends found: cpu"* ]]
 }
 
 @test "the listing shows refused plugins with their reasons; auto skips them" {
