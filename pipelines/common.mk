@@ -90,9 +90,11 @@ $(OUT)/model.ckpt: $(OUT)/$(TRAIN).batches $(OUT)/$(VALID).batches $(OUT)/vocab.
 	    -o $@ $(MODEL) $(TRAIN_OPTS) $(STOP) --seed $(SEED) --valid-every $(VALID_EVERY) \
 	    --save-every $(SAVE_EVERY) --keep $(AVG) --log $(OUT)/train.csv
 
-# the average of the last AVG periodic checkpoints, as in the paper
+# the average of the last AVG periodic checkpoints, as in the paper; a run stopped before its
+# first periodic checkpoint (a short --max-time, a signal) averages what it has: the final one
+LAST_CKPTS = $$(ls $(1).step-* 2>/dev/null | sort -t- -k2 -n | tail -n $(AVG) | grep . || echo $(1))
 $(OUT)/model.avg.ckpt: $(OUT)/model.ckpt
-	$(NMT_ENV) nmt-avg -o $@ $$(ls $(OUT)/model.ckpt.step-* | sort -t- -k2 -n | tail -n $(AVG))
+	$(NMT_ENV) nmt-avg -o $@ $(call LAST_CKPTS,$(OUT)/model.ckpt)
 
 ifneq ($(word 2,$(SEEDS)),)
 # an ensemble: every seed's model trained at the same time (whatever make's -j), each with its
@@ -109,7 +111,7 @@ $(OUT)/ensemble.trained: $(OUT)/$(TRAIN).batches $(OUT)/$(VALID).batches $(OUT)/
 	for s in $(SEEDS); do echo "== seed $$s:"; tail -n 2 $(OUT)/seed-$$s/train.log; done; exit $$rc
 	touch $@
 $(OUT)/seed-%/model.avg.ckpt: $(OUT)/ensemble.trained
-	$(NMT_ENV) nmt-avg -o $@ $$(ls $(OUT)/seed-$*/model.ckpt.step-* | sort -t- -k2 -n | tail -n $(AVG))
+	$(NMT_ENV) nmt-avg -o $@ $(call LAST_CKPTS,$(OUT)/seed-$*/model.ckpt)
 else
 MEMBERS := $(OUT)/model.avg.ckpt
 endif
