@@ -49,7 +49,7 @@ static void usage(void)
            "      --interactive       translate and write each line as it arrives (default when the input is\n"
            "                          not a regular file)\n"
            "      --batch-variant     faster products whose results may depend on the batch neighbours\n"
-           "      --backend NAME      compute backend (default cpu; NMT_BACKEND)\n"
+           "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
            "      --threads N         worker threads in all (default: all cores)\n"
            "      --jobs N            batches decoded at once, each by its own copy of the model with\n"
            "                          threads/N threads (default: the threads, at most 4, on the cpu;\n"
@@ -390,7 +390,7 @@ static int engine_open(struct state *st, struct engine *e, int threads)
 {
     const struct opts *o = st->o;
     struct nmt_backend_opts bo = {sizeof bo, threads, 0};
-    e->be = backend_open(o->backend ? o->backend : getenv("NMT_BACKEND") ? NULL : "cpu", &bo);
+    e->be = backend_open(o->backend, &bo);
     return e->be ? 0 : -1;
 }
 

@@ -33,7 +33,7 @@ static void usage(void)
            "  -o, --output FILE       checkpoint to write (required); also FILE.best, FILE.step-N\n"
            "      --vocab FILE        vocabulary of the batches (required unless --resume)\n"
            "      --resume            continue from the checkpoint at -o, exactly where it stopped\n"
-           "      --backend NAME      compute backend (default cpu; NMT_BACKEND)\n"
+           "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
            "      --threads N         worker threads of the backend (default: all cores)\n"
            "Length of training (the first limit reached ends it):\n"
            "      --epochs E          passes over the training file (default 1 unless a limit below)\n"
@@ -697,7 +697,7 @@ static int run(struct opts *o)
 
     /* backend and model */
     struct nmt_backend_opts bo = {sizeof bo, o->threads, 0};
-    be = backend_open(o->backend ? o->backend : getenv("NMT_BACKEND") ? NULL : "cpu", &bo);
+    be = backend_open(o->backend, &bo);
     if (!be)
         goto fail;
     c.m = model_new(be, &cfg, 1);
