@@ -12,15 +12,13 @@
 #include <unistd.h>
 
 #include "nn/backend_loader.h"
-#include "text/bpe.h"
 #include "nn/infer.h"
 #include "nn/model.h"
-#include "text/pretok.h"
 #include "io/stream.h"
 #include "io/records.h"
 #include "io/safetensors.h"
 #include "nn/search.h"
-#include "text/normalize.h"
+#include "text/tokenizer.h"
 #include "cli/cli.h"
 #include "text/vocab.h"
 
@@ -104,7 +102,7 @@ struct engine {
 struct state {
     const struct opts *o;
     struct vocab *v;
-    struct bpe_encoder *enc;
+    struct tokenizer tok;      /* the checkpoint's vocabulary: text to ids and back */
     struct st_file *ckpt[MAX_MODELS]; /* the checkpoints, until every engine has loaded them */
     struct model_config cfg[MAX_MODELS];
     struct engine *eng;        /* (neng) */
@@ -112,8 +110,7 @@ struct state {
     int max_len;
     FILE *out;
     struct rec_writer *w;
-    struct nmt_buf norm, cat, text, rec;
-    struct pretok pt;
+    struct nmt_buf rec;
 };
 
 static void sent_free(struct sent *s)
@@ -129,17 +126,13 @@ static int encode_text(struct state *st, uint64_t line, const char *s, size_t le
     size_t bad;
     if (utf8_check(s, len, &bad) < 0)
         return nmt_seterr("line %llu: invalid UTF-8 at byte %zu", (unsigned long long)line, bad + 1);
-    if (text_normalize(st->v->normalize, s, len, &st->norm) < 0 ||
-        pretok_run(&st->pt, (const char *)st->norm.data, st->norm.len) < 0)
-        return nmt_seterr("line %llu: %s", (unsigned long long)line, nmt_errmsg());
     uint32_t cnt = 0, cap = 0;
     *ids = NULL;
-    for (uint32_t i = 0; i < st->pt.n; i++)
-        if (bpe_encode_word(st->enc, (const char *)st->pt.text.data + st->pt.off[i], st->pt.len[i], ids, &cnt, &cap) <
-            0)
-            return -1;
+    int rc = tokenizer_encode(&st->tok, s, len, ids, &cnt, &cap);
+    if (rc == TOKENIZER_EBADTEXT)
+        return nmt_seterr("line %llu: %s", (unsigned long long)line, nmt_errmsg());
     *n = (int)cnt;
-    return 0;
+    return rc;
 }
 
 /* Cuts a side longer than the model accepts, with a warning naming the line. */
@@ -156,18 +149,14 @@ static void clip(struct state *st, struct sent *s, int side)
 
 static int detok(struct state *st, const uint32_t *ids, uint32_t n)
 {
-    st->cat.len = 0;
-    if (vocab_concat(st->v, ids, n, &st->cat) < 0 ||
-        pretok_detok((const char *)st->cat.data, st->cat.len, &st->text) < 0)
-        return -1;
-    return 0;
+    return tokenizer_decode(&st->tok, ids, n);
 }
 
 static int put_text(struct state *st)
 {
-    if (!st->text.len)
+    if (!st->tok.text.len)
         return 0;
-    return fwrite(st->text.data, 1, st->text.len, st->out) == st->text.len ? 0 : -1;
+    return fwrite(st->tok.text.data, 1, st->tok.text.len, st->out) == st->tok.text.len ? 0 : -1;
 }
 
 /* Writes the output of sentence S. 0 or -1. */
@@ -200,7 +189,7 @@ static int emit(struct state *st, struct sent *s)
     if (o->so.nbest > 1 || o->scores) {
         for (int r = 0; r < (nh ? nh : 1); r++) {
             const struct search_hyp *h = nh ? &s->res.hyp[r] : NULL;
-            st->text.len = 0;
+            st->tok.text.len = 0;
             if (h && detok(st, h->ids, h->n) < 0)
                 return -1;
             if (o->so.nbest > 1)
@@ -212,7 +201,7 @@ static int emit(struct state *st, struct sent *s)
                 break;
         }
     } else {
-        st->text.len = 0;
+        st->tok.text.len = 0;
         if (nh && detok(st, s->res.hyp[0].ids, s->res.hyp[0].n) < 0)
             return -1;
         put_text(st);
@@ -704,8 +693,7 @@ static int load(struct state *st, const struct opts *o)
         if (st->cfg[i].max_len < st->max_len)
             st->max_len = st->cfg[i].max_len;
     }
-    st->enc = bpe_encoder_new(st->v);
-    if (!st->enc)
+    if (tokenizer_init(&st->tok, st->v, st->v->normalize) < 0)
         return -1;
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
     st->threads = o->threads ? o->threads : nc > 0 ? (int)nc : 1;
@@ -923,13 +911,9 @@ fail:
     engines_close(&st);
     free(st.eng);
     ckpts_free(&st);
-    bpe_encoder_free(st.enc);
+    tokenizer_free(&st.tok);
     vocab_free(st.v);
-    nmt_buf_free(&st.norm);
-    nmt_buf_free(&st.cat);
-    nmt_buf_free(&st.text);
     nmt_buf_free(&st.rec);
-    pretok_free(&st.pt);
     if (nmt_close_stdout() < 0 && !status) {
         nmt_error("%s", nmt_errmsg());
         status = NMT_EXIT_DATA;

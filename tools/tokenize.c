@@ -7,8 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "text/bpe.h"
-#include "text/pretok.h"
+#include "text/tokenizer.h"
 #include "io/stream.h"
 #include "io/records.h"
 #include "text/normalize.h"
@@ -67,11 +66,11 @@ struct state {
     const struct opts *o;
     enum text_norm norm;
     struct vocab *v;
-    struct bpe_encoder *enc;
+    int encode;                /* text to ids (a vocabulary, not --decode) */
+    struct tokenizer tk[2];    /* one per side: the pieces of both stay alive for the record */
     struct rec_writer *w;
     FILE *tf;                  /* text output */
-    struct nmt_buf norm_buf[2], rec;
-    struct pretok pt[2];
+    struct nmt_buf rec;
     const char **tokp[2];
     uint32_t *tokl[2], tokcap[2];
     uint32_t *ids[2], nids[2], capids[2];
@@ -112,22 +111,19 @@ static int process(struct state *st, uint64_t index, unsigned nsides, const char
         }
     }
     for (unsigned s = 0; s < nsides; s++) {
-        if (text_normalize(st->norm, text[s], len[s], &st->norm_buf[s]) < 0 ||
-            pretok_run(&st->pt[s], (const char *)st->norm_buf[s].data, st->norm_buf[s].len) < 0) {
+        if (st->encode && st->o->dropout > 0)
+            tokenizer_reseed(&st->tk[s], index * 2 + s);
+        int rc = st->encode ? tokenizer_encode(&st->tk[s], text[s], len[s], &st->ids[s], &st->nids[s], &st->capids[s])
+                            : tokenizer_pieces(&st->tk[s], text[s], len[s]);
+        if (rc == TOKENIZER_EBADTEXT) {
             *bad_side = s;
             st->bad_utf8++;
             return 1;
         }
-        struct pretok *p = &st->pt[s];
-        if (st->enc) {
-            st->nids[s] = 0;
-            if (st->o->dropout > 0)
-                bpe_encoder_reseed(st->enc, index * 2 + s);
-            for (uint32_t i = 0; i < p->n; i++)
-                if (bpe_encode_word(st->enc, (const char *)p->text.data + p->off[i], p->len[i], &st->ids[s],
-                                    &st->nids[s], &st->capids[s]) < 0)
-                    return -1;
-        } else {
+        if (rc < 0)
+            return -1;
+        struct pretok *p = &st->tk[s].pt;
+        if (!st->encode) {
             if (grow_tok(st, s, p->n) < 0)
                 return -1;
             for (uint32_t i = 0; i < p->n; i++) {
@@ -141,7 +137,7 @@ static int process(struct state *st, uint64_t index, unsigned nsides, const char
         for (unsigned s = 0; s < nsides; s++) {
             if (s)
                 putc('\t', f);
-            if (st->enc) {
+            if (st->encode) {
                 for (uint32_t i = 0; i < st->nids[s]; i++) {
                     if (i)
                         putc(' ', f);
@@ -154,7 +150,7 @@ static int process(struct state *st, uint64_t index, unsigned nsides, const char
                     }
                 }
             } else {
-                for (uint32_t i = 0; i < st->pt[s].n; i++) {
+                for (uint32_t i = 0; i < st->tk[s].pt.n; i++) {
                     if (i)
                         putc(' ', f);
                     nmt_put_token(f, st->tokp[s][i], st->tokl[s][i]);
@@ -166,11 +162,11 @@ static int process(struct state *st, uint64_t index, unsigned nsides, const char
             return nmt_seterr("write failed: %s", strerror(errno));
     } else {
         int rc;
-        if (st->enc) {
+        if (st->encode) {
             const uint32_t *idp[2] = {st->ids[0], st->ids[1]};
             rc = ids_record_encode(&st->rec, index, nsides, st->nids, idp);
         } else {
-            uint32_t ntok[2] = {st->pt[0].n, st->pt[1].n};
+            uint32_t ntok[2] = {st->tk[0].pt.n, st->tk[1].pt.n};
             const char *const *tp[2] = {st->tokp[0], st->tokp[1]};
             const uint32_t *lp[2] = {st->tokl[0], st->tokl[1]};
             rc = tok_record_encode(&st->rec, index, nsides, ntok, tp, lp);
@@ -416,13 +412,15 @@ static int run_csv(struct state *st, const char *path)
 }
 
 /* ---- decoding ---- */
-static int emit_text(struct state *st, struct nmt_buf *cat, struct nmt_buf *out, int first)
+/* Writes the text of the N ids at IDS (a tab before it unless FIRST). 0, or -1 with the error set. */
+static int emit_text(struct state *st, const uint32_t *ids, size_t n, int first)
 {
-    if (pretok_detok((const char *)cat->data, cat->len, out) < 0)
+    if (tokenizer_decode(&st->tk[0], ids, n) < 0)
         return -1;
     if (!first)
         putc('\t', st->tf);
-    fwrite(out->data, 1, out->len, st->tf);
+    if (st->tk[0].text.len) /* an empty line has no buffer */
+        fwrite(st->tk[0].text.data, 1, st->tk[0].text.len, st->tf);
     return 0;
 }
 
@@ -451,7 +449,6 @@ static int decode_stream(struct state *st, const char *path)
     } else {
         struct ids_record ir = {0};
         struct hyp_record hr = {0};
-        struct nmt_buf cat = {0}, out = {0};
         const unsigned char *d;
         size_t len;
         while ((status = rec_read(r, &d, &len)) == REC_OK) {
@@ -477,8 +474,7 @@ static int decode_stream(struct state *st, const char *path)
                 }
             }
             for (unsigned s = 0; s < ns && rc == 0; s++) {
-                cat.len = 0;
-                if (vocab_concat(st->v, idp[s], n[s], &cat) < 0 || emit_text(st, &cat, &out, s == 0) < 0)
+                if (emit_text(st, idp[s], n[s], s == 0) < 0)
                     rc = -1;
             }
             if (rc < 0) {
@@ -492,8 +488,6 @@ static int decode_stream(struct state *st, const char *path)
             rc = -1;
         ids_record_free(&ir);
         hyp_record_free(&hr);
-        nmt_buf_free(&cat);
-        nmt_buf_free(&out);
     }
     rec_reader_free(r);
     if (fd != 0)
@@ -561,7 +555,7 @@ static int decode_text(struct state *st, const char *path)
     struct src s;
     if (open_src(&s, path) < 0)
         return -1;
-    struct nmt_buf cat = {0}, out = {0}, tmp = {0};
+    struct nmt_buf tmp = {0};
     uint32_t *ids = NULL, cap = 0;
     int rc = 0;
     size_t len;
@@ -601,8 +595,7 @@ static int decode_text(struct state *st, const char *path)
                 }
                 j = k + 1;
             }
-            cat.len = 0;
-            if (rc == 0 && (vocab_concat(st->v, ids, n, &cat) < 0 || emit_text(st, &cat, &out, side == 0) < 0))
+            if (rc == 0 && emit_text(st, ids, n, side == 0) < 0)
                 rc = -1;
             if (end >= len)
                 break;
@@ -614,8 +607,6 @@ static int decode_text(struct state *st, const char *path)
         }
     }
     free(ids);
-    nmt_buf_free(&cat);
-    nmt_buf_free(&out);
     nmt_buf_free(&tmp);
     close_src(&s);
     return rc;
@@ -760,17 +751,18 @@ int main(int argc, char **argv)
                                    text_norm_name(vn));
         }
         st.norm = st.v->normalize;
-        if (!o.decode) {
-            st.enc = bpe_encoder_new(st.v);
-            if (!st.enc) {
-                nmt_error("%s", nmt_errmsg());
-                vocab_free(st.v);
-                return NMT_EXIT_DATA;
-            }
-            bpe_encoder_dropout(st.enc, o.dropout, o.seed);
-        }
+        st.encode = !o.decode;
     } else {
         st.norm = o.norm >= 0 ? (enum text_norm)o.norm : TEXT_NORM_NFKC;
+    }
+    for (int s = 0; s < 2; s++) {
+        if (tokenizer_init(&st.tk[s], st.v, st.norm) < 0) {
+            nmt_error("%s", nmt_errmsg());
+            tokenizer_free(&st.tk[0]);
+            vocab_free(st.v);
+            return NMT_EXIT_DATA;
+        }
+        tokenizer_dropout(&st.tk[s], o.dropout, o.seed);
     }
 
     const char *inputs[3] = {o.src ? o.src : o.in, o.tgt, NULL};
@@ -869,14 +861,12 @@ out:
         rc = NMT_EXIT_DATA;
     }
     for (int s = 0; s < 2; s++) {
-        nmt_buf_free(&st.norm_buf[s]);
-        pretok_free(&st.pt[s]);
+        tokenizer_free(&st.tk[s]);
         free(st.tokp[s]);
         free(st.tokl[s]);
         free(st.ids[s]);
     }
     nmt_buf_free(&st.rec);
-    bpe_encoder_free(st.enc);
     vocab_free(st.v);
     return rc;
 }

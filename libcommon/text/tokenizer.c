@@ -1,0 +1,64 @@
+/* tokenizer.c: text to ids and back (see tokenizer.h). */
+#include "text/tokenizer.h"
+
+#include <string.h>
+
+int tokenizer_init(struct tokenizer *t, const struct vocab *v, enum text_norm norm)
+{
+    memset(t, 0, sizeof *t);
+    t->v = v;
+    t->norm = v ? v->normalize : norm;
+    if (v && !(t->enc = bpe_encoder_new(v)))
+        return -1;
+    return 0;
+}
+
+void tokenizer_free(struct tokenizer *t)
+{
+    bpe_encoder_free(t->enc);
+    pretok_free(&t->pt);
+    nmt_buf_free(&t->norm_buf);
+    nmt_buf_free(&t->cat);
+    nmt_buf_free(&t->text);
+    memset(t, 0, sizeof *t);
+}
+
+void tokenizer_dropout(struct tokenizer *t, double p, uint64_t seed)
+{
+    if (t->enc)
+        bpe_encoder_dropout(t->enc, p, seed);
+}
+
+void tokenizer_reseed(struct tokenizer *t, uint64_t key)
+{
+    if (t->enc)
+        bpe_encoder_reseed(t->enc, key);
+}
+
+int tokenizer_pieces(struct tokenizer *t, const char *s, size_t len)
+{
+    if (text_normalize(t->norm, s, len, &t->norm_buf) < 0 ||
+        pretok_run(&t->pt, (const char *)t->norm_buf.data, t->norm_buf.len) < 0)
+        return TOKENIZER_EBADTEXT;
+    return 0;
+}
+
+int tokenizer_encode(struct tokenizer *t, const char *s, size_t len, uint32_t **ids, uint32_t *n, uint32_t *cap)
+{
+    int rc = tokenizer_pieces(t, s, len);
+    if (rc < 0)
+        return rc;
+    *n = 0;
+    for (uint32_t i = 0; i < t->pt.n; i++)
+        if (bpe_encode_word(t->enc, (const char *)t->pt.text.data + t->pt.off[i], t->pt.len[i], ids, n, cap) < 0)
+            return -1;
+    return 0;
+}
+
+int tokenizer_decode(struct tokenizer *t, const uint32_t *ids, size_t n)
+{
+    t->cat.len = 0;
+    if (vocab_concat(t->v, ids, n, &t->cat) < 0 || pretok_detok((const char *)t->cat.data, t->cat.len, &t->text) < 0)
+        return -1;
+    return 0;
+}
