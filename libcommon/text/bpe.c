@@ -1,6 +1,8 @@
 /* bpe.c: BPE learning (incremental pair counts with a lazy max-heap) and encoding (see bpe.h). */
 #include "text/bpe.h"
 
+#include "base/rng.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -487,14 +489,6 @@ void bpe_encoder_free(struct bpe_encoder *e)
     free(e);
 }
 
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 void bpe_encoder_dropout(struct bpe_encoder *e, double p, uint64_t seed)
 {
     e->p = p;
@@ -505,7 +499,7 @@ void bpe_encoder_dropout(struct bpe_encoder *e, double p, uint64_t seed)
 void bpe_encoder_reseed(struct bpe_encoder *e, uint64_t key)
 {
     uint64_t s = e->seed ^ (key * 0xd1342543de82ef95ULL);
-    e->rng = splitmix64(&s);
+    e->rng = rng_splitmix64(&s);
 }
 
 static int reserve_ids(uint32_t **ids, uint32_t n, uint32_t *cap, size_t more)
@@ -629,7 +623,7 @@ int bpe_encode_word(struct bpe_encoder *e, const char *s, size_t len, uint32_t *
             uint64_t *m = u64map_find(&e->merge, (uint64_t)sym[i] << 32 | sym[i + 1]);
             if (!m || *m >= best)
                 continue;
-            if (e->p > 0 && (double)(splitmix64(&e->rng) >> 11) * 0x1.0p-53 < e->p)
+            if (e->p > 0 && rng_unit(rng_splitmix64(&e->rng)) < e->p)
                 continue;
             best = (uint32_t)*m;
             at = i;
