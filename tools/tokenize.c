@@ -69,6 +69,7 @@ struct state {
     int encode;                /* text to ids (a vocabulary, not --decode) */
     struct tokenizer tk[2];    /* one per side: the pieces of both stay alive for the record */
     struct rec_writer *w;
+    struct out_file out;       /* the output, written to a temporary file when named */
     FILE *tf;                  /* text output */
     struct nmt_buf rec;
     const char **tokp[2];
@@ -637,10 +638,11 @@ static int parse_fields(const char *s, struct opts *o)
     return 0;
 }
 
-int main(int argc, char **argv)
+enum { GO_ON = -1 };
+
+/* Parses and checks the options into O: GO_ON, or the exit status (help, version, usage error). */
+static int parse_args(int argc, char **argv, struct opts *o)
 {
-    nmt_set_progname(argv[0]);
-    struct opts o = {.delim = ',', .nfields = 2, .field = {0, 1}, .norm = -1, .seed = 1};
     int delim_set = 0, fields_set = 0, dropout_set = 0, seed_set = 0;
     enum { OPT_SRC = 256, OPT_TGT, OPT_CSV, OPT_TSV, OPT_DROPOUT, OPT_SEED, OPT_SKIP, OPT_VERSION };
     static const struct option longopts[] = {
@@ -658,56 +660,56 @@ int main(int argc, char **argv)
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":i:o:d:f:N:v:tDqh", longopts, NULL)) != -1) {
         switch (c) {
-        case 'i': o.in = optarg; break;
-        case 'o': o.out = optarg; break;
-        case OPT_SRC: o.src = optarg; break;
-        case OPT_TGT: o.tgt = optarg; break;
-        case OPT_CSV: o.csv = 1; break;
+        case 'i': o->in = optarg; break;
+        case 'o': o->out = optarg; break;
+        case OPT_SRC: o->src = optarg; break;
+        case OPT_TGT: o->tgt = optarg; break;
+        case OPT_CSV: o->csv = 1; break;
         case OPT_TSV:
-            o.csv = 1;
-            o.delim = '\t';
+            o->csv = 1;
+            o->delim = '\t';
             delim_set = 1;
             break;
         case 'd':
             if (strcmp(optarg, "tab") == 0 || strcmp(optarg, "\\t") == 0)
-                o.delim = '\t';
+                o->delim = '\t';
             else if (strlen(optarg) == 1 && optarg[0] != '"' && optarg[0] != '\n' && optarg[0] != '\r')
-                o.delim = (unsigned char)optarg[0];
+                o->delim = (unsigned char)optarg[0];
             else
                 return nmt_usage_error("invalid --delimiter '%s' (one character, or 'tab')", optarg);
             delim_set = 1;
             break;
         case 'f':
-            if (parse_fields(optarg, &o) < 0)
+            if (parse_fields(optarg, o) < 0)
                 return nmt_usage_error("invalid --fields '%s' (one column, or two different columns, from 1)", optarg);
             fields_set = 1;
             break;
         case 'N':
-            if ((o.norm = text_norm_parse(optarg)) < 0)
+            if ((o->norm = text_norm_parse(optarg)) < 0)
                 return nmt_usage_error("invalid --normalize '%s' (none, nfkc or nfkc_cf)", optarg);
             break;
-        case 'v': o.vocab_path = optarg; break;
+        case 'v': o->vocab_path = optarg; break;
         case OPT_DROPOUT:
-            if (nmt_parse_double(optarg, &o.dropout) < 0 || o.dropout < 0 || o.dropout > 1)
+            if (nmt_parse_double(optarg, &o->dropout) < 0 || o->dropout < 0 || o->dropout > 1)
                 return nmt_usage_error("invalid --dropout '%s' (a probability, 0 to 1)", optarg);
             dropout_set = 1;
             break;
         case OPT_SEED:
-            if (nmt_parse_u64(optarg, UINT64_MAX, &o.seed) < 0)
+            if (nmt_parse_u64(optarg, UINT64_MAX, &o->seed) < 0)
                 return nmt_usage_error("invalid --seed '%s' (a non-negative integer)", optarg);
             seed_set = 1;
             break;
         case 't':
             if (!optarg || strcmp(optarg, "pieces") == 0)
-                o.text = TEXT_PIECES;
+                o->text = TEXT_PIECES;
             else if (strcmp(optarg, "ids") == 0)
-                o.text = TEXT_IDS;
+                o->text = TEXT_IDS;
             else
                 return nmt_usage_error("invalid --text '%s' (pieces or ids)", optarg);
             break;
-        case 'D': o.decode = 1; break;
-        case OPT_SKIP: o.skip_bad = 1; break;
-        case 'q': o.quiet = 1; break;
+        case 'D': o->decode = 1; break;
+        case OPT_SKIP: o->skip_bad = 1; break;
+        case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); return nmt_close_stdout() == 0 ? 0 : 1;
         case OPT_VERSION: nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
         case ':': return nmt_usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -715,147 +717,177 @@ int main(int argc, char **argv)
         }
     }
     if (optind < argc) {
-        if (o.in || optind + 1 < argc)
+        if (o->in || optind + 1 < argc)
             return nmt_usage_error("give one input: FILE or -i FILE");
-        o.in = argv[optind];
+        o->in = argv[optind];
     }
-    if (!!o.src != !!o.tgt)
+    if (!!o->src != !!o->tgt)
         return nmt_usage_error("--src and --tgt go together");
-    if (o.src && (o.in || o.csv))
+    if (o->src && (o->in || o->csv))
         return nmt_usage_error("--src/--tgt cannot be combined with an input file or --csv");
-    if ((delim_set || fields_set) && !o.csv)
+    if ((delim_set || fields_set) && !o->csv)
         return nmt_usage_error("--delimiter and --fields need --csv or --tsv");
-    if (o.decode && !o.vocab_path)
+    if (o->decode && !o->vocab_path)
         return nmt_usage_error("--decode needs --vocab");
-    if (o.decode && (o.src || o.csv || dropout_set || o.norm >= 0 || o.skip_bad))
+    if (o->decode && (o->src || o->csv || dropout_set || o->norm >= 0 || o->skip_bad))
         return nmt_usage_error("--decode reads one input and takes only --vocab, --text, -i and -o");
-    if (o.decode && o.text == TEXT_IDS)
+    if (o->decode && o->text == TEXT_IDS)
         return nmt_usage_error("--decode reads ids or pieces; use --text without a value");
-    if ((dropout_set || seed_set) && !o.vocab_path)
+    if ((dropout_set || seed_set) && !o->vocab_path)
         return nmt_usage_error("--dropout and --seed need --vocab");
-    if (o.text == TEXT_IDS && !o.vocab_path)
+    if (o->text == TEXT_IDS && !o->vocab_path)
         return nmt_usage_error("--text=ids needs --vocab");
 
-    struct state st = {.o = &o};
-    int rc = 0;
-    if (o.vocab_path) {
-        st.v = vocab_load(o.vocab_path);
-        if (!st.v) {
+    if (o->src && o->tgt && strcmp(o->src, "-") == 0 && strcmp(o->tgt, "-") == 0)
+        return nmt_usage_error("--src - and --tgt - would read both sides from one stdin; give at least one file");
+    return GO_ON;
+}
+
+/* Loads the vocabulary (if any) and makes the two sides' tokenizers: 0, or the exit status. */
+static int setup(struct state *st, const struct opts *o)
+{
+    if (o->vocab_path) {
+        st->v = vocab_load(o->vocab_path);
+        if (!st->v) {
             nmt_error("%s", nmt_errmsg());
             return NMT_EXIT_DATA;
         }
-        if (o.norm >= 0 && (enum text_norm)o.norm != st.v->normalize) {
-            enum text_norm vn = st.v->normalize;
-            vocab_free(st.v);
-            return nmt_usage_error("--normalize %s differs from the vocabulary's %s", text_norm_name(o.norm),
-                                   text_norm_name(vn));
-        }
-        st.norm = st.v->normalize;
-        st.encode = !o.decode;
+        if (o->norm >= 0 && (enum text_norm)o->norm != st->v->normalize)
+            return nmt_usage_error("--normalize %s differs from the vocabulary's %s", text_norm_name(o->norm),
+                                   text_norm_name(st->v->normalize));
+        st->norm = st->v->normalize;
+        st->encode = !o->decode;
     } else {
-        st.norm = o.norm >= 0 ? (enum text_norm)o.norm : TEXT_NORM_NFKC;
+        st->norm = o->norm >= 0 ? (enum text_norm)o->norm : TEXT_NORM_NFKC;
     }
     for (int s = 0; s < 2; s++) {
-        if (tokenizer_init(&st.tk[s], st.v, st.norm) < 0) {
+        if (tokenizer_init(&st->tk[s], st->v, st->norm) < 0) {
             nmt_error("%s", nmt_errmsg());
-            tokenizer_free(&st.tk[0]);
-            vocab_free(st.v);
             return NMT_EXIT_DATA;
         }
-        tokenizer_dropout(&st.tk[s], o.dropout, o.seed);
+        tokenizer_dropout(&st->tk[s], o->dropout, o->seed);
     }
+    return 0;
+}
 
-    const char *inputs[3] = {o.src ? o.src : o.in, o.tgt, NULL};
-    for (int k = 0; k < 2; k++) { /* fail on a missing input before writing a stream header */
-        if (!inputs[k] || strcmp(inputs[k], "-") == 0)
+/* Checks that every named input can be opened and none is the output (before any header is
+ * written); 0, or -1 with the error set. */
+static int check_inputs(const struct opts *o)
+{
+    const char *inputs[2] = {o->src ? o->src : o->in, o->tgt};
+    for (int k = 0; k < 2; k++) {
+        if (k == 1 && !inputs[k])
             continue;
-        int ifd = nmt_open_in(inputs[k]);
-        if (ifd < 0) {
-            nmt_error("%s", nmt_errmsg());
-            rc = NMT_EXIT_DATA;
-            goto out;
-        }
-        close(ifd);
+        int fd = nmt_open_in(inputs[k]);
+        if (fd < 0)
+            return -1;
+        int rc = nmt_check_not_input(fd, nmt_path_name(inputs[k], 0), o->out);
+        if (fd != STDIN_FILENO)
+            close(fd);
+        if (rc < 0)
+            return -1;
     }
-    int text_out = o.text || o.decode;
-    int fd = nmt_open_out(o.out, !text_out);
-    if (fd < 0) {
-        nmt_error("%s", nmt_errmsg());
-        rc = NMT_EXIT_DATA;
-        goto out;
-    }
-    const char *outname = nmt_path_name(o.out, 1);
-    if (text_out) {
-        st.tf = fd == 1 ? stdout : fdopen(fd, "w");
-        if (!st.tf) {
-            nmt_error("cannot open '%s': %s", outname, strerror(errno));
-            rc = NMT_EXIT_DATA;
-            goto out;
-        }
-    } else {
-        char seedbuf[32], dropbuf[32], fp[17];
-        struct rec_kv kv[5];
-        size_t nkv = 0;
-        kv[nkv++] = (struct rec_kv){"normalize", (char *)text_norm_name(st.norm)};
-        kv[nkv++] = (struct rec_kv){"pretok", "1"};
-        if (st.v) {
-            vocab_fingerprint_hex(st.v, fp);
-            kv[nkv++] = (struct rec_kv){"vocab", fp};
-            if (o.dropout > 0) {
-                snprintf(dropbuf, sizeof dropbuf, "%g", o.dropout);
-                snprintf(seedbuf, sizeof seedbuf, "%llu", (unsigned long long)o.seed);
-                kv[nkv++] = (struct rec_kv){"dropout", dropbuf};
-                kv[nkv++] = (struct rec_kv){"seed", seedbuf};
-            }
-        }
-        st.w = rec_writer_open(fd, outname, st.v ? "ids" : "tok", "nmt-tokenize " NMT_VERSION, kv, nkv, NULL);
-        if (!st.w) {
-            nmt_error("%s", nmt_errmsg());
-            rc = NMT_EXIT_DATA;
-            goto out;
-        }
-    }
+    return 0;
+}
 
-    int r;
-    if (o.decode)
-        r = o.text ? decode_text(&st, o.in) : decode_stream(&st, o.in);
-    else if (o.src)
-        r = run_pairs(&st);
-    else if (o.csv)
-        r = run_csv(&st, o.in);
-    else
-        r = run_lines(&st, o.in);
-    if (st.tf)
-        fflush(st.tf); /* what was printed comes before the message */
-    if (r < 0) {
-        nmt_error("%s", nmt_errmsg());
-        rc = NMT_EXIT_DATA;
+/* Opens the output: text through a stdio stream, or a record stream with its provenance header.
+ * 0, or -1 with the error set. */
+static int open_output(struct state *st, const struct opts *o)
+{
+    int text_out = o->text || o->decode;
+    if (nmt_output_open(&st->out, o->out, !text_out) < 0)
+        return -1;
+    const char *outname = nmt_path_name(o->out, 1);
+    if (text_out) {
+        st->tf = st->out.mode == 1 ? stdout : fdopen(dup(st->out.fd), "w");
+        return st->tf ? 0 : nmt_seterr("cannot open '%s': %s", outname, strerror(errno));
     }
-    if (st.w) {
-        if (rc) {
-            rec_writer_abort(st.w);
-        } else if (rec_writer_close(st.w) < 0) {
-            nmt_error("%s", nmt_errmsg());
-            rc = NMT_EXIT_DATA;
-        }
-        if (fd != 1 && close(fd) < 0 && !rc) {
-            nmt_error("cannot close '%s': %s", outname, strerror(errno));
-            rc = NMT_EXIT_DATA;
-        }
-    } else if (st.tf && st.tf != stdout) {
-        if ((ferror(st.tf) | fclose(st.tf)) != 0 && !rc) {
-            nmt_error("error writing '%s': %s", outname, strerror(errno));
-            rc = NMT_EXIT_DATA;
+    char seedbuf[32], dropbuf[32], fp[17];
+    struct rec_kv kv[5];
+    size_t nkv = 0;
+    kv[nkv++] = (struct rec_kv){"normalize", (char *)text_norm_name(st->norm)};
+    kv[nkv++] = (struct rec_kv){"pretok", "1"};
+    if (st->v) {
+        vocab_fingerprint_hex(st->v, fp);
+        kv[nkv++] = (struct rec_kv){"vocab", fp};
+        if (o->dropout > 0) {
+            snprintf(dropbuf, sizeof dropbuf, "%g", o->dropout);
+            snprintf(seedbuf, sizeof seedbuf, "%llu", (unsigned long long)o->seed);
+            kv[nkv++] = (struct rec_kv){"dropout", dropbuf};
+            kv[nkv++] = (struct rec_kv){"seed", seedbuf};
         }
     }
-    uint64_t skipped = st.bad_utf8 + st.bad_fields + st.bad_unpaired + st.bad_csv;
-    if (!rc && skipped && !o.quiet)
+    st->w = rec_writer_open(st->out.fd, outname, st->v ? "ids" : "tok", "nmt-tokenize " NMT_VERSION, kv, nkv, NULL);
+    return st->w ? 0 : -1;
+}
+
+/* Ends the output: the stream's trailer or the text's flush, then the named file's commit (only
+ * when OK, else it is dropped). 0, or -1 with the error set. */
+static int close_output(struct state *st, const struct opts *o, int ok)
+{
+    const char *outname = nmt_path_name(o->out, 1);
+    int rc = 0;
+    if (st->w) {
+        if (!ok)
+            rec_writer_abort(st->w);
+        else if (rec_writer_close(st->w) < 0)
+            rc = -1;
+        st->w = NULL;
+    } else if (st->tf && st->tf != stdout) {
+        if ((ferror(st->tf) | fclose(st->tf)) != 0 && ok)
+            rc = nmt_seterr("error writing '%s': %s", outname, strerror(errno));
+    }
+    st->tf = NULL;
+    if (nmt_output_finish(&st->out, ok && rc == 0) < 0)
+        rc = -1;
+    return rc;
+}
+
+/* Runs the mode asked for; 0, or -1 with the error set. */
+static int run(struct state *st, const struct opts *o)
+{
+    if (o->decode)
+        return o->text ? decode_text(st, o->in) : decode_stream(st, o->in);
+    if (o->src)
+        return run_pairs(st);
+    return o->csv ? run_csv(st, o->in) : run_lines(st, o->in);
+}
+
+/* Warns about the bad lines --skip-bad dropped. */
+static void report_skipped(const struct state *st)
+{
+    uint64_t skipped = st->bad_utf8 + st->bad_fields + st->bad_unpaired + st->bad_csv;
+    if (skipped && !st->o->quiet)
         nmt_warn("skipped %llu bad line%s (invalid UTF-8: %llu, missing fields: %llu, unpaired: %llu, "
                  "malformed CSV: %llu); wrote %llu",
-                 (unsigned long long)skipped, skipped == 1 ? "" : "s", (unsigned long long)st.bad_utf8,
-                 (unsigned long long)st.bad_fields, (unsigned long long)st.bad_unpaired,
-                 (unsigned long long)st.bad_csv, (unsigned long long)st.written);
-out:
+                 (unsigned long long)skipped, skipped == 1 ? "" : "s", (unsigned long long)st->bad_utf8,
+                 (unsigned long long)st->bad_fields, (unsigned long long)st->bad_unpaired,
+                 (unsigned long long)st->bad_csv, (unsigned long long)st->written);
+}
+
+int main(int argc, char **argv)
+{
+    nmt_set_progname(argv[0]);
+    struct opts o = {.delim = ',', .nfields = 2, .field = {0, 1}, .norm = -1, .seed = 1};
+    int rc = parse_args(argc, argv, &o);
+    if (rc != GO_ON)
+        return rc;
+    struct state st = {.o = &o, .out = {.fd = -1}};
+    rc = setup(&st, &o);
+    if (rc == 0) {
+        int ok = check_inputs(&o) == 0 && open_output(&st, &o) == 0 && run(&st, &o) == 0;
+        if (st.tf)
+            fflush(st.tf); /* what was printed comes before the message */
+        if (!ok)
+            nmt_error("%s", nmt_errmsg());
+        if (close_output(&st, &o, ok) < 0 && ok) {
+            nmt_error("%s", nmt_errmsg());
+            ok = 0;
+        }
+        rc = ok ? NMT_EXIT_OK : NMT_EXIT_DATA;
+        if (ok)
+            report_skipped(&st);
+    }
     if (nmt_close_stdout() < 0 && !rc) {
         nmt_error("%s", nmt_errmsg());
         rc = NMT_EXIT_DATA;

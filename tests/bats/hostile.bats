@@ -123,3 +123,30 @@ setup_file() {
     run nmt-batch -i "$D/a.ids" -o /dev/null
     [ "$status" -eq 0 ]
 }
+
+@test "hostile: nmt-tokenize refuses to overwrite its input, and --src - --tgt - (one stdin for two sides)" {
+    cp "$D/a.en" "$D/same.en"
+    run nmt-tokenize -i "$D/same.en" -o "$D/same.en"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-tokenize: '$D/same.en' is the input file '$D/same.en': refusing to overwrite it" ]
+    cmp "$D/same.en" "$D/a.en"
+    run nmt-tokenize --src "$D/a.en" --tgt "$D/same.en" -o "$D/same.en"
+    [ "$status" -eq 1 ]
+    cmp "$D/same.en" "$D/a.en"
+    run bash -c 'nmt-tokenize --src - --tgt - < "$1"' _ "$D/a.en"
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"--src - and --tgt - would read both sides from one stdin"* ]]
+}
+
+@test "hostile: a failed nmt-tokenize keeps the previous output; an empty first line decodes" {
+    nmt-tokenize -v "$D/v1" -i "$D/a.en" -o "$D/keep.ids"
+    before=$(sha256sum < "$D/keep.ids")
+    printf 'good line\n\xff bad\n' > "$D/bad.en"
+    run nmt-tokenize -v "$D/v1" -i "$D/bad.en" -o "$D/keep.ids"
+    [ "$status" -eq 1 ]
+    [ "$(sha256sum < "$D/keep.ids")" = "$before" ]
+    printf '\nsecond\n' | nmt-tokenize -v "$D/v1" -o "$D/empty-first.ids"
+    run nmt-tokenize --decode -v "$D/v1" -i "$D/empty-first.ids"
+    [ "$status" -eq 0 ]
+    [ "$output" = "$(printf '\nsecond')" ]
+}
