@@ -14,12 +14,14 @@
 #include "nn/backend_loader.h"
 #include "nn/infer.h"
 #include "nn/model.h"
+#include "io/lines.h"
 #include "io/stream.h"
 #include "io/records.h"
 #include "io/safetensors.h"
 #include "nn/search.h"
 #include "text/tokenizer.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
 #include "text/vocab.h"
 
 static void usage(void)
@@ -52,6 +54,7 @@ static void usage(void)
            "      --jobs N            batches decoded at once, each by its own copy of the model with\n"
            "                          threads/N threads (default: the threads, at most 4, on the cpu;\n"
            "                          1 on an accelerator)\n"
+           "      --max-line-bytes N  longest input line accepted (default 1 GiB); a longer one is an error\n"
            "  -q, --quiet             no warnings about long lines\n"
            "  -h, --help              show this help and exit\n"
            "      --version           show version information and exit\n"
@@ -61,7 +64,7 @@ static void usage(void)
 }
 
 enum {
-    OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK,
+    OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK, OPT_MAXLINE,
     OPT_INTER, OPT_VARIANT, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION
 };
 
@@ -73,6 +76,7 @@ struct opts {
     const char *input, *output, *src, *tgt, *backend;
     int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs;
     long max_tokens;
+    uint64_t max_line;         /* --max-line-bytes */
     struct search_opts so;
 };
 
@@ -121,16 +125,17 @@ static void sent_free(struct sent *s)
 }
 
 /* Tokenizes LEN bytes of S (line LINE) into *IDS and *N. 0, or -1 with the error set. */
-static int encode_text(struct state *st, uint64_t line, const char *s, size_t len, uint32_t **ids, int *n)
+static int encode_text(struct state *st, const char *name, uint64_t line, const char *s, size_t len, uint32_t **ids,
+                       int *n)
 {
     size_t bad;
     if (utf8_check(s, len, &bad) < 0)
-        return nmt_seterr("line %llu: invalid UTF-8 at byte %zu", (unsigned long long)line, bad + 1);
+        return nmt_seterr("%s: line %llu: invalid UTF-8 at byte %zu", name, (unsigned long long)line, bad + 1);
     uint32_t cnt = 0, cap = 0;
     *ids = NULL;
     int rc = tokenizer_encode(&st->tok, s, len, ids, &cnt, &cap);
     if (rc == TOKENIZER_EBADTEXT)
-        return nmt_seterr("line %llu: %s", (unsigned long long)line, nmt_errmsg());
+        return nmt_seterr("%s: line %llu: %s", name, (unsigned long long)line, nmt_errmsg());
     *n = (int)cnt;
     return rc;
 }
@@ -265,6 +270,7 @@ out:
 struct input {
     FILE *f, *f2;              /* text: lines (and the target file with --tgt) */
     struct rec_reader *r;      /* ids stream */
+    const char *name, *name2;  /* the input's and the target file's names, for messages */
     int fd;
     uint64_t line;
     char *buf, *buf2;
@@ -283,11 +289,15 @@ static int next(struct state *st, struct input *inp, struct sent *s)
         int rc = rec_read(inp->r, &d, &len);
         if (rc == REC_END)
             return 0;
-        if (rc < 0 || ids_record_decode(&inp->ir, d, len) < 0)
+        if (rc < 0)
             return -1;
+        if (ids_record_decode(&inp->ir, d, len) < 0)
+            return nmt_seterr("%s: record %llu: %s", inp->name, (unsigned long long)rec_reader_count(inp->r),
+                              nmt_errmsg());
         s->index = inp->ir.index;
         if (o->score && inp->ir.nsides < 2)
-            return nmt_seterr("record %llu: --score needs source and target sides", (unsigned long long)s->index + 1);
+            return nmt_seterr("%s: record %llu: --score needs source and target sides", inp->name,
+                              (unsigned long long)s->index + 1);
         for (unsigned k = 0; k < (o->score ? 2u : 1u); k++) {
             s->n[k] = (int)inp->ir.n[k];
             s->ids[k] = malloc((inp->ir.n[k] ? inp->ir.n[k] : 1) * sizeof(uint32_t));
@@ -296,8 +306,8 @@ static int next(struct state *st, struct input *inp, struct sent *s)
             memcpy(s->ids[k], inp->ir.ids[k], inp->ir.n[k] * sizeof(uint32_t));
             for (uint32_t j = 0; j < inp->ir.n[k]; j++)
                 if (s->ids[k][j] >= (uint32_t)st->v->n)
-                    return nmt_seterr("record %llu: id %u outside the vocabulary of %u", (unsigned long long)s->index + 1,
-                                      s->ids[k][j], st->v->n);
+                    return nmt_seterr("%s: record %llu: id %u outside the vocabulary of %u", inp->name,
+                                      (unsigned long long)s->index + 1, s->ids[k][j], st->v->n);
         }
         s->empty = !o->score && s->n[0] == 0;
         clip(st, s, 0);
@@ -305,42 +315,45 @@ static int next(struct state *st, struct input *inp, struct sent *s)
             clip(st, s, 1);
         return 1;
     }
-    ssize_t n = getline(&inp->buf, &inp->cap, inp->f);
-    if (n < 0) {
-        if (ferror(inp->f))
-            return nmt_seterr("read error: %s", strerror(errno));
-        if (inp->f2 && getline(&inp->buf2, &inp->cap2, inp->f2) >= 0)
-            return nmt_seterr("line %llu: the target file has more lines than the source",
+    long long n = lines_get(inp->f, inp->name, inp->line + 1, o->max_line, &inp->buf, &inp->cap);
+    if (n == LINES_ERROR)
+        return -1;
+    if (n == LINES_END) {
+        long long m = inp->f2 ? lines_get(inp->f2, inp->name2, inp->line + 1, o->max_line, &inp->buf2, &inp->cap2)
+                              : LINES_END;
+        if (m == LINES_ERROR)
+            return -1;
+        if (m != LINES_END)
+            return nmt_seterr("%s: line %llu: the target file has more lines than the source", inp->name2,
                               (unsigned long long)inp->line + 1);
         return 0;
     }
     s->index = inp->line++;
     uint64_t ln = s->index + 1;
-    if (n && inp->buf[n - 1] == '\n')
-        n--;
     const char *a = inp->buf, *b = NULL;
     size_t la = (size_t)n, lb = 0;
     if (o->score) {
         if (inp->f2) {
-            ssize_t m = getline(&inp->buf2, &inp->cap2, inp->f2);
-            if (m < 0)
-                return nmt_seterr("line %llu: the target file has fewer lines than the source", (unsigned long long)ln);
-            if (m && inp->buf2[m - 1] == '\n')
-                m--;
+            long long m = lines_get(inp->f2, inp->name2, ln, o->max_line, &inp->buf2, &inp->cap2);
+            if (m == LINES_ERROR)
+                return -1;
+            if (m == LINES_END)
+                return nmt_seterr("%s: line %llu: the target file has fewer lines than the source", inp->name2,
+                                  (unsigned long long)ln);
             b = inp->buf2;
             lb = (size_t)m;
         } else {
             char *tab = memchr(inp->buf, '\t', (size_t)n);
             if (!tab)
-                return nmt_seterr("line %llu: expected 'SOURCE<TAB>TARGET'", (unsigned long long)ln);
+                return nmt_seterr("%s: line %llu: expected 'SOURCE<TAB>TARGET'", inp->name, (unsigned long long)ln);
             la = (size_t)(tab - inp->buf);
             b = tab + 1;
             lb = (size_t)n - la - 1;
         }
     }
-    if (encode_text(st, ln, a, la, &s->ids[0], &s->n[0]) < 0)
+    if (encode_text(st, inp->name, ln, a, la, &s->ids[0], &s->n[0]) < 0)
         return -1;
-    if (o->score && encode_text(st, ln, b, lb, &s->ids[1], &s->n[1]) < 0)
+    if (o->score && encode_text(st, inp->f2 ? inp->name2 : inp->name, ln, b, lb, &s->ids[1], &s->n[1]) < 0)
         return -1;
     s->empty = !o->score && n == 0;
     clip(st, s, 0);
@@ -640,15 +653,6 @@ out:
 
 /* ---- main ---- */
 
-static int parse_num(const char *s, const char *opt, double lo, double hi, double *out)
-{
-    if (nmt_parse_double(s, out) < 0 || !(*out >= lo && *out <= hi)) {
-        nmt_usage_error("invalid %s '%s' (a number in [%g, %g])", opt, s, lo, hi);
-        return -1;
-    }
-    return 0;
-}
-
 /* Reads checkpoint I (kept in st->ckpt[I] for the engines) and its configuration, and parses its
  * vocabulary into *V (the caller frees it). 0, or -1 with the error set. */
 static int load_ckpt(struct state *st, const struct opts *o, int i, struct vocab **v)
@@ -718,9 +722,31 @@ static int load(struct state *st, const struct opts *o)
     return 0;
 }
 
-int main(int argc, char **argv)
+enum { GO_ON = -1 };
+
+/* Checks the combinations of options; GO_ON, or the usage error's exit status. */
+static int check_args(const struct opts *o)
 {
-    nmt_set_progname(argv[0]);
+    if (!o->nmodels)
+        return nmt_usage_error("a checkpoint is required (-m FILE)");
+    if (o->so.nbest > o->so.beam)
+        return nmt_usage_error("--nbest %d exceeds --beam %d", o->so.nbest, o->so.beam);
+    if ((o->src || o->tgt) && !o->score)
+        return nmt_usage_error("--src and --tgt go with --score");
+    if (!o->src != !o->tgt)
+        return nmt_usage_error("--src and --tgt go together");
+    if (o->src && (o->input || o->in_ids))
+        return nmt_usage_error("--src/--tgt replace -i and --in ids");
+    if (o->score && (o->so.nbest > 1 || o->scores || o->so.beam > 1))
+        return nmt_usage_error("--score takes no --beam, --nbest or --scores");
+    if (o->out_hyp && o->scores)
+        return nmt_usage_error("--scores is for text output (hyp records carry the score)");
+    return GO_ON;
+}
+
+/* Parses the options into O (*INTER_SET: --interactive was given); GO_ON, or the exit status. */
+static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
+{
     static const struct option lopts[] = {
         {"model", required_argument, 0, 'm'},       {"input", required_argument, 0, 'i'},
         {"output", required_argument, 0, 'o'},      {"in", required_argument, 0, OPT_IN},
@@ -732,182 +758,186 @@ int main(int argc, char **argv)
         {"max-tokens", required_argument, 0, OPT_MAXTOK}, {"interactive", no_argument, 0, OPT_INTER},
         {"batch-variant", no_argument, 0, OPT_VARIANT}, {"backend", required_argument, 0, OPT_BACKEND},
         {"threads", required_argument, 0, OPT_THREADS}, {"jobs", required_argument, 0, OPT_JOBS},
-        {"quiet", no_argument, 0, 'q'},
+        {"max-line-bytes", required_argument, 0, OPT_MAXLINE}, {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0}};
-    struct opts o = {.max_tokens = 4096, .so = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 50}};
-    int c, inter_set = 0;
-    double d;
+    int c;
     while ((c = getopt_long(argc, argv, "m:i:o:b:n:qh", lopts, NULL)) != -1) {
+        int bad = 0;
         switch (c) {
         case 'm':
-            if (o.nmodels == MAX_MODELS)
+            if (o->nmodels == MAX_MODELS)
                 return nmt_usage_error("at most %d models (-m)", MAX_MODELS);
-            o.model[o.nmodels++] = optarg;
+            o->model[o->nmodels++] = optarg;
             break;
-        case 'i': o.input = optarg; break;
-        case 'o': o.output = optarg; break;
+        case 'i': o->input = optarg; break;
+        case 'o': o->output = optarg; break;
         case OPT_IN:
             if (strcmp(optarg, "text") && strcmp(optarg, "ids"))
                 return nmt_usage_error("invalid --in '%s' (text or ids)", optarg);
-            o.in_ids = !strcmp(optarg, "ids");
+            o->in_ids = !strcmp(optarg, "ids");
             break;
         case OPT_OUT:
             if (strcmp(optarg, "text") && strcmp(optarg, "hyp"))
                 return nmt_usage_error("invalid --out '%s' (text or hyp)", optarg);
-            o.out_hyp = !strcmp(optarg, "hyp");
+            o->out_hyp = !strcmp(optarg, "hyp");
             break;
-        case 'b':
-            if (parse_num(optarg, "--beam", 1, 256, &d) < 0 || d != (int)d)
-                return d != (int)d ? nmt_usage_error("invalid --beam '%s'", optarg) : NMT_EXIT_USAGE;
-            o.so.beam = (int)d;
+        case 'b': bad = opt_int("--beam", optarg, 1, 256, &o->so.beam); break;
+        case 'n': bad = opt_int("--nbest", optarg, 1, 256, &o->so.nbest); break;
+        case OPT_ALPHA: bad = opt_double("--alpha", optarg, 0, 10, 0, &o->so.alpha); break;
+        case OPT_LA: bad = opt_double("--max-len-a", optarg, 0, 1000, 0, &o->so.len_a); break;
+        case OPT_LB: bad = opt_double("--max-len-b", optarg, 0, 1e6, 0, &o->so.len_b); break;
+        case OPT_SCORES: o->scores = 1; break;
+        case OPT_SCORE: o->score = 1; break;
+        case OPT_SRC: o->src = optarg; break;
+        case OPT_TGT: o->tgt = optarg; break;
+        case OPT_MAXTOK: {
+            uint64_t v;
+            bad = opt_u64("--max-tokens", optarg, 1, 100000000, &v);
+            o->max_tokens = (long)v;
             break;
-        case 'n':
-            if (parse_num(optarg, "--nbest", 1, 256, &d) < 0 || d != (int)d)
-                return d != (int)d ? nmt_usage_error("invalid --nbest '%s'", optarg) : NMT_EXIT_USAGE;
-            o.so.nbest = (int)d;
-            break;
-        case OPT_ALPHA:
-            if (parse_num(optarg, "--alpha", 0, 10, &o.so.alpha) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case OPT_LA:
-            if (parse_num(optarg, "--max-len-a", 0, 1000, &o.so.len_a) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case OPT_LB:
-            if (parse_num(optarg, "--max-len-b", 0, 1e6, &o.so.len_b) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case OPT_SCORES: o.scores = 1; break;
-        case OPT_SCORE: o.score = 1; break;
-        case OPT_SRC: o.src = optarg; break;
-        case OPT_TGT: o.tgt = optarg; break;
-        case OPT_MAXTOK:
-            if (parse_num(optarg, "--max-tokens", 1, 1e8, &d) < 0)
-                return NMT_EXIT_USAGE;
-            o.max_tokens = (long)d;
-            break;
-        case OPT_INTER: o.interactive = 1, inter_set = 1; break;
-        case OPT_VARIANT: o.variant = 1; break;
-        case OPT_BACKEND: o.backend = optarg; break;
-        case OPT_THREADS:
-            if (parse_num(optarg, "--threads", 0, 1024, &d) < 0 || d != (int)d)
-                return d != (int)d ? nmt_usage_error("invalid --threads '%s'", optarg) : NMT_EXIT_USAGE;
-            o.threads = (int)d;
-            break;
-        case OPT_JOBS:
-            if (parse_num(optarg, "--jobs", 1, 256, &d) < 0 || d != (int)d)
-                return d != (int)d ? nmt_usage_error("invalid --jobs '%s'", optarg) : NMT_EXIT_USAGE;
-            o.jobs = (int)d;
-            break;
-        case 'q': o.quiet = 1; break;
+        }
+        case OPT_MAXLINE: bad = opt_u64("--max-line-bytes", optarg, 1, SIZE_MAX / 2, &o->max_line); break;
+        case OPT_INTER: o->interactive = 1, *inter_set = 1; break;
+        case OPT_VARIANT: o->variant = 1; break;
+        case OPT_BACKEND: o->backend = optarg; break;
+        case OPT_THREADS: bad = opt_int("--threads", optarg, 0, 1024, &o->threads); break;
+        case OPT_JOBS: bad = opt_int("--jobs", optarg, 1, 256, &o->jobs); break;
+        case 'q': o->quiet = 1; break;
         case 'h': usage(); return 0;
         case OPT_VERSION: nmt_print_version(); return 0;
         default: return NMT_EXIT_USAGE;
         }
+        if (bad < 0)
+            return NMT_EXIT_USAGE;
     }
     if (optind < argc)
         return nmt_usage_error("unexpected argument '%s'", argv[optind]);
-    if (!o.nmodels)
-        return nmt_usage_error("a checkpoint is required (-m FILE)");
-    if (o.so.nbest > o.so.beam)
-        return nmt_usage_error("--nbest %d exceeds --beam %d", o.so.nbest, o.so.beam);
-    if ((o.src || o.tgt) && !o.score)
-        return nmt_usage_error("--src and --tgt go with --score");
-    if (!o.src != !o.tgt)
-        return nmt_usage_error("--src and --tgt go together");
-    if (o.src && (o.input || o.in_ids))
-        return nmt_usage_error("--src/--tgt replace -i and --in ids");
-    if (o.score && (o.so.nbest > 1 || o.scores || o.so.beam > 1))
-        return nmt_usage_error("--score takes no --beam, --nbest or --scores");
-    if (o.out_hyp && o.scores)
-        return nmt_usage_error("--scores is for text output (hyp records carry the score)");
+    return check_args(o);
+}
 
+/* Opens the input (before any output, so that a missing file fails first): an ids stream, or text
+ * lines and, with --tgt, the target file. 0, or -1 with the error set. */
+static int open_input(struct opts *o, struct input *inp, int inter_set)
+{
+    const char *inpath = o->src ? o->src : o->input ? o->input : "-";
+    inp->name = nmt_path_name(inpath, 0);
+    inp->name2 = o->tgt;
+    inp->fd = nmt_open_in(inpath);
+    if (inp->fd < 0)
+        return -1;
+    if (nmt_check_not_input(inp->fd, inp->name, o->output) < 0)
+        return -1;
+    if (!inter_set) {
+        struct stat sb;
+        o->interactive = fstat(inp->fd, &sb) == 0 && !S_ISREG(sb.st_mode);
+    }
+    if (o->in_ids) {
+        inp->r = rec_reader_open(inp->fd, inp->name, "ids", NULL);
+        return inp->r ? 0 : -1;
+    }
+    inp->f = fdopen(inp->fd, "r");
+    if (!inp->f)
+        return nmt_seterr("cannot read '%s': %s", inp->name, strerror(errno));
+    inp->fd = -1;
+    if (o->tgt && !(inp->f2 = fopen(o->tgt, "r")))
+        return nmt_seterr("cannot open '%s': %s", o->tgt, strerror(errno));
+    return 0;
+}
+
+/* An ids input must come from the models' vocabulary; 0, or -1 with the error set. */
+static int check_ids_vocab(const struct state *st, const struct input *inp)
+{
+    if (!inp->r)
+        return 0;
+    char fp[17];
+    vocab_fingerprint_hex(st->v, fp);
+    const char *hv = rec_header_get(rec_reader_header(inp->r), "vocab");
+    if (!hv)
+        return nmt_seterr("%s: the ids stream names no vocabulary (its header has no vocab key); the model's is %s",
+                          inp->name, fp);
+    if (strcmp(hv, fp) != 0)
+        return nmt_seterr("%s: ids of vocabulary %s, but the model's vocabulary is %s ('%s')", inp->name, hv, fp,
+                          st->o->model[0]);
+    return 0;
+}
+
+/* Opens the output: a hyp stream or text, written to a temporary file when named. 0, or -1. */
+static int open_output(struct state *st, const struct opts *o, struct out_file *out)
+{
+    const char *name = nmt_path_name(o->output ? o->output : "-", 1);
+    if (nmt_output_open(out, o->output, o->out_hyp) < 0)
+        return -1;
+    if (o->out_hyp) {
+        char fp[17];
+        vocab_fingerprint_hex(st->v, fp);
+        struct rec_kv kv[1] = {{"vocab", fp}};
+        st->w = rec_writer_open(out->fd, name, "hyp", "nmt-decode " NMT_VERSION, kv, 1, NULL);
+        return st->w ? 0 : -1;
+    }
+    st->out = out->mode == 1 ? stdout : fdopen(dup(out->fd), "w");
+    return st->out ? 0 : nmt_seterr("cannot write '%s': %s", name, strerror(errno));
+}
+
+/* Ends the output (trailer or flush), then commits it when OK (else drops it). 0, or -1. */
+static int close_output(struct state *st, const struct opts *o, struct out_file *out, int ok)
+{
+    int rc = 0;
+    if (st->w) {
+        if (!ok)
+            rec_writer_abort(st->w);
+        else if (rec_writer_close(st->w) < 0)
+            rc = -1;
+        st->w = NULL;
+    }
+    if (st->out && st->out != stdout && fclose(st->out) && ok && rc == 0)
+        rc = nmt_seterr("cannot write '%s': %s", o->output, strerror(errno));
+    st->out = NULL;
+    if (nmt_output_finish(out, ok && rc == 0) < 0)
+        rc = -1;
+    return rc;
+}
+
+static void input_close(struct input *inp)
+{
+    rec_reader_free(inp->r);
+    ids_record_free(&inp->ir);
+    if (inp->f)
+        fclose(inp->f);
+    if (inp->f2)
+        fclose(inp->f2);
+    if (inp->fd >= 0 && inp->fd != STDIN_FILENO)
+        close(inp->fd);
+    free(inp->buf);
+    free(inp->buf2);
+}
+
+int main(int argc, char **argv)
+{
+    nmt_set_progname(argv[0]);
+    struct opts o = {.max_tokens = 4096, .max_line = LINES_DEFAULT_MAX,
+                     .so = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 50}};
+    int inter_set = 0;
+    int status = parse_args(argc, argv, &o, &inter_set);
+    if (status != GO_ON)
+        return status;
     struct state st;
     memset(&st, 0, sizeof st);
     st.o = &o;
     struct input inp;
     memset(&inp, 0, sizeof inp);
     inp.fd = -1;
-    int status = NMT_EXIT_DATA, out_fd = -1;
-    const char *inpath = o.src ? o.src : o.input ? o.input : "-";
-
-    /* input first, so that a missing file fails before any output */
-    inp.fd = nmt_open_in(inpath);
-    if (inp.fd < 0)
-        goto fail;
-    if (!inter_set) {
-        struct stat sb;
-        o.interactive = fstat(inp.fd, &sb) == 0 && !S_ISREG(sb.st_mode);
-    }
-    if (o.in_ids) {
-        inp.r = rec_reader_open(inp.fd, nmt_path_name(inpath, 0), "ids", NULL);
-        if (!inp.r)
-            goto fail;
-    } else {
-        inp.f = fdopen(inp.fd, "r");
-        if (!inp.f) {
-            nmt_seterr("cannot read '%s': %s", nmt_path_name(inpath, 0), strerror(errno));
-            goto fail;
-        }
-        inp.fd = -1;
-        if (o.tgt && !(inp.f2 = fopen(o.tgt, "r"))) {
-            nmt_seterr("cannot open '%s': %s", o.tgt, strerror(errno));
-            goto fail;
-        }
-    }
-    if (load(&st, &o) < 0)
-        goto fail;
-    out_fd = nmt_open_out(o.output ? o.output : "-", o.out_hyp);
-    if (out_fd < 0)
-        goto fail;
-    if (o.out_hyp) {
-        char fp[17];
-        vocab_fingerprint_hex(st.v, fp);
-        struct rec_kv kv[1] = {{"vocab", fp}};
-        st.w = rec_writer_open(out_fd, nmt_path_name(o.output ? o.output : "-", 1), "hyp", "nmt-decode " NMT_VERSION, kv,
-                               1, NULL);
-        if (!st.w)
-            goto fail;
-    } else {
-        st.out = out_fd == STDOUT_FILENO ? stdout : fdopen(out_fd, "w");
-        if (!st.out) {
-            nmt_seterr("cannot write output: %s", strerror(errno));
-            goto fail;
-        }
-    }
-    if (translate(&st, &inp) < 0)
-        goto fail;
-    if (st.w) {
-        int rc = rec_writer_close(st.w);
-        st.w = NULL;
-        if (rc < 0)
-            goto fail;
-    }
-    status = 0;
-fail:
-    if (status)
+    struct out_file out = {.fd = -1};
+    int ok = open_input(&o, &inp, inter_set) == 0 && load(&st, &o) == 0 && check_ids_vocab(&st, &inp) == 0 &&
+             open_output(&st, &o, &out) == 0 && translate(&st, &inp) == 0;
+    if (!ok)
         nmt_error("%s", nmt_errmsg());
-    if (st.w)
-        rec_writer_abort(st.w);
-    if (st.out && st.out != stdout && fclose(st.out) && !status) {
-        nmt_error("cannot write '%s': %s", o.output, strerror(errno));
-        status = NMT_EXIT_DATA;
-    } else if (!st.out && out_fd >= 0 && out_fd != STDOUT_FILENO && close(out_fd) && !status) {
-        nmt_error("cannot write '%s': %s", o.output, strerror(errno));
-        status = NMT_EXIT_DATA;
+    if (close_output(&st, &o, &out, ok) < 0 && ok) {
+        nmt_error("%s", nmt_errmsg());
+        ok = 0;
     }
-    rec_reader_free(inp.r);
-    ids_record_free(&inp.ir);
-    if (inp.f)
-        fclose(inp.f);
-    if (inp.f2)
-        fclose(inp.f2);
-    if (inp.fd >= 0 && inp.fd != STDIN_FILENO)
-        close(inp.fd);
-    free(inp.buf);
-    free(inp.buf2);
+    status = ok ? NMT_EXIT_OK : NMT_EXIT_DATA;
+    input_close(&inp);
     engines_close(&st);
     free(st.eng);
     ckpts_free(&st);

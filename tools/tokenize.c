@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include "text/tokenizer.h"
+#include "io/lines.h"
 #include "io/stream.h"
 #include "io/records.h"
 #include "text/normalize.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
 #include "text/vocab.h"
 
 static void usage(FILE *f)
@@ -39,7 +41,8 @@ static void usage(FILE *f)
             "                          (WHAT=pieces, the default) or ids (WHAT=ids); sides split by a tab\n"
             "  -D, --decode            read an ids (or hyp) stream and print the text, one line per record;\n"
             "                          with --text, read text lines of ids or pieces instead\n"
-            "      --skip-bad          drop bad lines (invalid UTF-8, missing fields, unpaired lines) and\n"
+            "      --max-line-bytes N  longest input line accepted (default 1 GiB); a longer one is an error\n"
+           "      --skip-bad          drop bad lines (invalid UTF-8, missing fields, unpaired lines) and\n"
             "                          report how many at the end, instead of failing\n"
             "  -q, --quiet             do not report skipped lines\n"
             "  -h, --help              show this help and exit\n"
@@ -59,6 +62,7 @@ struct opts {
     int norm;                  /* -1: not given */
     double dropout;
     uint64_t seed;
+    uint64_t max_line;         /* --max-line-bytes */
     int text, decode, skip_bad, quiet;
 };
 
@@ -195,29 +199,29 @@ struct src {
     const char *name;
     FILE *f;
     unsigned long line;
+    size_t max;                /* --max-line-bytes */
     char *buf;
     size_t cap;
 };
 
-/* Reads the next line without its newline: 1, 0 at the end, -1 on a read error. */
+/* Reads the next line without its newline: 1, 0 at the end, -1 with the error set (a read error,
+ * a line over --max-line-bytes or too long for memory: never taken for the end). */
 static int src_line(struct src *s, size_t *len)
 {
-    ssize_t n = getline(&s->buf, &s->cap, s->f);
-    if (n < 0) {
-        if (ferror(s->f))
-            return nmt_seterr("cannot read '%s': %s", s->name, strerror(errno));
+    long long n = lines_get(s->f, s->name, s->line + 1, s->max, &s->buf, &s->cap);
+    if (n == LINES_END)
         return 0;
-    }
+    if (n < 0)
+        return -1;
     s->line++;
-    if (n > 0 && s->buf[n - 1] == '\n')
-        n--;
     *len = (size_t)n;
     return 1;
 }
 
-static int open_src(struct src *s, const char *path)
+static int open_src(struct src *s, const char *path, size_t max)
 {
     memset(s, 0, sizeof *s);
+    s->max = max;
     s->name = nmt_path_name(path, 0);
     int fd = nmt_open_in(path);
     if (fd < 0)
@@ -238,7 +242,7 @@ static void close_src(struct src *s)
 static int run_lines(struct state *st, const char *path)
 {
     struct src s;
-    if (open_src(&s, path) < 0)
+    if (open_src(&s, path, st->o->max_line) < 0)
         return -1;
     int rc = 0;
     size_t len;
@@ -258,9 +262,9 @@ static int run_lines(struct state *st, const char *path)
 static int run_pairs(struct state *st)
 {
     struct src a, b;
-    if (open_src(&a, st->o->src) < 0)
+    if (open_src(&a, st->o->src, st->o->max_line) < 0)
         return -1;
-    if (open_src(&b, st->o->tgt) < 0) {
+    if (open_src(&b, st->o->tgt, st->o->max_line) < 0) {
         close_src(&a);
         return -1;
     }
@@ -360,7 +364,7 @@ static int no_space(unsigned char ch) { return 0; } /* keep leading and trailing
 static int run_csv(struct state *st, const char *path)
 {
     struct src s;
-    if (open_src(&s, path) < 0)
+    if (open_src(&s, path, st->o->max_line) < 0)
         return -1;
     struct csv_parser p;
     struct csvstate c = {.st = st, .name = s.name};
@@ -554,7 +558,7 @@ static int64_t token_id(const struct vocab *v, const char *s, size_t n, int nume
 static int decode_text(struct state *st, const char *path)
 {
     struct src s;
-    if (open_src(&s, path) < 0)
+    if (open_src(&s, path, st->o->max_line) < 0)
         return -1;
     struct nmt_buf tmp = {0};
     uint32_t *ids = NULL, cap = 0;
@@ -644,7 +648,7 @@ enum { GO_ON = -1 };
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     int delim_set = 0, fields_set = 0, dropout_set = 0, seed_set = 0;
-    enum { OPT_SRC = 256, OPT_TGT, OPT_CSV, OPT_TSV, OPT_DROPOUT, OPT_SEED, OPT_SKIP, OPT_VERSION };
+    enum { OPT_SRC = 256, OPT_TGT, OPT_CSV, OPT_TSV, OPT_DROPOUT, OPT_SEED, OPT_SKIP, OPT_MAXLINE, OPT_VERSION };
     static const struct option longopts[] = {
         {"input", required_argument, NULL, 'i'},     {"output", required_argument, NULL, 'o'},
         {"src", required_argument, NULL, OPT_SRC},   {"tgt", required_argument, NULL, OPT_TGT},
@@ -654,6 +658,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"dropout", required_argument, NULL, OPT_DROPOUT}, {"seed", required_argument, NULL, OPT_SEED},
         {"text", optional_argument, NULL, 't'},      {"decode", no_argument, NULL, 'D'},
         {"skip-bad", no_argument, NULL, OPT_SKIP},   {"quiet", no_argument, NULL, 'q'},
+        {"max-line-bytes", required_argument, NULL, OPT_MAXLINE},
         {"help", no_argument, NULL, 'h'},            {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0}};
     int c;
@@ -709,6 +714,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
             break;
         case 'D': o->decode = 1; break;
         case OPT_SKIP: o->skip_bad = 1; break;
+        case OPT_MAXLINE:
+            if (opt_u64("--max-line-bytes", optarg, 1, SIZE_MAX / 2, &o->max_line) < 0)
+                return NMT_EXIT_USAGE;
+            break;
         case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); return nmt_close_stdout() == 0 ? 0 : 1;
         case OPT_VERSION: nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
@@ -868,7 +877,7 @@ static void report_skipped(const struct state *st)
 int main(int argc, char **argv)
 {
     nmt_set_progname(argv[0]);
-    struct opts o = {.delim = ',', .nfields = 2, .field = {0, 1}, .norm = -1, .seed = 1};
+    struct opts o = {.delim = ',', .nfields = 2, .field = {0, 1}, .norm = -1, .seed = 1, .max_line = LINES_DEFAULT_MAX};
     int rc = parse_args(argc, argv, &o);
     if (rc != GO_ON)
         return rc;

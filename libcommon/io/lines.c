@@ -31,25 +31,34 @@ int line_reader_open(struct line_reader *r, const char *path, size_t max)
     return 0;
 }
 
-int line_next(struct line_reader *r, char **line, size_t *len)
+long long lines_get(FILE *f, const char *name, uint64_t lineno, size_t max, char **buf, size_t *cap)
 {
     errno = 0;
-    ssize_t n = getline(&r->buf, &r->cap, r->f);
+    ssize_t n = getline(buf, cap, f);
     if (n < 0) {
-        if (ferror(r->f) || !feof(r->f)) {
-            if (errno == ENOMEM || errno == EOVERFLOW)
-                return nmt_seterr("%s: line %llu: out of memory (a line longer than this machine can hold)", r->name,
-                                  (unsigned long long)r->line + 1);
-            return nmt_seterr("cannot read '%s': %s", r->name, strerror(errno ? errno : EIO));
-        }
-        return 0;
+        if (!ferror(f) && feof(f))
+            return LINES_END;
+        if (errno == ENOMEM || errno == EOVERFLOW)
+            return nmt_seterr("%s: line %llu: out of memory (a line longer than this machine can hold)", name,
+                              (unsigned long long)lineno), LINES_ERROR;
+        return nmt_seterr("cannot read '%s': %s", name, strerror(errno ? errno : EIO)), LINES_ERROR;
     }
+    if (n > 0 && (*buf)[n - 1] == '\n')
+        (*buf)[--n] = '\0';
+    if ((size_t)n > max)
+        return nmt_seterr("%s: line %llu: longer than %zu bytes (--max-line-bytes)", name, (unsigned long long)lineno,
+                          max), LINES_ERROR;
+    return n;
+}
+
+int line_next(struct line_reader *r, char **line, size_t *len)
+{
+    long long n = lines_get(r->f, r->name, r->line + 1, r->max, &r->buf, &r->cap);
+    if (n == LINES_END)
+        return 0;
+    if (n < 0)
+        return -1;
     r->line++;
-    if (n > 0 && r->buf[n - 1] == '\n')
-        r->buf[--n] = '\0';
-    if ((size_t)n > r->max)
-        return nmt_seterr("%s: line %llu: longer than %zu bytes (--max-line-bytes)", r->name,
-                          (unsigned long long)r->line, r->max);
     *line = r->buf;
     *len = (size_t)n;
     return 1;

@@ -27,6 +27,12 @@ int line_reader_open(struct line_reader *r, const char *path, size_t max);
  * next call). Returns 1 for a line, 0 at the end of input, -1 with the error set ("NAME: line N:
  * longer than MAX bytes (--max-line-bytes)", "NAME: line N: out of memory", "cannot read 'NAME': ..."). */
 int line_next(struct line_reader *r, char **line, size_t *len);
+/* The same on a caller's stream and buffer: reads line LINENO (1-based, for messages) of F, named
+ * NAME, into *BUF (capacity *CAP, grown by getline) without its newline, at most MAX bytes.
+ * Returns its length, LINES_END at the end of input, or LINES_ERROR with the error set. */
+#define LINES_END (-1)
+#define LINES_ERROR (-2)
+long long lines_get(FILE *f, const char *name, uint64_t lineno, size_t max, char **buf, size_t *cap);
 /* Closes the file if line_reader_open opened it and frees the buffer. */
 void line_reader_close(struct line_reader *r);
 

@@ -116,7 +116,7 @@ setup_file() {
     printf 'no tab here\n' > "$D/notab.tsv"
     run $DEC --score -i "$D/notab.tsv"
     [ "$status" -eq 1 ]
-    [ "${lines[0]}" = "nmt-decode: line 1: expected 'SOURCE<TAB>TARGET'" ]
+    [ "${lines[0]}" = "nmt-decode: $D/notab.tsv: line 1: expected 'SOURCE<TAB>TARGET'" ]
     head -3 "$D/ref.de" > "$D/ref3.de"
     run $DEC --score --src "$D/src.en" --tgt "$D/ref3.de"
     [ "$status" -eq 1 ]
@@ -170,7 +170,7 @@ setup_file() {
     printf 'good line\nbad \xff byte\n' > "$D/bad.en"
     run $DEC -i "$D/bad.en"
     [ "$status" -eq 1 ]
-    [ "${lines[0]}" = "nmt-decode: line 2: invalid UTF-8 at byte 5" ]
+    [ "${lines[0]}" = "nmt-decode: $D/bad.en: line 2: invalid UTF-8 at byte 5" ]
 }
 
 @test "bad checkpoints: missing, not a checkpoint, truncated, no vocabulary" {

@@ -150,3 +150,45 @@ setup_file() {
     [ "$status" -eq 0 ]
     [ "$output" = "$(printf '\nsecond')" ]
 }
+
+@test "hostile: a line too long is an error naming the file and line, never the end of the input" {
+    printf 'abc\n0123456789abcdef\nlast\n' > "$D/long.txt"
+    run nmt-tokenize -i "$D/long.txt" -o "$D/long.tok" --max-line-bytes 10
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-tokenize: $D/long.txt: line 2: longer than 10 bytes (--max-line-bytes)" ]
+    [ ! -e "$D/long.tok" ]
+    nmt-train -i "$D/a.batches" --vocab "$D/v1" -o "$D/t2.ckpt" --preset tiny --max-steps 1 -q --threads 1
+    run nmt-decode -m "$D/t2.ckpt" -i "$D/long.txt" --max-line-bytes 10 --threads 1
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"nmt-decode: $D/long.txt: line 2: longer than 10 bytes (--max-line-bytes)"* ]]
+}
+
+@test "hostile: a line that memory cannot hold is an error, not the end of the input" {
+    [[ "$NMT_BIN" != */san/bin ]] || skip "address space limits do not apply under ASan"
+    head -c 200000000 /dev/zero | tr '\0' a > "$D/big.txt"
+    printf '\nnext\n' >> "$D/big.txt"
+    run bash -c 'ulimit -v 150000; nmt-tokenize -i "$1" -o "$2"' _ "$D/big.txt" "$D/big.tok"
+    rm -f "$D/big.txt"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"$D/big.txt: line 1: out of memory"* ]]
+    [ ! -e "$D/big.tok" ]
+}
+
+@test "hostile: nmt-decode --in ids checks the vocabulary of the stream against the model's" {
+    nmt-train -i "$D/a.batches" --vocab "$D/v1" -o "$D/t3.ckpt" --preset tiny --max-steps 1 -q --threads 1
+    nmt-tokenize -v "$D/v2" -i "$D/a.en" -o "$D/a2.ids"
+    run nmt-decode -m "$D/t3.ckpt" --in ids -i "$D/a2.ids" --threads 1
+    [ "$status" -eq 1 ]
+    [[ "$output" == "nmt-decode: $D/a2.ids: ids of vocabulary "*", but the model's vocabulary is "* ]]
+    nmt-tokenize -v "$D/v1" -i "$D/a.en" -o "$D/a1.ids"
+    run nmt-decode -m "$D/t3.ckpt" --in ids -i "$D/a1.ids" --threads 1 --max-len-b 2
+    [ "$status" -eq 0 ]
+    [ "${#lines[@]}" -eq 200 ]
+}
+
+@test "hostile: a non-numeric --beam is one usage error" {
+    run nmt-decode -m x.ckpt --beam abc
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-decode: invalid --beam 'abc' (expected an integer from 1 to 256)" ]
+    [ "$(printf '%s\n' "$output" | grep -c 'invalid --beam')" -eq 1 ]
+}
