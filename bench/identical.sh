@@ -14,7 +14,7 @@ bin=$(cd "$1" && pwd); out=$2; steps=${3:-200}
 src=$(cd "$(dirname "$0")/.." && pwd)
 data=$src/data/multi30k
 vectors=$src/../shared/testdata/bleu
-mkdir -p "$out"; out=$(cd "$out" && pwd)
+mkdir -p "$out"; out=$(cd "$out" && pwd); rm -f "$out/SHA256SUMS"
 export NMT_PLUGIN_PATH=$bin PATH="$bin:$PATH"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 zcat "$data/train.en.gz" | sed -n 1,8000p > "$tmp/train.en"
