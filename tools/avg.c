@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/safetensors.h"
+#include "nn/checkpoint.h"
 #include "cli/cli.h"
 
 static void usage(FILE *f)
@@ -26,7 +27,7 @@ static void usage(FILE *f)
 /* Tensors that describe training state rather than the model. */
 static int is_training_state(const char *name)
 {
-    return strncmp(name, "optim.", 6) == 0 || strncmp(name, "train.", 6) == 0;
+    return strncmp(name, "optim.", 6) == 0 || strncmp(name, CKPT_TRAIN_PREFIX, strlen(CKPT_TRAIN_PREFIX)) == 0;
 }
 
 /* Averages the inputs into OUT; returns 0 or -1 with the error set. */
@@ -47,7 +48,7 @@ static int avg_checkpoints(char **paths, int n, const char *out)
     for (int i = 0; i < n - 1; i++)
         for (size_t k = 0; k < last->nmeta; k++) {
             const char *key = last->meta_key[k];
-            if (strncmp(key, "model.", 6) != 0 && strcmp(key, "vocab.fingerprint") != 0)
+            if (strncmp(key, CKPT_MODEL_PREFIX, strlen(CKPT_MODEL_PREFIX)) != 0 && strcmp(key, CKPT_VOCAB_FINGERPRINT) != 0)
                 continue;
             const char *v = st_meta(in[i], key);
             if (!v || strcmp(v, last->meta_val[k]) != 0) {
@@ -61,11 +62,11 @@ static int avg_checkpoints(char **paths, int n, const char *out)
     if (!w || !bufs)
         goto done;
     for (size_t k = 0; k < last->nmeta; k++)
-        if (strncmp(last->meta_key[k], "train.", 6) != 0 && st_writer_meta(w, last->meta_key[k], last->meta_val[k]) < 0)
+        if (strncmp(last->meta_key[k], CKPT_TRAIN_PREFIX, strlen(CKPT_TRAIN_PREFIX)) != 0 && st_writer_meta(w, last->meta_key[k], last->meta_val[k]) < 0)
             goto done;
     char count[32];
     snprintf(count, sizeof count, "%d", n);
-    if (st_writer_meta(w, "avg.checkpoints", count) < 0)
+    if (st_writer_meta(w, CKPT_AVG_COUNT, count) < 0)
         goto done;
     size_t nparams = 0;
     for (size_t t = 0; t < last->nt; t++) {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "nn/backend_loader.h"
+#include "nn/checkpoint.h"
 #include "nn/infer.h"
 #include "nn/model.h"
 #include "io/lines.h"
@@ -657,20 +658,7 @@ out:
  * vocabulary into *V (the caller frees it). 0, or -1 with the error set. */
 static int load_ckpt(struct state *st, const struct opts *o, int i, struct vocab **v)
 {
-    st->ckpt[i] = st_read(o->model[i]);
-    if (!st->ckpt[i])
-        return nmt_seterr("cannot read checkpoint: %s", nmt_errmsg());
-    if (model_config_load(&st->cfg[i], st->ckpt[i]) < 0)
-        return nmt_seterr("'%s': %s", o->model[i], nmt_errmsg());
-    const struct st_tensor *vt = st_find(st->ckpt[i], "vocab.file");
-    if (!vt || vt->dtype != ST_U8)
-        return nmt_seterr("'%s': no vocabulary inside the checkpoint", o->model[i]);
-    *v = vocab_parse(vt->data, (size_t)vt->nbytes, o->model[i]);
-    if (!*v)
-        return -1;
-    if ((int)(*v)->n != st->cfg[i].vocab)
-        return nmt_seterr("'%s': vocabulary of %u pieces for a model of %d", o->model[i], (*v)->n, st->cfg[i].vocab);
-    return 0;
+    return checkpoint_open_model(o->model[i], &st->ckpt[i], &st->cfg[i], v);
 }
 
 /* Reads the checkpoints (kept in st->ckpt for the engines) and their vocabulary, which must be the

@@ -15,6 +15,7 @@
 
 #include "nn/backend_loader.h"
 #include "nn/model.h"
+#include "nn/trainer.h"
 #include "io/stream.h"
 #include "io/records.h"
 #include "io/safetensors.h"
@@ -96,144 +97,7 @@ struct opts {
     double ls, dropout, att_dropout, act_dropout;
 };
 
-/* ---- batch sources ---- */
-
-/* Training batches: all of a file in memory (shuffled per epoch), or a one-pass stream. */
-struct batches {
-    const char *name;
-    int fd;
-    struct rec_reader *r;
-    int streaming;
-    struct nmt_buf data;       /* payloads back to back */
-    size_t *off, *len;         /* (n) */
-    size_t n, cap;
-    uint32_t *perm;            /* (n) order of the current epoch */
-    uint64_t perm_epoch;
-};
-
-static int check_vocab_key(const struct rec_header *h, const char *name, const char *fp)
-{
-    const char *hv = rec_header_get(h, "vocab");
-    if (!hv) {
-        nmt_warn("%s: stream has no vocab fingerprint; cannot check it against the vocabulary", name);
-        return 0;
-    }
-    if (strcmp(hv, fp))
-        return nmt_seterr("%s: vocab fingerprint %s differs from the model's (%s)", name, hv, fp);
-    return 0;
-}
-
-static int batches_open(struct batches *b, const char *path, int streaming, const char *fp)
-{
-    memset(b, 0, sizeof *b);
-    b->name = nmt_path_name(path, 0);
-    b->fd = nmt_open_in(path);
-    if (b->fd < 0)
-        return -1;
-    int st;
-    b->r = rec_reader_open(b->fd, b->name, "batch", &st);
-    if (!b->r)
-        return -1;
-    if (check_vocab_key(rec_reader_header(b->r), b->name, fp) < 0)
-        return -1;
-    b->streaming = streaming;
-    if (streaming)
-        return 0;
-    for (;;) {
-        const unsigned char *p;
-        size_t len;
-        int rc = rec_read(b->r, &p, &len);
-        if (rc == REC_END)
-            break;
-        if (rc < 0)
-            return -1;
-        if (b->n == b->cap) {
-            size_t c = b->cap ? 2 * b->cap : 1024;
-            size_t *o = realloc(b->off, c * sizeof *o), *l = o ? realloc(b->len, c * sizeof *l) : NULL;
-            if (o)
-                b->off = o;
-            if (l)
-                b->len = l;
-            if (!o || !l)
-                return nmt_seterr("out of memory reading %s", b->name);
-            b->cap = c;
-        }
-        b->off[b->n] = b->data.len;
-        b->len[b->n] = len;
-        if (nmt_buf_append(&b->data, p, len) < 0)
-            return nmt_seterr("out of memory reading %s", b->name);
-        b->n++;
-    }
-    if (b->n == 0)
-        return nmt_seterr("%s: no batches", b->name);
-    b->perm = malloc(b->n * sizeof *b->perm);
-    if (!b->perm)
-        return nmt_seterr("out of memory");
-    b->perm_epoch = UINT64_MAX;
-    return 0;
-}
-
-static void batches_close(struct batches *b)
-{
-    rec_reader_free(b->r);
-    if (b->fd > 0)
-        close(b->fd);
-    nmt_buf_free(&b->data);
-    free(b->off);
-    free(b->len);
-    free(b->perm);
-}
-
-static uint64_t mix3(uint64_t a, uint64_t b, uint64_t c)
-{
-    return nmt_rng_mix64(nmt_rng_mix64(nmt_rng_mix64(a ^ 0x7472616E) + b) + c);
-}
-
-/* Batch POS of EPOCH (0-based) into BR. Returns REC_OK, REC_END (past the epoch's end) or < 0. */
-static int batches_get(struct batches *b, uint64_t epoch, uint64_t pos, int shuffle, uint64_t seed,
-                       struct batch_record *br)
-{
-    if (b->streaming) {
-        const unsigned char *p;
-        size_t len;
-        int rc = rec_read(b->r, &p, &len);
-        if (rc != REC_OK)
-            return rc;
-        return batch_record_decode(br, p, len) < 0 ? nmt_seterr("%s: batch %llu: %s", b->name,
-                                                                (unsigned long long)pos, nmt_errmsg()), -1 : REC_OK;
-    }
-    if (pos >= b->n)
-        return REC_END;
-    if (b->perm_epoch != epoch) {
-        for (size_t i = 0; i < b->n; i++)
-            b->perm[i] = (uint32_t)i;
-        if (shuffle) {
-            uint64_t s = mix3(seed, epoch, 0x5348);
-            for (size_t i = b->n - 1; i > 0; i--) {
-                s = nmt_rng_mix64(s + 0x9E3779B97F4A7C15ULL);
-                size_t j = (size_t)(s % (i + 1));
-                uint32_t t = b->perm[i];
-                b->perm[i] = b->perm[j];
-                b->perm[j] = t;
-            }
-        }
-        b->perm_epoch = epoch;
-    }
-    size_t k = b->perm[pos];
-    if (batch_record_decode(br, b->data.data + b->off[k], b->len[k]) < 0)
-        return nmt_seterr("%s: batch %zu: %s", b->name, k, nmt_errmsg()), -1;
-    return REC_OK;
-}
-
-/* ---- the training state ---- */
-
-struct state {
-    uint64_t step, epoch, pos;  /* completed steps; position of the next batch */
-    uint64_t tokens;            /* target tokens trained on */
-    double best_valid;          /* best validation nll per token (INFINITY: none) */
-    uint64_t bad_valid;         /* validations since the best */
-    uint64_t skipped;           /* non-finite steps skipped in total */
-};
+/* ---- the run ---- */
 
 static volatile sig_atomic_t got_signal;
 
@@ -249,66 +113,28 @@ static double now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Everything one run holds. */
 struct ctx {
     struct opts *o;
+    struct model_config cfg;
+    struct vocab *voc;
+    struct st_file *ck;        /* the checkpoint resumed from, until loaded */
+    struct backend *be;
     struct model *m;
+    struct batch_file tb, vb;
+    struct trainer t;
+    struct train_record rec;   /* what checkpoints record beside the state */
     struct nmt_buf vocab_text;
     char fp[17];
-    struct state s;
     FILE *log;
-    int log_csv;
+    int log_csv, tty;
+    /* the loop's bookkeeping */
+    double t0, last_prog, train_time;
+    uint64_t bad_run, start_step, saved_step, epochs;
+    double log_loss, log_time, last_lr, last_gn, log_flops;
+    uint64_t log_tok, log_n;
+    char *path2;               /* room for OUTPUT.best */
 };
-
-static int save(struct ctx *c, const char *path)
-{
-    int fin = model_params_finite(c->m);
-    if (fin < 0)
-        return -1;
-    if (!fin) /* never replace a checkpoint by a broken model */
-        return nmt_seterr("the model's parameters are not finite at step %llu; '%s' was not written",
-                          (unsigned long long)c->s.step, path);
-    struct st_writer *w = st_writer_new();
-    if (!w)
-        return -1;
-    char v[64];
-    int rc = model_save(c->m, w, 1);
-    const struct { const char *k; uint64_t v; } u[] = {
-        {"train.step", c->s.step},     {"train.epoch", c->s.epoch},       {"train.pos", c->s.pos},
-        {"train.tokens", c->s.tokens}, {"train.bad_valid", c->s.bad_valid}, {"train.skipped", c->s.skipped},
-        {"train.seed", c->o->seed},    {"train.warmup", c->o->warmup},    {"train.update_freq", c->o->update_freq}};
-    for (size_t i = 0; rc == 0 && i < sizeof u / sizeof u[0]; i++) {
-        snprintf(v, sizeof v, "%llu", (unsigned long long)u[i].v);
-        rc = st_writer_meta(w, u[i].k, v);
-    }
-    if (rc == 0) {
-        snprintf(v, sizeof v, "%.17g", c->s.best_valid);
-        rc = st_writer_meta(w, "train.best_valid", v);
-    }
-    if (rc == 0) {
-        snprintf(v, sizeof v, "%.17g", c->o->lr);
-        rc = st_writer_meta(w, "train.lr", v);
-    }
-    if (rc == 0)
-        rc = st_writer_meta(w, "vocab.fingerprint", c->fp);
-    if (rc == 0)
-        rc = st_writer_meta(w, "producer", "nmt-train " NMT_VERSION);
-    uint64_t shape[1] = {c->vocab_text.len};
-    if (rc == 0)
-        rc = st_writer_add(w, "vocab.file", ST_U8, 1, shape, c->vocab_text.data);
-    if (rc == 0)
-        rc = st_writer_write(w, path);
-    st_writer_free(w);
-    return rc;
-}
-
-static uint64_t meta_u64(const struct st_file *f, const char *k, int *bad)
-{
-    const char *s = st_meta(f, k);
-    uint64_t v = 0;
-    if (!s || nmt_parse_u64(s, UINT64_MAX, &v) < 0)
-        *bad = 1;
-    return v;
-}
 
 static int log_row(struct ctx *c, double loss, double lr, uint64_t tokens, double tps, double gnorm, double gfs,
                    double vloss, double vppl)
@@ -316,8 +142,8 @@ static int log_row(struct ctx *c, double loss, double lr, uint64_t tokens, doubl
     if (!c->log)
         return 0;
     char f[10][40];
-    snprintf(f[0], 40, "%llu", (unsigned long long)c->s.step);
-    snprintf(f[1], 40, "%llu", (unsigned long long)c->s.epoch + 1);
+    snprintf(f[0], 40, "%llu", (unsigned long long)c->t.s.step);
+    snprintf(f[1], 40, "%llu", (unsigned long long)c->t.s.epoch + 1);
     snprintf(f[2], 40, "%.17g", loss);
     snprintf(f[3], 40, "%.9g", lr);
     snprintf(f[4], 40, "%llu", (unsigned long long)tokens);
@@ -355,26 +181,6 @@ static int log_row(struct ctx *c, double loss, double lr, uint64_t tokens, doubl
     return ferror(c->log) ? nmt_seterr("cannot write the log '%s': %s", c->o->log, strerror(errno)) : 0;
 }
 
-static int validate(struct ctx *c, struct batches *vb, struct batch_record *br, double *vloss, double *vnll)
-{
-    double loss = 0, nll = 0;
-    int64_t tok = 0;
-    for (uint64_t i = 0;; i++) {
-        int rc = batches_get(vb, 0, i, 0, 0, br);
-        if (rc == REC_END)
-            break;
-        if (rc < 0)
-            return -1;
-        struct model_loss L;
-        if (model_step(c->m, br, 0, 0, 0, &L, NULL) < 0)
-            return nmt_seterr("%s: batch %llu: %s", vb->name, (unsigned long long)i, nmt_errmsg());
-        loss += L.loss, nll += L.nll, tok += L.tokens;
-    }
-    *vloss = tok ? loss / (double)tok : NAN;
-    *vnll = tok ? nll / (double)tok : NAN;
-    return 0;
-}
-
 static int parse_time(const char *s, double *out)
 {
     char *end;
@@ -406,15 +212,15 @@ static int dir_writable(const char *path)
     return rc;
 }
 
-static void progress(struct ctx *c, double loss, double lr, double tps, double elapsed, double frac)
+static void progress(const struct ctx *c, double loss, double lr, double tps, double elapsed, double frac)
 {
     char eta[32] = "";
     if (frac > 0.001 && frac <= 1) {
         double rest = elapsed / frac - elapsed;
         snprintf(eta, sizeof eta, " ETA %dm%02ds", (int)(rest / 60), (int)fmod(rest, 60));
     }
-    fprintf(stderr, "\rstep %llu ep %llu loss %.4f lr %.2e %.0f tok/s%s\033[K", (unsigned long long)c->s.step,
-            (unsigned long long)c->s.epoch + 1, loss, lr, tps, eta);
+    fprintf(stderr, "\rstep %llu ep %llu loss %.4f lr %.2e %.0f tok/s%s\033[K", (unsigned long long)c->t.s.step,
+            (unsigned long long)c->t.s.epoch + 1, loss, lr, tps, eta);
 }
 
 static int parse_u64_opt(const char *opt, const char *arg, uint64_t min, uint64_t max, uint64_t *out)
@@ -602,364 +408,322 @@ static void build_config(const struct opts *o, struct model_config *c, int vocab
         c->act_dropout = (float)o->act_dropout;
 }
 
-static int run(struct opts *o)
+/* Reads the vocabulary and builds the configuration: from the checkpoint at -o with --resume (whose
+ * shape explicit options must agree with), else from --vocab and the options. 0, or -1 with the
+ * error set. */
+static int setup_model_config(struct ctx *c)
 {
-    struct ctx c;
-    memset(&c, 0, sizeof c);
-    c.o = o;
-    c.s.best_valid = INFINITY;
-    struct backend *be = NULL;
-    struct st_file *ck = NULL;
-    struct vocab *voc = NULL;
-    struct batches tb, vb;
-    memset(&tb, 0, sizeof tb);
-    memset(&vb, 0, sizeof vb);
-    tb.fd = vb.fd = -1;
-    struct batch_record br = {0};
-    int status = NMT_EXIT_DATA;
-    char *path2 = NULL;
-
-    if (dir_writable(o->output) < 0)
-        goto fail;
-    /* vocabulary and model configuration */
-    struct model_config cfg;
-    if (o->resume) {
-        ck = st_read(o->output);
-        if (!ck) {
-            nmt_seterr("cannot resume: %s", nmt_errmsg());
-            goto fail;
-        }
-        if (model_config_load(&cfg, ck) < 0) {
-            nmt_seterr("cannot resume from '%s': %s", o->output, nmt_errmsg());
-            goto fail;
-        }
-        const struct st_tensor *vt = st_find(ck, "vocab.file");
-        if (!vt || vt->dtype != ST_U8) {
-            nmt_seterr("cannot resume from '%s': no vocabulary inside", o->output);
-            goto fail;
-        }
-        voc = vocab_parse(vt->data, (size_t)vt->nbytes, o->output);
-        if (!voc)
-            goto fail;
-        /* explicit shape options must agree with the checkpoint */
-        struct model_config want;
-        build_config(o, &want, cfg.vocab);
-        int explicit_shape = o->layers > 0 || o->enc_layers > 0 || o->dec_layers > 0 || o->d_model > 0 ||
-                             o->heads > 0 || o->ff > 0 || o->pre_norm > 0;
-        if (explicit_shape && (want.enc_layers != cfg.enc_layers || want.dec_layers != cfg.dec_layers ||
-                               want.d_model != cfg.d_model || want.heads != cfg.heads || want.ff != cfg.ff ||
-                               want.pre_norm != cfg.pre_norm)) {
-            nmt_seterr("'%s' holds another model shape (d %d, heads %d, ff %d, layers %d+%d) than the options ask "
-                       "for (d %d, heads %d, ff %d, layers %d+%d)",
-                       o->output, cfg.d_model, cfg.heads, cfg.ff, cfg.enc_layers, cfg.dec_layers, want.d_model,
-                       want.heads, want.ff, want.enc_layers, want.dec_layers);
-            goto fail;
-        }
-        if (o->ls >= 0)
-            cfg.label_smoothing = (float)o->ls;
-        if (o->dropout >= 0)
-            cfg.dropout = (float)o->dropout;
-        if (o->att_dropout >= 0)
-            cfg.attn_dropout = (float)o->att_dropout;
-        if (o->act_dropout >= 0)
-            cfg.act_dropout = (float)o->act_dropout;
-    } else {
-        voc = vocab_load(o->vocab);
-        if (!voc)
-            goto fail;
-        build_config(o, &cfg, (int)voc->n);
-        if (model_config_check(&cfg) < 0)
-            goto fail;
+    struct opts *o = c->o;
+    if (!o->resume) {
+        if (!(c->voc = vocab_load(o->vocab)))
+            return -1;
+        build_config(o, &c->cfg, (int)c->voc->n);
+        return model_config_check(&c->cfg);
     }
-    vocab_fingerprint_hex(voc, c.fp);
-    if (o->resume && o->vocab) {
-        struct vocab *v2 = vocab_load(o->vocab);
+    if (!(c->ck = st_read(o->output)))
+        return nmt_seterr("cannot resume: %s", nmt_errmsg());
+    if (model_config_load(&c->cfg, c->ck) < 0)
+        return nmt_seterr("cannot resume from '%s': %s", o->output, nmt_errmsg());
+    if (!st_find(c->ck, CKPT_VOCAB_FILE))
+        return nmt_seterr("cannot resume from '%s': no vocabulary inside", o->output);
+    if (!(c->voc = checkpoint_vocab(c->ck, o->output)))
+        return -1;
+    struct model_config want, *cfg = &c->cfg;
+    build_config(o, &want, cfg->vocab);
+    int explicit_shape = o->layers > 0 || o->enc_layers > 0 || o->dec_layers > 0 || o->d_model > 0 || o->heads > 0 ||
+                         o->ff > 0 || o->pre_norm > 0;
+    if (explicit_shape && (want.enc_layers != cfg->enc_layers || want.dec_layers != cfg->dec_layers ||
+                           want.d_model != cfg->d_model || want.heads != cfg->heads || want.ff != cfg->ff ||
+                           want.pre_norm != cfg->pre_norm))
+        return nmt_seterr("'%s' holds another model shape (d %d, heads %d, ff %d, layers %d+%d) than the options "
+                          "ask for (d %d, heads %d, ff %d, layers %d+%d)",
+                          o->output, cfg->d_model, cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers,
+                          want.d_model, want.heads, want.ff, want.enc_layers, want.dec_layers);
+    if (o->ls >= 0)
+        cfg->label_smoothing = (float)o->ls;
+    if (o->dropout >= 0)
+        cfg->dropout = (float)o->dropout;
+    if (o->att_dropout >= 0)
+        cfg->attn_dropout = (float)o->att_dropout;
+    if (o->act_dropout >= 0)
+        cfg->act_dropout = (float)o->act_dropout;
+    return 0;
+}
+
+/* The vocabulary's fingerprint and text, checked against --vocab on a resume. 0, or -1. */
+static int setup_vocab(struct ctx *c)
+{
+    vocab_fingerprint_hex(c->voc, c->fp);
+    if (c->o->resume && c->o->vocab) {
+        struct vocab *v2 = vocab_load(c->o->vocab);
         if (!v2)
-            goto fail;
+            return -1;
         char fp2[17];
         vocab_fingerprint_hex(v2, fp2);
         vocab_free(v2);
-        if (strcmp(fp2, c.fp)) {
-            nmt_seterr("vocabulary '%s' (%s) differs from the one in '%s' (%s)", o->vocab, fp2, o->output, c.fp);
-            goto fail;
-        }
+        if (strcmp(fp2, c->fp))
+            return nmt_seterr("vocabulary '%s' (%s) differs from the one in '%s' (%s)", c->o->vocab, fp2, c->o->output,
+                              c->fp);
     }
-    if (vocab_format(voc, &c.vocab_text) < 0)
-        goto fail;
+    return vocab_format(c->voc, &c->vocab_text);
+}
 
-    /* data */
+static int reserve_batch(void *m, const struct batch_record *br) { return model_reserve(m, br); }
+
+/* Opens the batches, the backend and the model (initialised, or loaded with its training state on a
+ * resume), and sizes the model's memory for the largest batch. 0, or -1 with the error set. */
+static int setup_training(struct ctx *c)
+{
+    struct opts *o = c->o;
     struct stat sb;
     int streaming = !strcmp(o->input, "-") || (stat(o->input, &sb) == 0 && !S_ISREG(sb.st_mode));
-    if (batches_open(&tb, o->input, streaming, c.fp) < 0)
-        goto fail;
-    if (o->valid && batches_open(&vb, o->valid, 0, c.fp) < 0)
-        goto fail;
-
-    /* backend and model */
+    if (batch_file_open(&c->tb, o->input, streaming, c->fp) < 0)
+        return -1;
+    if (!c->tb.has_vocab)
+        nmt_warn("%s: stream has no vocab fingerprint; cannot check it against the vocabulary", c->tb.name);
+    if (o->valid && batch_file_open(&c->vb, o->valid, 0, c->fp) < 0)
+        return -1;
+    if (o->valid && !c->vb.has_vocab)
+        nmt_warn("%s: stream has no vocab fingerprint; cannot check it against the vocabulary", c->vb.name);
     struct nmt_backend_opts bo = {sizeof bo, o->threads, 0};
-    be = backend_open(o->backend, &bo);
-    if (!be)
-        goto fail;
-    c.m = model_new(be, &cfg, 1);
-    if (!c.m || model_init(c.m, o->seed) < 0)
-        goto fail;
-    if (ck) {
-        int bad = 0;
-        if (model_load(c.m, ck, 1) < 0) {
-            nmt_seterr("cannot resume from '%s': %s", o->output, nmt_errmsg());
-            goto fail;
-        }
-        c.s.step = meta_u64(ck, "train.step", &bad);
-        c.s.epoch = meta_u64(ck, "train.epoch", &bad);
-        c.s.pos = meta_u64(ck, "train.pos", &bad);
-        c.s.tokens = meta_u64(ck, "train.tokens", &bad);
-        c.s.bad_valid = meta_u64(ck, "train.bad_valid", &bad);
-        c.s.skipped = meta_u64(ck, "train.skipped", &bad);
-        const char *bv = st_meta(ck, "train.best_valid");
-        if (!bv || nmt_parse_double(bv, &c.s.best_valid) < 0)
-            c.s.best_valid = INFINITY; /* "inf" is not finite: no best yet */
-        if (bad) {
-            nmt_seterr("cannot resume from '%s': training state missing or bad", o->output);
-            goto fail;
-        }
-        st_free(ck);
-        ck = NULL;
-        if (tb.streaming) /* skip what the previous run consumed of this epoch */
-            for (uint64_t i = 0; i < c.s.pos; i++) {
-                int rc = batches_get(&tb, c.s.epoch, i, 0, 0, &br);
-                if (rc < 0)
-                    goto fail;
-                if (rc == REC_END)
-                    break;
-            }
+    if (!(c->be = backend_open(o->backend, &bo)))
+        return -1;
+    c->m = model_new(c->be, &c->cfg, 1);
+    if (!c->m || model_init(c->m, o->seed) < 0)
+        return -1;
+    struct train_state s = {.best_valid = INFINITY};
+    if (c->ck) {
+        if (model_load(c->m, c->ck, 1) < 0 || checkpoint_train_state(c->ck, &s) < 0)
+            return nmt_seterr("cannot resume from '%s': %s", o->output, nmt_errmsg());
+        st_free(c->ck);
+        c->ck = NULL;
     }
-    /* allocate activation memory once, for the largest batch */
-    for (int pass = 0; pass < 2; pass++) {
-        struct batches *bb = pass ? &vb : &tb;
-        for (size_t i = 0; !bb->streaming && i < bb->n; i++)
-            if (batch_record_decode(&br, bb->data.data + bb->off[i], bb->len[i]) < 0 || model_reserve(c.m, &br) < 0) {
-                nmt_seterr("%s: batch %zu: %s", bb->name, i, nmt_errmsg());
-                goto fail;
-            }
+    c->epochs = o->epochs ? o->epochs : (o->max_steps || o->max_time > 0) ? UINT64_MAX : 1;
+    if (c->tb.streaming)
+        c->epochs = 1;
+    struct trainer_opts to = {c->epochs, o->update_freq, o->seed, o->warmup, o->lr, o->clip, o->shuffle,
+                              c->vb.n && !o->valid_every};
+    trainer_init(&c->t, c->m, &c->cfg, &c->tb, &to, &s);
+    c->rec = (struct train_record){o->seed, o->warmup, o->update_freq, o->lr, c->fp, &c->vocab_text,
+                                   "nmt-train " NMT_VERSION};
+    if (trainer_skip_consumed(&c->t) < 0)
+        return -1;
+    if (batch_file_each(&c->tb, &c->t.br, reserve_batch, c->m) < 0 ||
+        batch_file_each(&c->vb, &c->t.br, reserve_batch, c->m) < 0)
+        return -1;
+    return 0;
+}
+
+/* Opens --log (appended to on a resume), writing the CSV header to a new one. 0, or -1. */
+static int open_log(struct ctx *c)
+{
+    const char *log = c->o->log;
+    if (!log)
+        return 0;
+    size_t ll = strlen(log);
+    c->log_csv = ll > 4 && !strcmp(log + ll - 4, ".csv");
+    if (!c->log_csv && !(ll > 6 && !strcmp(log + ll - 6, ".jsonl")))
+        return nmt_seterr("--log '%s': the name must end in .csv or .jsonl", log);
+    int exists = c->o->resume && access(log, F_OK) == 0;
+    if (!(c->log = fopen(log, c->o->resume ? "a" : "w")))
+        return nmt_seterr("cannot open '%s': %s", log, strerror(errno));
+    if (c->log_csv && !exists)
+        fputs("step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl\n", c->log);
+    return 0;
+}
+
+/* Books a step that updated the model: log rows every --log-every steps, progress on a terminal. */
+static int after_step(struct ctx *c, const struct trainer_step *st, double dt)
+{
+    const struct opts *o = c->o;
+    const struct train_state *s = &c->t.s;
+    c->train_time += dt;
+    c->log_loss += st->loss, c->log_tok += st->tokens, c->log_time += dt, c->log_n++, c->log_flops += st->flops;
+    c->last_lr = st->lr, c->last_gn = st->grad_norm;
+    if (s->step % o->log_every == 0 &&
+        log_row(c, c->log_loss / (double)c->log_n, st->lr, c->log_tok, c->log_tok / c->log_time, st->grad_norm,
+                c->log_flops / c->log_time * 1e-9, NAN, NAN) < 0)
+        return -1;
+    if (c->tty && (now() - c->last_prog > 0.5 || s->step == 1)) {
+        double frac = o->max_steps ? (double)(s->step - c->start_step) / (double)(o->max_steps - c->start_step)
+                      : o->max_time > 0 ? (now() - c->t0) / o->max_time
+                      : (!c->tb.streaming && c->epochs != UINT64_MAX)
+                          ? ((double)s->epoch * c->tb.n + s->pos) / ((double)c->epochs * c->tb.n)
+                          : 0;
+        progress(c, c->log_loss / (double)c->log_n, st->lr, c->log_tok / c->log_time, now() - c->t0, frac);
+        c->last_prog = now();
     }
-    if (o->max_steps && c.s.step >= o->max_steps) {
+    if (s->step % o->log_every == 0)
+        c->log_loss = 0, c->log_tok = 0, c->log_time = 0, c->log_n = 0, c->log_flops = 0;
+    return 0;
+}
+
+/* Counts a skipped step; 1 when --max-bad of them came in a row (the run must stop), else 0. */
+static int after_skip(struct ctx *c)
+{
+    uint64_t step = c->t.s.step + 1;
+    if (++c->bad_run >= c->o->max_bad) {
+        if (c->tty)
+            fputc('\n', stderr);
+        nmt_error("stopping: %llu steps in a row had a non-finite loss or gradient (last at step %llu); "
+                  "the checkpoint '%s' was not overwritten",
+                  (unsigned long long)c->bad_run, (unsigned long long)step, c->o->output);
+        return 1;
+    }
+    nmt_warn("step %llu: non-finite loss or gradient, step skipped (%llu in a row)", (unsigned long long)step,
+             (unsigned long long)c->bad_run);
+    return 0;
+}
+
+/* Validates, logs, keeps OUTPUT.best and counts --patience; *STOP becomes "patience" when it runs out. */
+static int validate(struct ctx *c, const char **stop)
+{
+    struct train_state *s = &c->t.s;
+    double vl = NAN, vn = NAN;
+    if (trainer_validate(&c->t, &c->vb, &vl, &vn) < 0)
+        return -1;
+    if (c->tty)
+        fputc('\n', stderr);
+    if (!c->o->quiet)
+        fprintf(stderr, "%s: step %llu: valid loss %.4f nll %.4f ppl %.2f%s\n", nmt_progname(),
+                (unsigned long long)s->step, vl, vn, exp(vn), vn < s->best_valid ? " (best)" : "");
+    if (log_row(c, NAN, c->last_lr, 0, 0, c->last_gn, 0, vl, exp(vn)) < 0)
+        return -1;
+    if (vn < s->best_valid) {
+        s->best_valid = vn;
+        s->bad_valid = 0;
+        snprintf(c->path2, strlen(c->o->output) + 64, "%s.best", c->o->output);
+        return trainer_save(&c->t, &c->rec, c->path2);
+    }
+    if (c->o->patience && ++s->bad_valid >= c->o->patience && !*stop)
+        *stop = "patience";
+    return 0;
+}
+
+/* The reason to stop after this step, or NULL to go on. */
+static const char *stop_reason(const struct ctx *c, int data_end)
+{
+    if (c->o->max_steps && c->t.s.step >= c->o->max_steps)
+        return "max-steps";
+    if (c->o->max_time > 0 && now() - c->t0 >= c->o->max_time)
+        return "max-time";
+    if (data_end || c->t.s.epoch >= c->epochs)
+        return "end of data";
+    return got_signal ? "signal" : NULL;
+}
+
+/* Steps until a limit, the data's end, --patience or a signal; *STOP says which. 0, 1 (stopped by
+ * --max-bad) or -1 with the error set. */
+static int train_loop(struct ctx *c, const char **stop)
+{
+    const struct opts *o = c->o;
+    const struct train_state *s = &c->t.s;
+    while (!*stop) {
+        double ts = now();
+        struct trainer_step st;
+        if (trainer_step(&c->t, &st) < 0)
+            return -1;
+        if (st.micro > 0 && st.skipped && after_skip(c))
+            return 1;
+        if (st.micro > 0 && !st.skipped) {
+            c->bad_run = 0;
+            if (after_step(c, &st, now() - ts) < 0)
+                return -1;
+        }
+        int epoch_end = s->pos == 0 && s->epoch > 0;
+        *stop = stop_reason(c, st.data_end);
+        int do_valid = c->vb.n && ((o->valid_every && s->step % o->valid_every == 0 && st.micro > 0) ||
+                                   (!o->valid_every && epoch_end) || (*stop && !o->valid_every && !epoch_end) ||
+                                   (*stop && o->valid_every && s->step % o->valid_every));
+        if (do_valid && validate(c, stop) < 0)
+            return -1;
+        if (o->save_every && s->step % o->save_every == 0 && st.micro > 0) {
+            if (trainer_save_periodic(&c->t, &c->rec, o->output, o->keep, o->save_every) < 0)
+                return -1;
+            c->saved_step = s->step;
+        }
+    }
+    return 0;
+}
+
+/* Writes the final checkpoint and says why training stopped. The exit status. */
+static int finish(struct ctx *c, const char *stop)
+{
+    const struct train_state *s = &c->t.s;
+    if (c->tty)
+        fputc('\n', stderr);
+    if (c->saved_step != s->step && trainer_save(&c->t, &c->rec, c->o->output) < 0)
+        return nmt_error("%s", nmt_errmsg()), NMT_EXIT_DATA;
+    if (!strcmp(stop, "signal")) {
+        nmt_error("interrupted by signal %d at step %llu; checkpoint written to '%s'; continue with the same "
+                  "options and --resume",
+                  (int)got_signal, (unsigned long long)s->step, c->o->output);
+        return NMT_EXIT_DATA;
+    }
+    if (!c->o->quiet)
+        fprintf(stderr, "%s: %s: %llu steps, epoch %llu, %llu target tokens, %.1f s training (%.0f tokens/s)%s\n",
+                nmt_progname(), stop, (unsigned long long)s->step, (unsigned long long)s->epoch + (s->pos > 0),
+                (unsigned long long)s->tokens, c->train_time,
+                c->train_time > 0 ? (double)(s->tokens) / c->train_time : 0,
+                s->skipped ? " (some steps skipped: non-finite)" : "");
+    return NMT_EXIT_OK;
+}
+
+/* Sets up everything before the first step; 0, 1 (nothing to do) or -1 with the error set. */
+static int setup(struct ctx *c)
+{
+    struct opts *o = c->o;
+    if (dir_writable(o->output) < 0 || setup_model_config(c) < 0 || setup_vocab(c) < 0 || setup_training(c) < 0)
+        return -1;
+    if (o->max_steps && c->t.s.step >= o->max_steps) {
         nmt_error("'%s' is already at step %llu (--max-steps %llu): nothing to do", o->output,
-                  (unsigned long long)c.s.step, (unsigned long long)o->max_steps);
-        status = 0;
-        goto out;
+                  (unsigned long long)c->t.s.step, (unsigned long long)o->max_steps);
+        return 1;
     }
-    uint64_t epochs = o->epochs ? o->epochs : (o->max_steps || o->max_time > 0) ? UINT64_MAX : 1;
-    if (tb.streaming)
-        epochs = 1;
-
-    if (o->log) {
-        size_t ll = strlen(o->log);
-        c.log_csv = ll > 4 && !strcmp(o->log + ll - 4, ".csv");
-        if (!c.log_csv && !(ll > 6 && !strcmp(o->log + ll - 6, ".jsonl"))) {
-            nmt_seterr("--log '%s': the name must end in .csv or .jsonl", o->log);
-            goto fail;
-        }
-        int exists = o->resume && access(o->log, F_OK) == 0;
-        c.log = fopen(o->log, o->resume ? "a" : "w");
-        if (!c.log) {
-            nmt_seterr("cannot open '%s': %s", o->log, strerror(errno));
-            goto fail;
-        }
-        if (c.log_csv && !exists)
-            fputs("step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl\n", c.log);
-    }
-
+    if (open_log(c) < 0)
+        return -1;
+    if (!(c->path2 = malloc(strlen(o->output) + 64)))
+        return nmt_seterr("out of memory");
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    c->tty = !o->quiet && isatty(2);
+    c->t0 = now();
+    c->start_step = c->t.s.step;
+    c->saved_step = UINT64_MAX;
+    return 0;
+}
 
-    int tty = !o->quiet && isatty(2);
-    double t0 = now(), last_prog = 0, train_time = 0;
-    uint64_t bad_run = 0, start_step = c.s.step, saved_step = UINT64_MAX;
-    double log_loss = 0, log_time = 0, last_lr = 0, last_gn = 0, log_flops = 0;
-    uint64_t log_tok = 0, log_n = 0;
+static int run(struct opts *o)
+{
+    struct ctx c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    c.tb.fd = c.vb.fd = -1;
     const char *stop = NULL;
-    int data_end = 0;
-    path2 = malloc(strlen(o->output) + 64);
-    if (!path2) {
-        nmt_seterr("out of memory");
-        goto fail;
+    int rc = setup(&c);
+    int status = rc == 1 ? NMT_EXIT_OK : NMT_EXIT_DATA;
+    if (rc == 0) {
+        rc = train_loop(&c, &stop);
+        status = rc == 0 ? finish(&c, stop) : NMT_EXIT_DATA;
     }
-    while (!stop) {
-        double ts = now();
-        if (model_zero_grad(c.m) < 0)
-            goto fail;
-        double loss = 0, flops = 0;
-        uint64_t tok = 0;
-        uint64_t micro = 0;
-        while (micro < o->update_freq) {
-            if (c.s.epoch >= epochs) {
-                data_end = 1;
-                break;
-            }
-            int rc = batches_get(&tb, c.s.epoch, c.s.pos, o->shuffle, o->seed, &br);
-            if (rc < 0)
-                goto fail;
-            if (rc == REC_END) {
-                c.s.epoch++;
-                c.s.pos = 0;
-                if (vb.n && !o->valid_every && c.s.epoch < epochs) /* end-of-epoch validation */
-                    goto validate_now;
-                continue;
-            }
-            c.s.pos++;
-            struct model_loss L;
-            uint64_t dseed = mix3(o->seed, c.s.step + 1, micro);
-            if (model_step(c.m, &br, 1, 1, dseed, &L, NULL) < 0) {
-                nmt_seterr("%s: batch %llu of epoch %llu: %s", tb.name, (unsigned long long)c.s.pos,
-                           (unsigned long long)c.s.epoch + 1, nmt_errmsg());
-                goto fail;
-            }
-            loss += L.loss;
-            tok += (uint64_t)L.tokens;
-            flops += model_step_flops(&cfg, &br);
-            micro++;
-            continue;
-        validate_now:
-            if (micro == 0)
-                break;
-        }
-        if (micro > 0) {
-            double lr = model_lr(o->lr, cfg.d_model, (int64_t)c.s.step + 1, (int64_t)o->warmup);
-            double gn;
-            int rc = model_update(c.m, (float)lr, (int64_t)c.s.step + 1, (int64_t)tok, o->clip, &gn);
-            if (rc < 0)
-                goto fail;
-            double tl = tok ? loss / (double)tok : 0;
-            if (rc == 1 || !isfinite(tl)) {
-                c.s.skipped++;
-                if (++bad_run >= o->max_bad) {
-                    if (tty)
-                        fputc('\n', stderr);
-                    nmt_error("stopping: %llu steps in a row had a non-finite loss or gradient (last at step %llu); "
-                              "the checkpoint '%s' was not overwritten",
-                              (unsigned long long)bad_run, (unsigned long long)c.s.step + 1, o->output);
-                    status = NMT_EXIT_DATA;
-                    goto out;
-                }
-                nmt_warn("step %llu: non-finite loss or gradient, step skipped (%llu in a row)",
-                         (unsigned long long)c.s.step + 1, (unsigned long long)bad_run);
-            } else {
-                bad_run = 0;
-                c.s.step++;
-                c.s.tokens += tok;
-                double dt = now() - ts;
-                train_time += dt;
-                log_loss += tl, log_tok += tok, log_time += dt, log_n++, log_flops += flops;
-                last_lr = lr, last_gn = gn;
-                if (c.s.step % o->log_every == 0) {
-                    if (log_row(&c, log_loss / (double)log_n, lr, log_tok, log_tok / log_time, gn,
-                                log_flops / log_time * 1e-9, NAN, NAN) < 0)
-                        goto fail;
-                }
-                if (tty && (now() - last_prog > 0.5 || c.s.step == 1)) {
-                    double frac = o->max_steps ? (double)(c.s.step - start_step) / (double)(o->max_steps - start_step)
-                                  : o->max_time > 0 ? (now() - t0) / o->max_time
-                                  : (!tb.streaming && epochs != UINT64_MAX)
-                                      ? ((double)c.s.epoch * tb.n + c.s.pos) / ((double)epochs * tb.n)
-                                      : 0;
-                    progress(&c, log_loss / (double)log_n, lr, log_tok / log_time, now() - t0, frac);
-                    last_prog = now();
-                }
-                if (c.s.step % o->log_every == 0)
-                    log_loss = 0, log_tok = 0, log_time = 0, log_n = 0, log_flops = 0;
-            }
-        }
-        int epoch_end = c.s.pos == 0 && c.s.epoch > 0;
-        if (o->max_steps && c.s.step >= o->max_steps)
-            stop = "max-steps";
-        else if (o->max_time > 0 && now() - t0 >= o->max_time)
-            stop = "max-time";
-        else if (data_end || c.s.epoch >= epochs)
-            stop = "end of data";
-        else if (got_signal)
-            stop = "signal";
-        /* validation */
-        int do_valid = vb.n && ((o->valid_every && c.s.step % o->valid_every == 0 && micro > 0) ||
-                                (!o->valid_every && epoch_end) || (stop && !o->valid_every && !epoch_end) ||
-                                (stop && o->valid_every && c.s.step % o->valid_every));
-        if (do_valid) {
-            double vl = NAN, vn = NAN;
-            if (validate(&c, &vb, &br, &vl, &vn) < 0)
-                goto fail;
-            if (tty)
-                fputc('\n', stderr);
-            if (!o->quiet)
-                fprintf(stderr, "%s: step %llu: valid loss %.4f nll %.4f ppl %.2f%s\n", nmt_progname(),
-                        (unsigned long long)c.s.step, vl, vn, exp(vn), vn < c.s.best_valid ? " (best)" : "");
-            if (log_row(&c, NAN, last_lr, 0, 0, last_gn, 0, vl, exp(vn)) < 0)
-                goto fail;
-            if (vn < c.s.best_valid) {
-                c.s.best_valid = vn;
-                c.s.bad_valid = 0;
-                snprintf(path2, strlen(o->output) + 64, "%s.best", o->output);
-                if (save(&c, path2) < 0)
-                    goto fail;
-            } else if (o->patience && ++c.s.bad_valid >= o->patience && !stop) {
-                stop = "patience";
-            }
-        }
-        if (o->save_every && c.s.step % o->save_every == 0 && micro > 0) {
-            if (save(&c, o->output) < 0)
-                goto fail;
-            saved_step = c.s.step;
-            if (o->keep) {
-                snprintf(path2, strlen(o->output) + 64, "%s.step-%llu", o->output, (unsigned long long)c.s.step);
-                unlink(path2);
-                if (link(o->output, path2) < 0 && save(&c, path2) < 0)
-                    goto fail;
-                if (c.s.step > o->keep * o->save_every) {
-                    snprintf(path2, strlen(o->output) + 64, "%s.step-%llu", o->output,
-                             (unsigned long long)(c.s.step - o->keep * o->save_every));
-                    unlink(path2);
-                }
-            }
-        }
-    }
-    if (tty)
-        fputc('\n', stderr);
-    if (saved_step != c.s.step && save(&c, o->output) < 0)
-        goto fail;
-    if (!strcmp(stop, "signal")) {
-        nmt_error("interrupted by signal %d at step %llu; checkpoint written to '%s'; continue with the same "
-                  "options and --resume",
-                  (int)got_signal, (unsigned long long)c.s.step, o->output);
-        status = NMT_EXIT_DATA;
-        goto out;
-    }
-    if (!o->quiet)
-        fprintf(stderr, "%s: %s: %llu steps, epoch %llu, %llu target tokens, %.1f s training (%.0f tokens/s)%s\n",
-                nmt_progname(), stop, (unsigned long long)c.s.step, (unsigned long long)c.s.epoch + (c.s.pos > 0),
-                (unsigned long long)c.s.tokens, train_time,
-                train_time > 0 ? (double)(c.s.tokens) / train_time : 0,
-                c.s.skipped ? " (some steps skipped: non-finite)" : "");
-    status = 0;
-    goto out;
-fail:
-    nmt_error("%s", nmt_errmsg());
-    status = NMT_EXIT_DATA;
-out:
+    if (rc < 0)
+        nmt_error("%s", nmt_errmsg());
     if (c.log && fclose(c.log) != 0 && status == 0) {
         nmt_error("cannot write the log '%s': %s", o->log, strerror(errno));
         status = NMT_EXIT_DATA;
     }
-    free(path2);
-    batch_record_free(&br);
-    batches_close(&tb);
-    if (o->valid)
-        batches_close(&vb);
+    free(c.path2);
+    trainer_free(&c.t);
+    batch_file_close(&c.tb);
+    batch_file_close(&c.vb);
     model_free(c.m);
-    backend_close(be);
-    st_free(ck);
-    vocab_free(voc);
+    backend_close(c.be);
+    st_free(c.ck);
+    vocab_free(c.voc);
     nmt_buf_free(&c.vocab_text);
     return status;
 }

@@ -3,16 +3,6 @@
 
 #include <string.h>
 
-uint64_t rng_splitmix64_below(uint64_t *state, uint64_t n)
-{
-    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
-    uint64_t v;
-    do
-        v = rng_splitmix64(state);
-    while (v >= limit);
-    return v % n;
-}
-
 void rng_seed(struct rng *r, uint64_t seed)
 {
     for (int i = 0; i < 4; i++)

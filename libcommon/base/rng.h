@@ -18,10 +18,6 @@ static inline uint64_t rng_mix64(uint64_t z)
 static inline uint64_t rng_splitmix64(uint64_t *state) { return rng_mix64(*state += 0x9E3779B97F4A7C15ULL); }
 /* Returns the top 53 bits of X as a double in [0, 1). */
 static inline double rng_unit(uint64_t x) { return (double)(x >> 11) * 0x1.0p-53; }
-/* Returns a value uniform in [0, N) (N >= 1) from the splitmix64 STATE, by rejection: unbiased,
- * and equal to next % N except on the (N / 2^64)-likely rejected draws. */
-uint64_t rng_splitmix64_below(uint64_t *state, uint64_t n);
-
 /* xoshiro256** state; seed with rng_seed before use. */
 struct rng {
     uint64_t s[4];

@@ -1,0 +1,106 @@
+/* checkpoint.c: checkpoints, the one owner of formats/checkpoint.md (see checkpoint.h). */
+#include "nn/checkpoint.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "base/util.h"
+
+/* Writes the state and record keys into W; 0 or -1. */
+static int put_train_meta(struct st_writer *w, const struct train_state *s, const struct train_record *r)
+{
+    char v[64];
+    const struct { const char *k; uint64_t v; } u[] = {
+        {"train.step", s->step},     {"train.epoch", s->epoch},         {"train.pos", s->pos},
+        {"train.tokens", s->tokens}, {"train.bad_valid", s->bad_valid}, {"train.skipped", s->skipped},
+        {"train.seed", r->seed},     {"train.warmup", r->warmup},       {"train.update_freq", r->update_freq}};
+    for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
+        snprintf(v, sizeof v, "%llu", (unsigned long long)u[i].v);
+        if (st_writer_meta(w, u[i].k, v) < 0)
+            return -1;
+    }
+    snprintf(v, sizeof v, "%.17g", s->best_valid);
+    if (st_writer_meta(w, "train.best_valid", v) < 0)
+        return -1;
+    snprintf(v, sizeof v, "%.17g", r->lr);
+    return st_writer_meta(w, "train.lr", v);
+}
+
+int checkpoint_save(struct model *m, const struct train_state *s, const struct train_record *r, const char *path)
+{
+    int fin = model_params_finite(m);
+    if (fin < 0)
+        return -1;
+    if (!fin) /* never replace a checkpoint by a broken model */
+        return nmt_seterr("the model's parameters are not finite at step %llu; '%s' was not written",
+                          (unsigned long long)s->step, path);
+    struct st_writer *w = st_writer_new();
+    if (!w)
+        return -1;
+    int rc = model_save(m, w, 1);
+    if (rc == 0)
+        rc = put_train_meta(w, s, r);
+    if (rc == 0)
+        rc = st_writer_meta(w, CKPT_VOCAB_FINGERPRINT, r->fingerprint);
+    if (rc == 0)
+        rc = st_writer_meta(w, CKPT_PRODUCER, r->producer);
+    uint64_t shape[1] = {r->vocab_text->len};
+    if (rc == 0)
+        rc = st_writer_add(w, CKPT_VOCAB_FILE, ST_U8, 1, shape, r->vocab_text->data);
+    if (rc == 0)
+        rc = st_writer_write(w, path);
+    st_writer_free(w);
+    return rc;
+}
+
+static uint64_t meta_u64(const struct st_file *f, const char *k, int *bad)
+{
+    const char *s = st_meta(f, k);
+    uint64_t v = 0;
+    if (!s || nmt_parse_u64(s, UINT64_MAX, &v) < 0)
+        *bad = 1;
+    return v;
+}
+
+int checkpoint_train_state(const struct st_file *f, struct train_state *s)
+{
+    int bad = 0;
+    s->step = meta_u64(f, "train.step", &bad);
+    s->epoch = meta_u64(f, "train.epoch", &bad);
+    s->pos = meta_u64(f, "train.pos", &bad);
+    s->tokens = meta_u64(f, "train.tokens", &bad);
+    s->bad_valid = meta_u64(f, "train.bad_valid", &bad);
+    s->skipped = meta_u64(f, "train.skipped", &bad);
+    const char *bv = st_meta(f, "train.best_valid");
+    if (!bv || nmt_parse_double(bv, &s->best_valid) < 0)
+        s->best_valid = INFINITY; /* "inf" is not finite: no best yet */
+    return bad ? nmt_seterr("training state missing or bad") : 0;
+}
+
+struct vocab *checkpoint_vocab(const struct st_file *f, const char *name)
+{
+    const struct st_tensor *vt = st_find(f, CKPT_VOCAB_FILE);
+    if (!vt || vt->dtype != ST_U8)
+        return nmt_seterr("'%s': no vocabulary inside the checkpoint", name), NULL;
+    return vocab_parse(vt->data, (size_t)vt->nbytes, name);
+}
+
+int checkpoint_open_model(const char *path, struct st_file **f, struct model_config *cfg, struct vocab **v)
+{
+    *v = NULL;
+    if (!(*f = st_read(path)))
+        return nmt_seterr("cannot read checkpoint: %s", nmt_errmsg());
+    if (model_config_load(cfg, *f) < 0)
+        nmt_seterr("'%s': %s", path, nmt_errmsg());
+    else if (!(*v = checkpoint_vocab(*f, path)))
+        ;
+    else if ((int)(*v)->n != cfg->vocab)
+        nmt_seterr("'%s': vocabulary of %u pieces for a model of %d", path, (*v)->n, cfg->vocab);
+    else
+        return 0;
+    vocab_free(*v);
+    st_free(*f);
+    *v = NULL;
+    *f = NULL;
+    return -1;
+}

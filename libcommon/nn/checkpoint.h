@@ -1,0 +1,50 @@
+/* checkpoint.h: the one module that reads and writes checkpoints (formats/checkpoint.md): the
+ * model (nn/model.h writes its configuration and tensors), the vocabulary it was trained with, and
+ * the training state a --resume continues from. Every metadata key is named here. */
+#ifndef NMT_CHECKPOINT_H
+#define NMT_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "io/safetensors.h"
+#include "nn/model.h"
+#include "text/vocab.h"
+
+#define CKPT_VOCAB_FILE "vocab.file"               /* tensor: the vocabulary file's bytes (U8) */
+#define CKPT_VOCAB_FINGERPRINT "vocab.fingerprint" /* metadata: its fingerprint, 16 hex digits */
+#define CKPT_PRODUCER "producer"                   /* metadata: the writing tool and version */
+#define CKPT_MODEL_PREFIX "model."                 /* metadata keys of the model configuration */
+#define CKPT_TRAIN_PREFIX "train."                 /* metadata keys of the training state */
+#define CKPT_AVG_COUNT "avg.checkpoints"           /* metadata: how many checkpoints were averaged */
+
+/* Where training stands: what a checkpoint holds besides the model, and all a resume needs. */
+struct train_state {
+    uint64_t step, epoch, pos;  /* completed steps; position of the next batch */
+    uint64_t tokens;            /* target tokens trained on */
+    double best_valid;          /* best validation nll per token (INFINITY: none) */
+    uint64_t bad_valid;         /* validations since the best */
+    uint64_t skipped;           /* non-finite steps skipped in total */
+};
+
+/* The training options a checkpoint records beside the state (informative; a resume takes its own). */
+struct train_record {
+    uint64_t seed, warmup, update_freq;
+    double lr;
+    const char *fingerprint;    /* the vocabulary's, 16 hex digits */
+    const struct nmt_buf *vocab_text; /* the vocabulary file */
+    const char *producer;       /* "nmt-train 0.1.0" */
+};
+
+/* Writes M (parameters and optimizer moments), the state S and the record R to PATH, atomically.
+ * A model whose parameters are not finite is never written. 0, or -1 with the error set. */
+int checkpoint_save(struct model *m, const struct train_state *s, const struct train_record *r, const char *path);
+/* Reads the training state of F into S; 0, or -1 with the error set (missing or malformed keys). */
+int checkpoint_train_state(const struct st_file *f, struct train_state *s);
+/* Parses the vocabulary inside F (NAME for messages); returns it, or NULL with the error set. */
+struct vocab *checkpoint_vocab(const struct st_file *f, const char *name);
+/* Reads PATH for decoding: the file (kept open for the tensors), its configuration into *CFG and its
+ * vocabulary into *V, checked against each other. 0, or -1 with the error set (*F and *V NULL). */
+int checkpoint_open_model(const char *path, struct st_file **f, struct model_config *cfg, struct vocab **v);
+
+#endif

@@ -1,0 +1,62 @@
+/* trainer.h: the training loop's steps, for nmt-train and any other driver: an optimizer step over
+ * --update-freq micro-batches (gradients accumulated, dropout keyed by seed, step and micro-batch),
+ * validation, and checkpoints (the periodic one kept under FILE.step-N). The driver decides when to
+ * stop, validate and save, and what to print; the library prints nothing. */
+#ifndef NMT_TRAINER_H
+#define NMT_TRAINER_H
+
+#include <stdint.h>
+
+#include "data/batch_file.h"
+#include "nn/checkpoint.h"
+#include "nn/model.h"
+
+struct trainer_opts {
+    uint64_t epochs;           /* passes over the training batches (UINT64_MAX: no limit) */
+    uint64_t update_freq;      /* micro-batches per optimizer step */
+    uint64_t seed, warmup;
+    double lr, clip;           /* learning-rate scale; gradient-norm clip (0: off) */
+    int shuffle;               /* a seeded batch order each epoch */
+    int valid_at_epoch_end;    /* end a step early at an epoch's end, so that validation can run */
+};
+
+/* What one call of trainer_step did. */
+struct trainer_step {
+    uint64_t micro;            /* micro-batches trained on (0: none, see data_end and epoch_end) */
+    int skipped;               /* the update was skipped: non-finite loss or gradient */
+    int data_end;              /* every epoch has been served */
+    double loss;               /* mean loss per target token */
+    uint64_t tokens;           /* target tokens */
+    double lr, grad_norm, flops;
+};
+
+struct trainer {
+    struct model *m;
+    const struct model_config *cfg;
+    struct batch_file *train;
+    struct trainer_opts o;
+    struct train_state s;
+    struct batch_record br;
+};
+
+/* Makes T train M (configuration CFG) on TRAIN from state S; 0 (never fails). */
+void trainer_init(struct trainer *t, struct model *m, const struct model_config *cfg, struct batch_file *train,
+                  const struct trainer_opts *o, const struct train_state *s);
+/* Frees T's scratch (not the model or the batches). */
+void trainer_free(struct trainer *t);
+/* Skips the batches a previous run consumed of the current epoch (a streamed input only); 0 or -1. */
+int trainer_skip_consumed(struct trainer *t);
+/* One optimizer step: zeroes the gradients, trains on up to update_freq micro-batches (stopping
+ * early at an epoch's end when valid_at_epoch_end and nothing was trained yet), updates.
+ * Returns 0 with OUT filled (the state advanced unless OUT->skipped), or -1 with the error set. */
+int trainer_step(struct trainer *t, struct trainer_step *out);
+/* Mean loss and nll per target token of M over VALID (in file order); 0, or -1 with the error set. */
+int trainer_validate(struct trainer *t, struct batch_file *valid, double *loss, double *nll);
+/* Writes the checkpoint of T's model and state to PATH with record R; 0, or -1 with the error set. */
+int trainer_save(struct trainer *t, const struct train_record *r, const char *path);
+/* Writes the checkpoint to OUTPUT and, with KEEP > 0, keeps it as OUTPUT.step-N too (a hard link),
+ * removing the one KEEP saves older (SAVE_EVERY steps apart); 0, or -1 with the error set. */
+int trainer_save_periodic(struct trainer *t, const struct train_record *r, const char *output, uint64_t keep,
+                          uint64_t save_every);
+
+#endif
