@@ -20,6 +20,7 @@
 #include "io/records.h"
 #include "io/safetensors.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
 #include "text/vocab.h"
 
 static void usage(void)
@@ -181,23 +182,6 @@ static int log_row(struct ctx *c, double loss, double lr, uint64_t tokens, doubl
     return ferror(c->log) ? nmt_seterr("cannot write the log '%s': %s", c->o->log, strerror(errno)) : 0;
 }
 
-static int parse_time(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !(v >= 0))
-        return -1;
-    if (!strcmp(end, "h"))
-        v *= 3600;
-    else if (!strcmp(end, "m"))
-        v *= 60;
-    else if (*end && strcmp(end, "s"))
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int dir_writable(const char *path)
 {
     char *d = nmt_strdup(path);
@@ -223,153 +207,159 @@ static void progress(const struct ctx *c, double loss, double lr, double tps, do
             (unsigned long long)c->t.s.epoch + 1, loss, lr, tps, eta);
 }
 
-static int parse_u64_opt(const char *opt, const char *arg, uint64_t min, uint64_t max, uint64_t *out)
-{
-    if (nmt_parse_u64(arg, max, out) < 0 || *out < min)
-        return nmt_usage_error("invalid %s '%s' (expected an integer from %llu to %llu)", opt, arg,
-                               (unsigned long long)min, (unsigned long long)max), -1;
-    return 0;
-}
-
-static int parse_prob(const char *opt, const char *arg, double *out)
-{
-    if (nmt_parse_double(arg, out) < 0 || !(*out >= 0 && *out < 1))
-        return nmt_usage_error("invalid %s '%s' (expected a number in [0, 1))", opt, arg), -1;
-    return 0;
-}
-
 static int run(struct opts *o);
 
-int main(int argc, char **argv)
+/* Prints the version and the plugins found (--version). */
+static int print_version(void)
 {
-    nmt_set_progname(argv[0]);
-    struct opts o = {0};
-    o.input = "-";
-    o.preset = "small";
-    o.shuffle = 1;
-    o.update_freq = 1;
-    o.seed = 1;
-    o.max_bad = 5;
-    o.log_every = 1;
-    o.lr = 1;
-    o.warmup = 4000;
-    o.layers = o.enc_layers = o.dec_layers = o.d_model = o.heads = o.ff = o.max_len = -1;
-    o.pre_norm = -1;
-    o.ls = o.dropout = o.att_dropout = o.act_dropout = -1;
-    static const struct option lo[] = {
-        {"input", required_argument, NULL, 'i'},          {"output", required_argument, NULL, 'o'},
-        {"valid", required_argument, NULL, OPT_VALID},    {"vocab", required_argument, NULL, OPT_VOCAB},
-        {"resume", no_argument, NULL, OPT_RESUME},        {"backend", required_argument, NULL, OPT_BACKEND},
-        {"threads", required_argument, NULL, OPT_THREADS}, {"epochs", required_argument, NULL, OPT_EPOCHS},
-        {"max-steps", required_argument, NULL, OPT_MAX_STEPS}, {"max-time", required_argument, NULL, OPT_MAX_TIME},
-        {"preset", required_argument, NULL, OPT_PRESET},  {"layers", required_argument, NULL, OPT_LAYERS},
-        {"enc-layers", required_argument, NULL, OPT_ENC_LAYERS}, {"dec-layers", required_argument, NULL, OPT_DEC_LAYERS},
-        {"d-model", required_argument, NULL, OPT_D_MODEL}, {"heads", required_argument, NULL, OPT_HEADS},
-        {"ff", required_argument, NULL, OPT_FF},          {"pre-norm", no_argument, NULL, OPT_PRE_NORM},
-        {"max-len", required_argument, NULL, OPT_MAX_LEN}, {"lr", required_argument, NULL, OPT_LR},
-        {"warmup", required_argument, NULL, OPT_WARMUP},  {"clip-norm", required_argument, NULL, OPT_CLIP},
-        {"update-freq", required_argument, NULL, OPT_UPDATE_FREQ}, {"seed", required_argument, NULL, OPT_SEED},
-        {"label-smoothing", required_argument, NULL, OPT_LS}, {"dropout", required_argument, NULL, OPT_DROPOUT},
-        {"attention-dropout", required_argument, NULL, OPT_ATT_DROPOUT},
-        {"activation-dropout", required_argument, NULL, OPT_ACT_DROPOUT},
-        {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE}, {"max-bad", required_argument, NULL, OPT_MAX_BAD},
-        {"valid-every", required_argument, NULL, OPT_VALID_EVERY}, {"patience", required_argument, NULL, OPT_PATIENCE},
-        {"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"keep", required_argument, NULL, OPT_KEEP},
-        {"log", required_argument, NULL, OPT_LOG},        {"log-every", required_argument, NULL, OPT_LOG_EVERY},
-        {"quiet", no_argument, NULL, 'q'},                {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, OPT_VERSION},      {NULL, 0, NULL, 0}};
-    int ch;
+    nmt_print_version();
+    struct backend_info *list;
+    int n = backend_list(&list);
+    for (int i = 0; i < n; i++) {
+        if (list[i].error)
+            printf("plugin %s (%s): unusable: %s\n", list[i].name, list[i].path, list[i].error);
+        else
+            printf("plugin %s (%s): score %d, ABI %u.%u\n", list[i].name, list[i].path, list[i].score,
+                   list[i].abi_major, list[i].abi_minor);
+    }
+    backend_list_free(list, n);
+    return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : 0;
+}
+
+/* Stores option CH with argument OPTARG into O; 0, or -1 after a usage error. */
+static int parse_option(int ch, struct opts *o)
+{
     uint64_t u;
     const uint64_t BIG = UINT64_C(1) << 62;
+    switch (ch) {
+    case 'i': o->input = optarg; break;
+    case 'o': o->output = optarg; break;
+    case 'q': o->quiet = 1; break;
+    case OPT_VALID: o->valid = optarg; break;
+    case OPT_VOCAB: o->vocab = optarg; break;
+    case OPT_RESUME: o->resume = 1; break;
+    case OPT_BACKEND: o->backend = optarg; break;
+    case OPT_THREADS:
+        if (opt_u64("--threads", optarg, 1, 1024, &u) < 0)
+            return -1;
+        o->threads = (int)u;
+        break;
+    case OPT_EPOCHS: if (opt_u64("--epochs", optarg, 1, BIG, &o->epochs) < 0) return -1; break;
+    case OPT_MAX_STEPS: if (opt_u64("--max-steps", optarg, 1, BIG, &o->max_steps) < 0) return -1; break;
+    case OPT_MAX_TIME:
+        if (opt_duration("--max-time", optarg, &o->max_time) < 0)
+            return -1;
+        if (o->max_time <= 0)
+            return nmt_usage_error("invalid --max-time '%s' (expected seconds, or a number with s, m or h)", optarg), -1;
+        break;
+    case OPT_PRESET: o->preset = optarg; break;
+    case OPT_LAYERS: if (opt_u64("--layers", optarg, 1, 64, &u) < 0) return -1; o->layers = (int64_t)u; break;
+    case OPT_ENC_LAYERS: if (opt_u64("--enc-layers", optarg, 1, 64, &u) < 0) return -1; o->enc_layers = (int64_t)u; break;
+    case OPT_DEC_LAYERS: if (opt_u64("--dec-layers", optarg, 1, 64, &u) < 0) return -1; o->dec_layers = (int64_t)u; break;
+    case OPT_D_MODEL: if (opt_u64("--d-model", optarg, 2, 16384, &u) < 0) return -1; o->d_model = (int64_t)u; break;
+    case OPT_HEADS: if (opt_u64("--heads", optarg, 1, 1024, &u) < 0) return -1; o->heads = (int64_t)u; break;
+    case OPT_FF: if (opt_u64("--ff", optarg, 1, 65536, &u) < 0) return -1; o->ff = (int64_t)u; break;
+    case OPT_PRE_NORM: o->pre_norm = 1; break;
+    case OPT_MAX_LEN: if (opt_u64("--max-len", optarg, 2, 65536, &u) < 0) return -1; o->max_len = (int64_t)u; break;
+    case OPT_LR:
+        if (nmt_parse_double(optarg, &o->lr) < 0 || !(o->lr > 0))
+            return nmt_usage_error("invalid --lr '%s' (expected a positive number)", optarg), -1;
+        break;
+    case OPT_WARMUP: if (opt_u64("--warmup", optarg, 0, BIG, &o->warmup) < 0) return -1; break;
+    case OPT_CLIP:
+        if (nmt_parse_double(optarg, &o->clip) < 0 || !(o->clip >= 0))
+            return nmt_usage_error("invalid --clip-norm '%s' (expected a non-negative number)", optarg), -1;
+        break;
+    case OPT_UPDATE_FREQ: if (opt_u64("--update-freq", optarg, 1, 1 << 20, &o->update_freq) < 0) return -1; break;
+    case OPT_SEED: if (opt_u64("--seed", optarg, 0, UINT64_MAX, &o->seed) < 0) return -1; break;
+    case OPT_LS: if (opt_prob("--label-smoothing", optarg, &o->ls) < 0) return -1; break;
+    case OPT_DROPOUT: if (opt_prob("--dropout", optarg, &o->dropout) < 0) return -1; break;
+    case OPT_ATT_DROPOUT: if (opt_prob("--attention-dropout", optarg, &o->att_dropout) < 0) return -1; break;
+    case OPT_ACT_DROPOUT: if (opt_prob("--activation-dropout", optarg, &o->act_dropout) < 0) return -1; break;
+    case OPT_NO_SHUFFLE: o->shuffle = 0; break;
+    case OPT_MAX_BAD: if (opt_u64("--max-bad", optarg, 1, BIG, &o->max_bad) < 0) return -1; break;
+    case OPT_VALID_EVERY: if (opt_u64("--valid-every", optarg, 1, BIG, &o->valid_every) < 0) return -1; break;
+    case OPT_PATIENCE: if (opt_u64("--patience", optarg, 1, BIG, &o->patience) < 0) return -1; break;
+    case OPT_SAVE_EVERY: if (opt_u64("--save-every", optarg, 1, BIG, &o->save_every) < 0) return -1; break;
+    case OPT_KEEP: if (opt_u64("--keep", optarg, 0, 1000000, &o->keep) < 0) return -1; break;
+    case OPT_LOG: o->log = optarg; break;
+    case OPT_LOG_EVERY: if (opt_u64("--log-every", optarg, 1, BIG, &o->log_every) < 0) return -1; break;
+    default:
+        fprintf(stderr, "Try '%s --help' for more information.\n", nmt_progname());
+        return -1;
+    }
+    return 0;
+}
+
+enum { GO_ON = -1 };
+
+/* Parses and checks the options into O: GO_ON, or the exit status (help, version, usage error). */
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    *o = (struct opts){.input = "-", .preset = "small", .shuffle = 1, .update_freq = 1, .seed = 1, .max_bad = 5,
+                       .log_every = 1, .lr = 1, .warmup = 4000, .pre_norm = -1, .ls = -1, .dropout = -1,
+                       .att_dropout = -1, .act_dropout = -1};
+    o->layers = o->enc_layers = o->dec_layers = o->d_model = o->heads = o->ff = o->max_len = -1;
+    static const struct option lo[] = {
+    {"input", required_argument, NULL, 'i'},          {"output", required_argument, NULL, 'o'},
+    {"valid", required_argument, NULL, OPT_VALID},    {"vocab", required_argument, NULL, OPT_VOCAB},
+    {"resume", no_argument, NULL, OPT_RESUME},        {"backend", required_argument, NULL, OPT_BACKEND},
+    {"threads", required_argument, NULL, OPT_THREADS}, {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"max-steps", required_argument, NULL, OPT_MAX_STEPS}, {"max-time", required_argument, NULL, OPT_MAX_TIME},
+    {"preset", required_argument, NULL, OPT_PRESET},  {"layers", required_argument, NULL, OPT_LAYERS},
+    {"enc-layers", required_argument, NULL, OPT_ENC_LAYERS}, {"dec-layers", required_argument, NULL, OPT_DEC_LAYERS},
+    {"d-model", required_argument, NULL, OPT_D_MODEL}, {"heads", required_argument, NULL, OPT_HEADS},
+    {"ff", required_argument, NULL, OPT_FF},          {"pre-norm", no_argument, NULL, OPT_PRE_NORM},
+    {"max-len", required_argument, NULL, OPT_MAX_LEN}, {"lr", required_argument, NULL, OPT_LR},
+    {"warmup", required_argument, NULL, OPT_WARMUP},  {"clip-norm", required_argument, NULL, OPT_CLIP},
+    {"update-freq", required_argument, NULL, OPT_UPDATE_FREQ}, {"seed", required_argument, NULL, OPT_SEED},
+    {"label-smoothing", required_argument, NULL, OPT_LS}, {"dropout", required_argument, NULL, OPT_DROPOUT},
+    {"attention-dropout", required_argument, NULL, OPT_ATT_DROPOUT},
+    {"activation-dropout", required_argument, NULL, OPT_ACT_DROPOUT},
+    {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE}, {"max-bad", required_argument, NULL, OPT_MAX_BAD},
+    {"valid-every", required_argument, NULL, OPT_VALID_EVERY}, {"patience", required_argument, NULL, OPT_PATIENCE},
+    {"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"keep", required_argument, NULL, OPT_KEEP},
+    {"log", required_argument, NULL, OPT_LOG},        {"log-every", required_argument, NULL, OPT_LOG_EVERY},
+    {"quiet", no_argument, NULL, 'q'},                {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},      {NULL, 0, NULL, 0}};
+    int ch;
     while ((ch = getopt_long(argc, argv, "i:o:qh", lo, NULL)) != -1) {
-        switch (ch) {
-        case 'i': o.input = optarg; break;
-        case 'o': o.output = optarg; break;
-        case 'q': o.quiet = 1; break;
-        case 'h': usage(); return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : 0;
-        case OPT_VERSION: {
-            nmt_print_version();
-            struct backend_info *list;
-            int n = backend_list(&list);
-            for (int i = 0; i < n; i++) {
-                if (list[i].error)
-                    printf("plugin %s (%s): unusable: %s\n", list[i].name, list[i].path, list[i].error);
-                else
-                    printf("plugin %s (%s): score %d, ABI %u.%u\n", list[i].name, list[i].path, list[i].score,
-                           list[i].abi_major, list[i].abi_minor);
-            }
-            backend_list_free(list, n);
+        if (ch == 'h') {
+            usage();
             return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : 0;
         }
-        case OPT_VALID: o.valid = optarg; break;
-        case OPT_VOCAB: o.vocab = optarg; break;
-        case OPT_RESUME: o.resume = 1; break;
-        case OPT_BACKEND: o.backend = optarg; break;
-        case OPT_THREADS:
-            if (parse_u64_opt("--threads", optarg, 1, 1024, &u) < 0)
-                return NMT_EXIT_USAGE;
-            o.threads = (int)u;
-            break;
-        case OPT_EPOCHS: if (parse_u64_opt("--epochs", optarg, 1, BIG, &o.epochs) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_MAX_STEPS: if (parse_u64_opt("--max-steps", optarg, 1, BIG, &o.max_steps) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_MAX_TIME:
-            if (parse_time(optarg, &o.max_time) < 0 || o.max_time <= 0)
-                return nmt_usage_error("invalid --max-time '%s' (expected seconds, or a number with s, m or h)", optarg);
-            break;
-        case OPT_PRESET: o.preset = optarg; break;
-        case OPT_LAYERS: if (parse_u64_opt("--layers", optarg, 1, 64, &u) < 0) return NMT_EXIT_USAGE; o.layers = (int64_t)u; break;
-        case OPT_ENC_LAYERS: if (parse_u64_opt("--enc-layers", optarg, 1, 64, &u) < 0) return NMT_EXIT_USAGE; o.enc_layers = (int64_t)u; break;
-        case OPT_DEC_LAYERS: if (parse_u64_opt("--dec-layers", optarg, 1, 64, &u) < 0) return NMT_EXIT_USAGE; o.dec_layers = (int64_t)u; break;
-        case OPT_D_MODEL: if (parse_u64_opt("--d-model", optarg, 2, 16384, &u) < 0) return NMT_EXIT_USAGE; o.d_model = (int64_t)u; break;
-        case OPT_HEADS: if (parse_u64_opt("--heads", optarg, 1, 1024, &u) < 0) return NMT_EXIT_USAGE; o.heads = (int64_t)u; break;
-        case OPT_FF: if (parse_u64_opt("--ff", optarg, 1, 65536, &u) < 0) return NMT_EXIT_USAGE; o.ff = (int64_t)u; break;
-        case OPT_PRE_NORM: o.pre_norm = 1; break;
-        case OPT_MAX_LEN: if (parse_u64_opt("--max-len", optarg, 2, 65536, &u) < 0) return NMT_EXIT_USAGE; o.max_len = (int64_t)u; break;
-        case OPT_LR:
-            if (nmt_parse_double(optarg, &o.lr) < 0 || !(o.lr > 0))
-                return nmt_usage_error("invalid --lr '%s' (expected a positive number)", optarg);
-            break;
-        case OPT_WARMUP: if (parse_u64_opt("--warmup", optarg, 0, BIG, &o.warmup) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_CLIP:
-            if (nmt_parse_double(optarg, &o.clip) < 0 || !(o.clip >= 0))
-                return nmt_usage_error("invalid --clip-norm '%s' (expected a non-negative number)", optarg);
-            break;
-        case OPT_UPDATE_FREQ: if (parse_u64_opt("--update-freq", optarg, 1, 1 << 20, &o.update_freq) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_SEED: if (parse_u64_opt("--seed", optarg, 0, UINT64_MAX, &o.seed) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_LS: if (parse_prob("--label-smoothing", optarg, &o.ls) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_DROPOUT: if (parse_prob("--dropout", optarg, &o.dropout) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_ATT_DROPOUT: if (parse_prob("--attention-dropout", optarg, &o.att_dropout) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_ACT_DROPOUT: if (parse_prob("--activation-dropout", optarg, &o.act_dropout) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_NO_SHUFFLE: o.shuffle = 0; break;
-        case OPT_MAX_BAD: if (parse_u64_opt("--max-bad", optarg, 1, BIG, &o.max_bad) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_VALID_EVERY: if (parse_u64_opt("--valid-every", optarg, 1, BIG, &o.valid_every) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_PATIENCE: if (parse_u64_opt("--patience", optarg, 1, BIG, &o.patience) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_SAVE_EVERY: if (parse_u64_opt("--save-every", optarg, 1, BIG, &o.save_every) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_KEEP: if (parse_u64_opt("--keep", optarg, 0, 1000000, &o.keep) < 0) return NMT_EXIT_USAGE; break;
-        case OPT_LOG: o.log = optarg; break;
-        case OPT_LOG_EVERY: if (parse_u64_opt("--log-every", optarg, 1, BIG, &o.log_every) < 0) return NMT_EXIT_USAGE; break;
-        default:
-            fprintf(stderr, "Try '%s --help' for more information.\n", nmt_progname());
+        if (ch == OPT_VERSION)
+            return print_version();
+        if (parse_option(ch, o) < 0)
             return NMT_EXIT_USAGE;
-        }
     }
     if (optind < argc) {
         if (optind + 1 < argc)
             return nmt_usage_error("too many arguments");
-        o.input = argv[optind];
+        o->input = argv[optind];
     }
-    if (!o.output || !*o.output || !strcmp(o.output, "-"))
+    if (!o->output || !*o->output || !strcmp(o->output, "-"))
         return nmt_usage_error("a checkpoint file is required (-o FILE)");
-    if (!o.resume && !o.vocab)
+    if (!o->resume && !o->vocab)
         return nmt_usage_error("the vocabulary of the batches is required (--vocab FILE)");
     struct model_config tmp;
-    if (model_preset(&tmp, o.preset) < 0)
+    if (model_preset(&tmp, o->preset) < 0)
         return nmt_usage_error("%s", nmt_errmsg());
-    if (o.keep && !o.save_every)
+    if (o->keep && !o->save_every)
         return nmt_usage_error("--keep needs --save-every");
-    if (o.patience && !o.valid)
+    if (o->patience && !o->valid)
         return nmt_usage_error("--patience needs --valid");
-    int rc = run(&o);
+    return GO_ON;
+}
+
+int main(int argc, char **argv)
+{
+    nmt_set_progname(argv[0]);
+    struct opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != GO_ON)
+        return rc;
+    rc = run(&o);
     if (nmt_close_stdout() < 0) {
         nmt_error("%s", nmt_errmsg());
         return NMT_EXIT_DATA;
