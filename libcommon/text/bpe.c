@@ -222,204 +222,237 @@ static int add_pairs(struct learner *L, const uint32_t *sym, uint32_t n, int64_t
     return 0;
 }
 
-struct vocab *bpe_learn(const struct bpe_counts *c, const struct bpe_learn_opts *opts, struct bpe_learn_stats *stats)
+/* One learning run: the counts, the vocabulary being built and the words as symbol sequences. */
+struct learn_job {
+    const struct bpe_counts *c;
+    const struct bpe_learn_opts *opts;
+    struct bpe_learn_stats st;
+    struct learner L;
+    struct u64map chars;       /* kept character -> its id */
+    struct vocab *v;
+    uint32_t nw;               /* words */
+    uint32_t *sym;             /* every word's symbols back to back */
+    uint64_t *woff;            /* (nw) start of word w in sym */
+    uint32_t *wlen, *stamp;    /* (nw) its length; the last merge step that visited it */
+    uint64_t total_chars, total_syms;
+};
+
+static void job_free(struct learn_job *J)
 {
-    struct bpe_learn_stats st = {0};
-    struct learner L = {0};
-    struct u64map chars;
-    u64map_init(&chars);
-    u64map_init(&L.pair_index);
-    struct char_count *cc = NULL;
-    uint32_t *sym = NULL, *wlen = NULL, *stamp = NULL;
-    uint64_t *woff = NULL;
-    struct vocab *v = NULL;
-    uint32_t nw = c->words.n;
+    learner_free(&J->L);
+    u64map_free(&J->chars);
+    free(J->sym);
+    free(J->woff);
+    free(J->wlen);
+    free(J->stamp);
+}
 
-    if (opts->size < VOCAB_FIRST_CHAR || opts->size > VOCAB_MAX_SIZE) {
-        nmt_seterr("vocabulary size must be %u..%u", VOCAB_FIRST_CHAR, VOCAB_MAX_SIZE);
-        goto fail;
-    }
-    if (!(opts->char_coverage > 0 && opts->char_coverage <= 1)) {
-        nmt_seterr("character coverage must be in (0, 1]");
-        goto fail;
-    }
-    v = vocab_new(opts->normalize);
-    if (!v)
-        goto fail;
-
-    /* 1. characters, by count */
-    uint64_t total_chars = 0, total_syms = 0;
-    for (uint32_t w = 0; w < nw; w++) {
+/* Step 1: counts the characters and adds to the vocabulary the most frequent ones covering
+ * char_coverage of all occurrences (within the size); J->chars maps each to its id. 0 or -1. */
+static int learn_chars(struct learn_job *J)
+{
+    const struct bpe_counts *c = J->c;
+    struct u64map *chars = &J->chars;
+    for (uint32_t w = 0; w < J->nw; w++) {
         uint32_t len;
         const unsigned char *s = (const unsigned char *)strtab_get(&c->words, w, &len);
         for (uint32_t i = 0; i < len;) {
             int32_t cp;
             int k = utf8_next(s + i, len - i, &cp);
-            if (cp < 0) {
-                nmt_seterr("invalid UTF-8 in a word");
-                goto fail;
-            }
-            uint64_t *cnt = u64map_get(&chars, (uint64_t)cp);
+            if (cp < 0)
+                return nmt_seterr("invalid UTF-8 in a word");
+            uint64_t *cnt = u64map_get(chars, (uint64_t)cp);
             if (!cnt)
-                goto fail;
+                return -1;
             *cnt += c->count[w];
-            total_chars += c->count[w];
-            total_syms++;
+            J->total_chars += c->count[w];
+            J->total_syms++;
             i += (uint32_t)k;
         }
     }
-    st.nchar_seen = (uint32_t)chars.n;
-    cc = nmt_malloc((chars.n ? chars.n : 1) * sizeof *cc);
+    J->st.nchar_seen = (uint32_t)chars->n;
+    struct char_count *cc = nmt_malloc((chars->n ? chars->n : 1) * sizeof *cc);
     if (!cc)
-        goto fail;
+        return -1;
     size_t ncc = 0;
-    for (size_t i = 0; i < chars.cap; i++)
-        if (chars.key[i] != U64MAP_EMPTY)
-            cc[ncc++] = (struct char_count){(int32_t)chars.key[i], chars.val[i]};
+    for (size_t i = 0; i < chars->cap; i++)
+        if (chars->key[i] != U64MAP_EMPTY)
+            cc[ncc++] = (struct char_count){(int32_t)chars->key[i], chars->val[i]};
     qsort(cc, ncc, sizeof *cc, char_count_cmp);
     size_t keep = 0;
     uint64_t covered = 0;
-    while (keep < ncc && keep < opts->size - VOCAB_FIRST_CHAR &&
-           (keep == 0 || (double)covered < opts->char_coverage * (double)total_chars)) {
+    while (keep < ncc && keep < J->opts->size - VOCAB_FIRST_CHAR &&
+           (keep == 0 || (double)covered < J->opts->char_coverage * (double)J->total_chars)) {
         covered += cc[keep].count;
         keep++;
     }
-    u64map_free(&chars);
-    u64map_init(&chars);
-    for (size_t i = 0; i < keep; i++) {
-        int64_t id = vocab_add_char(v, cc[i].cp);
-        uint64_t *slot = id < 0 ? NULL : u64map_get(&chars, (uint64_t)cc[i].cp);
+    u64map_free(chars);
+    u64map_init(chars);
+    int rc = 0;
+    for (size_t i = 0; i < keep && rc == 0; i++) {
+        int64_t id = vocab_add_char(J->v, cc[i].cp);
+        uint64_t *slot = id < 0 ? NULL : u64map_get(chars, (uint64_t)cc[i].cp);
         if (!slot)
-            goto fail;
-        *slot = (uint64_t)id;
+            rc = -1;
+        else
+            *slot = (uint64_t)id;
     }
-    st.nchar = (uint32_t)keep;
+    free(cc);
+    J->st.nchar = (uint32_t)keep;
+    return rc;
+}
 
-    /* 2. words as symbol sequences */
-    sym = nmt_malloc((total_syms ? total_syms : 1) * sizeof *sym);
-    woff = nmt_malloc((nw ? nw : 1) * sizeof *woff);
-    wlen = nmt_malloc((nw ? nw : 1) * sizeof *wlen);
-    stamp = nmt_calloc(nw ? nw : 1, sizeof *stamp);
-    if (!sym || !woff || !wlen || !stamp)
-        goto fail;
+/* Step 2: every word as a sequence of character ids (BARRIER for a character left out), its pairs
+ * counted and pushed on the heap. 0 or -1. */
+static int learn_words(struct learn_job *J)
+{
+    uint32_t nw = J->nw;
+    J->sym = nmt_malloc((J->total_syms ? J->total_syms : 1) * sizeof *J->sym);
+    J->woff = nmt_malloc((nw ? nw : 1) * sizeof *J->woff);
+    J->wlen = nmt_malloc((nw ? nw : 1) * sizeof *J->wlen);
+    J->stamp = nmt_calloc(nw ? nw : 1, sizeof *J->stamp);
+    if (!J->sym || !J->woff || !J->wlen || !J->stamp)
+        return -1;
     uint64_t pos = 0;
     for (uint32_t w = 0; w < nw; w++) {
         uint32_t len;
-        const unsigned char *s = (const unsigned char *)strtab_get(&c->words, w, &len);
-        woff[w] = pos;
+        const unsigned char *s = (const unsigned char *)strtab_get(&J->c->words, w, &len);
+        J->woff[w] = pos;
         for (uint32_t i = 0; i < len;) {
             int32_t cp;
             int k = utf8_next(s + i, len - i, &cp);
-            uint64_t *id = u64map_find(&chars, (uint64_t)cp);
-            sym[pos++] = id ? (uint32_t)*id : BARRIER;
+            uint64_t *id = u64map_find(&J->chars, (uint64_t)cp);
+            J->sym[pos++] = id ? (uint32_t)*id : BARRIER;
             i += (uint32_t)k;
         }
-        wlen[w] = (uint32_t)(pos - woff[w]);
-        if (add_pairs(&L, sym + woff[w], wlen[w], (int64_t)c->count[w], w, BARRIER, 0) < 0)
-            goto fail;
+        J->wlen[w] = (uint32_t)(pos - J->woff[w]);
+        if (add_pairs(&J->L, J->sym + J->woff[w], J->wlen[w], (int64_t)J->c->count[w], w, BARRIER, 0) < 0)
+            return -1;
     }
-    for (uint32_t k = 0; k < L.npairs; k++)
-        if (heap_push(&L, L.pairs[k].count, L.pairs[k].a, L.pairs[k].b) < 0)
-            goto fail;
+    for (uint32_t k = 0; k < J->L.npairs; k++)
+        if (heap_push(&J->L, J->L.pairs[k].count, J->L.pairs[k].a, J->L.pairs[k].b) < 0)
+            return -1;
+    return 0;
+}
 
-    /* 3. merges */
+/* Replaces the pair (A, B) by NEWID in the NWL words listed in WL (merge STEP), moving their pair
+ * counts; the pairs touched are left in J->L.touched. 0 or -1. */
+static int apply_merge(struct learn_job *J, uint32_t a, uint32_t b, uint32_t newid, const uint32_t *wl, uint32_t nwl,
+                       uint32_t step)
+{
+    J->L.ntouched = 0;
+    for (uint32_t j = 0; j < nwl; j++) {
+        uint32_t w = wl[j];
+        if (J->stamp[w] == step)
+            continue;
+        J->stamp[w] = step;
+        uint32_t *s = J->sym + J->woff[w], n = J->wlen[w];
+        uint32_t i;
+        for (i = 0; i + 1 < n; i++)
+            if (s[i] == a && s[i + 1] == b)
+                break;
+        if (i + 1 >= n)
+            continue;
+        int64_t f = (int64_t)J->c->count[w];
+        if (add_pairs(&J->L, s, n, -f, w, BARRIER, step) < 0)
+            return -1;
+        uint32_t o = 0;
+        for (i = 0; i < n; i++) {
+            if (i + 1 < n && s[i] == a && s[i + 1] == b) {
+                s[o++] = newid;
+                i++;
+            } else {
+                s[o++] = s[i];
+            }
+        }
+        J->wlen[w] = o;
+        if (add_pairs(&J->L, s, o, f, w, newid, step) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* 1 when the concatenation of pieces A and B is already a piece of V, 0 if not, -1 on error. */
+static int merge_exists(const struct vocab *v, uint32_t a, uint32_t b)
+{
+    uint32_t la, lb;
+    const char *sa = vocab_piece(v, a, &la), *sb = vocab_piece(v, b, &lb);
+    struct nmt_buf cat = {0};
+    if (nmt_buf_append(&cat, sa, la) < 0 || nmt_buf_append(&cat, sb, lb) < 0) {
+        nmt_buf_free(&cat);
+        return -1;
+    }
+    int64_t exists = vocab_find(v, (const char *)cat.data, cat.len);
+    nmt_buf_free(&cat);
+    return exists >= 0;
+}
+
+/* Step 3: merges the most frequent pair until the size, min_freq or the pairs run out. 0 or -1. */
+static int learn_merges(struct learn_job *J)
+{
+    struct learner *L = &J->L;
     uint32_t step = 0;
-    while (v->n < opts->size && L.nheap > 0) {
-        struct heap_ent e = heap_pop(&L);
-        uint64_t *slot = u64map_find(&L.pair_index, (uint64_t)e.a << 32 | e.b);
-        struct pair *p = &L.pairs[*slot];
+    while (J->v->n < J->opts->size && L->nheap > 0) {
+        struct heap_ent e = heap_pop(L);
+        uint64_t *slot = u64map_find(&L->pair_index, (uint64_t)e.a << 32 | e.b);
+        struct pair *p = &L->pairs[*slot];
         if (p->forbidden)
             continue;
         if (p->count != e.count) {
-            if (p->count > 0 && p->count < e.count && heap_push(&L, p->count, e.a, e.b) < 0)
-                goto fail;
+            if (p->count > 0 && p->count < e.count && heap_push(L, p->count, e.a, e.b) < 0)
+                return -1;
             continue;
         }
-        if ((uint64_t)e.count < opts->min_freq || e.count <= 0)
+        if ((uint64_t)e.count < J->opts->min_freq || e.count <= 0)
             break;
-        uint32_t la, lb;
-        const char *sa = vocab_piece(v, e.a, &la), *sb = vocab_piece(v, e.b, &lb);
-        struct nmt_buf cat = {0};
-        if (nmt_buf_append(&cat, sa, la) < 0 || nmt_buf_append(&cat, sb, lb) < 0) {
-            nmt_buf_free(&cat);
-            goto fail;
-        }
-        int64_t exists = vocab_find(v, (const char *)cat.data, cat.len);
-        nmt_buf_free(&cat);
-        if (exists >= 0) {
+        int exists = merge_exists(J->v, e.a, e.b);
+        if (exists < 0)
+            return -1;
+        if (exists) {
             p->forbidden = 1;
             continue;
         }
-        int64_t nid = vocab_add_merge(v, e.a, e.b);
+        int64_t nid = vocab_add_merge(J->v, e.a, e.b);
         if (nid < 0)
-            goto fail;
+            return -1;
         step++;
-        st.nmerge++;
-        st.stop_count = (uint64_t)e.count;
-        uint32_t a = e.a, b = e.b, newid = (uint32_t)nid;
+        J->st.nmerge++;
+        J->st.stop_count = (uint64_t)e.count;
         uint32_t *wl = p->w, nwl = p->nw;  /* p may move as pairs are added; this list does not grow */
         p->w = NULL;
         p->nw = p->capw = 0;
-        L.ntouched = 0;
-        for (uint32_t j = 0; j < nwl; j++) {
-            uint32_t w = wl[j];
-            if (stamp[w] == step)
-                continue;
-            stamp[w] = step;
-            uint32_t *s = sym + woff[w], n = wlen[w];
-            uint32_t i;
-            for (i = 0; i + 1 < n; i++)
-                if (s[i] == a && s[i + 1] == b)
-                    break;
-            if (i + 1 >= n)
-                continue;
-            int64_t f = (int64_t)c->count[w];
-            if (add_pairs(&L, s, n, -f, w, BARRIER, step) < 0)
-                goto fail_wl;
-            uint32_t o = 0;
-            for (i = 0; i < n; i++) {
-                if (i + 1 < n && s[i] == a && s[i + 1] == b) {
-                    s[o++] = newid;
-                    i++;
-                } else {
-                    s[o++] = s[i];
-                }
-            }
-            wlen[w] = o;
-            if (add_pairs(&L, s, o, f, w, newid, step) < 0)
-                goto fail_wl;
-        }
+        int rc = apply_merge(J, e.a, e.b, (uint32_t)nid, wl, nwl, step);
         free(wl);
-        for (uint32_t t = 0; t < L.ntouched; t++) {
-            struct pair *q = &L.pairs[L.touched[t]];
-            if (q->count > 0 && heap_push(&L, q->count, q->a, q->b) < 0)
-                goto fail;
+        if (rc < 0)
+            return -1;
+        for (uint32_t t = 0; t < L->ntouched; t++) {
+            struct pair *q = &L->pairs[L->touched[t]];
+            if (q->count > 0 && heap_push(L, q->count, q->a, q->b) < 0)
+                return -1;
         }
-        continue;
-    fail_wl:
-        free(wl);
-        goto fail;
     }
-    learner_free(&L);
-    u64map_free(&chars);
-    free(cc);
-    free(sym);
-    free(woff);
-    free(wlen);
-    free(stamp);
+    return 0;
+}
+
+struct vocab *bpe_learn(const struct bpe_counts *c, const struct bpe_learn_opts *opts, struct bpe_learn_stats *stats)
+{
+    if (opts->size < VOCAB_FIRST_CHAR || opts->size > VOCAB_MAX_SIZE)
+        return nmt_seterr("vocabulary size must be %u..%u", VOCAB_FIRST_CHAR, VOCAB_MAX_SIZE), NULL;
+    if (!(opts->char_coverage > 0 && opts->char_coverage <= 1))
+        return nmt_seterr("character coverage must be in (0, 1]"), NULL;
+    struct learn_job J = {.c = c, .opts = opts, .nw = c->words.n};
+    u64map_init(&J.chars);
+    u64map_init(&J.L.pair_index);
+    J.v = vocab_new(opts->normalize);
+    int rc = J.v && learn_chars(&J) == 0 && learn_words(&J) == 0 && learn_merges(&J) == 0 ? 0 : -1;
+    job_free(&J);
+    if (rc < 0) {
+        vocab_free(J.v);
+        return NULL;
+    }
     if (stats)
-        *stats = st;
-    return v;
-fail:
-    learner_free(&L);
-    u64map_free(&chars);
-    free(cc);
-    free(sym);
-    free(woff);
-    free(wlen);
-    free(stamp);
-    vocab_free(v);
-    return NULL;
+        *stats = J.st;
+    return J.v;
 }
 
 /* ---- encoding ---- */
