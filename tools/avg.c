@@ -41,7 +41,7 @@ static int avg_checkpoints(char **paths, int n, const char *out)
     size_t nbufs = 0;
     int rc = -1;
     for (int i = 0; i < n; i++)
-        if (!(in[i] = st_read(paths[i])))
+        if (!(in[i] = st_read(paths[i])) || checkpoint_check_finite(in[i], paths[i]) < 0)
             goto done;
     const struct st_file *last = in[n - 1];
     /* the model configuration must agree */

@@ -1,6 +1,7 @@
 /* nmt-cat: print, count or validate nmt record streams (see nmt-cat(1), nmt-stream(5)). */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,8 +154,11 @@ static int print_record(FILE *f, struct cat_state *st, const char *kind, const u
             return -1;
         struct hyp_record *r = &st->hyp;
         if (json) {
-            fprintf(f, "{\"index\":%llu,\"rank\":%u,\"score\":%.9g,\"ids\":", (unsigned long long)r->index, r->rank,
-                    (double)r->score);
+            fprintf(f, "{\"index\":%llu,\"rank\":%u,\"score\":", (unsigned long long)r->index, r->rank);
+            if (isfinite(r->score)) /* JSON has no NaN or infinity */
+                fprintf(f, "%.9g,\"ids\":", (double)r->score);
+            else
+                fputs("null,\"ids\":", f);
             put_ids(f, r->ids, r->n, 1);
             fputs("}\n", f);
         } else {

@@ -17,6 +17,7 @@
 #include "nn/model.h"
 #include "nn/trainer.h"
 #include "io/stream.h"
+#include "io/file.h"
 #include "io/records.h"
 #include "io/safetensors.h"
 #include "cli/cli.h"
@@ -88,7 +89,7 @@ enum {
 
 struct opts {
     const char *input, *valid, *output, *vocab, *backend, *log, *preset;
-    int resume, threads, quiet, shuffle;
+    int resume, threads, quiet, shuffle, preset_set;
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip;
     uint64_t warmup;
@@ -135,6 +136,7 @@ struct ctx {
     double log_loss, log_time, last_lr, last_gn, log_flops;
     uint64_t log_tok, log_n;
     char *path2;               /* room for OUTPUT.best */
+    int lock;                  /* the output's lock, held for the run */
 };
 
 static int log_row(struct ctx *c, double loss, double lr, uint64_t tokens, double tps, double gnorm, double gfs,
@@ -252,7 +254,7 @@ static int parse_option(int ch, struct opts *o)
         if (o->max_time <= 0)
             return nmt_usage_error("invalid --max-time '%s' (expected seconds, or a number with s, m or h)", optarg), -1;
         break;
-    case OPT_PRESET: o->preset = optarg; break;
+    case OPT_PRESET: o->preset = optarg, o->preset_set = 1; break;
     case OPT_LAYERS: if (opt_u64("--layers", optarg, 1, 64, &u) < 0) return -1; o->layers = (int64_t)u; break;
     case OPT_ENC_LAYERS: if (opt_u64("--enc-layers", optarg, 1, 64, &u) < 0) return -1; o->enc_layers = (int64_t)u; break;
     case OPT_DEC_LAYERS: if (opt_u64("--dec-layers", optarg, 1, 64, &u) < 0) return -1; o->dec_layers = (int64_t)u; break;
@@ -367,11 +369,9 @@ int main(int argc, char **argv)
     return rc;
 }
 
-/* Builds the configuration from the preset and the overrides. */
-static void build_config(const struct opts *o, struct model_config *c, int vocab)
+/* Applies the options that override a configuration's fields to C. */
+static void apply_overrides(const struct opts *o, struct model_config *c)
 {
-    model_preset(c, o->preset);
-    c->vocab = vocab;
     if (o->layers > 0)
         c->enc_layers = c->dec_layers = (int)o->layers;
     if (o->enc_layers > 0)
@@ -398,6 +398,21 @@ static void build_config(const struct opts *o, struct model_config *c, int vocab
         c->act_dropout = (float)o->act_dropout;
 }
 
+/* Builds the configuration from the preset and the overrides. */
+static void build_config(const struct opts *o, struct model_config *c, int vocab)
+{
+    model_preset(c, o->preset);
+    c->vocab = vocab;
+    apply_overrides(o, c);
+}
+
+/* 1 when A and B describe models of one shape. */
+static int same_shape(const struct model_config *a, const struct model_config *b)
+{
+    return a->enc_layers == b->enc_layers && a->dec_layers == b->dec_layers && a->d_model == b->d_model &&
+           a->heads == b->heads && a->ff == b->ff && a->pre_norm == b->pre_norm && a->max_len == b->max_len;
+}
+
 /* Reads the vocabulary and builds the configuration: from the checkpoint at -o with --resume (whose
  * shape explicit options must agree with), else from --vocab and the options. 0, or -1 with the
  * error set. */
@@ -412,23 +427,30 @@ static int setup_model_config(struct ctx *c)
     }
     if (!(c->ck = st_read(o->output)))
         return nmt_seterr("cannot resume: %s", nmt_errmsg());
+    if (checkpoint_check_finite(c->ck, o->output) < 0)
+        return nmt_seterr("cannot resume: %s", nmt_errmsg());
     if (model_config_load(&c->cfg, c->ck) < 0)
         return nmt_seterr("cannot resume from '%s': %s", o->output, nmt_errmsg());
     if (!st_find(c->ck, CKPT_VOCAB_FILE))
         return nmt_seterr("cannot resume from '%s': no vocabulary inside", o->output);
     if (!(c->voc = checkpoint_vocab(c->ck, o->output)))
         return -1;
-    struct model_config want, *cfg = &c->cfg;
-    build_config(o, &want, cfg->vocab);
-    int explicit_shape = o->layers > 0 || o->enc_layers > 0 || o->dec_layers > 0 || o->d_model > 0 || o->heads > 0 ||
-                         o->ff > 0 || o->pre_norm > 0;
-    if (explicit_shape && (want.enc_layers != cfg->enc_layers || want.dec_layers != cfg->dec_layers ||
-                           want.d_model != cfg->d_model || want.heads != cfg->heads || want.ff != cfg->ff ||
-                           want.pre_norm != cfg->pre_norm))
-        return nmt_seterr("'%s' holds another model shape (d %d, heads %d, ff %d, layers %d+%d) than the options "
-                          "ask for (d %d, heads %d, ff %d, layers %d+%d)",
-                          o->output, cfg->d_model, cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers,
-                          want.d_model, want.heads, want.ff, want.enc_layers, want.dec_layers);
+    /* the checkpoint's configuration wins: options may only repeat it */
+    struct model_config want = c->cfg, *cfg = &c->cfg;
+    apply_overrides(o, &want);
+    if (!same_shape(&want, cfg))
+        return nmt_seterr("'%s' holds another model shape (d %d, heads %d, ff %d, layers %d+%d, max-len %d%s) than "
+                          "the options ask for (d %d, heads %d, ff %d, layers %d+%d, max-len %d%s)",
+                          o->output, cfg->d_model, cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers, cfg->max_len,
+                          cfg->pre_norm ? ", pre-norm" : "", want.d_model, want.heads, want.ff, want.enc_layers,
+                          want.dec_layers, want.max_len, want.pre_norm ? ", pre-norm" : "");
+    struct model_config preset;
+    if (o->preset_set && model_preset(&preset, o->preset) == 0 &&
+        (preset.d_model != cfg->d_model || preset.heads != cfg->heads || preset.ff != cfg->ff ||
+         preset.enc_layers != cfg->enc_layers || preset.dec_layers != cfg->dec_layers))
+        return nmt_seterr("'%s' is not a model of --preset %s (d %d, heads %d, ff %d, layers %d+%d); on --resume the "
+                          "checkpoint's configuration is used: drop --preset", o->output, o->preset, cfg->d_model,
+                          cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers);
     if (o->ls >= 0)
         cfg->label_smoothing = (float)o->ls;
     if (o->dropout >= 0)
@@ -663,7 +685,13 @@ static int finish(struct ctx *c, const char *stop)
 static int setup(struct ctx *c)
 {
     struct opts *o = c->o;
-    if (dir_writable(o->output) < 0 || setup_model_config(c) < 0 || setup_vocab(c) < 0 || setup_training(c) < 0)
+    if (dir_writable(o->output) < 0 || (c->lock = out_lock(o->output)) < 0)
+        return -1;
+    int stale = out_remove_stale(o->output);
+    if (stale)
+        nmt_warn("removed %d temporary file%s left beside '%s' by an interrupted save", stale, stale > 1 ? "s" : "",
+                 o->output);
+    if (setup_model_config(c) < 0 || setup_vocab(c) < 0 || setup_training(c) < 0)
         return -1;
     if (o->max_steps && c->t.s.step >= o->max_steps) {
         nmt_error("'%s' is already at step %llu (--max-steps %llu): nothing to do", o->output,
@@ -692,7 +720,7 @@ static int run(struct opts *o)
     struct ctx c;
     memset(&c, 0, sizeof c);
     c.o = o;
-    c.tb.fd = c.vb.fd = -1;
+    c.tb.fd = c.vb.fd = c.lock = -1;
     const char *stop = NULL;
     int rc = setup(&c);
     int status = rc == 1 ? NMT_EXIT_OK : NMT_EXIT_DATA;
@@ -715,5 +743,6 @@ static int run(struct opts *o)
     st_free(c.ck);
     vocab_free(c.voc);
     nmt_buf_free(&c.vocab_text);
+    out_unlock(o->output, c.lock);
     return status;
 }

@@ -179,14 +179,15 @@ int main(int argc, char **argv)
     }
     bpe_counts_free(&counts);
     if (rc == 0) {
-        int fd = nmt_open_out(out, 0);
-        if (fd < 0 || nmt_write_all(fd, file.data, file.len) < 0) {
+        struct out_file of = {.fd = -1}; /* a named vocabulary replaces the old one only when whole */
+        if (nmt_output_open(&of, out, 0) < 0) {
             rc = -1;
-        } else if (fd != 1 && close(fd) < 0) {
-            rc = nmt_seterr("cannot close '%s': %s", out, strerror(errno));
+        } else if (nmt_write_all(of.fd, file.data, file.len) < 0) {
+            rc = nmt_seterr("cannot write '%s': %s", nmt_path_name(out, 1), nmt_errmsg());
+            nmt_output_finish(&of, 0);
+        } else if (nmt_output_finish(&of, 1) < 0) {
+            rc = -1;
         }
-        if (rc < 0 && fd >= 0)
-            nmt_seterr("cannot write '%s': %s", nmt_path_name(out, 1), nmt_errmsg());
     }
     if (rc < 0)
         nmt_error("%s", nmt_errmsg());

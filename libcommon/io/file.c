@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -188,4 +190,83 @@ int nmt_output_finish(struct out_file *f, int keep)
         return out_file_commit(f);
     out_file_abort(f);
     return 0;
+}
+
+/* PATH's directory and ".NAME" + SUFFIX in it (malloc'ed, NULL when out of memory). */
+static char *beside(const char *path, const char *suffix)
+{
+    char *dir = dir_of(path), *b = nmt_strdup(path);
+    size_t n = strlen(path) + strlen(suffix) + 8;
+    char *out = dir && b ? nmt_malloc(n) : NULL;
+    if (out)
+        snprintf(out, n, "%s/.%s%s", dir, basename(b), suffix);
+    free(dir);
+    free(b);
+    return out;
+}
+
+int out_lock(const char *path)
+{
+    char *lock = beside(path, ".lock");
+    if (!lock)
+        return -1;
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        nmt_seterr("cannot lock '%s': %s: %s", path, lock, strerror(errno));
+    } else if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        nmt_seterr("'%s' is being written by another process (pid %s, holding %s): wait for it, or choose another "
+                   "output", path, *pid ? pid : "unknown", lock);
+        close(fd);
+        fd = -1;
+    } else {
+        char pid[32];
+        int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+        if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+            nmt_seterr("cannot lock '%s': %s: %s", path, lock, strerror(errno));
+            close(fd);
+            fd = -1;
+        }
+    }
+    free(lock);
+    return fd;
+}
+
+void out_unlock(const char *path, int fd)
+{
+    if (fd < 0)
+        return;
+    char *lock = beside(path, ".lock");
+    if (lock)
+        unlink(lock);
+    free(lock);
+    close(fd);
+}
+
+int out_remove_stale(const char *path)
+{
+    char *prefix = beside(path, ".tmp"), *dir = dir_of(path);
+    int removed = 0;
+    DIR *d = prefix && dir ? opendir(dir) : NULL;
+    const char *want = prefix ? strrchr(prefix, '/') + 1 : NULL;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        /* ".NAME.tmp" and the 6 characters mkstemp put there */
+        if (strncmp(e->d_name, want, strlen(want)) == 0 && strlen(e->d_name) == strlen(want) + 6) {
+            size_t n = strlen(dir) + strlen(e->d_name) + 2;
+            char *f = nmt_malloc(n);
+            if (f) {
+                snprintf(f, n, "%s/%s", dir, e->d_name);
+                removed += unlink(f) == 0;
+                free(f);
+            }
+        }
+    }
+    if (d)
+        closedir(d);
+    free(prefix);
+    free(dir);
+    return removed;
 }

@@ -44,6 +44,16 @@ int nmt_output_open(struct out_file *f, const char *path, int binary);
  * error set (the commit failed). */
 int nmt_output_finish(struct out_file *f, int keep);
 
+/* Takes the advisory lock of the output PATH for this process: the file ".NAME.lock" beside it,
+ * locked with flock and holding the pid. Returns its descriptor (keep it open while writing PATH),
+ * or -1 with the error set ("'PATH' is being written by process PID"). */
+int out_lock(const char *path);
+/* Releases a lock of out_lock: removes the lock file and closes FD. */
+void out_unlock(const char *path, int fd);
+/* Removes the temporary files a killed writer of PATH left beside it (".NAME.tmpXXXXXX"); returns
+ * how many were removed. Call it holding PATH's lock. */
+int out_remove_stale(const char *path);
+
 /* Writes all LEN bytes to FD, retrying short writes and EINTR; 0 or -1 with the error set. */
 int nmt_write_all(int fd, const void *buf, size_t len);
 

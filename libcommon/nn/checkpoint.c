@@ -85,6 +85,23 @@ struct vocab *checkpoint_vocab(const struct st_file *f, const char *name)
     return vocab_parse(vt->data, (size_t)vt->nbytes, name);
 }
 
+int checkpoint_check_finite(const struct st_file *f, const char *name)
+{
+    for (size_t i = 0; i < f->nt; i++) {
+        const struct st_tensor *t = &f->t[i];
+        if (t->dtype != ST_F32)
+            continue;
+        const unsigned char *p = t->data;
+        for (uint64_t k = 0; k < t->nbytes / 4; k++) {
+            uint32_t bits = nmt_le32(p + 4 * k);
+            if ((bits & 0x7F800000u) == 0x7F800000u) /* all exponent bits: infinity or NaN */
+                return nmt_seterr("'%s': tensor '%s' holds a non-finite value (element %llu): a diverged or damaged "
+                                  "model", name, t->name, (unsigned long long)k);
+        }
+    }
+    return 0;
+}
+
 int checkpoint_open_model(const char *path, struct st_file **f, struct model_config *cfg, struct vocab **v)
 {
     *v = NULL;
@@ -96,6 +113,8 @@ int checkpoint_open_model(const char *path, struct st_file **f, struct model_con
         ;
     else if ((int)(*v)->n != cfg->vocab)
         nmt_seterr("'%s': vocabulary of %u pieces for a model of %d", path, (*v)->n, cfg->vocab);
+    else if (checkpoint_check_finite(*f, path) < 0)
+        ;
     else
         return 0;
     vocab_free(*v);

@@ -43,8 +43,11 @@ int checkpoint_save(struct model *m, const struct train_state *s, const struct t
 int checkpoint_train_state(const struct st_file *f, struct train_state *s);
 /* Parses the vocabulary inside F (NAME for messages); returns it, or NULL with the error set. */
 struct vocab *checkpoint_vocab(const struct st_file *f, const char *name);
+/* Checks that every float tensor of F (read from NAME) is finite; 0, or -1 with the error set
+ * naming the tensor and element (a checkpoint of a diverged or damaged model). */
+int checkpoint_check_finite(const struct st_file *f, const char *name);
 /* Reads PATH for decoding: the file (kept open for the tensors), its configuration into *CFG and its
- * vocabulary into *V, checked against each other. 0, or -1 with the error set (*F and *V NULL). */
+ * vocabulary into *V, checked against each other, and its weights checked finite. 0, or -1 with the error set (*F and *V NULL). */
 int checkpoint_open_model(const char *path, struct st_file **f, struct model_config *cfg, struct vocab **v);
 
 #endif

@@ -632,6 +632,11 @@ struct vocab *vocab_load(const char *path)
         if (n == 0)
             break;
         b.len += (size_t)n;
+        if (b.len - (size_t)n < 10 && b.len >= 10 && memcmp(b.data, "nmt-vocab ", 10) != 0) {
+            nmt_seterr("%s: line 1: not an nmt vocabulary (expected 'nmt-vocab %d.%d'; nothing more was read)", name,
+                       VOCAB_MAJOR, VOCAB_MINOR);
+            goto out;
+        }
         if (b.len > VOCAB_MAX_FILE) {
             nmt_seterr("%s: larger than %u bytes, not a vocabulary", name, VOCAB_MAX_FILE);
             goto out;

@@ -192,3 +192,91 @@ setup_file() {
     [ "${lines[0]}" = "nmt-decode: invalid --beam 'abc' (expected an integer from 1 to 256)" ]
     [ "$(printf '%s\n' "$output" | grep -c 'invalid --beam')" -eq 1 ]
 }
+
+# Writes a copy of checkpoint $1 to $2 with the first element of its first F32 tensor set to NaN.
+poison() {
+    python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+t = next(v for k, v in h.items() if k != '__metadata__' and v['dtype'] == 'F32')
+b[8 + n + t['data_offsets'][0]:8 + n + t['data_offsets'][0] + 4] = struct.pack('<f', float('nan'))
+open(sys.argv[2], 'wb').write(b)
+PY
+}
+
+@test "hostile: a checkpoint with a non-finite weight is refused by nmt-decode, nmt-avg and nmt-train --resume" {
+    nmt-train -i "$D/a.batches" --vocab "$D/v1" -o "$D/ok.ckpt" --preset tiny --max-steps 1 -q --threads 1
+    poison "$D/ok.ckpt" "$D/nan.ckpt"
+    run nmt-decode -m "$D/nan.ckpt" -i "$D/a.en" --threads 1
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"'$D/nan.ckpt': tensor '"*"' holds a non-finite value (element 0): a diverged or damaged model"* ]]
+    run nmt-avg -o "$D/avg.ckpt" "$D/ok.ckpt" "$D/nan.ckpt"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"holds a non-finite value"* ]]
+    [ ! -e "$D/avg.ckpt" ]
+    cp "$D/nan.ckpt" "$D/resume.ckpt"
+    run nmt-train -i "$D/a.batches" -o "$D/resume.ckpt" --resume --max-steps 2 -q --threads 1
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"cannot resume: '$D/resume.ckpt': tensor "*"non-finite"* ]]
+}
+
+@test "hostile: nmt-cat --json writes null for a non-finite score, never NaN" {
+    printf 'nan\t#5 #6\n-1.5\t#7\n' | "$H" gen --kind hyp > "$D/nan.hyp"
+    run nmt-cat --json "$D/nan.hyp"
+    [ "$status" -eq 0 ]
+    [ "${lines[0]}" = '{"index":0,"rank":1,"score":null,"ids":[5,6]}' ]
+    [ "${lines[1]}" = '{"index":1,"rank":1,"score":-1.5,"ids":[7]}' ]
+    printf '%s\n' "$output" | python3 -c 'import json, sys; [json.loads(l) for l in sys.stdin]'
+}
+
+@test "hostile: a failed nmt-vocab keeps the previous vocabulary; a file that is not one is refused at once" {
+    cp "$D/v1" "$D/keep.bpe"
+    run nmt-vocab --size 300 -o "$D/keep.bpe" "$D/a.en"
+    [ "$status" -eq 1 ]
+    cmp "$D/keep.bpe" "$D/v1"
+    run timeout 5 nmt-tokenize -v /dev/zero -i "$D/a.en"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"/dev/zero: line 1: not an nmt vocabulary (expected 'nmt-vocab 1.0'; nothing more was read)"* ]]
+}
+
+@test "hostile: on --resume the checkpoint's configuration wins; options contradicting it are errors" {
+    nmt-train -i "$D/a.batches" --vocab "$D/v1" -o "$D/l1.ckpt" --preset tiny --layers 1 --max-steps 1 -q --threads 1
+    run nmt-train -i "$D/a.batches" -o "$D/l1.ckpt" --resume --layers 1 --max-steps 2 -q --threads 1
+    [ "$status" -eq 0 ]
+    run nmt-train -i "$D/a.batches" -o "$D/l1.ckpt" --resume --max-steps 3 -q --threads 1
+    [ "$status" -eq 0 ]
+    run nmt-train -i "$D/a.batches" -o "$D/l1.ckpt" --resume --preset small --max-steps 4 -q --threads 1
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"'$D/l1.ckpt' is not a model of --preset small"* ]]
+    run nmt-train -i "$D/a.batches" -o "$D/l1.ckpt" --resume --layers 2 --max-steps 4 -q --threads 1
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"holds another model shape"* ]]
+}
+
+@test "hostile: two trainers on one checkpoint: the second is refused, naming the first; stale temporaries go" {
+    : > "$D/.lk.ckpt.tmpAbC123"
+    nmt-train -i "$D/a.batches" --vocab "$D/v1" -o "$D/lk.ckpt" --preset tiny --max-steps 100000 -q --threads 1 \
+        --save-every 1 2> "$D/first.err" &
+    pid=$!
+    for i in $(seq 300); do [ -s "$D/lk.ckpt" ] && break; sleep 0.1; done
+    [ -s "$D/.lk.ckpt.lock" ]
+    run nmt-train -i "$D/a.batches" --vocab "$D/v1" -o "$D/lk.ckpt" --preset tiny --max-steps 2 -q --threads 1
+    kill -TERM "$pid"
+    wait "$pid" || true
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"'$D/lk.ckpt' is being written by another process (pid $pid"* ]]
+    [ ! -e "$D/.lk.ckpt.tmpAbC123" ]
+    grep -q "removed 1 temporary file left beside '$D/lk.ckpt'" "$D/first.err"
+    [ ! -e "$D/.lk.ckpt.lock" ]
+    [ -s "$D/lk.ckpt" ]
+}
+
+@test "hostile: an empty source side passes nmt-batch (a row of </s> alone)" {
+    printf '\t#5 #6\n#7\t#8\n' | "$H" gen > "$D/emptysrc.ids"
+    run nmt-batch -i "$D/emptysrc.ids" -o "$D/emptysrc.batches"
+    [ "$status" -eq 0 ]
+    run nmt-cat --check "$D/emptysrc.batches"
+    [ "$status" -eq 0 ]
+}

@@ -6,7 +6,8 @@
  *                                             written as a raw record of that kind, except
  *                                             --kind batch: each line is a one-row batch record
  *                                             of exactly the ids given (no EOS added), to
- *                                             build malformed batches
+ *                                             build malformed batches; --kind hyp: each line
+ *                                             "SCORE<TAB>ids" is a hyp record (SCORE may be nan)
  *   batch_io dump FILE                       batch stream -> one line per row:
  *                                             "batch index src_len tgt_len B S T src tgt"
  *                                             (ids comma-joined without EOS, "-" when empty);
@@ -91,6 +92,10 @@ static int gen(int argc, char **argv)
         const uint32_t *cids[2] = {ids[0], ids[1]};
         if (strcmp(kind, "ids") == 0) {
             if (ids_record_encode(&buf, index, nsides, n, cids) < 0)
+                return 1;
+        } else if (strcmp(kind, "hyp") == 0 && tab) {
+            float score = strtof(line, NULL);
+            if (hyp_record_encode(&buf, index, 1, score, n[1], ids[1]) < 0)
                 return 1;
         } else if (strcmp(kind, "batch") == 0) {
             struct batch_record br = {0};
