@@ -172,7 +172,7 @@ static int emit(struct state *st, struct sent *s)
     if (o->score) {
         if (st->w) {
             st->rec.len = 0;
-            if (hyp_record_encode(&st->rec, s->index, 0, (float)s->lp, 0, NULL) < 0 ||
+            if (hyp_record_encode(&st->rec, s->index, 1, (float)s->lp, 0, NULL) < 0 ||
                 rec_write(st->w, st->rec.data, st->rec.len) < 0)
                 return -1;
             return 0;
@@ -185,7 +185,7 @@ static int emit(struct state *st, struct sent *s)
         for (int r = 0; r < (nh ? nh : 1); r++) {
             st->rec.len = 0;
             const struct search_hyp *h = nh ? &s->res.hyp[r] : NULL;
-            if (hyp_record_encode(&st->rec, s->index, (uint32_t)r, h ? h->score : 0, h ? h->n : 0, h ? h->ids : NULL) <
+            if (hyp_record_encode(&st->rec, s->index, (uint32_t)r + 1, h ? h->score : 0, h ? h->n : 0, h ? h->ids : NULL) <
                     0 ||
                 rec_write(st->w, st->rec.data, st->rec.len) < 0)
                 return -1;

@@ -462,14 +462,14 @@ static int decode_stream(struct state *st, const char *path)
             uint32_t n[2];
             if (hyp) {
                 if (hyp_record_decode(&hr, d, len) < 0) {
-                    rc = -1;
+                    rc = nmt_seterr("%s: record %llu: %s", name, (unsigned long long)rec_reader_count(r), nmt_errmsg());
                     break;
                 }
                 idp[0] = hr.ids;
                 n[0] = hr.n;
             } else {
                 if (ids_record_decode(&ir, d, len) < 0) {
-                    rc = -1;
+                    rc = nmt_seterr("%s: record %llu: %s", name, (unsigned long long)rec_reader_count(r), nmt_errmsg());
                     break;
                 }
                 ns = ir.nsides;

@@ -445,12 +445,11 @@ static int setup_model_config(struct ctx *c)
                           cfg->pre_norm ? ", pre-norm" : "", want.d_model, want.heads, want.ff, want.enc_layers,
                           want.dec_layers, want.max_len, want.pre_norm ? ", pre-norm" : "");
     struct model_config preset;
-    if (o->preset_set && model_preset(&preset, o->preset) == 0 &&
-        (preset.d_model != cfg->d_model || preset.heads != cfg->heads || preset.ff != cfg->ff ||
-         preset.enc_layers != cfg->enc_layers || preset.dec_layers != cfg->dec_layers))
-        return nmt_seterr("'%s' is not a model of --preset %s (d %d, heads %d, ff %d, layers %d+%d); on --resume the "
-                          "checkpoint's configuration is used: drop --preset", o->output, o->preset, cfg->d_model,
-                          cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers);
+    build_config(o, &preset, cfg->vocab);
+    if (o->preset_set && !same_shape(&preset, cfg))
+        return nmt_seterr("'%s' is not a model of --preset %s and the shape options given (d %d, heads %d, ff %d, "
+                          "layers %d+%d); on --resume the checkpoint's configuration is used: drop --preset",
+                          o->output, o->preset, cfg->d_model, cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers);
     if (o->ls >= 0)
         cfg->label_smoothing = (float)o->ls;
     if (o->dropout >= 0)

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define REC_MAJOR 1
-#define REC_MINOR 0
+#define REC_MINOR 1
 
 #define REC_MAGIC_HEADER 0x184D2A5EU  /* zstd skippable frame magic, variant 0xE */
 #define REC_MAGIC_TRAILER 0x184D2A5FU /* variant 0xF */

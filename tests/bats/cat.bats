@@ -95,7 +95,7 @@ teardown() { rm -rf "$TMP"; }
 @test "--kind requires a kind" {
     run nmt-cat --kind batch ids.nmt
     [ "$status" -eq 1 ]
-    [ "$output" = "nmt-cat: ids.nmt: unexpected kind at byte 0: expected a batch stream, got ids 1.0" ]
+    [ "$output" = "nmt-cat: ids.nmt: unexpected kind at byte 0: expected a batch stream, got ids 1.1" ]
     run nmt-cat --kind ids --count ids.nmt
     [ "$status" -eq 0 ]
 }

@@ -280,3 +280,23 @@ PY
     run nmt-cat --check "$D/emptysrc.batches"
     [ "$status" -eq 0 ]
 }
+
+@test "hostile: n-best ranks count from 1 in hyp streams as in the text output (stream format 1.1)" {
+    nmt-train -i "$D/a.batches" --vocab "$D/v1" -o "$D/r.ckpt" --preset tiny --max-steps 1 -q --threads 1
+    head -3 "$D/a.en" > "$D/three.en"
+    nmt-decode -m "$D/r.ckpt" -i "$D/three.en" --beam 2 --nbest 2 --max-len-b 3 --out hyp -o "$D/r.hyp" --threads 1
+    run nmt-cat "$D/r.hyp"
+    [ "$status" -eq 0 ]
+    [ "$(printf '%s\n' "$output" | cut -f2 | sort -u | tr '\n' ' ')" = "1 2 " ]
+    run nmt-decode -m "$D/r.ckpt" -i "$D/three.en" --beam 2 --nbest 2 --max-len-b 3 --threads 1
+    [ "$(printf '%s\n' "$output" | cut -f2 | sort -u | tr '\n' ' ')" = "1 2 " ]
+    run nmt-cat --header "$D/r.hyp"
+    [[ "$output" == *"version	1.1"* ]]
+}
+
+@test "hostile: a bad record through nmt-tokenize --decode names the file and the record" {
+    printf 'garbage\n' | "$H" gen --kind hyp > "$D/g.hyp"
+    run nmt-tokenize --decode -v "$D/v1" -i "$D/g.hyp"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-tokenize: $D/g.hyp: record 1: hyp record: 7 bytes is too short" ]
+}

@@ -241,7 +241,7 @@ static void test_errors(void)
     int fd = fd_from_bytes(img, n);
     int st = read_all(fd, "batch", &c, &h);
     close(fd);
-    test_ok(st == REC_EKIND && strstr(nmt_errmsg(), "expected a batch stream, got ids 1.0"), "wrong kind: %s",
+    test_ok(st == REC_EKIND && strstr(nmt_errmsg(), "expected a batch stream, got ids 1.1"), "wrong kind: %s",
             nmt_errmsg());
     img[0] ^= 0xff;
     fd = fd_from_bytes(img, n);
@@ -253,7 +253,7 @@ static void test_errors(void)
     fd = fd_from_bytes(img, n);
     st = read_all(fd, NULL, &c, &h);
     close(fd);
-    test_ok(st == REC_EVERSION && strstr(nmt_errmsg(), "version 2.0 is not supported"), "future major: %s",
+    test_ok(st == REC_EVERSION && strstr(nmt_errmsg(), "version 2.1 is not supported"), "future major: %s",
             nmt_errmsg());
     free(img);
     fd = fd_from_bytes((const unsigned char *)"", 0);
