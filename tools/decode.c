@@ -589,15 +589,8 @@ static int translate(struct state *st, struct input *inp)
     struct sent **ord = NULL;
     size_t *start = NULL;
     for (;;) {
-        if (n == cap) {
-            cap = cap ? 2 * cap : 256;
-            struct sent *t = realloc(all, cap * sizeof *t);
-            if (!t) {
-                nmt_seterr("out of memory");
-                goto out;
-            }
-            all = t;
-        }
+        if (NMT_GROW(all, cap, n + 1) < 0)
+            goto out;
         rc = next(st, inp, &all[n]);
         if (rc <= 0) {
             if (rc < 0)

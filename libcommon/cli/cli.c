@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "io/stream.h"
 
 static const char *progname = "nmt";
@@ -89,21 +90,11 @@ int nmt_json_string(FILE *f, const char *s, size_t n)
             putc((int)c, f);
         } else {
             /* copy a well-formed UTF-8 sequence, else emit U+FFFD */
-            size_t len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
-            int ok = len > 0 && i + len <= n;
-            for (size_t k = 1; ok && k < len; k++)
-                ok = (p[i + k] & 0xC0) == 0x80;
-            if (ok && len == 3) {
-                unsigned cp = ((c & 0x0F) << 12) | ((p[i + 1] & 0x3F) << 6);
-                ok = cp >= 0x800 && !(cp >= 0xD800 && cp <= 0xDFFF);
-            }
-            if (ok && len == 4) {
-                unsigned cp = ((c & 0x07) << 18) | ((p[i + 1] & 0x3F) << 12);
-                ok = cp >= 0x10000 && cp <= 0x10FFFF;
-            }
-            if (ok) {
-                fwrite(p + i, 1, len, f);
-                i += len - 1;
+            int32_t cp;
+            int len = utf8_next(p + i, n - i, &cp);
+            if (cp >= 0) {
+                fwrite(p + i, 1, (size_t)len, f);
+                i += (size_t)len - 1;
             } else {
                 fputs("\\ufffd", f);
             }

@@ -14,17 +14,7 @@
 /* ---- buffers ---- */
 int bleu_cps_reserve(bleu_cps *b, size_t n)
 {
-    if (b->n + n <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->n + n)
-        cap *= 2;
-    int32_t *p = nmt_realloc(b->p, cap * sizeof *p);
-    if (!p)
-        return -1;
-    b->p = p;
-    b->cap = cap;
-    return 0;
+    return NMT_GROW(b->p, b->cap, b->n + n);
 }
 
 void bleu_cps_free(bleu_cps *b)
