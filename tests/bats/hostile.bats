@@ -300,3 +300,23 @@ PY
     [ "$status" -eq 1 ]
     [ "$output" = "nmt-tokenize: $D/g.hyp: record 1: hyp record: 7 bytes is too short" ]
 }
+
+@test "hostile: tok records with invalid UTF-8 are refused by nmt-cat --check as by nmt-vocab; an empty token is data" {
+    printf 'a \xff\tc\n' | "$H" gen --kind tok > "$D/bad.tok"
+    run nmt-cat --check "$D/bad.tok"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-cat: $D/bad.tok: record 1: tok record: token 2 of side 1 is not valid UTF-8 (its byte 0)" ]
+    run nmt-vocab --size 270 -o "$D/bad.bpe" "$D/bad.tok"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"not valid UTF-8"* ]]
+    printf 'a  b\tc\nb a\tc  c\n' | "$H" gen --kind tok > "$D/empty.tok"
+    run nmt-vocab --size 270 --min-freq 1 -o "$D/empty.bpe" "$D/empty.tok"
+    [ "$status" -eq 0 ]
+    [ -s "$D/empty.bpe" ]
+}
+
+@test "hostile: nmt-train refuses an -o in a missing folder before any work" {
+    run nmt-train -i "$D/a.batches" --vocab "$D/v1" -o "$D/no/such/dir/m.ckpt" --preset tiny --max-steps 1 -q
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"cannot write checkpoints in '$D/no/such/dir'"* ]]
+}

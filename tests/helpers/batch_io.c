@@ -7,7 +7,9 @@
  *                                             --kind batch: each line is a one-row batch record
  *                                             of exactly the ids given (no EOS added), to
  *                                             build malformed batches; --kind hyp: each line
- *                                             "SCORE<TAB>ids" is a hyp record (SCORE may be nan)
+ *                                             "SCORE<TAB>ids" is a hyp record (SCORE may be nan);
+ *                                             --kind tok: a tok record of the line's sides, tokens
+ *                                             split at single spaces (two spaces: an empty token)
  *   batch_io dump FILE                       batch stream -> one line per row:
  *                                             "batch index src_len tgt_len B S T src tgt"
  *                                             (ids comma-joined without EOS, "-" when empty);
@@ -59,6 +61,30 @@ static uint32_t split_ids(const char *s, size_t n, uint32_t **ids, size_t *cap)
     return k;
 }
 
+/* Encodes LINE (LEN bytes; sides split at a tab, tokens at single spaces) as tok record INDEX. */
+static int tok_line(struct nmt_buf *out, uint64_t index, const char *line, size_t len)
+{
+    const char *tok[2][256];
+    uint32_t tl[2][256], nt[2] = {0, 0};
+    unsigned nsides = 1;
+    size_t start = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len && line[i] != ' ' && line[i] != '\t')
+            continue;
+        unsigned s = nsides - 1;
+        if (nt[s] < 256) {
+            tok[s][nt[s]] = line + start;
+            tl[s][nt[s]++] = (uint32_t)(i - start);
+        }
+        if (i < len && line[i] == '\t')
+            nsides = 2;
+        start = i + 1;
+    }
+    const char *const *tp[2] = {tok[0], tok[1]};
+    const uint32_t *lp[2] = {tl[0], tl[1]};
+    return tok_record_encode(out, index, nsides, nt, tp, lp);
+}
+
 static int gen(int argc, char **argv)
 {
     const char *kind = "ids", *vocab = NULL;
@@ -92,6 +118,9 @@ static int gen(int argc, char **argv)
         const uint32_t *cids[2] = {ids[0], ids[1]};
         if (strcmp(kind, "ids") == 0) {
             if (ids_record_encode(&buf, index, nsides, n, cids) < 0)
+                return 1;
+        } else if (strcmp(kind, "tok") == 0) {
+            if (tok_line(&buf, index, line, (size_t)len) < 0)
                 return 1;
         } else if (strcmp(kind, "hyp") == 0 && tab) {
             float score = strtof(line, NULL);
