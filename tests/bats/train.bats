@@ -71,6 +71,8 @@ losses() { cut -d, -f1,3 "$1"; }
     head -c 400 m.ckpt | tail -c +9 | grep -q '"model.arch":"transformer"'
     head -c 2000 m.ckpt | grep -q '"vocab.fingerprint"'
     [ "$(head -1 log.csv)" = "step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl" ]
+    [ "$(grep -c '"' log.csv)" -eq 0 ] # plain numbers, unquoted
+    [ "$(sed -n 2p log.csv | cut -d, -f1,2)" = "1,1" ]
     n=$(grep -c . log.csv)
     [ "$n" -gt 10 ]
     first=$(sed -n 2p log.csv | cut -d, -f3 | tr -d '"')
