@@ -148,7 +148,7 @@ losses() { cut -d, -f1,3 "$1"; }
     run "${T[@]}" -o m.ckpt --max-steps 50 --lr 1e-12 --warmup 0 --valid "$D/va.b" --valid-every 2 \
         --patience 2 --log l.csv --dropout 0
     [ "$status" -eq 0 ]
-    [ "$(grep -c '^"6"' l.csv)" -eq 2 ]
+    [ "$(grep -c '^6,' l.csv)" -eq 2 ]
     [ "$(grep -c '^"7"' l.csv)" -eq 0 ]
 }
 
