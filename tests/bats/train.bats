@@ -149,7 +149,7 @@ losses() { cut -d, -f1,3 "$1"; }
         --patience 2 --log l.csv --dropout 0
     [ "$status" -eq 0 ]
     [ "$(grep -c '^6,' l.csv)" -eq 2 ]
-    [ "$(grep -c '^"7"' l.csv)" -eq 0 ]
+    [ "$(grep -c '^7,' l.csv)" -eq 0 ]
 }
 
 @test "--max-time ends the run" {
