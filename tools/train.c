@@ -69,6 +69,8 @@ static void usage(void)
            "      --keep N            also keep the last N periodic checkpoints as FILE.step-STEP\n"
            "      --log FILE          metrics, one row per --log-every steps: .csv or .jsonl\n"
            "      --log-every N       (default 1)\n"
+           "      --progress-every S  when stderr is not a terminal, a progress line every S seconds\n"
+           "                          (default 30; on a terminal one line is updated in place)\n"
            "  -q, --quiet             no progress display\n"
            "  -h, --help              show this help and exit\n"
            "      --version           show the version and the plugins found, and exit\n"
@@ -82,7 +84,7 @@ enum {
     OPT_VALID = 256, OPT_VOCAB, OPT_RESUME, OPT_BACKEND, OPT_THREADS, OPT_EPOCHS, OPT_MAX_STEPS, OPT_MAX_TIME,
     OPT_PRESET, OPT_LAYERS, OPT_ENC_LAYERS, OPT_DEC_LAYERS, OPT_D_MODEL, OPT_HEADS, OPT_FF, OPT_PRE_NORM, OPT_MAX_LEN,
     OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
-    OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY,
+    OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
     OPT_VERSION
 };
 
@@ -90,7 +92,7 @@ struct opts {
     const char *input, *valid, *output, *vocab, *backend, *log, *preset;
     int resume, threads, quiet, shuffle, preset_set;
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
-    double max_time, lr, clip;
+    double max_time, lr, clip, progress_every;
     uint64_t warmup;
     /* model overrides; -1 = from the preset */
     int64_t layers, enc_layers, dec_layers, d_model, heads, ff, max_len;
@@ -197,15 +199,21 @@ static int dir_writable(const char *path)
     return rc;
 }
 
-static void progress(const struct ctx *c, double loss, double lr, double tps, double elapsed, double frac)
+/* Shows where training stands: on a terminal one line rewritten in place; elsewhere (PLAIN) a line
+ * of its own, so that logs and `2>&1 | tee` show training moving. */
+static void progress(const struct ctx *c, double loss, double lr, double tps, double elapsed, double frac, int plain)
 {
-    char eta[32] = "";
+    char eta[32] = "", total[32] = "";
     if (frac > 0.001 && frac <= 1) {
         double rest = elapsed / frac - elapsed;
         snprintf(eta, sizeof eta, " ETA %dm%02ds", (int)(rest / 60), (int)fmod(rest, 60));
     }
-    fprintf(stderr, "\rstep %llu ep %llu loss %.4f lr %.2e %.0f tok/s%s\033[K", (unsigned long long)c->t.s.step,
-            (unsigned long long)c->t.s.epoch + 1, loss, lr, tps, eta);
+    if (c->o->max_steps)
+        snprintf(total, sizeof total, "/%llu", (unsigned long long)c->o->max_steps);
+    fprintf(stderr, plain ? "%s: step %llu%s ep %llu loss %.4f lr %.2e %.0f tok/s elapsed %dm%02ds%s\n"
+                          : "\r%sstep %llu%s ep %llu loss %.4f lr %.2e %.0f tok/s elapsed %dm%02ds%s\033[K",
+            plain ? nmt_progname() : "", (unsigned long long)c->t.s.step, total, (unsigned long long)c->t.s.epoch + 1,
+            loss, lr, tps, (int)(elapsed / 60), (int)fmod(elapsed, 60), eta);
 }
 
 static int run(struct opts *o);
@@ -285,6 +293,7 @@ static int parse_option(int ch, struct opts *o)
     case OPT_KEEP: if (opt_u64("--keep", optarg, 0, 1000000, &o->keep) < 0) return -1; break;
     case OPT_LOG: o->log = optarg; break;
     case OPT_LOG_EVERY: if (opt_u64("--log-every", optarg, 1, BIG, &o->log_every) < 0) return -1; break;
+    case OPT_PROGRESS: if (opt_double("--progress-every", optarg, 0, 1e9, 0, &o->progress_every) < 0) return -1; break;
     default:
         fprintf(stderr, "Try '%s --help' for more information.\n", nmt_progname());
         return -1;
@@ -298,7 +307,7 @@ enum { GO_ON = -1 };
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     *o = (struct opts){.input = "-", .preset = "small", .shuffle = 1, .update_freq = 1, .seed = 1, .max_bad = 5,
-                       .log_every = 1, .lr = 1, .warmup = 4000, .pre_norm = -1, .ls = -1, .dropout = -1,
+                       .log_every = 1, .progress_every = 30, .lr = 1, .warmup = 4000, .pre_norm = -1, .ls = -1, .dropout = -1,
                        .att_dropout = -1, .act_dropout = -1};
     o->layers = o->enc_layers = o->dec_layers = o->d_model = o->heads = o->ff = o->max_len = -1;
     static const struct option lo[] = {
@@ -321,6 +330,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
     {"valid-every", required_argument, NULL, OPT_VALID_EVERY}, {"patience", required_argument, NULL, OPT_PATIENCE},
     {"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"keep", required_argument, NULL, OPT_KEEP},
     {"log", required_argument, NULL, OPT_LOG},        {"log-every", required_argument, NULL, OPT_LOG_EVERY},
+    {"progress-every", required_argument, NULL, OPT_PROGRESS},
     {"quiet", no_argument, NULL, 'q'},                {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},      {NULL, 0, NULL, 0}};
     int ch;
@@ -554,13 +564,14 @@ static int after_step(struct ctx *c, const struct trainer_step *st, double dt)
         log_row(c, c->log_loss / (double)c->log_n, st->lr, c->log_tok, c->log_tok / c->log_time, st->grad_norm,
                 c->log_flops / c->log_time * 1e-9, NAN, NAN) < 0)
         return -1;
-    if (c->tty && (now() - c->last_prog > 0.5 || s->step == 1)) {
+    int plain = !c->tty && !o->quiet && now() - c->last_prog >= o->progress_every;
+    if ((c->tty && (now() - c->last_prog > 0.5 || s->step == 1)) || plain) {
         double frac = o->max_steps ? (double)(s->step - c->start_step) / (double)(o->max_steps - c->start_step)
                       : o->max_time > 0 ? (now() - c->t0) / o->max_time
                       : (!c->tb.streaming && c->epochs != UINT64_MAX)
                           ? ((double)s->epoch * c->tb.n + s->pos) / ((double)c->epochs * c->tb.n)
                           : 0;
-        progress(c, c->log_loss / (double)c->log_n, st->lr, c->log_tok / c->log_time, now() - c->t0, frac);
+        progress(c, c->log_loss / (double)c->log_n, st->lr, c->log_tok / c->log_time, now() - c->t0, frac, plain);
         c->last_prog = now();
     }
     if (s->step % o->log_every == 0)
@@ -707,7 +718,7 @@ static int setup(struct ctx *c)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     c->tty = !o->quiet && isatty(2);
-    c->t0 = now();
+    c->t0 = c->last_prog = now(); /* off a terminal, the first progress line comes after --progress-every */
     c->start_step = c->t.s.step;
     c->saved_step = UINT64_MAX;
     return 0;

@@ -200,3 +200,15 @@ losses() { cut -d, -f1,3 "$1"; }
     run "${T[@]}" -o m.ckpt --resume --max-steps $((step + 1))
     [ "$status" -eq 0 ]
 }
+
+@test "off a terminal, --progress-every S prints plain progress lines (none within S seconds)" {
+    run bash -c '"$@" 2> err.txt' _ nmt-train --preset tiny --d-model 32 --ff 64 --heads 2 --layers 1 --threads 1 \
+        --warmup 20 -i "$D/tr.b" --vocab "$D/v.txt" -o p.ckpt --max-steps 3 --progress-every 0
+    [ "$status" -eq 0 ]
+    [ "$(grep -c '^nmt-train: step [0-9]*/3 ep 1 loss [0-9.]* lr [0-9.e+-]* [0-9]* tok/s elapsed [0-9]*m[0-9]*s' err.txt)" -eq 3 ]
+    run bash -c '"$@" 2> err2.txt' _ nmt-train --preset tiny --d-model 32 --ff 64 --heads 2 --layers 1 --threads 1 \
+        --warmup 20 -i "$D/tr.b" --vocab "$D/v.txt" -o p2.ckpt --max-steps 3
+    [ "$status" -eq 0 ]
+    [ "$(grep -c ': step [0-9]*/3' err2.txt)" -eq 0 ]
+    [ "$(grep -c 'max-steps: 3 steps' err2.txt)" -eq 1 ]
+}
