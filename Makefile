@@ -137,7 +137,7 @@ layers:
 
 # The whole suite: plain build, then the same tests under ASan+UBSan, then the fuzzers.
 check: deps layers
-	@rm -f .check-counts; st=0; \
+	@rm -f .check-counts .check-counts.skips; st=0; \
 	$(MAKE) tests-built || exit 1; \
 	bash tests/run.sh . .check-counts || st=1; \
 	$(MAKE) O=san SAN=1 tests-built || exit 1; \
@@ -151,7 +151,7 @@ valgrind: tests-built
 	VALGRIND=1 bash tests/run.sh . /dev/null
 
 test: tests-built
-	@rm -f .check-counts
+	@rm -f .check-counts .check-counts.skips
 	bash tests/run.sh . .check-counts
 	@bash tests/summary.sh .check-counts
 
@@ -180,6 +180,6 @@ install: all
 	for p in man/*.7; do [ -e "$$p" ] && install -m 644 "$$p" $(DESTDIR)$(PREFIX)/share/man/man7/; done; true
 
 clean:
-	rm -rf bin build san fuzz-build .check-counts
+	rm -rf bin build san fuzz-build .check-counts .check-counts.skips
 
 -include $(shell find $(OBJ) -name '*.d' 2>/dev/null)

@@ -20,8 +20,14 @@ if [ "${VALGRIND:-0}" = 1 ]; then
 fi
 status=0
 
-tap_count() { # reads TAP on stdin, echoes "passed failed"
-    awk '/^ok /{p++} /^not ok /{f++} END{print p+0, f+0}'
+tap_count() { # reads TAP on stdin, echoes "passed failed skipped" (a skip is not a pass)
+    awk '/^ok .*# [Ss][Kk][Ii][Pp]/{s++; next} /^ok /{p++} /^not ok /{f++} END{print p+0, f+0, s+0}'
+}
+
+# Appends the skips of the TAP in file $2 to the skip list beside COUNTS, labelled $1.
+tap_skips() {
+    [ "$counts" = /dev/null ] && return
+    grep -i '^ok .*# skip' "$2" | sed "s/^ok [0-9]* *-* *//; s/^/[$1] /" >> "$counts.skips"
 }
 
 for t in "$dir"/build/tests/test_*; do
@@ -30,12 +36,13 @@ for t in "$dir"/build/tests/test_*; do
     out=$(mktemp)
     "${wrap[@]}" "$t" > "$out" 2> "$out.err"
     rc=$?
-    read -r p f < <(tap_count < "$out")
+    read -r p f sk < <(tap_count < "$out")
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # a crash or abort counts as a failure
     grep '^not ok' "$out" | sed "s/^/  [$label $name] /"
     if [ "$f" -ne 0 ]; then tail -20 "$out.err" | sed "s/^/  [$label $name stderr] /"; status=1; fi
-    echo "$label unit $name: $p passed, $f failed"
-    echo "$label-unit-$name $p $f" >> "$counts"
+    tap_skips "$label $name" "$out"
+    echo "$label unit $name: $p passed, $f failed, $sk skipped"
+    echo "$label-unit-$name $p $f $sk" >> "$counts"
     rm -f "$out" "$out.err"
 done
 
@@ -45,12 +52,13 @@ if [ ${#suites[@]} -gt 0 ] && [ "${VALGRIND:-0}" != 1 ]; then
     out=$(mktemp)
     bats --tap "${suites[@]}" > "$out" 2>&1
     rc=$?
-    read -r p f < <(tap_count < "$out")
+    read -r p f sk < <(tap_count < "$out")
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; cat "$out"; fi
     awk '/^not ok /{show=1} /^ok /{show=0} show' "$out" | head -200 | sed "s/^/  [$label bats] /"
     [ "$f" -ne 0 ] && status=1
-    echo "$label bats: $p passed, $f failed"
-    echo "$label-bats $p $f" >> "$counts"
+    tap_skips "$label bats" "$out"
+    echo "$label bats: $p passed, $f failed, $sk skipped"
+    echo "$label-bats $p $f $sk" >> "$counts"
     rm -f "$out"
 fi
 exit $status

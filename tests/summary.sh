@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# Sums the "suite passed failed" lines of COUNTS and prints the closing "N passed, N failed" line.
-# Exit status 1 if anything failed or no test ran.
+# Prints the reason of each skipped test (from COUNTS.skips), then sums the "suite passed failed
+# [skipped]" lines of COUNTS into the closing line "N passed, N failed, N skipped" (a skip is never
+# counted as a pass). Exit status 1 if anything failed or no test ran.
 f=${1:-.check-counts}
-awk '{p+=$2; q+=$3} END{printf "%d passed, %d failed\n", p, q; exit (q>0 || p==0)}' "$f"
+if [ -s "$f.skips" ]; then
+    echo "skipped:"
+    sed 's/^/  /' "$f.skips"
+fi
+awk '{p+=$2; q+=$3; s+=$4} END{printf "%d passed, %d failed, %d skipped\n", p, q, s; exit (q>0 || p==0)}' "$f"
