@@ -38,7 +38,7 @@ ifneq ($(wildcard tools/nmt.c),)
   TOOLS  += $(BIN)/nmt
 endif
 
-PLUGIN_NAMES := $(sort $(filter-out cuda,$(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/*.c))))))
+PLUGIN_NAMES := $(sort $(filter-out cuda comm-%,$(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/*.c))))))
 PLUGINS  := $(PLUGIN_NAMES:%=$(BIN)/nmt-backend-%.so)
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -50,6 +50,11 @@ HELPERS  := $(patsubst tests/helpers/%.c,$(OBJ)/tests/helpers/%,$(HELPER_SRC))
 TESTPLUGIN_SRC := $(wildcard tests/plugins/*.c)
 TESTPLUGINS := $(patsubst tests/plugins/%.c,$(OBJ)/tests/plugins/%.so,$(TESTPLUGIN_SRC))
 
+# Communication modules: plugins/comm-NAME/*.c become bin/nmt-comm-NAME.so; the MPI one is built
+# where Open MPI's compiler wrapper is (scripts/deps.sh installs it). Programs never link MPI.
+MPICC    ?= $(shell command -v mpicc 2>/dev/null)
+COMMS    := $(if $(MPICC),$(BIN)/nmt-comm-mpi.so)
+
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 ifneq ($(NVCC),)
   ifneq ($(wildcard plugins/cuda/*.cu),)
@@ -59,8 +64,8 @@ endif
 
 comma := ,
 .PHONY: layers valgrind bench-built all check test test-san fuzz install clean deps bench demo tests-built
-all: $(TOOLS) $(PLUGINS) $(if $(HAVE_CUDA),$(BIN)/nmt-backend-cuda.so)
-	@echo "nmt: built $(words $(TOOLS)) tools and $(words $(PLUGINS) $(if $(HAVE_CUDA),cuda)) plugin(s) in $(BIN)/; CUDA: $(if $(NVCC),nvcc found ($(NVCC)),nvcc not found)$(if $(HAVE_CUDA),$(comma) cuda plugin built,$(comma) cuda plugin skipped)"
+all: $(TOOLS) $(PLUGINS) $(COMMS) $(if $(HAVE_CUDA),$(BIN)/nmt-backend-cuda.so)
+	@echo "nmt: built $(words $(TOOLS)) tools and $(words $(PLUGINS) $(if $(HAVE_CUDA),cuda)) plugin(s) in $(BIN)/; CUDA: $(if $(NVCC),nvcc found ($(NVCC)),nvcc not found)$(if $(HAVE_CUDA),$(comma) cuda plugin built,$(comma) cuda plugin skipped); MPI: $(if $(MPICC),nmt-comm-mpi.so built,mpicc not found: one process only)"
 
 $(OBJ)/%.o: %.c
 	@mkdir -p $(@D)
@@ -88,6 +93,14 @@ $(OBJ)/plugins/cpu/%.o: CFLAGS += -O3 -fno-math-errno -fno-trapping-math -fvisib
 $(BIN)/nmt-backend-%.so: $$(addprefix $(OBJ)/,$$(addsuffix .o,$$(basename $$(wildcard plugins/$$*/*.c))))
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -shared $^ -lm -ldl -lpthread -o $@
+
+$(OBJ)/plugins/comm-mpi/%.o: plugins/comm-mpi/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(shell $(MPICC) --showme:compile) $(WFLAGS) $(CFLAGS) -fvisibility=hidden -MMD -MP -fPIC -c $< -o $@
+
+$(BIN)/nmt-comm-mpi.so: $(patsubst %.c,$(OBJ)/%.o,$(wildcard plugins/comm-mpi/*.c))
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -shared $^ $(shell $(MPICC) --showme:link) -o $@
 
 # The cuda plugin: every .cu file under plugins/cuda/, compiled by nvcc for the GPUs in CUDA_ARCH
 # (sm_80 code runs on every 8.x GPU, sm_90 on H100/H200, and the compute_90 PTX is compiled by the
@@ -175,6 +188,7 @@ install: all
 	    $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
 	$(if $(strip $(PLUGINS)),install -m 755 $(wildcard $(BIN)/nmt-backend-*.so) $(DESTDIR)$(PLUGINDIR)/)
+	$(if $(strip $(COMMS)),install -m 755 $(COMMS) $(DESTDIR)$(PLUGINDIR)/)
 	for p in man/*.1; do [ -e "$$p" ] && install -m 644 "$$p" $(DESTDIR)$(PREFIX)/share/man/man1/; done; true
 	for p in man/*.5; do [ -e "$$p" ] && install -m 644 "$$p" $(DESTDIR)$(PREFIX)/share/man/man5/; done; true
 	for p in man/*.7; do [ -e "$$p" ] && install -m 644 "$$p" $(DESTDIR)$(PREFIX)/share/man/man7/; done; true

@@ -17,6 +17,7 @@ pkgs=(
   valgrind           # memory checks of the tools
   man-db groff-base  # man -l to render and check the man pages
   python3            # test helpers
+  openmpi-bin libopenmpi-dev  # mpirun and the MPI communication module (several ranks)
 )
 missing=()
 for p in "${pkgs[@]}"; do

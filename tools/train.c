@@ -14,6 +14,7 @@
 
 #include "nn/backend_loader.h"
 #include "nn/model.h"
+#include "nn/ranks.h"
 #include "nn/trainer.h"
 #include "io/stream.h"
 #include "io/file.h"
@@ -62,6 +63,10 @@ static void usage(void)
            "      --activation-dropout P  dropout on the FFN activation (default 0)\n"
            "      --no-shuffle        keep the file's batch order in every epoch\n"
            "      --max-bad N         stop after N non-finite steps in a row (default 5)\n"
+           "Several ranks (mpirun -np N nmt-train ...; see nmt-scale(7)):\n"
+           "      --comm NAME         auto (default: MPI when started by mpirun with N > 1), mpi, none\n"
+           "      --reduce MODE       ordered (default: the model of one process with --update-freq\n"
+           "                          N x K, bit for bit) or fast (the MPI library's all-reduce)\n"
            "Validation, checkpoints, logs:\n"
            "      --valid-every N     validate every N steps (default: end of each epoch)\n"
            "      --patience N        stop after N validations without improvement (default: never)\n"
@@ -85,12 +90,12 @@ enum {
     OPT_PRESET, OPT_LAYERS, OPT_ENC_LAYERS, OPT_DEC_LAYERS, OPT_D_MODEL, OPT_HEADS, OPT_FF, OPT_PRE_NORM, OPT_MAX_LEN,
     OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
     OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
-    OPT_VERSION
+    OPT_VERSION, OPT_COMM, OPT_REDUCE
 };
 
 struct opts {
-    const char *input, *valid, *output, *vocab, *backend, *log, *preset;
-    int resume, threads, quiet, shuffle, preset_set;
+    const char *input, *valid, *output, *vocab, *backend, *log, *preset, *comm;
+    int resume, threads, quiet, shuffle, preset_set, reduce_fast;
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip, progress_every;
     uint64_t warmup;
@@ -138,6 +143,8 @@ struct ctx {
     uint64_t log_tok, log_n;
     char *path2;               /* room for OUTPUT.best */
     int lock;                  /* the output's lock, held for the run */
+    struct comm *comm;         /* the ranks (NULL: one process) */
+    int root;                  /* this process writes the checkpoints, the log and the messages */
 };
 
 static int log_row(struct ctx *c, double loss, double lr, uint64_t tokens, double tps, double gnorm, double gfs,
@@ -292,6 +299,12 @@ static int parse_option(int ch, struct opts *o)
     case OPT_SAVE_EVERY: if (opt_u64("--save-every", optarg, 1, BIG, &o->save_every) < 0) return -1; break;
     case OPT_KEEP: if (opt_u64("--keep", optarg, 0, 1000000, &o->keep) < 0) return -1; break;
     case OPT_LOG: o->log = optarg; break;
+    case OPT_COMM: o->comm = optarg; break;
+    case OPT_REDUCE:
+        if (strcmp(optarg, "ordered") && strcmp(optarg, "fast"))
+            return nmt_usage_error("invalid --reduce '%s' (expected ordered or fast)", optarg), -1;
+        o->reduce_fast = !strcmp(optarg, "fast");
+        break;
     case OPT_LOG_EVERY: if (opt_u64("--log-every", optarg, 1, BIG, &o->log_every) < 0) return -1; break;
     case OPT_PROGRESS: if (opt_double("--progress-every", optarg, 0, 1e9, 0, &o->progress_every) < 0) return -1; break;
     default:
@@ -332,7 +345,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
     {"log", required_argument, NULL, OPT_LOG},        {"log-every", required_argument, NULL, OPT_LOG_EVERY},
     {"progress-every", required_argument, NULL, OPT_PROGRESS},
     {"quiet", no_argument, NULL, 'q'},                {"help", no_argument, NULL, 'h'},
-    {"version", no_argument, NULL, OPT_VERSION},      {NULL, 0, NULL, 0}};
+    {"version", no_argument, NULL, OPT_VERSION},      {"comm", required_argument, NULL, OPT_COMM},
+    {"reduce", required_argument, NULL, OPT_REDUCE}, {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "i:o:qh", lo, NULL)) != -1) {
         if (ch == 'h') {
@@ -497,6 +511,9 @@ static int setup_training(struct ctx *c)
     struct opts *o = c->o;
     struct stat sb;
     int streaming = !strcmp(o->input, "-") || (stat(o->input, &sb) == 0 && !S_ISREG(sb.st_mode));
+    if (streaming && comm_size(c->comm) > 1)
+        return nmt_seterr("with %d ranks the training batches must be a file every rank can read, not %s", comm_size(c->comm),
+                          strcmp(o->input, "-") ? o->input : "stdin (it reaches rank 0 only)");
     if (batch_file_open(&c->tb, o->input, streaming, c->fp) < 0)
         return -1;
     if (!c->tb.has_vocab)
@@ -521,10 +538,12 @@ static int setup_training(struct ctx *c)
     c->epochs = o->epochs ? o->epochs : (o->max_steps || o->max_time > 0) ? UINT64_MAX : 1;
     if (c->tb.streaming)
         c->epochs = 1;
-    struct trainer_opts to = {c->epochs, o->update_freq, o->seed, o->warmup, o->lr, o->clip, o->shuffle,
-                              c->vb.n && !o->valid_every};
-    trainer_init(&c->t, c->m, &c->cfg, &c->tb, &to, &s);
-    c->rec = (struct train_record){o->seed, o->warmup, o->update_freq, o->lr, c->fp, &c->vocab_text,
+    struct trainer_opts to = {c->epochs,   o->update_freq, o->seed, o->warmup,        o->lr, o->clip, o->shuffle,
+                              c->vb.n && !o->valid_every, c->comm, o->reduce_fast};
+    if (trainer_init(&c->t, c->m, &c->cfg, &c->tb, &to, &s) < 0)
+        return -1;
+    uint64_t update_freq = o->update_freq * (uint64_t)comm_size(c->comm);
+    c->rec = (struct train_record){o->seed, o->warmup, update_freq, o->lr, c->fp, &c->vocab_text,
                                    "nmt-train " NMT_VERSION};
     if (trainer_skip_consumed(&c->t) < 0)
         return -1;
@@ -614,23 +633,26 @@ static int validate(struct ctx *c, const char **stop)
         s->best_valid = vn;
         s->bad_valid = 0;
         snprintf(c->path2, strlen(c->o->output) + 64, "%s.best", c->o->output);
-        return trainer_save(&c->t, &c->rec, c->path2);
+        return c->root ? trainer_save(&c->t, &c->rec, c->path2) : 0;
     }
     if (c->o->patience && ++s->bad_valid >= c->o->patience && !*stop)
         *stop = "patience";
     return 0;
 }
 
-/* The reason to stop after this step, or NULL to go on. */
-static const char *stop_reason(const struct ctx *c, int data_end)
+/* The reason to stop after this step, or NULL to go on: the same on every rank (a signal or the
+ * time limit on one rank stops all). 0, or -1 with the error set. */
+static int stop_reason(const struct ctx *c, int data_end, const char **stop)
 {
-    if (c->o->max_steps && c->t.s.step >= c->o->max_steps)
-        return "max-steps";
-    if (c->o->max_time > 0 && now() - c->t0 >= c->o->max_time)
-        return "max-time";
-    if (data_end || c->t.s.epoch >= c->epochs)
-        return "end of data";
-    return got_signal ? "signal" : NULL;
+    int64_t local[2] = {c->o->max_time > 0 && now() - c->t0 >= c->o->max_time, got_signal != 0};
+    if (comm_sum_i64(c->comm, local, 2) < 0)
+        return -1;
+    *stop = c->o->max_steps && c->t.s.step >= c->o->max_steps ? "max-steps"
+            : local[0]                                           ? "max-time"
+            : data_end || c->t.s.epoch >= c->epochs             ? "end of data"
+            : local[1]                                           ? "signal"
+                                                                 : NULL;
+    return 0;
 }
 
 /* Steps until a limit, the data's end, --patience or a signal; *STOP says which. 0, 1 (stopped by
@@ -652,14 +674,15 @@ static int train_loop(struct ctx *c, const char **stop)
                 return -1;
         }
         int epoch_end = s->pos == 0 && s->epoch > 0;
-        *stop = stop_reason(c, st.data_end);
+        if (stop_reason(c, st.data_end, stop) < 0)
+            return -1;
         int do_valid = c->vb.n && ((o->valid_every && s->step % o->valid_every == 0 && st.micro > 0) ||
                                    (!o->valid_every && epoch_end) || (*stop && !o->valid_every && !epoch_end) ||
                                    (*stop && o->valid_every && s->step % o->valid_every));
         if (do_valid && validate(c, stop) < 0)
             return -1;
         if (o->save_every && s->step % o->save_every == 0 && st.micro > 0) {
-            if (trainer_save_periodic(&c->t, &c->rec, o->output, o->keep, o->save_every) < 0)
+            if (c->root && trainer_save_periodic(&c->t, &c->rec, o->output, o->keep, o->save_every) < 0)
                 return -1;
             c->saved_step = s->step;
         }
@@ -673,12 +696,13 @@ static int finish(struct ctx *c, const char *stop)
     const struct train_state *s = &c->t.s;
     if (c->tty)
         fputc('\n', stderr);
-    if (c->saved_step != s->step && trainer_save(&c->t, &c->rec, c->o->output) < 0)
+    if (c->root && c->saved_step != s->step && trainer_save(&c->t, &c->rec, c->o->output) < 0)
         return nmt_error("%s", nmt_errmsg()), NMT_EXIT_DATA;
     if (!strcmp(stop, "signal")) {
-        nmt_error("interrupted by signal %d at step %llu; checkpoint written to '%s'; continue with the same "
-                  "options and --resume",
-                  (int)got_signal, (unsigned long long)s->step, c->o->output);
+        if (c->root)
+            nmt_error("interrupted by a signal at step %llu; checkpoint written to '%s'; continue with the same "
+                      "options and --resume",
+                      (unsigned long long)s->step, c->o->output);
         return NMT_EXIT_DATA;
     }
     if (!c->o->quiet)
@@ -694,9 +718,19 @@ static int finish(struct ctx *c, const char *stop)
 static int setup(struct ctx *c)
 {
     struct opts *o = c->o;
-    if (dir_writable(o->output) < 0 || (c->lock = out_lock(o->output)) < 0)
+    if (comm_open(o->comm, &c->comm) < 0)
         return -1;
-    int stale = out_remove_stale(o->output);
+    c->root = comm_rank(c->comm) == 0;
+    if (!c->root) { /* rank 0 speaks and writes for all */
+        o->quiet = 1;
+        o->log = NULL;
+    }
+    if (c->root && (dir_writable(o->output) < 0 || (c->lock = out_lock(o->output)) < 0))
+        return -1;
+    if (comm_size(c->comm) > 1 && !o->quiet)
+        fprintf(stderr, "%s: %d ranks (%s), %s reduction\n", nmt_progname(), comm_size(c->comm),
+                comm_description(c->comm), o->reduce_fast ? "fast" : "ordered");
+    int stale = c->root ? out_remove_stale(o->output) : 0;
     if (stale)
         nmt_warn("removed %d temporary file%s left beside '%s' by an interrupted save", stale, stale > 1 ? "s" : "",
                  o->output);
@@ -737,6 +771,11 @@ static int run(struct opts *o)
         rc = train_loop(&c, &stop);
         status = rc == 0 ? finish(&c, stop) : NMT_EXIT_DATA;
     }
+    if (rc < 0 && comm_size(c.comm) > 1) { /* the other ranks wait in a collective: end them all */
+        nmt_error("rank %d: %s", comm_rank(c.comm), nmt_errmsg());
+        out_unlock(o->output, c.lock);
+        comm_abort(c.comm, NMT_EXIT_DATA);
+    }
     if (rc < 0)
         nmt_error("%s", nmt_errmsg());
     if (c.log && fclose(c.log) != 0 && status == 0) {
@@ -753,5 +792,6 @@ static int run(struct opts *o)
     vocab_free(c.voc);
     nmt_buf_free(&c.vocab_text);
     out_unlock(o->output, c.lock);
+    comm_close(c.comm);
     return status;
 }

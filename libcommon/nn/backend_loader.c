@@ -194,6 +194,33 @@ char *backend_search_path(void)
     return s;
 }
 
+char *plugin_find(const char *file)
+{
+    int nd;
+    char **dirs = search_dirs(&nd);
+    if (nd < 0)
+        return NULL;
+    char *found = NULL;
+    for (int i = 0; i < nd && !found; i++) {
+        size_t n = strlen(dirs[i]) + strlen(file) + 2;
+        char *p = nmt_malloc(n);
+        if (!p)
+            break;
+        snprintf(p, n, "%s/%s", dirs[i], file);
+        if (access(p, R_OK) == 0)
+            found = p;
+        else
+            free(p);
+    }
+    free_dirs(dirs, nd);
+    if (!found) {
+        char *sp = backend_search_path();
+        nmt_seterr("no %s found (searched %s)", file, sp ? sp : "?");
+        free(sp);
+    }
+    return found;
+}
+
 static int is_plugin_name(const char *f)
 {
     size_t n = strlen(f), pl = strlen(PREFIX), sl = strlen(SUFFIX);

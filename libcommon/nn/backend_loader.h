@@ -50,5 +50,8 @@ void backend_list_free(struct backend_info *list, int n);
 
 /* Returns the search path as a malloc'ed colon-separated string (for messages), or NULL. */
 char *backend_search_path(void);
+/* Returns the path of the first file named FILE (e.g. "nmt-comm-mpi.so") in the plugin search
+ * directories (malloc'ed), or NULL with the error naming the directories searched. */
+char *plugin_find(const char *file);
 
 #endif

@@ -366,6 +366,13 @@ int model_get_grads(struct model *m, float *host)
     return nn_bk(&m->run, m->k->download(m->ctx, host, m->grads, m->np * sizeof(float)), "download");
 }
 
+int model_set_grads(struct model *m, const float *host)
+{
+    if (!m->grads)
+        return nmt_seterr("model has no gradients (not created for training)");
+    return nn_bk(&m->run, m->k->upload(m->ctx, m->grads, host, m->np * sizeof(float)), "upload");
+}
+
 /* ---------------------------------------------------------------------------------------------
  * activation buffer */
 

@@ -82,8 +82,9 @@ int model_init(struct model *m, uint64_t seed);
 /* Copies all P parameters to host memory HOST (P floats) / from HOST to the device. 0 or -1. */
 int model_get_params(struct model *m, float *host);
 int model_set_params(struct model *m, const float *host);
-/* Copies the gradient buffer (P floats) to HOST. 0 or -1. */
+/* Copies the gradient buffer (P floats) to HOST / from HOST. 0 or -1. */
 int model_get_grads(struct model *m, float *host);
+int model_set_grads(struct model *m, const float *host);
 
 /* Result of one forward (and backward) pass over a batch. */
 struct model_loss {

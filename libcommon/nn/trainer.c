@@ -9,8 +9,15 @@
 
 #include "base/util.h"
 
-void trainer_init(struct trainer *t, struct model *m, const struct model_config *cfg, struct batch_file *train,
-                  const struct trainer_opts *o, const struct train_state *s)
+/* Whether steps reduce gradients through the host (several ranks, or several micro-batches summed
+ * in order) rather than accumulating them in place. */
+static int reduced(const struct trainer *t)
+{
+    return comm_size(t->o.comm) > 1 || (t->o.update_freq > 1 && !t->o.reduce_fast);
+}
+
+int trainer_init(struct trainer *t, struct model *m, const struct model_config *cfg, struct batch_file *train,
+                 const struct trainer_opts *o, const struct train_state *s)
 {
     memset(t, 0, sizeof *t);
     t->m = m;
@@ -18,9 +25,21 @@ void trainer_init(struct trainer *t, struct model *m, const struct model_config 
     t->train = train;
     t->o = *o;
     t->s = *s;
+    if (!reduced(t))
+        return 0;
+    size_t np = model_num_params(m);
+    if (!(t->grads = nmt_malloc(np * sizeof(float) + 1)))
+        return -1;
+    return t->o.reduce_fast ? 0 : comm_sum_init(&t->sum, t->o.comm, np);
 }
 
-void trainer_free(struct trainer *t) { batch_record_free(&t->br); }
+void trainer_free(struct trainer *t)
+{
+    batch_record_free(&t->br);
+    comm_sum_free(&t->sum);
+    free(t->grads);
+    t->grads = NULL;
+}
 
 int trainer_skip_consumed(struct trainer *t)
 {
@@ -34,10 +53,10 @@ int trainer_skip_consumed(struct trainer *t)
     return 0;
 }
 
-/* Trains on the next micro-batch (number MICRO of this step) into OUT; 1 when one was trained, 0 at
- * an epoch's end (the state moved to the next epoch) or past the last epoch (OUT->data_end), -1 on
- * error. */
-static int micro_batch(struct trainer *t, uint64_t micro, struct trainer_step *out)
+/* Reads the next micro-batch of the sequence every rank follows into T->br: 1 when there is one (the
+ * state advanced past it), 0 at an epoch's end (the state moved to the next epoch) or past the last
+ * epoch (OUT->data_end), -1 on error. */
+static int next_batch(struct trainer *t, struct trainer_step *out)
 {
     struct train_state *s = &t->s;
     if (s->epoch >= t->o.epochs) {
@@ -53,15 +72,87 @@ static int micro_batch(struct trainer *t, uint64_t micro, struct trainer_step *o
         return 0;
     }
     s->pos++;
-    struct model_loss L;
-    uint64_t dseed = batch_file_key(t->o.seed, s->step + 1, micro);
-    if (model_step(t->m, &t->br, 1, 1, dseed, &L, NULL) < 0)
-        return nmt_seterr("%s: batch %llu of epoch %llu: %s", t->train->name, (unsigned long long)s->pos,
-                          (unsigned long long)s->epoch + 1, nmt_errmsg());
-    out->loss += L.loss;
-    out->tokens += (uint64_t)L.tokens;
-    out->flops += model_step_flops(t->cfg, &t->br);
     return 1;
+}
+
+/* Forward and backward on T->br, micro-batch K of the step (dropout keyed by it); L gets the loss. */
+static int train_batch(struct trainer *t, uint64_t k, struct model_loss *L)
+{
+    uint64_t dseed = batch_file_key(t->o.seed, t->s.step + 1, k);
+    if (model_step(t->m, &t->br, 1, 1, dseed, L, NULL) < 0)
+        return nmt_seterr("%s: batch %llu of epoch %llu: %s", t->train->name, (unsigned long long)t->s.pos,
+                          (unsigned long long)t->s.epoch + 1, nmt_errmsg());
+    return 0;
+}
+
+/* Adds the losses and token counts of one round (rank r's micro-batch is the r-th of COUNT) to OUT
+ * in rank order, which is micro-batch order. 0 or -1. */
+static int add_round_losses(struct trainer *t, const struct model_loss *mine, int count, struct trainer_step *out)
+{
+    int n = comm_size(t->o.comm);
+    struct model_loss *all = nmt_malloc((size_t)n * sizeof *all);
+    if (!all || comm_allgather(t->o.comm, mine, all, sizeof *all) < 0) {
+        free(all);
+        return -1;
+    }
+    for (int r = 0; r < count; r++) {
+        out->loss += all[r].loss;
+        out->tokens += (uint64_t)all[r].tokens;
+    }
+    free(all);
+    return 0;
+}
+
+/* One round of up to N micro-batches (the step's K-th onwards): each rank trains its own; with the
+ * ordered sum, the round's gradients are added to it. Sets *COUNT to the micro-batches the round
+ * had; 0 or -1. */
+static int round_step(struct trainer *t, uint64_t k, int *count, struct trainer_step *out)
+{
+    int n = comm_size(t->o.comm), me = comm_rank(t->o.comm), mine = 0;
+    struct model_loss L = {0};
+    *count = 0;
+    while (*count < n && !out->data_end) {
+        int rc = next_batch(t, out);
+        if (rc < 0)
+            return -1;
+        if (rc == 0) {
+            if (!out->data_end && k + (uint64_t)*count == 0 && t->o.valid_at_epoch_end && t->s.epoch < t->o.epochs)
+                break; /* an epoch ended before this step trained anything: validate first */
+            continue;
+        }
+        out->flops += model_step_flops(t->cfg, &t->br);
+        if (*count == me) {
+            if ((!t->o.reduce_fast && reduced(t) && model_zero_grad(t->m) < 0) ||
+                train_batch(t, k + (uint64_t)*count, &L) < 0)
+                return -1;
+            mine = 1;
+        }
+        ++*count;
+    }
+    if (*count == 0)
+        return 0;
+    if (add_round_losses(t, &L, *count, out) < 0)
+        return -1;
+    if (t->o.reduce_fast || !reduced(t))
+        return 0;
+    if (mine && model_get_grads(t->m, t->grads) < 0)
+        return -1;
+    return comm_sum_add(&t->sum, t->o.comm, t->grads, *count);
+}
+
+/* Brings the step's summed gradients into the model's gradient buffer. 0 or -1. */
+static int finish_reduction(struct trainer *t)
+{
+    if (!reduced(t))
+        return 0;
+    if (t->o.reduce_fast) {
+        if (model_get_grads(t->m, t->grads) < 0 ||
+            comm_allreduce_f32(t->o.comm, t->grads, model_num_params(t->m)) < 0)
+            return -1;
+    } else if (comm_sum_result(&t->sum, t->o.comm, t->grads) < 0) {
+        return -1;
+    }
+    return model_set_grads(t->m, t->grads);
 }
 
 int trainer_step(struct trainer *t, struct trainer_step *out)
@@ -69,17 +160,20 @@ int trainer_step(struct trainer *t, struct trainer_step *out)
     memset(out, 0, sizeof *out);
     if (model_zero_grad(t->m) < 0)
         return -1;
-    while (out->micro < t->o.update_freq && !out->data_end) {
-        int rc = micro_batch(t, out->micro, out);
-        if (rc < 0)
+    comm_sum_reset(&t->sum);
+    uint64_t micro_max = t->o.update_freq * (uint64_t)comm_size(t->o.comm);
+    while (out->micro < micro_max && !out->data_end) {
+        int count;
+        if (round_step(t, out->micro, &count, out) < 0)
             return -1;
-        if (rc == 1)
-            out->micro++;
-        else if (!out->data_end && out->micro == 0 && t->o.valid_at_epoch_end && t->s.epoch < t->o.epochs)
-            break; /* an epoch ended before this step trained anything: validate first */
+        if (count == 0)
+            break;
+        out->micro += (uint64_t)count;
     }
     if (out->micro == 0)
         return 0;
+    if (finish_reduction(t) < 0)
+        return -1;
     out->lr = model_lr(t->o.lr, t->cfg->d_model, (int64_t)t->s.step + 1, (int64_t)t->o.warmup);
     int rc = model_update(t->m, (float)out->lr, (int64_t)t->s.step + 1, (int64_t)out->tokens, t->o.clip,
                           &out->grad_norm);
@@ -98,22 +192,41 @@ int trainer_step(struct trainer *t, struct trainer_step *out)
 
 int trainer_validate(struct trainer *t, struct batch_file *valid, double *vloss, double *vnll)
 {
+    int n = comm_size(t->o.comm), me = comm_rank(t->o.comm);
     double loss = 0, nll = 0;
     int64_t tok = 0;
-    for (uint64_t i = 0;; i++) {
-        int rc = batch_file_get(valid, 0, i, 0, 0, &t->br);
-        if (rc == REC_END)
-            break;
-        if (rc < 0)
-            return -1;
-        struct model_loss L;
-        if (model_step(t->m, &t->br, 0, 0, 0, &L, NULL) < 0)
-            return nmt_seterr("%s: batch %llu: %s", valid->name, (unsigned long long)i, nmt_errmsg());
-        loss += L.loss, nll += L.nll, tok += L.tokens;
+    struct model_loss *all = nmt_malloc((size_t)n * sizeof *all);
+    if (!all)
+        return -1;
+    int rc = 0, end = 0;
+    for (uint64_t i = 0; !end && rc == 0; i += (uint64_t)n) {
+        struct model_loss L = {0};
+        int count = 0;
+        for (; count < n; count++) {
+            int got = batch_file_get(valid, 0, i + (uint64_t)count, 0, 0, &t->br);
+            if (got < 0) {
+                rc = -1;
+                break;
+            }
+            if (got == REC_END) {
+                end = 1;
+                break;
+            }
+            if (count == me && model_step(t->m, &t->br, 0, 0, 0, &L, NULL) < 0) {
+                rc = nmt_seterr("%s: batch %llu: %s", valid->name, (unsigned long long)(i + (uint64_t)count),
+                                nmt_errmsg());
+                break;
+            }
+        }
+        if (rc == 0 && comm_allgather(t->o.comm, &L, all, sizeof L) < 0)
+            rc = -1;
+        for (int r = 0; rc == 0 && r < count; r++)
+            loss += all[r].loss, nll += all[r].nll, tok += all[r].tokens;
     }
+    free(all);
     *vloss = tok ? loss / (double)tok : NAN;
     *vnll = tok ? nll / (double)tok : NAN;
-    return 0;
+    return rc;
 }
 
 int trainer_save(struct trainer *t, const struct train_record *r, const char *path)

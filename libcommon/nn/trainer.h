@@ -1,7 +1,15 @@
 /* trainer.h: the training loop's steps, for nmt-train and any other driver: an optimizer step over
  * --update-freq micro-batches (gradients accumulated, dropout keyed by seed, step and micro-batch),
  * validation, and checkpoints (the periodic one kept under FILE.step-N). The driver decides when to
- * stop, validate and save, and what to print; the library prints nothing. */
+ * stop, validate and save, and what to print; the library prints nothing.
+ *
+ * Data-parallel: with N ranks (nn/ranks.h) a step takes N x update_freq micro-batches of the one
+ * batch sequence every rank reads; micro-batch k goes to rank k mod N, in rounds of N. By default
+ * each micro-batch's gradient is computed apart and the rounds are summed in micro-batch order
+ * (comm_sum), so N ranks with --update-freq F train bit for bit the model of one process with
+ * --update-freq N x F (and one process with F > 1 sums its micro-batches the same way). With
+ * reduce_fast, each rank accumulates its micro-batches and one all-reduce of the library's own
+ * order ends the step. Token counts are summed exactly; losses in micro-batch order. */
 #ifndef NMT_TRAINER_H
 #define NMT_TRAINER_H
 
@@ -10,14 +18,17 @@
 #include "data/batch_file.h"
 #include "nn/checkpoint.h"
 #include "nn/model.h"
+#include "nn/ranks.h"
 
 struct trainer_opts {
     uint64_t epochs;           /* passes over the training batches (UINT64_MAX: no limit) */
-    uint64_t update_freq;      /* micro-batches per optimizer step */
+    uint64_t update_freq;      /* micro-batches per optimizer step and rank */
     uint64_t seed, warmup;
     double lr, clip;           /* learning-rate scale; gradient-norm clip (0: off) */
     int shuffle;               /* a seeded batch order each epoch */
     int valid_at_epoch_end;    /* end a step early at an epoch's end, so that validation can run */
+    struct comm *comm;         /* the ranks (NULL: one process) */
+    int reduce_fast;           /* one all-reduce per step in the library's order (not reproducible) */
 };
 
 /* What one call of trainer_step did. */
@@ -37,10 +48,12 @@ struct trainer {
     struct trainer_opts o;
     struct train_state s;
     struct batch_record br;
+    struct comm_sum sum;       /* the ordered gradient sum (when used) */
+    float *grads;              /* host copy of the gradients (when reduced) */
 };
 
-/* Makes T train M (configuration CFG) on TRAIN from state S; 0 (never fails). */
-void trainer_init(struct trainer *t, struct model *m, const struct model_config *cfg, struct batch_file *train,
+/* Makes T train M (configuration CFG) on TRAIN from state S; 0, or -1 (out of memory). */
+int trainer_init(struct trainer *t, struct model *m, const struct model_config *cfg, struct batch_file *train,
                   const struct trainer_opts *o, const struct train_state *s);
 /* Frees T's scratch (not the model or the batches). */
 void trainer_free(struct trainer *t);
@@ -50,7 +63,8 @@ int trainer_skip_consumed(struct trainer *t);
  * early at an epoch's end when valid_at_epoch_end and nothing was trained yet), updates.
  * Returns 0 with OUT filled (the state advanced unless OUT->skipped), or -1 with the error set. */
 int trainer_step(struct trainer *t, struct trainer_step *out);
-/* Mean loss and nll per target token of M over VALID (in file order); 0, or -1 with the error set. */
+/* Mean loss and nll per target token of M over VALID (in file order; with N ranks, batch i on rank
+ * i mod N, summed in file order); 0, or -1 with the error set. */
 int trainer_validate(struct trainer *t, struct batch_file *valid, double *loss, double *nll);
 /* Writes the checkpoint of T's model and state to PATH with record R; 0, or -1 with the error set. */
 int trainer_save(struct trainer *t, const struct train_record *r, const char *path);

@@ -1,0 +1,273 @@
+/* ranks.c: loading the communication module and the collectives built on it (see ranks.h). */
+#include "nn/ranks.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../plugins/comm.h"
+#include "base/util.h"
+#include "nn/backend_loader.h"
+
+struct comm {
+    void *dl;
+    const struct nmt_comm *k;
+    nmt_cctx *ctx;
+    int rank, size;
+};
+
+/* The number of ranks an MPI launcher announced, or 0 when none did. */
+static long launcher_size(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v)
+            return strtol(v, NULL, 10);
+    }
+    return 0;
+}
+
+static int check_table(const struct nmt_comm *k, const char *path)
+{
+    if (!k)
+        return nmt_seterr("%s: nmt_comm_entry returned NULL", path);
+    if (k->abi_major != NMT_COMM_ABI_MAJOR)
+        return nmt_seterr("%s: communication ABI %u.%u, but this program needs %d.x", path, k->abi_major,
+                          k->abi_minor, NMT_COMM_ABI_MAJOR);
+    if (!k->open || !k->close || !k->last_error || !k->rank || !k->size || !k->allgather || !k->alltoall ||
+        !k->bcast || !k->send || !k->recv || !k->allreduce_f32 || !k->abort)
+        return nmt_seterr("%s: the communication table lacks a required slot", path);
+    return 0;
+}
+
+static struct comm *load(const char *name)
+{
+    char file[64];
+    snprintf(file, sizeof file, "nmt-comm-%s.so", name);
+    char *path = plugin_find(file);
+    if (!path)
+        return NULL;
+    struct comm *c = nmt_calloc(1, sizeof *c);
+    if (!c) {
+        free(path);
+        return NULL;
+    }
+    /* RTLD_GLOBAL: MPI's own components are loaded later and resolve symbols of libmpi. */
+    if (!(c->dl = dlopen(path, RTLD_NOW | RTLD_GLOBAL))) {
+        nmt_seterr("cannot load %s: %s", path, dlerror());
+        goto fail;
+    }
+    nmt_comm_entry_fn entry = (nmt_comm_entry_fn)(uintptr_t)dlsym(c->dl, "nmt_comm_entry");
+    if (!entry) {
+        nmt_seterr("%s: no nmt_comm_entry symbol", path);
+        goto fail;
+    }
+    c->k = entry();
+    if (check_table(c->k, path) < 0)
+        goto fail;
+    const char *err = "unknown error";
+    if (!(c->ctx = c->k->open(&err))) {
+        nmt_seterr("%s: cannot join the job: %s", path, err);
+        goto fail;
+    }
+    c->rank = c->k->rank(c->ctx);
+    c->size = c->k->size(c->ctx);
+    free(path);
+    return c;
+fail:
+    if (c->dl)
+        dlclose(c->dl);
+    free(c);
+    free(path);
+    return NULL;
+}
+
+int comm_open(const char *want, struct comm **out)
+{
+    *out = NULL;
+    const char *env = getenv("NMT_COMM");
+    if (!want || !strcmp(want, "auto"))
+        want = env && *env ? env : "auto";
+    if (!strcmp(want, "none"))
+        return 0;
+    if (!strcmp(want, "auto")) {
+        if (launcher_size() < 2)
+            return 0;
+        want = "mpi";
+    }
+    if (strcmp(want, "mpi") != 0)
+        return nmt_seterr("unknown communication module '%s' (known: mpi, none, auto)", want);
+    return (*out = load(want)) ? 0 : -1;
+}
+
+void comm_close(struct comm *c)
+{
+    if (!c)
+        return;
+    c->k->close(c->ctx);
+    /* the MPI library stays mapped: Open MPI cannot be unloaded and loaded again */
+    free(c);
+}
+
+int comm_rank(const struct comm *c) { return c ? c->rank : 0; }
+int comm_size(const struct comm *c) { return c ? c->size : 1; }
+const char *comm_description(const struct comm *c) { return c && c->k->description ? c->k->description : ""; }
+
+static int check(struct comm *c, int rc, const char *what)
+{
+    return rc == 0 ? 0 : nmt_seterr("rank %d: %s: %s", c->rank, what, c->k->last_error(c->ctx));
+}
+
+int comm_allgather(struct comm *c, const void *mine, void *all, size_t bytes)
+{
+    if (!c) {
+        memmove(all, mine, bytes);
+        return 0;
+    }
+    return check(c, c->k->allgather(c->ctx, mine, all, bytes), "allgather");
+}
+
+int comm_bcast(struct comm *c, void *buf, size_t bytes, int root)
+{
+    return c ? check(c, c->k->bcast(c->ctx, buf, bytes, root), "broadcast") : 0;
+}
+
+int comm_send(struct comm *c, const void *buf, size_t bytes, int dest, int tag)
+{
+    return c ? check(c, c->k->send(c->ctx, buf, bytes, dest, tag), "send") : nmt_seterr("send without ranks");
+}
+
+int comm_recv(struct comm *c, void *buf, size_t bytes, int src, int tag)
+{
+    return c ? check(c, c->k->recv(c->ctx, buf, bytes, src, tag), "receive") : nmt_seterr("receive without ranks");
+}
+
+int comm_allreduce_f32(struct comm *c, float *buf, size_t n)
+{
+    return c ? check(c, c->k->allreduce_f32(c->ctx, buf, n), "allreduce") : 0;
+}
+
+int comm_any(struct comm *c, int flag, int *any)
+{
+    int64_t v = flag != 0;
+    if (comm_sum_i64(c, &v, 1) < 0)
+        return -1;
+    *any = v > 0;
+    return 0;
+}
+
+/* Gathers COUNT values of SIZE bytes from every rank into a new array (ranks x COUNT x SIZE). */
+static void *gather_all(struct comm *c, const void *v, int count, size_t size)
+{
+    size_t bytes = (size_t)count * size;
+    char *all = nmt_malloc(bytes * (size_t)comm_size(c) + 1);
+    if (all && comm_allgather(c, v, all, bytes) < 0) {
+        free(all);
+        return NULL;
+    }
+    return all;
+}
+
+int comm_sum_i64(struct comm *c, int64_t *v, int count)
+{
+    if (!c)
+        return 0;
+    int64_t *all = gather_all(c, v, count, sizeof *v);
+    if (!all)
+        return -1;
+    for (int i = 0; i < count; i++) {
+        v[i] = all[i];
+        for (int r = 1; r < c->size; r++)
+            v[i] += all[(size_t)r * count + i];
+    }
+    free(all);
+    return 0;
+}
+
+int comm_sum_f64(struct comm *c, double *v, int count)
+{
+    if (!c)
+        return 0;
+    double *all = gather_all(c, v, count, sizeof *v);
+    if (!all)
+        return -1;
+    for (int i = 0; i < count; i++) {
+        v[i] = all[i];
+        for (int r = 1; r < c->size; r++)
+            v[i] += all[(size_t)r * count + i];
+    }
+    free(all);
+    return 0;
+}
+
+void comm_abort(struct comm *c, int code)
+{
+    if (c && c->size > 1)
+        c->k->abort(c->ctx, code);
+}
+
+int comm_sum_init(struct comm_sum *s, struct comm *c, size_t n)
+{
+    memset(s, 0, sizeof *s);
+    size_t p = (size_t)comm_size(c);
+    s->n = n;
+    s->slice = (n + p - 1) / p;
+    s->acc = nmt_calloc(s->slice + 1, sizeof(float));
+    s->send = nmt_calloc(s->slice * p + 1, sizeof(float));
+    s->recv = nmt_calloc(s->slice * p + 1, sizeof(float));
+    if (!s->acc || !s->send || !s->recv) {
+        comm_sum_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+void comm_sum_free(struct comm_sum *s)
+{
+    free(s->acc);
+    free(s->send);
+    free(s->recv);
+    memset(s, 0, sizeof *s);
+}
+
+void comm_sum_reset(struct comm_sum *s) { s->started = 0; }
+
+int comm_sum_add(struct comm_sum *s, struct comm *c, const float *x, int count)
+{
+    size_t p = (size_t)comm_size(c), sl = s->slice, me = (size_t)comm_rank(c);
+    const float *in = s->recv;
+    if (c) {
+        memcpy(s->send, x, s->n * sizeof(float));
+        if (check(c, c->k->alltoall(c->ctx, s->send, s->recv, sl * sizeof(float)), "all-to-all") < 0)
+            return -1;
+    } else {
+        in = x;
+    }
+    size_t lo = me * sl, len = lo >= s->n ? 0 : s->n - lo < sl ? s->n - lo : sl;
+    for (int r = 0; r < count && (size_t)r < p; r++) {
+        const float *v = in + (size_t)r * sl;
+        if (!s->started)
+            memcpy(s->acc, v, len * sizeof(float));
+        else
+            for (size_t i = 0; i < len; i++)
+                s->acc[i] += v[i];
+        s->started = 1;
+    }
+    return 0;
+}
+
+int comm_sum_result(struct comm_sum *s, struct comm *c, float *out)
+{
+    if (!s->started)
+        memset(s->acc, 0, s->slice * sizeof(float));
+    if (!c) {
+        memcpy(out, s->acc, s->n * sizeof(float));
+        return 0;
+    }
+    if (comm_allgather(c, s->acc, s->recv, s->slice * sizeof(float)) < 0)
+        return -1;
+    memcpy(out, s->recv, s->n * sizeof(float));
+    return 0;
+}
