@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "nn/checkpoint.h"
 #include "nn/infer.h"
 #include "nn/model.h"
+#include "nn/ranks.h"
 #include "io/lines.h"
 #include "io/stream.h"
 #include "io/records.h"
@@ -56,6 +58,10 @@ static void usage(void)
            "                          threads/N threads (default: the threads, at most 4, on the cpu;\n"
            "                          1 on an accelerator)\n"
            "      --max-line-bytes N  longest input line accepted (default 1 GiB); a longer one is an error\n"
+           "      --shard K/N         decode only the input's lines K, K+N, K+2N, ... (K from 1); merge the N\n"
+           "                          text outputs with: paste -d '\\n' out.1 ... out.N | head -n LINES\n"
+           "      --comm NAME         under mpirun: auto (default; MPI with N > 1 ranks), mpi, none. The ranks\n"
+           "                          share the batches and rank 0 writes the output, as one process would\n"
            "  -q, --quiet             no warnings about long lines\n"
            "  -h, --help              show this help and exit\n"
            "      --version           show version information and exit\n"
@@ -66,7 +72,7 @@ static void usage(void)
 
 enum {
     OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK, OPT_MAXLINE,
-    OPT_INTER, OPT_VARIANT, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION
+    OPT_INTER, OPT_VARIANT, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION, OPT_SHARD, OPT_COMM
 };
 
 #define MAX_MODELS 16
@@ -74,8 +80,9 @@ enum {
 struct opts {
     const char *model[MAX_MODELS];
     int nmodels;
-    const char *input, *output, *src, *tgt, *backend;
+    const char *input, *output, *src, *tgt, *backend, *comm;
     int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs;
+    uint64_t shard_k, shard_n;  /* --shard K/N (K from 1; N 0: no sharding) */
     long max_tokens;
     uint64_t max_line;         /* --max-line-bytes */
     struct search_opts so;
@@ -116,6 +123,7 @@ struct state {
     FILE *out;
     struct rec_writer *w;
     struct nmt_buf rec;
+    struct comm *comm;         /* the ranks sharing the batches (NULL: one process) */
 };
 
 static void sent_free(struct sent *s)
@@ -565,6 +573,128 @@ static int run_batches(struct state *st, struct sent **ord, const size_t *start,
     return 0;
 }
 
+/* ---- ranks ---- */
+
+enum { TAG_RESULTS = 17 };
+
+/* Sends the results of this rank's sentences (ORD, N of them) to rank 0. 0, or -1 with the error set. */
+static int send_results(struct state *st, struct sent **ord, size_t n)
+{
+    struct nmt_buf b = {0};
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (nmt_buf_put64(&b, ord[i]->index) < 0 || nmt_buf_append(&b, &ord[i]->lp, sizeof ord[i]->lp) < 0 ||
+            search_result_pack(&b, &ord[i]->res) < 0)
+            rc = -1;
+    uint64_t len = b.len;
+    if (rc == 0 && (comm_send(st->comm, &len, sizeof len, 0, TAG_RESULTS) < 0 ||
+                    comm_send(st->comm, b.data, b.len, 0, TAG_RESULTS) < 0))
+        rc = -1;
+    nmt_buf_free(&b);
+    return rc;
+}
+
+/* Receives rank SRC's results into ALL (N sentences, ALL[i].index == i). 0, or -1 with the error set. */
+static int recv_results(struct state *st, int src, struct sent *all, size_t n)
+{
+    uint64_t len;
+    if (comm_recv(st->comm, &len, sizeof len, src, TAG_RESULTS) < 0)
+        return -1;
+    unsigned char *p = nmt_malloc(len + 1);
+    if (!p || comm_recv(st->comm, p, len, src, TAG_RESULTS) < 0) {
+        free(p);
+        return -1;
+    }
+    size_t off = 0;
+    int rc = 0;
+    while (off < len && rc == 0) {
+        uint64_t idx;
+        double lp;
+        if (len - off < sizeof idx + sizeof lp) {
+            rc = nmt_seterr("rank %d: results truncated", src);
+            break;
+        }
+        memcpy(&idx, p + off, sizeof idx);
+        memcpy(&lp, p + off + sizeof idx, sizeof lp);
+        off += sizeof idx + sizeof lp;
+        if (idx >= n || all[idx].index != idx) {
+            rc = nmt_seterr("rank %d: result for sentence %llu, which is not in the input", src, (unsigned long long)idx);
+            break;
+        }
+        all[idx].lp = lp;
+        search_result_free(&all[idx].res);
+        rc = search_result_unpack(p, len, &off, &all[idx].res);
+    }
+    free(p);
+    return rc;
+}
+
+/* Every rank read the same sentences and made the same NB batches of ORD: rank r decodes batches
+ * r, r + N, ... and rank 0 gathers the results into ALL (N sentences). 0, or -1 with the error set. */
+static int run_rank_batches(struct state *st, struct sent *all, size_t n, struct sent **ord, const size_t *start,
+                            size_t nb)
+{
+    int me = comm_rank(st->comm), nr = comm_size(st->comm);
+    struct sent **mine = malloc((n + 1) * sizeof *mine);
+    size_t *mstart = malloc((nb + 2) * sizeof *mstart);
+    int rc = mine && mstart ? 0 : nmt_seterr("out of memory");
+    size_t m = 0, mb = 0;
+    for (size_t b = (size_t)me; rc == 0 && b < nb; b += (size_t)nr) {
+        mstart[mb++] = m;
+        for (size_t i = start[b]; i < start[b + 1]; i++)
+            mine[m++] = ord[i];
+    }
+    if (rc == 0) {
+        mstart[mb] = m;
+        rc = run_batches(st, mine, mstart, mb);
+    }
+    if (rc == 0 && me > 0)
+        rc = send_results(st, mine, m);
+    for (int r = 1; rc == 0 && me == 0 && r < nr; r++)
+        rc = recv_results(st, r, all, n);
+    free(mine);
+    free(mstart);
+    return rc;
+}
+
+/* Under several ranks, stdin reaches rank 0 only: rank 0 reads it whole and every rank gets a
+ * copy as its stdin (an in-memory file). 0, or -1 with the error set. */
+static int share_stdin(struct state *st)
+{
+    struct nmt_buf b = {0};
+    int rc = 0;
+    if (comm_rank(st->comm) == 0) {
+        char chunk[1 << 16];
+        ssize_t got;
+        while ((got = read(STDIN_FILENO, chunk, sizeof chunk)) != 0) {
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got < 0 || nmt_buf_append(&b, chunk, (size_t)got) < 0) {
+                rc = got < 0 ? nmt_seterr("cannot read stdin: %s", strerror(errno)) : -1;
+                break;
+            }
+        }
+    }
+    uint64_t len = rc == 0 ? b.len : UINT64_MAX;
+    if (comm_bcast(st->comm, &len, sizeof len, 0) < 0 || len == UINT64_MAX) {
+        nmt_buf_free(&b);
+        return rc < 0 ? -1 : nmt_seterr("rank 0 could not read stdin");
+    }
+    if (comm_rank(st->comm) != 0 && nmt_buf_reserve(&b, len + 1) < 0)
+        return -1;
+    b.len = len;
+    int fd = -1;
+    if (comm_bcast(st->comm, b.data, len, 0) < 0)
+        rc = -1;
+    else if ((fd = memfd_create("nmt-decode-stdin", 0)) < 0 || write(fd, b.data, len) != (ssize_t)len ||
+             lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, STDIN_FILENO) < 0)
+        rc = nmt_seterr("cannot keep a copy of stdin: %s", strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    nmt_buf_free(&b);
+    return rc;
+}
+
 static int translate(struct state *st, struct input *inp)
 {
     const struct opts *o = st->o;
@@ -599,6 +729,10 @@ static int translate(struct state *st, struct input *inp)
                 goto out;
             break;
         }
+        if (o->shard_n && all[n].index % o->shard_n != o->shard_k - 1) {
+            sent_free(&all[n]); /* another shard's line */
+            continue;
+        }
         n++;
     }
     ord = malloc((n ? n : 1) * sizeof *ord);
@@ -630,9 +764,9 @@ static int translate(struct state *st, struct input *inp)
         i = j;
     }
     start[nb] = n;
-    if (run_batches(st, ord, start, nb) < 0)
+    if (comm_size(st->comm) > 1 ? run_rank_batches(st, all, n, ord, start, nb) < 0 : run_batches(st, ord, start, nb) < 0)
         goto out;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && comm_rank(st->comm) == 0; i++)
         if (emit(st, &all[i]) < 0)
             goto out;
     ret = 0;
@@ -722,7 +856,24 @@ static int check_args(const struct opts *o)
         return nmt_usage_error("--score takes no --beam, --nbest or --scores");
     if (o->out_hyp && o->scores)
         return nmt_usage_error("--scores is for text output (hyp records carry the score)");
+    if (o->shard_n && o->interactive)
+        return nmt_usage_error("--shard reads the whole input: it does not go with --interactive");
     return GO_ON;
+}
+
+/* Parses --shard K/N into O; 0, or -1 after a usage error. */
+static int parse_shard(const char *arg, struct opts *o)
+{
+    const char *slash = strchr(arg, '/');
+    char k[32];
+    if (!slash || (size_t)(slash - arg) >= sizeof k)
+        return nmt_usage_error("invalid --shard '%s' (expected K/N, e.g. 2/8)", arg), -1;
+    memcpy(k, arg, (size_t)(slash - arg));
+    k[slash - arg] = 0;
+    if (opt_u64("--shard N", slash + 1, 1, UINT64_C(1) << 40, &o->shard_n) < 0 ||
+        opt_u64("--shard K", k, 1, o->shard_n, &o->shard_k) < 0)
+        return -1;
+    return 0;
 }
 
 /* Parses the options into O (*INTER_SET: --interactive was given); GO_ON, or the exit status. */
@@ -741,6 +892,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         {"threads", required_argument, 0, OPT_THREADS}, {"jobs", required_argument, 0, OPT_JOBS},
         {"max-line-bytes", required_argument, 0, OPT_MAXLINE}, {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, OPT_VERSION},
+        {"shard", required_argument, 0, OPT_SHARD}, {"comm", required_argument, 0, OPT_COMM},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:i:o:b:n:qh", lopts, NULL)) != -1) {
@@ -784,6 +936,8 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         case OPT_BACKEND: o->backend = optarg; break;
         case OPT_THREADS: bad = opt_int("--threads", optarg, 0, 1024, &o->threads); break;
         case OPT_JOBS: bad = opt_int("--jobs", optarg, 1, 256, &o->jobs); break;
+        case OPT_SHARD: bad = parse_shard(optarg, o); break;
+        case OPT_COMM: o->comm = optarg; break;
         case 'q': o->quiet = 1; break;
         case 'h': usage(); return 0;
         case OPT_VERSION: nmt_print_version(); return 0;
@@ -893,6 +1047,24 @@ static void input_close(struct input *inp)
     free(inp->buf2);
 }
 
+/* Joins the ranks of an mpirun job (if any): shares stdin, and gives each rank its share of the
+ * cores by default. 0, or -1 with the error set. */
+static int join_ranks(struct state *st, struct opts *o)
+{
+    if (comm_open(o->comm, &st->comm) < 0)
+        return -1;
+    if (comm_size(st->comm) < 2)
+        return 0;
+    if (o->interactive)
+        return nmt_seterr("--interactive does not go with several ranks (each line would wait for all of them)");
+    if (o->shard_n)
+        return nmt_seterr("--shard is for separate jobs; under mpirun the ranks share the input themselves");
+    if (!o->threads)
+        o->threads = comm_local_threads(st->comm);
+    const char *in = o->src ? o->src : o->input ? o->input : "-";
+    return strcmp(in, "-") ? 0 : share_stdin(st);
+}
+
 int main(int argc, char **argv)
 {
     nmt_set_progname(argv[0]);
@@ -909,11 +1081,17 @@ int main(int argc, char **argv)
     memset(&inp, 0, sizeof inp);
     inp.fd = -1;
     struct out_file out = {.fd = -1};
-    int ok = open_input(&o, &inp, inter_set) == 0 && load(&st, &o) == 0 && check_ids_vocab(&st, &inp) == 0 &&
-             open_output(&st, &o, &out) == 0 && translate(&st, &inp) == 0;
+    int ok = join_ranks(&st, &o) == 0, root = comm_rank(st.comm) == 0;
+    ok = ok && open_input(&o, &inp, inter_set) == 0 && load(&st, &o) == 0 && check_ids_vocab(&st, &inp) == 0 &&
+         (!root || open_output(&st, &o, &out) == 0) && translate(&st, &inp) == 0;
+    if (!ok && comm_size(st.comm) > 1) { /* the other ranks wait for this one: end them all */
+        nmt_error("rank %d: %s", comm_rank(st.comm), nmt_errmsg());
+        close_output(&st, &o, &out, 0);
+        comm_abort(st.comm, NMT_EXIT_DATA);
+    }
     if (!ok)
         nmt_error("%s", nmt_errmsg());
-    if (close_output(&st, &o, &out, ok) < 0 && ok) {
+    if (root && close_output(&st, &o, &out, ok) < 0 && ok) {
         nmt_error("%s", nmt_errmsg());
         ok = 0;
     }
@@ -925,6 +1103,7 @@ int main(int argc, char **argv)
     tokenizer_free(&st.tok);
     vocab_free(st.v);
     nmt_buf_free(&st.rec);
+    comm_close(st.comm);
     if (nmt_close_stdout() < 0 && !status) {
         nmt_error("%s", nmt_errmsg());
         status = NMT_EXIT_DATA;

@@ -721,6 +721,8 @@ static int setup(struct ctx *c)
     if (comm_open(o->comm, &c->comm) < 0)
         return -1;
     c->root = comm_rank(c->comm) == 0;
+    if (!o->threads)
+        o->threads = comm_local_threads(c->comm);
     if (!c->root) { /* rank 0 speaks and writes for all */
         o->quiet = 1;
         o->log = NULL;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../plugins/comm.h"
 #include "base/util.h"
@@ -113,6 +114,19 @@ void comm_close(struct comm *c)
 
 int comm_rank(const struct comm *c) { return c ? c->rank : 0; }
 int comm_size(const struct comm *c) { return c ? c->size : 1; }
+int comm_local_threads(const struct comm *c)
+{
+    if (comm_size(c) < 2)
+        return 0;
+    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!v || !*v)
+        v = getenv("MPI_LOCALNRANKS");
+    long local = v && *v ? strtol(v, NULL, 10) : comm_size(c), cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (local < 1)
+        local = 1;
+    return cores / local > 1 ? (int)(cores / local) : 1;
+}
+
 const char *comm_description(const struct comm *c) { return c && c->k->description ? c->k->description : ""; }
 
 static int check(struct comm *c, int rc, const char *what)

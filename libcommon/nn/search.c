@@ -25,6 +25,54 @@ void search_result_free(struct search_result *r)
     r->nhyp = 0;
 }
 
+int search_result_pack(struct nmt_buf *b, const struct search_result *r)
+{
+    if (nmt_buf_put32(b, (uint32_t)r->nhyp) < 0)
+        return -1;
+    for (int i = 0; i < r->nhyp; i++) {
+        const struct search_hyp *h = &r->hyp[i];
+        if (nmt_buf_append(b, &h->score, sizeof h->score) < 0 || nmt_buf_append(b, &h->logprob, sizeof h->logprob) < 0 ||
+            nmt_buf_put32(b, h->n) < 0 || nmt_buf_append(b, h->ids, (size_t)h->n * sizeof *h->ids) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Copies N bytes at *OFF of P (LEN bytes) to DST, advancing *OFF; 0, or -1 when they are not there. */
+static int take(void *dst, const unsigned char *p, size_t len, size_t *off, size_t n)
+{
+    if (n > len - *off)
+        return nmt_seterr("packed search result truncated at byte %zu", *off);
+    memcpy(dst, p + *off, n);
+    *off += n;
+    return 0;
+}
+
+int search_result_unpack(const unsigned char *p, size_t n, size_t *off, struct search_result *r)
+{
+    uint32_t nh = 0;
+    memset(r, 0, sizeof *r);
+    if (take(&nh, p, n, off, sizeof nh) < 0)
+        return -1;
+    if (nh > (n - *off) / 16 + 1)
+        return nmt_seterr("packed search result: %u hypotheses in %zu bytes", nh, n - *off);
+    if (nh && !(r->hyp = nmt_calloc(nh, sizeof *r->hyp)))
+        return -1;
+    for (uint32_t i = 0; i < nh; i++) {
+        struct search_hyp *h = &r->hyp[i];
+        r->nhyp = (int)i + 1; /* freed by search_result_free from here on, whatever fails */
+        if (take(&h->score, p, n, off, sizeof h->score) < 0 || take(&h->logprob, p, n, off, sizeof h->logprob) < 0 ||
+            take(&h->n, p, n, off, sizeof h->n) < 0)
+            return -1;
+        if (h->n > (n - *off) / sizeof *h->ids)
+            return nmt_seterr("packed search result: %u ids in %zu bytes", h->n, n - *off);
+        if (!(h->ids = nmt_malloc((size_t)h->n * sizeof *h->ids + 1)) ||
+            take(h->ids, p, n, off, (size_t)h->n * sizeof *h->ids) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 struct cand {
     double s;                  /* summed log-probability */
     int row, seq;              /* parent row, order of generation (tie break) */

@@ -17,6 +17,8 @@
 
 #include <stdint.h>
 
+#include "base/buf.h"
+
 #include "nn/infer.h"
 
 struct search_opts {
@@ -37,6 +39,12 @@ struct search_result {
     int nhyp;                  /* <= nbest, best first */
     struct search_hyp *hyp;
 };
+
+/* Appends R to B in a host-order encoding for the ranks of one job (nmt-decode under mpirun). 0 or -1. */
+int search_result_pack(struct nmt_buf *b, const struct search_result *r);
+/* Reads a result packed by search_result_pack from P (N bytes) at *OFF, advancing it, into R (freed
+ * with search_result_free). 0, or -1 with the error set (truncated or malformed). */
+int search_result_unpack(const unsigned char *p, size_t n, size_t *off, struct search_result *r);
 
 /* Returns the length limit (tokens with EOS) of a source of SRCLEN tokens (without EOS). */
 int search_max_len(const struct search_opts *o, int srclen, int model_max_len);
