@@ -21,8 +21,9 @@ setup_file() {
 setup() {
     cd "$BATS_TEST_TMPDIR"
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    # Open MPI's own allocations at exit are not ours to report
-    export LSAN_OPTIONS="suppressions=$NMT_SRCDIR/tests/lsan-mpi.supp:print_suppressions=0"
+    # under the sanitizer build: Open MPI keeps allocations to the end in components it has already
+    # unloaded (so no suppression can name them); leaks are checked by every other suite
+    export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
     MPI=(mpirun --oversubscribe --bind-to none)
     T0=(nmt-train --preset tiny --d-model 32 --ff 64 --heads 2 --layers 1 --threads 1 -q --warmup 20 --lr 2
         --vocab "$D/v.txt")
@@ -77,12 +78,12 @@ setup() {
 }
 
 @test "SIGTERM to mpirun, then --resume under another rank count: the uninterrupted run's checkpoint" {
-    run "${T[@]}" --epochs 1000 --max-steps 400 --update-freq 6 -o ref.ckpt
+    run "${T[@]}" --epochs 1000 --max-steps 60 --update-freq 6 -o ref.ckpt
     [ "$status" -eq 0 ]
-    "${MPI[@]}" -np 2 "${T[@]}" --epochs 1000 --update-freq 3 -o run.ckpt 2> err.txt &
+    "${MPI[@]}" -np 2 "${T[@]}" --epochs 1000 --update-freq 3 -o run.ckpt --log run.csv 2> err.txt &
     local pid=$!
-    for _ in $(seq 100); do [ -e run.ckpt.lock ] && break; sleep 0.1; done
-    sleep 1.5
+    # signal after the 5th step (the log is written as the steps end)
+    for _ in $(seq 600); do [ "$(cat run.csv 2>/dev/null | wc -l)" -gt 5 ] && break; sleep 0.05; done
     kill -TERM $pid
     local rc=0
     wait $pid || rc=$?
@@ -90,8 +91,8 @@ setup() {
     grep -q 'interrupted by a signal at step' err.txt
     step=$(sed -n 's/.*at step \([0-9]*\).*/\1/p' err.txt)
     [ "$step" -gt 0 ]
-    [ "$step" -lt 400 ]
-    run "${MPI[@]}" -np 3 "${T[@]}" --epochs 1000 --update-freq 2 --resume --max-steps 400 -o run.ckpt
+    [ "$step" -lt 60 ]
+    run "${MPI[@]}" -np 3 "${T[@]}" --epochs 1000 --update-freq 2 --resume --max-steps 60 -o run.ckpt
     [ "$status" -eq 0 ]
     cmp ref.ckpt run.ckpt
 }
