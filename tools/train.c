@@ -137,7 +137,7 @@ struct ctx {
     FILE *log;
     int log_csv, tty;
     /* the loop's bookkeeping */
-    double t0, last_prog, train_time;
+    double t0, last_prog, train_time, reduce_time;
     uint64_t bad_run, start_step, saved_step, epochs;
     double log_loss, log_time, last_lr, last_gn, log_flops;
     uint64_t log_tok, log_n;
@@ -578,6 +578,7 @@ static int after_step(struct ctx *c, const struct trainer_step *st, double dt)
     const struct train_state *s = &c->t.s;
     c->train_time += dt;
     c->log_loss += st->loss, c->log_tok += st->tokens, c->log_time += dt, c->log_n++, c->log_flops += st->flops;
+    c->reduce_time += st->reduce_s;
     c->last_lr = st->lr, c->last_gn = st->grad_norm;
     if (s->step % o->log_every == 0 &&
         log_row(c, c->log_loss / (double)c->log_n, st->lr, c->log_tok, c->log_tok / c->log_time, st->grad_norm,
@@ -705,11 +706,15 @@ static int finish(struct ctx *c, const char *stop)
                       (unsigned long long)s->step, c->o->output);
         return NMT_EXIT_DATA;
     }
+    char red[96] = "";
+    if (c->reduce_time > 0)
+        snprintf(red, sizeof red, ", %.1f s of it reducing gradients (%.0f%%)", c->reduce_time,
+                 c->train_time > 0 ? 100 * c->reduce_time / c->train_time : 0);
     if (!c->o->quiet)
-        fprintf(stderr, "%s: %s: %llu steps, epoch %llu, %llu target tokens, %.1f s training (%.0f tokens/s)%s\n",
+        fprintf(stderr, "%s: %s: %llu steps, epoch %llu, %llu target tokens, %.1f s training (%.0f tokens/s)%s%s\n",
                 nmt_progname(), stop, (unsigned long long)s->step, (unsigned long long)s->epoch + (s->pos > 0),
                 (unsigned long long)s->tokens, c->train_time,
-                c->train_time > 0 ? (double)(s->tokens) / c->train_time : 0,
+                c->train_time > 0 ? (double)(s->tokens) / c->train_time : 0, red,
                 s->skipped ? " (some steps skipped: non-finite)" : "");
     return NMT_EXIT_OK;
 }

@@ -229,7 +229,7 @@ int comm_sum_init(struct comm_sum *s, struct comm *c, size_t n)
     s->n = n;
     s->slice = (n + p - 1) / p;
     s->acc = nmt_calloc(s->slice + 1, sizeof(float));
-    s->send = nmt_calloc(s->slice * p + 1, sizeof(float));
+    s->send = nmt_calloc(n == s->slice * p ? 1 : s->slice * p + 1, sizeof(float));
     s->recv = nmt_calloc(s->slice * p + 1, sizeof(float));
     if (!s->acc || !s->send || !s->recv) {
         comm_sum_free(s);
@@ -253,8 +253,12 @@ int comm_sum_add(struct comm_sum *s, struct comm *c, const float *x, int count)
     size_t p = (size_t)comm_size(c), sl = s->slice, me = (size_t)comm_rank(c);
     const float *in = s->recv;
     if (c) {
-        memcpy(s->send, x, s->n * sizeof(float));
-        if (check(c, c->k->alltoall(c->ctx, s->send, s->recv, sl * sizeof(float)), "all-to-all") < 0)
+        const float *send = x;
+        if (s->n != sl * p) { /* the last slice is padded */
+            memcpy(s->send, x, s->n * sizeof(float));
+            send = s->send;
+        }
+        if (check(c, c->k->alltoall(c->ctx, send, s->recv, sl * sizeof(float)), "all-to-all") < 0)
             return -1;
     } else {
         in = x;

@@ -5,9 +5,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/util.h"
+
+static double seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* Whether steps reduce gradients through the host (several ranks, or several micro-batches summed
  * in order) rather than accumulating them in place. */
@@ -135,16 +143,19 @@ static int round_step(struct trainer *t, uint64_t k, int *count, struct trainer_
         return -1;
     if (t->o.reduce_fast || !reduced(t))
         return 0;
-    if (mine && model_get_grads(t->m, t->grads) < 0)
+    double t0 = seconds();
+    if ((mine && model_get_grads(t->m, t->grads) < 0) || comm_sum_add(&t->sum, t->o.comm, t->grads, *count) < 0)
         return -1;
-    return comm_sum_add(&t->sum, t->o.comm, t->grads, *count);
+    out->reduce_s += seconds() - t0;
+    return 0;
 }
 
 /* Brings the step's summed gradients into the model's gradient buffer. 0 or -1. */
-static int finish_reduction(struct trainer *t)
+static int finish_reduction(struct trainer *t, struct trainer_step *out)
 {
     if (!reduced(t))
         return 0;
+    double t0 = seconds();
     if (t->o.reduce_fast) {
         if (model_get_grads(t->m, t->grads) < 0 ||
             comm_allreduce_f32(t->o.comm, t->grads, model_num_params(t->m)) < 0)
@@ -152,7 +163,9 @@ static int finish_reduction(struct trainer *t)
     } else if (comm_sum_result(&t->sum, t->o.comm, t->grads) < 0) {
         return -1;
     }
-    return model_set_grads(t->m, t->grads);
+    int rc = model_set_grads(t->m, t->grads);
+    out->reduce_s += seconds() - t0;
+    return rc;
 }
 
 int trainer_step(struct trainer *t, struct trainer_step *out)
@@ -172,7 +185,7 @@ int trainer_step(struct trainer *t, struct trainer_step *out)
     }
     if (out->micro == 0)
         return 0;
-    if (finish_reduction(t) < 0)
+    if (finish_reduction(t, out) < 0)
         return -1;
     out->lr = model_lr(t->o.lr, t->cfg->d_model, (int64_t)t->s.step + 1, (int64_t)t->o.warmup);
     int rc = model_update(t->m, (float)out->lr, (int64_t)t->s.step + 1, (int64_t)out->tokens, t->o.clip,

@@ -39,6 +39,7 @@ struct trainer_step {
     double loss;               /* mean loss per target token */
     uint64_t tokens;           /* target tokens */
     double lr, grad_norm, flops;
+    double reduce_s;           /* seconds in the gradient reduction (copies and communication) */
 };
 
 struct trainer {
