@@ -63,7 +63,7 @@ ifneq ($(NVCC),)
 endif
 
 comma := ,
-.PHONY: layers valgrind bench-built all check test test-san fuzz install clean deps bench demo tests-built
+.PHONY: layers lint mutants valgrind bench-built all check test test-san fuzz install clean deps bench demo tests-built
 all: $(TOOLS) $(PLUGINS) $(COMMS) $(if $(HAVE_CUDA),$(BIN)/nmt-backend-cuda.so)
 	@echo "nmt: built $(words $(TOOLS)) tools and $(words $(PLUGINS) $(if $(HAVE_CUDA),cuda)) plugin(s) in $(BIN)/; CUDA: $(if $(NVCC),nvcc found ($(NVCC)),nvcc not found)$(if $(HAVE_CUDA),$(comma) cuda plugin built,$(comma) cuda plugin skipped); MPI: $(if $(MPICC),nmt-comm-mpi.so built,mpicc not found: one process only)"
 
@@ -148,8 +148,16 @@ deps:
 layers:
 	@bash tests/layers.sh && echo "layers: includes follow libcommon/README.md"
 
+# Bats lines that cannot fail a test (tests/bats-lint.py).
+lint:
+	@python3 tests/bats-lint.py tests/bats/*.bats && echo "lint: every Bats check can fail its test"
+
+# Small realistic breakages the suite must catch (by hand; not part of check).
+mutants:
+	python3 tests/mutants.py
+
 # The whole suite: plain build, then the same tests under ASan+UBSan, then the fuzzers.
-check: deps layers
+check: deps layers lint
 	@rm -f .check-counts .check-counts.skips; st=0; \
 	$(MAKE) tests-built || exit 1; \
 	bash tests/run.sh . .check-counts || st=1; \

@@ -700,10 +700,13 @@ static int finish(struct ctx *c, const char *stop)
     if (c->root && c->saved_step != s->step && trainer_save(&c->t, &c->rec, c->o->output) < 0)
         return nmt_error("%s", nmt_errmsg()), NMT_EXIT_DATA;
     if (!strcmp(stop, "signal")) {
+        char sig[32] = "a signal"; /* on several ranks, another rank may have been the one signalled */
+        if (got_signal)
+            snprintf(sig, sizeof sig, "signal %d", (int)got_signal);
         if (c->root)
-            nmt_error("interrupted by a signal at step %llu; checkpoint written to '%s'; continue with the same "
+            nmt_error("interrupted by %s at step %llu; checkpoint written to '%s'; continue with the same "
                       "options and --resume",
-                      (unsigned long long)s->step, c->o->output);
+                      sig, (unsigned long long)s->step, c->o->output);
         return NMT_EXIT_DATA;
     }
     char red[96] = "";

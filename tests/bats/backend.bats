@@ -1,6 +1,8 @@
 #!/usr/bin/env bats
 # The backend loader through nmt-backends: discovery, selection, and refusal of broken plugins.
 
+load common
+
 setup() {
     P="$NMT_BIN/../build/tests/plugins"
     G="$NMT_SRCDIR/tests/fixtures/backend/nmt-backend-garbage.so"
@@ -27,9 +29,11 @@ teardown() { rm -rf "$TMP"; }
 
 @test "--backend auto and NMT_BACKEND select cpu; an explicit path loads that file" {
     run nmt-backends -b auto
-    [ "$status" -eq 0 ] && grep -qx "$(printf 'name\tcpu')" <<< "$output"
+    [ "$status" -eq 0 ]
+    grep -qx "$(printf 'name\tcpu')" <<< "$output"
     NMT_BACKEND=cpu run nmt-backends -b ''
-    [ "$status" -eq 0 ] && grep -qx "$(printf 'name\tcpu')" <<< "$output"
+    [ "$status" -eq 0 ]
+    grep -qx "$(printf 'name\tcpu')" <<< "$output"
     run nmt-backends -b "$NMT_BIN/nmt-backend-cpu.so"
     [ "$status" -eq 0 ] && grep -qx "$(printf 'path\t%s' "$NMT_BIN/nmt-backend-cpu.so")" <<< "$output"
 }
@@ -102,7 +106,9 @@ teardown() { rm -rf "$TMP"; }
     run nmt-backends --threads x
     [ "$status" -eq 2 ]
     run nmt-backends --help
-    [ "$status" -eq 0 ] && [[ "${lines[0]}" == "Usage: nmt-backends"* ]]
+    [ "$status" -eq 0 ]
+    [[ "${lines[0]}" == "Usage: nmt-backends"* ]]
     run nmt-backends --version
-    [ "$status" -eq 0 ] && [[ "${lines[0]}" == "nmt-backends (nmt) "* ]]
+    [ "$status" -eq 0 ]
+    [[ "${lines[0]}" == "nmt-backends (nmt) "* ]]
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bats
 # nmt-bleu: sacreBLEU 2.6.0 test vectors, CLI behaviour and every error message.
 
+load common
+
 setup() {
     FIX="$NMT_SRCDIR/tests/fixtures/bleu"
     T="$BATS_TEST_TMPDIR"
@@ -10,8 +12,7 @@ setup() {
 
 @test "bleu: every sacreBLEU 2.6.0 vector (case x configuration) matches" {
     run python3 "$NMT_SRCDIR/tests/bleu_vectors.py" "$NMT_BIN/nmt-bleu" "$FIX"
-    echo "$output" | grep '^not ok' -A4 | head -60
-    [ "$status" -eq 0 ]
+    [ "$status" -eq 0 ] || { echo "$output" | grep '^not ok' -A4 | sed -n 1,60p; false; }
     echo "$output" | grep -q '^1\.\.[0-9]'
     [ "$(echo "$output" | grep -c '^ok')" -gt 3000 ]
 }
@@ -45,9 +46,12 @@ setup() {
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" -m ter bleu chrf -f text
     [ "$status" -eq 0 ]
     [ "${#lines[@]}" -eq 3 ]
-    [[ "${lines[0]}" == *"BLEU|"* ]] && [[ "${lines[1]}" == *"chrF2|"* ]] && [[ "${lines[2]}" == "TER|"* ]]
+    [[ "${lines[0]}" == *"BLEU|"* ]]
+    [[ "${lines[1]}" == *"chrF2|"* ]]
+    [[ "${lines[2]}" == "TER|"* ]]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" -m bleu chrf
-    [ "${lines[0]}" = "[" ] && [ "${lines[-1]}" = "]" ]
+    [ "${lines[0]}" = "[" ]
+    [ "${lines[-1]}" = "]" ]
     echo "$output" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert [x["name"] for x in d]==["BLEU","chrF2"]'
 }
 
@@ -147,39 +151,54 @@ assert abs(d[0]["BLEU"]["score"]-56.157275791119176) < 1e-9'
     [ "${lines[0]}" = "nmt-bleu: no reference file given (give references before -i)" ]
     [ "${lines[1]}" = "Try 'nmt-bleu --help' for more information." ]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" -m foo
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: unknown metric 'foo' (choose from bleu, chrf, ter)" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: unknown metric 'foo' (choose from bleu, chrf, ter)" ]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" --tokenize 14a
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: unknown tokenizer '14a' (choose from 13a, intl, zh, char, none)" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: unknown tokenizer '14a' (choose from 13a, intl, zh, char, none)" ]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" -s linear
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: unknown smoothing method 'linear' (choose from exp, floor, add-k, none)" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: unknown smoothing method 'linear' (choose from exp, floor, add-k, none)" ]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" -f xml
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: unknown format 'xml' (choose from json, text)" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: unknown format 'xml' (choose from json, text)" ]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" -w x
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: invalid width 'x' (expected an integer from 0 to 100)" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: invalid width 'x' (expected an integer from 0 to 100)" ]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" -sv abc
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: invalid smoothing value 'abc'" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: invalid smoothing value 'abc'" ]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" --bogus
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: unknown option '--bogus'" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: unknown option '--bogus'" ]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" -w
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: option '-w' needs a value" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: option '-w' needs a value" ]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" --ter-asian-support -m ter
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: --ter-asian-support is not supported" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: --ter-asian-support is not supported" ]
 }
 
 @test "bleu: usage errors of sentence level and statistical tests" {
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" -sl -m bleu chrf
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: only one metric can be used in sentence-level mode" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: only one metric can be used in sentence-level mode" ]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" -sl -ci
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: statistical tests are unavailable in sentence-level mode" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: statistical tests are unavailable in sentence-level mode" ]
     cp "$T/hyp.txt" "$T/h2.txt"
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" "$T/h2.txt" -sl
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: only one system can be evaluated in sentence-level mode" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: only one system can be evaluated in sentence-level mode" ]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" -pbs
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: paired tests require several systems given to -i" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: paired tests require several systems given to -i" ]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" "$T/h2.txt" -ci
-    [ "$status" -eq 2 ] && [ "${lines[0]}" = "nmt-bleu: use paired tests (--paired-bs) for several systems" ]
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-bleu: use paired tests (--paired-bs) for several systems" ]
     run nmt-bleu "$T/ref.txt" -i "$T/hyp.txt" "$T/hyp.txt"
-    [ "$status" -eq 1 ] && [ "$output" = "nmt-bleu: '$T/hyp.txt' already used to name a system" ]
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-bleu: '$T/hyp.txt' already used to name a system" ]
 }
 
 @test "bleu: write error on a full disk is reported" {

@@ -1,6 +1,8 @@
 #!/usr/bin/env bats
 # nmt-cat and the nmt dispatcher: output, golden files, errors and exit codes.
 
+load common
+
 setup() {
     F="$NMT_SRCDIR/tests/fixtures/stream"
     cd "$F"

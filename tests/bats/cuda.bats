@@ -2,6 +2,8 @@
 # The cuda plugin on a machine without a usable GPU: it loads, scores 0, and auto falls back to cpu.
 # (On a machine with a GPU, tests/gpu/run_gpu_tests.sh holds it to the cpu plugin.)
 
+load common
+
 setup() {
     CUDA="$NMT_BIN/nmt-backend-cuda.so"
     [ -f "$CUDA" ] || skip "cuda plugin not built (no nvcc)"
@@ -21,7 +23,8 @@ teardown() { [ -z "${TMP:-}" ] || rm -rf "$TMP"; }
 
 @test "--backend auto picks cpu; --backend cuda is refused with the reason" {
     run nmt-backends --backend auto
-    [ "$status" -eq 0 ] && grep -qx "$(printf 'name\tcpu')" <<< "$output"
+    [ "$status" -eq 0 ]
+    grep -qx "$(printf 'name\tcpu')" <<< "$output"
     run nmt-backends --backend cuda
     [ "$status" -eq 1 ]
     [ "$output" = "nmt-backends: backend 'cuda' ($CUDA) is not usable on this machine (score 0)" ]

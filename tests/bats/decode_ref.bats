@@ -2,6 +2,8 @@
 # nmt-decode against a PyTorch greedy decode of the same checkpoint (tests/ref/make_decode_fixtures.py:
 # a small model of a synthetic word-for-word translation task, 40 sentences of 1 to 16 words).
 
+load common
+
 @test "greedy translations equal PyTorch's on the fixture set" {
     F="$NMT_SRCDIR/tests/fixtures/ref/decode"
     nmt-decode -m "$F/model.ckpt" --out hyp < "$F/src.en" | nmt-cat | cut -f4 > "$BATS_TEST_TMPDIR/ours"

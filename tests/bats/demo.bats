@@ -3,6 +3,8 @@
 # how long training will take, honours OUT=, and a run shorter than the first periodic checkpoint
 # still averages, translates and scores.
 
+load common
+
 setup_file() {
     export D="$BATS_FILE_TMPDIR"
     mkdir -p "$D/data"

@@ -2,6 +2,8 @@
 # Hostile and mismatched inputs: nothing is accepted silently, no named output is destroyed.
 # Each case is run through the real programs; errors must name the input and where in it.
 
+load common
+
 setup_file() {
     export D="$BATS_FILE_TMPDIR" H="$NMT_BIN/../build/tests/helpers/batch_io"
     zcat "$NMT_SRCDIR/data/multi30k/val.en.gz" | sed -n 1,200p > "$D/a.en"

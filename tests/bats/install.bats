@@ -1,6 +1,8 @@
 #!/usr/bin/env bats
 # `make install PREFIX=DIR` gives tools that find their plugins from a clean environment.
 
+load common
+
 @test "install: tools installed under any prefix find their plugins and run" {
     prefix="$BATS_TEST_TMPDIR/prefix"
     build=$(cd "$NMT_BIN/.." && pwd)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bats
 # The include graph follows the layers of libcommon/README.md (tests/layers.sh).
 
+load common
+
 setup() {
     src=${NMT_SRCDIR:-$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}
     tree=$(mktemp -d)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bats
 # Every tool has a man page that renders without warnings and documents every option --help lists.
 
+load common
+
 setup() { cd "$NMT_SRCDIR"; }
 
 tools() {

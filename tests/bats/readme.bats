@@ -3,6 +3,8 @@
 # nmt(7), and the one-line example of nmt(1), on a slice of the bundled data with the step counts
 # made small. Each substitution must find its text, so the documents cannot drift unnoticed.
 
+load common
+
 setup() {
     W="$BATS_TEST_TMPDIR/w"
     mkdir -p "$W/data/multi30k"

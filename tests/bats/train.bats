@@ -2,11 +2,13 @@
 # nmt-train: options, logs, checkpoints, bit-exact resume, signals, non-finite steps, bad input.
 # A tiny model (d 32, 1+1 layers) on the first 300 pairs of the bundled Multi30k training set.
 
+load common
+
 setup_file() {
     export D="$BATS_FILE_TMPDIR"
     local M="$NMT_SRCDIR/data/multi30k"
-    zcat "$M/train.en.gz" | head -300 > "$D/tr.en"
-    zcat "$M/train.de.gz" | head -300 > "$D/tr.de"
+    zcat "$M/train.en.gz" | sed -n 1,300p > "$D/tr.en"
+    zcat "$M/train.de.gz" | sed -n 1,300p > "$D/tr.de"
     zcat "$M/train.en.gz" | sed -n 301,360p > "$D/va.en"
     zcat "$M/train.de.gz" | sed -n 301,360p > "$D/va.de"
     nmt-tokenize --src "$D/tr.en" --tgt "$D/tr.de" -o "$D/tr.tok"
@@ -138,8 +140,10 @@ losses() { cut -d, -f1,3 "$1"; }
 @test "--save-every with --keep keeps the last N step checkpoints" {
     run "${T[@]}" -o m.ckpt --max-steps 8 --save-every 2 --keep 2
     [ "$status" -eq 0 ]
-    [ -s m.ckpt.step-6 ] && [ -s m.ckpt.step-8 ]
-    [ ! -e m.ckpt.step-2 ] && [ ! -e m.ckpt.step-4 ]
+    [ -s m.ckpt.step-6 ]
+    [ -s m.ckpt.step-8 ]
+    [ ! -e m.ckpt.step-2 ]
+    [ ! -e m.ckpt.step-4 ]
     cmp m.ckpt m.ckpt.step-8
 }
 
