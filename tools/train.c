@@ -52,7 +52,8 @@ static void usage(void)
            "      --pre-norm          layer norm before each sublayer (default: after, as the paper)\n"
            "      --max-len N         longest sentence accepted, in tokens (default 1024)\n"
            "Optimisation:\n"
-           "      --lr SCALE          learning rate scale of the schedule (default 1)\n"
+           "      --lr SCALE          learning rate scale of the schedule (default 1; the paper's 1 to 2)\n"
+           "      --peak-lr RATE      instead of --lr: the rate the schedule peaks at (end of warm-up)\n"
            "      --warmup N          warm-up steps (default 4000); lr = SCALE d^-0.5 min(t^-0.5, t N^-1.5)\n"
            "      --clip-norm X       clip the gradient norm to X (default 0: off)\n"
            "      --update-freq K     accumulate K batches per step (default 1)\n"
@@ -90,14 +91,15 @@ enum {
     OPT_PRESET, OPT_LAYERS, OPT_ENC_LAYERS, OPT_DEC_LAYERS, OPT_D_MODEL, OPT_HEADS, OPT_FF, OPT_PRE_NORM, OPT_MAX_LEN,
     OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
     OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
-    OPT_VERSION, OPT_COMM, OPT_REDUCE
+    OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR
 };
 
 struct opts {
     const char *input, *valid, *output, *vocab, *backend, *log, *preset, *comm;
     int resume, threads, quiet, shuffle, preset_set, reduce_fast;
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
-    double max_time, lr, clip, progress_every;
+    double max_time, lr, clip, progress_every, peak_lr;
+    int lr_set;
     uint64_t warmup;
     /* model overrides; -1 = from the preset */
     int64_t layers, enc_layers, dec_layers, d_model, heads, ff, max_len;
@@ -280,6 +282,11 @@ static int parse_option(int ch, struct opts *o)
     case OPT_LR:
         if (nmt_parse_double(optarg, &o->lr) < 0 || !(o->lr > 0))
             return nmt_usage_error("invalid --lr '%s' (expected a positive number)", optarg), -1;
+        o->lr_set = 1;
+        break;
+    case OPT_PEAK_LR:
+        if (nmt_parse_double(optarg, &o->peak_lr) < 0 || !(o->peak_lr > 0 && o->peak_lr < 1))
+            return nmt_usage_error("invalid --peak-lr '%s' (expected a rate between 0 and 1, e.g. 7e-4)", optarg), -1;
         break;
     case OPT_WARMUP: if (opt_u64("--warmup", optarg, 0, BIG, &o->warmup) < 0) return -1; break;
     case OPT_CLIP:
@@ -346,7 +353,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
     {"progress-every", required_argument, NULL, OPT_PROGRESS},
     {"quiet", no_argument, NULL, 'q'},                {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},      {"comm", required_argument, NULL, OPT_COMM},
-    {"reduce", required_argument, NULL, OPT_REDUCE}, {NULL, 0, NULL, 0}};
+    {"reduce", required_argument, NULL, OPT_REDUCE}, {"peak-lr", required_argument, NULL, OPT_PEAK_LR},
+    {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "i:o:qh", lo, NULL)) != -1) {
         if (ch == 'h') {
@@ -374,6 +382,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
         return nmt_usage_error("--keep needs --save-every");
     if (o->patience && !o->valid)
         return nmt_usage_error("--patience needs --valid");
+    if (o->lr_set && o->peak_lr > 0)
+        return nmt_usage_error("--lr (a scale of the schedule) and --peak-lr (its peak rate) exclude each other");
     return GO_ON;
 }
 
@@ -504,6 +514,23 @@ static int setup_vocab(struct ctx *c)
 
 static int reserve_batch(void *m, const struct batch_record *br) { return model_reserve(m, br); }
 
+/* The schedule's scale from --peak-lr, or a warning when --lr looks like an absolute rate (a
+ * fairseq or Marian habit: --lr 5e-4 would train at a rate a thousand times too small). */
+static void settle_lr(struct ctx *c)
+{
+    struct opts *o = c->o;
+    double w = o->warmup > 1 ? (double)o->warmup : 1, d = c->cfg.d_model;
+    if (o->peak_lr > 0) {
+        o->lr = o->peak_lr * sqrt(d) * sqrt(w);
+        return;
+    }
+    double peak = model_lr(o->lr, c->cfg.d_model, (int64_t)w, (int64_t)o->warmup);
+    if (o->lr_set && o->lr < 0.05 && c->root)
+        nmt_warn("--lr %g is the scale of the schedule (the paper's is 1 to 2), not a rate: it peaks at %.3g "
+                 "after %g steps; for a peak rate of %g use --peak-lr %g",
+                 o->lr, peak, w, o->lr, o->lr);
+}
+
 /* Opens the batches, the backend and the model (initialised, or loaded with its training state on a
  * resume), and sizes the model's memory for the largest batch. 0, or -1 with the error set. */
 static int setup_training(struct ctx *c)
@@ -538,6 +565,7 @@ static int setup_training(struct ctx *c)
     c->epochs = o->epochs ? o->epochs : (o->max_steps || o->max_time > 0) ? UINT64_MAX : 1;
     if (c->tb.streaming)
         c->epochs = 1;
+    settle_lr(c);
     struct trainer_opts to = {c->epochs,   o->update_freq, o->seed, o->warmup,        o->lr, o->clip, o->shuffle,
                               c->vb.n && !o->valid_every, c->comm, o->reduce_fast};
     if (trainer_init(&c->t, c->m, &c->cfg, &c->tb, &to, &s) < 0)

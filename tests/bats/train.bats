@@ -216,3 +216,22 @@ losses() { cut -d, -f1,3 "$1"; }
     [ "$(grep -c ': step [0-9]*/3' err2.txt)" -eq 0 ]
     [ "$(grep -c 'max-steps: 3 steps' err2.txt)" -eq 1 ]
 }
+
+@test "--lr given an absolute rate warns; --peak-lr sets the rate the schedule peaks at" {
+    T0=(nmt-train --preset tiny --d-model 32 --ff 64 --heads 2 --layers 1 --threads 1 --vocab "$D/v.txt" -i "$D/tr.b")
+    run "${T0[@]}" --lr 5e-4 --warmup 20 --max-steps 2 -o a.ckpt --progress-every 1e9
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"warning: --lr 0.0005 is the scale of the schedule"*"use --peak-lr 0.0005"* ]]
+    run "${T0[@]}" --lr 2 --warmup 20 --max-steps 2 -o b.ckpt -q
+    [ "$status" -eq 0 ]
+    [[ "$output" != *"warning"* ]]
+    run "${T0[@]}" --peak-lr 1e-3 --warmup 20 --max-steps 25 -o c.ckpt -q --log c.csv
+    [ "$status" -eq 0 ]
+    [ "$(wc -l < c.csv)" -eq 26 ]
+    # the learning rate column rises to 1e-3 at step 20 and falls after it
+    awk -F, 'NR == 21 { d = $4 - 1e-3; if (d < 0) d = -d; ok = $1 == 20 && d < 1e-12 } NR > 1 && $4 > 1.000001e-3 { bad = 1 }
+             END { exit !(ok && !bad) }' c.csv
+    run "${T0[@]}" --peak-lr 1e-3 --lr 2 -o d.ckpt
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"exclude each other"* ]]
+}
