@@ -83,11 +83,12 @@ $(OUT)/$(TRAIN).batches: $(OUT)/$(TRAIN).ids
 	$(NMT_ENV) nmt-batch --max-tokens $(MAX_TOKENS) --seed $(SEED) --window 100000000 -i $< -o $@
 endif
 
-# training: periodic checkpoints model.ckpt.step-N are kept for averaging; model.ckpt.best is the
+# training (--force: make decided the checkpoint is out of date); periodic checkpoints
+# model.ckpt.step-N are kept for averaging; model.ckpt.best is the
 # one with the lowest validation loss
 $(OUT)/model.ckpt: $(OUT)/$(TRAIN).batches $(OUT)/$(VALID).batches $(OUT)/vocab.bpe
 	$(NMT_ENV) nmt-train --backend $(BACKEND) -i $(word 1,$^) --valid $(word 2,$^) --vocab $(OUT)/vocab.bpe \
-	    -o $@ $(MODEL) $(TRAIN_OPTS) $(STOP) --seed $(SEED) --valid-every $(VALID_EVERY) \
+	    -o $@ --force $(MODEL) $(TRAIN_OPTS) $(STOP) --seed $(SEED) --valid-every $(VALID_EVERY) \
 	    --save-every $(SAVE_EVERY) --keep $(AVG) --log $(OUT)/train.csv
 
 # the average of the last AVG periodic checkpoints, as in the paper; a run stopped before its
@@ -104,7 +105,7 @@ $(OUT)/ensemble.trained: $(OUT)/$(TRAIN).batches $(OUT)/$(VALID).batches $(OUT)/
 	n=$(words $(SEEDS)); t=$$(( $$(nproc) / n )); [ $$t -ge 1 ] || t=1; pids=; \
 	for s in $(SEEDS); do mkdir -p $(OUT)/seed-$$s || exit 1; \
 	    $(NMT_ENV) nmt-train --backend $(BACKEND) -i $(word 1,$^) --valid $(word 2,$^) --vocab $(OUT)/vocab.bpe \
-	        -o $(OUT)/seed-$$s/model.ckpt --threads $$t $(MODEL) $(TRAIN_OPTS) $(STOP) --seed $$s \
+	        -o $(OUT)/seed-$$s/model.ckpt --force --threads $$t $(MODEL) $(TRAIN_OPTS) $(STOP) --seed $$s \
 	        --valid-every $(VALID_EVERY) --save-every $(SAVE_EVERY) --keep $(AVG) \
 	        --log $(OUT)/seed-$$s/train.csv > $(OUT)/seed-$$s/train.log 2>&1 & pids="$$pids $$!"; done; \
 	rc=0; for p in $$pids; do wait $$p || rc=1; done; \

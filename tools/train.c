@@ -36,6 +36,7 @@ static void usage(void)
            "  -o, --output FILE       checkpoint to write (required); also FILE.best, FILE.step-N\n"
            "      --vocab FILE        vocabulary of the batches (required unless --resume)\n"
            "      --resume            continue from the checkpoint at -o, exactly where it stopped\n"
+           "      --force             start afresh even if the checkpoint at -o exists (it is replaced)\n"
            "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
            "      --threads N         worker threads of the backend (default: all cores)\n"
            "Length of training (the first limit reached ends it):\n"
@@ -91,7 +92,7 @@ enum {
     OPT_PRESET, OPT_LAYERS, OPT_ENC_LAYERS, OPT_DEC_LAYERS, OPT_D_MODEL, OPT_HEADS, OPT_FF, OPT_PRE_NORM, OPT_MAX_LEN,
     OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
     OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
-    OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR
+    OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR, OPT_FORCE
 };
 
 struct opts {
@@ -99,7 +100,7 @@ struct opts {
     int resume, threads, quiet, shuffle, preset_set, reduce_fast;
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip, progress_every, peak_lr;
-    int lr_set;
+    int lr_set, force;
     uint64_t warmup;
     /* model overrides; -1 = from the preset */
     int64_t layers, enc_layers, dec_layers, d_model, heads, ff, max_len;
@@ -256,6 +257,7 @@ static int parse_option(int ch, struct opts *o)
     case OPT_VALID: o->valid = optarg; break;
     case OPT_VOCAB: o->vocab = optarg; break;
     case OPT_RESUME: o->resume = 1; break;
+    case OPT_FORCE: o->force = 1; break;
     case OPT_BACKEND: o->backend = optarg; break;
     case OPT_THREADS:
         if (opt_u64("--threads", optarg, 1, 1024, &u) < 0)
@@ -354,6 +356,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
     {"quiet", no_argument, NULL, 'q'},                {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},      {"comm", required_argument, NULL, OPT_COMM},
     {"reduce", required_argument, NULL, OPT_REDUCE}, {"peak-lr", required_argument, NULL, OPT_PEAK_LR},
+    {"force", no_argument, NULL, OPT_FORCE},
     {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "i:o:qh", lo, NULL)) != -1) {
@@ -382,6 +385,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
         return nmt_usage_error("--keep needs --save-every");
     if (o->patience && !o->valid)
         return nmt_usage_error("--patience needs --valid");
+    if (o->resume && o->force)
+        return nmt_usage_error("--resume continues the checkpoint and --force replaces it: give one");
     if (o->lr_set && o->peak_lr > 0)
         return nmt_usage_error("--lr (a scale of the schedule) and --peak-lr (its peak rate) exclude each other");
     return GO_ON;
@@ -765,6 +770,10 @@ static int setup(struct ctx *c)
     }
     if (c->root && (dir_writable(o->output) < 0 || (c->lock = out_lock(o->output)) < 0))
         return -1;
+    struct stat sb;
+    if (c->root && !o->resume && !o->force && stat(o->output, &sb) == 0)
+        return nmt_seterr("'%s' exists: continue its training with --resume, or start afresh and replace it with "
+                          "--force", o->output);
     if (comm_size(c->comm) > 1 && !o->quiet)
         fprintf(stderr, "%s: %d ranks (%s), %s reduction\n", nmt_progname(), comm_size(c->comm),
                 comm_description(c->comm), o->reduce_fast ? "fast" : "ordered");

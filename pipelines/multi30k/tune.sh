@@ -20,7 +20,7 @@ bleu=(); case $v in lit*) bleu=(--tokenize none);; esac
 mkdir -p "$d" || exit 1
 t0=$(date +%s)
 "$bin/nmt-train" --backend "$backend" -q -i "$g/train.batches" --valid "$g/val.batches" --vocab "$g/vocab.bpe" \
-    -o "$d/model.ckpt" --max-steps "$steps" --save-every "$every" --keep "$avg" --valid-every "${VALID_EVERY:-1000}" \
+    -o "$d/model.ckpt" --force --max-steps "$steps" --save-every "$every" --keep "$avg" --valid-every "${VALID_EVERY:-1000}" \
     --log "$d/train.csv" "$@" > "$d/train.out" 2>&1 || { echo "tune.sh: $name: nmt-train failed:" >&2; tail -3 "$d/train.out" >&2; exit 1; }
 t1=$(date +%s)
 "$bin/nmt-avg" -o "$d/avg.ckpt" $(ls "$d"/model.ckpt.step-* | sort -t- -k2 -n | tail -n "$avg") > /dev/null || exit 1

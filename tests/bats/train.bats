@@ -91,7 +91,7 @@ losses() { cut -d, -f1,3 "$1"; }
     grep -q '^{"step":1,"epoch":1,"loss":[0-9.]*,"lr":[0-9.e-]*,"tokens":[0-9]*,"tokens_per_s":[0-9.]*,"grad_norm":[0-9.e-]*,"gflop_s":[0-9.]*}$' log.jsonl
     [ "$(grep -c '"valid_loss"' log.jsonl)" -eq 3 ]
     grep '"valid_loss"' log.jsonl | grep -q '"valid_ppl"'
-    run "${T[@]}" -o m.ckpt --max-steps 12 --valid "$D/va.b" --valid-every 4
+    run "${T[@]}" -o m.ckpt --max-steps 12 --valid "$D/va.b" --valid-every 4 --force
     [ "$status" -eq 0 ]
 }
 
@@ -184,7 +184,7 @@ losses() { cut -d, -f1,3 "$1"; }
     run "${T[@]}" -o m.ckpt --max-steps 2
     [ "$status" -eq 0 ]
     cp m.ckpt good.ckpt
-    run "${T[@]}" -o m.ckpt --max-steps 20 --lr 1e30 --warmup 0 --max-bad 2
+    run "${T[@]}" -o m.ckpt --max-steps 20 --lr 1e30 --warmup 0 --max-bad 2 --force
     [ "$status" -eq 1 ]
     [[ "$output" == *"non-finite"*"not overwritten"* ]]
     cmp m.ckpt good.ckpt
@@ -234,4 +234,19 @@ losses() { cut -d, -f1,3 "$1"; }
     run "${T0[@]}" --peak-lr 1e-3 --lr 2 -o d.ckpt
     [ "$status" -eq 2 ]
     [[ "$output" == *"exclude each other"* ]]
+}
+
+@test "an existing checkpoint is neither overwritten nor resumed unless asked: --force replaces it" {
+    run "${T[@]}" -o m.ckpt --max-steps 2
+    [ "$status" -eq 0 ]
+    cp m.ckpt first.ckpt
+    run "${T[@]}" -o m.ckpt --max-steps 3 --seed 9
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"'m.ckpt' exists: continue its training with --resume, or start afresh and replace it with --force"* ]]
+    cmp m.ckpt first.ckpt
+    run "${T[@]}" -o m.ckpt --max-steps 3 --seed 9 --force
+    [ "$status" -eq 0 ]
+    fails cmp -s m.ckpt first.ckpt
+    run "${T[@]}" -o m.ckpt --max-steps 4 --resume --force
+    [ "$status" -eq 2 ]
 }

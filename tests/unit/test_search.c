@@ -190,8 +190,17 @@ static void run(struct backend *be, int pre_norm)
     o.beam = 4;
     o.nbest = 4;
     test_ok(search_batch(&in, 1, &o, NS, src, slen, bm) == 0, "beam batch: %s", nmt_errmsg());
-    int binv = 1, better = 1, sorted = 1;
+    int binv = 1, better = 1, sorted = 1, lpen_ok = 1, lpen_n = 0;
     for (int b = 0; b < NS; b++) {
+        /* a score is the log-probability over the GNMT length penalty ((5 + length) / 6)^alpha,
+         * the length counting EOS */
+        for (int i = 0; i < bm[b].nhyp; i++) {
+            const struct search_hyp *h = &bm[b].hyp[i];
+            double want = h->logprob / pow((6.0 + h->n) / 6.0, o.alpha);
+            lpen_n++;
+            if (!(fabs(h->score - want) <= 1e-5 * (1 + fabs(want))))
+                lpen_ok = 0;
+        }
         if (search_batch(&in, 1, &o, 1, &src[b], &slen[b], &g1) < 0 || !same_result(&bm[b], &g1))
             binv = 0;
         search_result_free(&g1);
@@ -204,6 +213,8 @@ static void run(struct backend *be, int pre_norm)
     test_ok(binv, "pre_norm %d: beam 4 results identical alone and in a batch", pre_norm);
     test_ok(better, "pre_norm %d: beam 4 best scores never below greedy's", pre_norm);
     test_ok(sorted, "pre_norm %d: n-best lists sorted by score", pre_norm);
+    test_ok(lpen_ok && lpen_n >= NS, "pre_norm %d: scores are log-probabilities over ((6 + n) / 6)^0.6 (%d hypotheses)",
+            pre_norm, lpen_n);
 
     /* reserving memory for larger batches first (and in between) changes no result */
     int tl4[NS];
