@@ -168,7 +168,9 @@ setup_file() {
     [[ "$output" == *"nmt-decode: warning: line 25: source of "*" tokens exceeds the model's limit of 1023; using the first 1023"* ]] ||
         { echo "$output" | head -3; return 1; }
     run $DEC -q -i "$D/withlong.en"
+    [ "$status" -eq 0 ]
     [[ "$output" != *warning* ]]
+    [ "$(printf "%s\n" "$output" | wc -l)" -eq 25 ]   # still every translation
 }
 
 @test "invalid UTF-8 names the line" {

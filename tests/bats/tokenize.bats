@@ -175,7 +175,9 @@ small_vocab() { # a vocabulary learnt from the adversarial fixtures and some Mul
     [ "${lines[1]}" = "▁another ▁good" ]
     [ "${lines[2]}" = "nmt-tokenize: warning: skipped 1 bad line (invalid UTF-8: 1, missing fields: 0, unpaired: 0, malformed CSV: 0); wrote 2" ]
     run nmt-tokenize --skip-bad -q --text "$F/bad-utf8.txt"
+    [ "$status" -eq 0 ]
     [ "${#lines[@]}" -eq 2 ]
+    [ "${lines[1]}" = "▁another ▁good" ]
     nmt-tokenize --skip-bad -q "$F/bad-utf8.txt" | nmt-cat | cut -f1 | tr '\n' ' ' | grep -qx '0 2 '
 }
 
