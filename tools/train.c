@@ -74,7 +74,8 @@ static void usage(void)
            "      --patience N        stop after N validations without improvement (default: never)\n"
            "      --save-every N      write the checkpoint every N steps (default: at the end)\n"
            "      --keep N            also keep the last N periodic checkpoints as FILE.step-STEP\n"
-           "      --log FILE          metrics, one row per --log-every steps: .csv or .jsonl\n"
+           "      --log FILE          metrics, one row per --log-every steps: .csv or .jsonl; - (stdout)\n"
+           "                          or a device such as /dev/stderr: CSV\n"
            "      --log-every N       (default 1)\n"
            "      --progress-every S  when stderr is not a terminal, a progress line every S seconds\n"
            "                          (default 30; on a terminal one line is updated in place)\n"
@@ -593,11 +594,20 @@ static int open_log(struct ctx *c)
     if (!log)
         return 0;
     size_t ll = strlen(log);
-    c->log_csv = ll > 4 && !strcmp(log + ll - 4, ".csv");
-    if (!c->log_csv && !(ll > 6 && !strcmp(log + ll - 6, ".jsonl")))
-        return nmt_seterr("--log '%s': the name must end in .csv or .jsonl", log);
-    int exists = c->o->resume && access(log, F_OK) == 0;
-    if (!(c->log = fopen(log, c->o->resume ? "a" : "w")))
+    struct stat sb;
+    /* stdout and stderr are used as they are (not reopened, which would truncate a file behind them) */
+    int std_fd = !strcmp(log, "-") || !strcmp(log, "/dev/stdout") ? STDOUT_FILENO : !strcmp(log, "/dev/stderr") ? STDERR_FILENO : -1;
+    int stream = std_fd >= 0 || (stat(log, &sb) == 0 && !S_ISREG(sb.st_mode));
+    int jsonl = ll > 6 && !strcmp(log + ll - 6, ".jsonl");
+    c->log_csv = !jsonl;
+    if (!jsonl && !stream && !(ll > 4 && !strcmp(log + ll - 4, ".csv")))
+        return nmt_seterr("--log '%s': the name must end in .csv or .jsonl (or be - for stdout)", log);
+    int exists = c->o->resume && !stream && access(log, F_OK) == 0;
+    if (std_fd >= 0)
+        c->log = fdopen(dup(std_fd), "w");
+    else
+        c->log = fopen(log, c->o->resume && !stream ? "a" : "w");
+    if (!c->log)
         return nmt_seterr("cannot open '%s': %s", log, strerror(errno));
     if (c->log_csv && !exists)
         fputs("step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl\n", c->log);

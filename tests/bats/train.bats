@@ -250,3 +250,17 @@ losses() { cut -d, -f1,3 "$1"; }
     run "${T[@]}" -o m.ckpt --max-steps 4 --resume --force
     [ "$status" -eq 2 ]
 }
+
+@test "--log - writes the CSV to stdout, --log /dev/stderr beside the messages" {
+    run "${T[@]}" -o a.ckpt --max-steps 3 -q --log -
+    [ "$status" -eq 0 ]
+    [ "${lines[0]}" = "step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl" ]
+    [ "${#lines[@]}" -eq 4 ]
+    [[ "${lines[3]}" == 3,1,* ]]
+    "${T[@]}" -o b.ckpt --max-steps 2 -q --log /dev/stderr 2> err.txt > out.txt
+    [ ! -s out.txt ]
+    [ "$(grep -c '^[12],1,' err.txt)" -eq 2 ]
+    run "${T[@]}" -o c.ckpt --max-steps 1 --log metrics.txt
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"must end in .csv or .jsonl (or be - for stdout)"* ]]
+}
