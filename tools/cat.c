@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include "io/stream.h"
+#include "io/safetensors.h"
+#include "nn/checkpoint.h"
+#include "text/vocab.h"
 #include "io/records.h"
 #include "cli/cli.h"
 
@@ -47,6 +50,10 @@ static void usage(FILE *f)
             "      --version       show version information and exit\n"
             "\n"
             "Record kinds tok, ids, batch and hyp are decoded; other kinds are shown as hex.\n"
+            "A vocabulary file (nmt-vocab(5)) is shown as it is (--header: its header; --count: its pieces;\n"
+            "--check: that it loads). A checkpoint (nmt-checkpoint(5)) is shown as its metadata (model\n"
+            "configuration, training state, vocabulary fingerprint) and a line per tensor: name, type,\n"
+            "shape (--header: the metadata; --count: the tensors; --check: also every value finite).\n"
             "Exit status: 0 success, 1 invalid or unreadable stream, 2 usage error.\n");
 }
 
@@ -197,9 +204,113 @@ static void print_header(FILE *f, const struct rec_header *h, int json)
         fprintf(f, "%s\t%s\n", h->kv[i].key, h->kv[i].value);
 }
 
+/* ---- vocabularies and checkpoints, shown as well as streams ---- */
+
+/* What the file at PATH is by its first bytes: 'v' a vocabulary, 'c' a checkpoint, 0 anything else
+ * (a stream, or stdin, which is only read as a stream). */
+static int file_kind(const char *path)
+{
+    unsigned char p[10];
+    FILE *f = path && strcmp(path, "-") ? fopen(path, "rb") : NULL;
+    size_t n = f ? fread(p, 1, sizeof p, f) : 0;
+    if (f)
+        fclose(f);
+    if (n >= 10 && !memcmp(p, "nmt-vocab ", 10))
+        return 'v';
+    uint64_t hl = 0;
+    for (int i = 7; n >= 10 && i >= 0; i--)
+        hl = hl << 8 | p[i];
+    return n >= 10 && hl < ((uint64_t)1 << 30) && p[8] == '{' && p[9] == '"' ? 'c' : 0;
+}
+
+/* Shows vocabulary PATH: the whole file, its header lines (before "pieces"), the number of pieces,
+ * or only a check that it loads. 0, or 1 with the message printed unless quiet. */
+static int cat_vocab(const char *path, const struct cat_opts *o, FILE *out, uint64_t *total)
+{
+    struct vocab *v = vocab_load(path);
+    if (!v) {
+        if (!o->quiet)
+            nmt_error("%s", nmt_errmsg());
+        return 1;
+    }
+    *total += v->n;
+    vocab_free(v);
+    if (o->mode == MODE_CHECK || o->mode == MODE_COUNT)
+        return 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return nmt_error("cannot open '%s': %s", path, strerror(errno)), 1;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        if (o->mode == MODE_HEADER && !strcmp(line, "pieces\n"))
+            break;
+        fwrite(line, 1, (size_t)len, out);
+    }
+    free(line);
+    fclose(f);
+    return 0;
+}
+
+/* Shows checkpoint PATH: its metadata (configuration, training state, vocabulary fingerprint) and
+ * each tensor's name, type and shape; the header alone is the metadata; a check also requires
+ * every parameter to be finite. 0, or 1 with the message printed unless quiet. */
+static int cat_checkpoint(const char *path, const struct cat_opts *o, FILE *out, uint64_t *total)
+{
+    struct st_file *f = st_read(path);
+    if (!f || (o->mode == MODE_CHECK && checkpoint_check_finite(f, path) < 0)) {
+        if (!o->quiet)
+            nmt_error("%s", nmt_errmsg());
+        st_free(f);
+        return 1;
+    }
+    *total += f->nt;
+    if (o->mode == MODE_PRINT || o->mode == MODE_HEADER) {
+        fputs(o->json ? "{\"metadata\":{" : "", out);
+        for (size_t i = 0; i < f->nmeta; i++) {
+            if (!o->json) {
+                fprintf(out, "%s\t%s\n", f->meta_key[i], f->meta_val[i]);
+                continue;
+            }
+            fputs(i ? "," : "", out);
+            nmt_json_string(out, f->meta_key[i], strlen(f->meta_key[i]));
+            putc(':', out);
+            nmt_json_string(out, f->meta_val[i], strlen(f->meta_val[i]));
+        }
+        fputs(o->json ? "}" : "", out);
+    }
+    if (o->mode == MODE_PRINT) {
+        fputs(o->json ? ",\"tensors\":[" : "", out);
+        for (size_t i = 0; i < f->nt; i++) {
+            const struct st_tensor *t = &f->t[i];
+            if (o->json) {
+                fputs(i ? ",{\"name\":" : "{\"name\":", out);
+                nmt_json_string(out, t->name, strlen(t->name));
+                fprintf(out, ",\"dtype\":\"%s\",\"shape\":[", st_dtype_name(t->dtype));
+            } else {
+                fprintf(out, "tensor\t%s\t%s\t", t->name, st_dtype_name(t->dtype));
+            }
+            for (int d = 0; d < t->ndim; d++)
+                fprintf(out, "%s%llu", d ? (o->json ? "," : "x") : "", (unsigned long long)t->shape[d]);
+            fputs(o->json ? "]}" : "\n", out);
+        }
+        fputs(o->json ? "]" : "", out);
+    }
+    if (o->json && (o->mode == MODE_PRINT || o->mode == MODE_HEADER))
+        fputs("}\n", out);
+    st_free(f);
+    return 0;
+}
+
 /* Processes one input; returns 0 or 1 (data error, message printed unless quiet). */
 static int cat_one(const char *path, const struct cat_opts *o, FILE *out, struct cat_state *st, uint64_t *total)
 {
+    int what = o->kind ? 0 : file_kind(path);
+    if (what == 'v')
+        return cat_vocab(path, o, out, total);
+    if (what == 'c')
+        return cat_checkpoint(path, o, out, total);
     const char *name = nmt_path_name(path, 0);
     int fd = nmt_open_in(path);
     if (fd < 0) {

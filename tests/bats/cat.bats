@@ -168,3 +168,47 @@ teardown() { rm -rf "$TMP"; }
     [ "$status" -eq 0 ]
     [[ "$output" == "nmt (nmt) "* ]]
 }
+
+@test "a checkpoint is shown: metadata, one line per tensor; --header, --count, --check, --json" {
+    local ck="$NMT_SRCDIR/tests/fixtures/ref/decode/model.ckpt"
+    run nmt-cat "$ck"
+    [ "$status" -eq 0 ]
+    [ "${lines[0]}" = "$(printf 'format\tnmt-checkpoint 1.0')" ]
+    [[ "$output" == *"$(printf 'model.d_model\t')"* ]]
+    [[ "$output" == *"$(printf 'tensor\temb.weight\tF32\t')"*x* ]]
+    n=$(grep -c '^tensor	' <<< "$output")
+    [ "$n" -gt 10 ]
+    run nmt-cat --count "$ck"
+    [ "$status" -eq 0 ]
+    [ "$output" = "$n" ]
+    run nmt-cat --header "$ck"
+    [ "$status" -eq 0 ]
+    [ "$(grep -c '^tensor	' <<< "$output")" -eq 0 ]
+    [[ "$output" == *"vocab.fingerprint"* ]]
+    run nmt-cat --check "$ck"
+    [ "$status" -eq 0 ]
+    nmt-cat --json "$ck" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["metadata"]["format"].startswith("nmt-checkpoint"); assert len(d["tensors"]) == int(sys.argv[1]); assert all(len(t["shape"]) >= 1 for t in d["tensors"])' "$n"
+    # a checkpoint cut short is an error naming it
+    head -c 5000 "$ck" > cut.ckpt
+    run nmt-cat cut.ckpt
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"cut.ckpt"* ]]
+}
+
+@test "a vocabulary is shown as it is; --header its header, --count its pieces" {
+    printf 'a b c\nb c d\n' > t.txt
+    nmt-tokenize t.txt | nmt-vocab -s 270 -o v.txt 2>/dev/null
+    run nmt-cat v.txt
+    [ "$status" -eq 0 ]
+    diff <(printf '%s\n' "$output") v.txt
+    run nmt-cat --header v.txt
+    [ "$status" -eq 0 ]
+    [ "${lines[0]}" = "nmt-vocab 1.0" ]
+    [ "$(grep -c '^[0-9]' <<< "$output")" -eq 0 ]
+    run nmt-cat --count v.txt
+    [ "$output" = "$(sed -n 's/^size //p' v.txt)" ]
+    sed -i 's/^fingerprint .*/fingerprint 0000000000000000/' v.txt
+    run nmt-cat --check v.txt
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"v.txt"* ]]
+}
