@@ -67,7 +67,8 @@ MUTANTS = [
      ['bats:train.bats', 'bats:hostile.bats']),
     ('named outputs written in place, not to a temporary file renamed', 'libcommon/io/file.c',
      'if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {\n        if ((f->fd = open(path, O_WRONLY | O_CLOEXEC)) < 0)',
-     'if (1) {\n        if ((f->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)',
+     'if ((stat(path, &st) == 0 && !S_ISREG(st.st_mode)) || 1) {\n'
+     '        if ((f->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)',
      ['bats:hostile.bats', 'bats:train.bats']),
     ('stream end-marker checksum not checked', 'libcommon/io/stream.c',
      'if (memcmp(t, REC_TRAILER_TAG, 4) != 0 || frame_check(t, 24) != nmt_le32(t + 24))',

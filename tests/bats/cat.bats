@@ -189,13 +189,14 @@ teardown() { rm -rf "$TMP"; }
     [ "$status" -eq 0 ]
     nmt-cat --json "$ck" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["metadata"]["format"].startswith("nmt-checkpoint"); assert len(d["tensors"]) == int(sys.argv[1]); assert all(len(t["shape"]) >= 1 for t in d["tensors"])' "$n"
     # a checkpoint cut short is an error naming it
-    head -c 5000 "$ck" > cut.ckpt
-    run nmt-cat cut.ckpt
+    head -c 5000 "$ck" > "$BATS_TEST_TMPDIR/cut.ckpt"
+    run nmt-cat "$BATS_TEST_TMPDIR/cut.ckpt"
     [ "$status" -eq 1 ]
     [[ "$output" == *"cut.ckpt"* ]]
 }
 
 @test "a vocabulary is shown as it is; --header its header, --count its pieces" {
+    cd "$BATS_TEST_TMPDIR"
     printf 'a b c\nb c d\n' > t.txt
     nmt-tokenize t.txt | nmt-vocab -s 270 -o v.txt 2>/dev/null
     run nmt-cat v.txt
@@ -211,4 +212,18 @@ teardown() { rm -rf "$TMP"; }
     run nmt-cat --check v.txt
     [ "$status" -eq 1 ]
     [[ "$output" == *"v.txt"* ]]
+}
+
+@test "--check rejects a stream whose end-marker checksum alone is wrong" {
+    cp ids.nmt "$BATS_TEST_TMPDIR/x.nmt"
+    cd "$BATS_TEST_TMPDIR"
+    n=$(stat -c %s x.nmt)
+    # the end marker's last 4 bytes are its checksum: flip a bit of the last one
+    last=$(tail -c 1 x.nmt | od -An -tu1 | tr -d ' ')
+    printf "$(printf '\\%03o' $((last ^ 1)))" | dd of=x.nmt bs=1 seek=$((n - 1)) conv=notrunc status=none
+    [ "$(stat -c %s x.nmt)" -eq "$n" ]
+    fails cmp -s x.nmt "$NMT_SRCDIR/tests/fixtures/stream/ids.nmt"
+    run nmt-cat --check x.nmt
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"end marker checksum mismatch"* ]]
 }

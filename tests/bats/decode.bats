@@ -205,10 +205,10 @@ setup_file() {
 }
 
 @test "--threads does not change greedy output here" {
-    $DEC --threads 1 -i "$D/src.en" > t1.txt
-    $DEC --threads 2 -i "$D/src.en" > t2.txt
-    [ "$(wc -l < t1.txt)" -eq 24 ]
-    diff t1.txt t2.txt
+    $DEC --threads 1 -i "$D/src.en" > "$D/t1.txt"
+    $DEC --threads 2 -i "$D/src.en" > "$D/t2.txt"
+    [ "$(wc -l < "$D/t1.txt")" -eq 24 ]
+    diff "$D/t1.txt" "$D/t2.txt"
 }
 
 @test "--jobs: batches decoded at once, on several copies of the model, give the same output" {

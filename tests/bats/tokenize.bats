@@ -334,3 +334,12 @@ small_vocab() { # a vocabulary learnt from the adversarial fixtures and some Mul
         [ "$status" -eq 2 ] || { echo "args: $args -> $status"; return 1; }
     done
 }
+
+@test "BPE segmentation of 40 test sentences equals the committed one (merges applied lowest rank first)" {
+    zcat "$D/val.en.gz" "$D/val.de.gz" > "$TMP/c.txt"
+    nmt-tokenize "$TMP/c.txt" | nmt-vocab -s 1000 -o "$TMP/v.vocab" 2>/dev/null
+    zcat "$D/test_2016_flickr.en.gz" | sed -n 1,40p > "$TMP/s.txt"
+    nmt-tokenize --vocab "$TMP/v.vocab" --text "$TMP/s.txt" > "$TMP/s.pieces"
+    [ "$(wc -l < "$TMP/s.pieces")" -eq 40 ]
+    diff "$TMP/s.pieces" "$F/val1000.pieces"
+}
