@@ -264,3 +264,14 @@ losses() { cut -d, -f1,3 "$1"; }
     [ "$status" -eq 1 ]
     [[ "$output" == *"must end in .csv or .jsonl (or be - for stdout)"* ]]
 }
+
+@test "--resume on a stream skips the batches the first run consumed: the uninterrupted run's checkpoint" {
+    T0=("${T[@]:0:${#T[@]}-2}")   # without -i: the batches come on stdin
+    run "${T0[@]}" -o full.ckpt --max-steps 10 --no-shuffle < "$D/tr.b"
+    [ "$status" -eq 0 ]
+    run "${T0[@]}" -o part.ckpt --max-steps 4 --no-shuffle < "$D/tr.b"
+    [ "$status" -eq 0 ]
+    run "${T0[@]}" -o part.ckpt --max-steps 10 --no-shuffle --resume < "$D/tr.b"
+    [ "$status" -eq 0 ]
+    cmp full.ckpt part.ckpt
+}
