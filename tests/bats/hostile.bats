@@ -76,7 +76,10 @@ setup_file() {
     run nmt-batch -i "$D/a.en"
     [ "$status" -eq 1 ]
     [[ "$output" == *"a.en: not an nmt stream at byte 0: "*"this is plain text; make a stream of it with nmt-tokenize"* ]]
-    run nmt-cat "$D/v1"
+    run nmt-batch -i "$D/v1"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"this is a vocabulary file (nmt-vocab(5)); give it with --vocab"* ]]
+    run nmt-cat --kind ids "$D/v1"   # nmt-cat shows a vocabulary, unless a stream kind is required
     [ "$status" -eq 1 ]
     [[ "$output" == *"this is a vocabulary file (nmt-vocab(5)); give it with --vocab"* ]]
     gzip -c "$D/a.ids" > "$D/a.ids.gz"
