@@ -120,7 +120,7 @@ def run_suite(spec, log):
 
 
 def copy_tree():
-    """Copies the source tree to WORK, keeping WORK's build outputs (rebuilt incrementally)."""
+    """Copies the source tree to WORK, keeping WORK's build folders (everything is rebuilt)."""
     skip = {'bin', 'build', 'san', 'fuzz-build', '.git'}
     os.makedirs(WORK, exist_ok=True)
     for e in os.listdir(WORK):
@@ -131,7 +131,8 @@ def copy_tree():
         if e in skip:
             continue
         s, d = os.path.join(SRC, e), os.path.join(WORK, e)
-        shutil.copytree(s, d, symlinks=True) if os.path.isdir(s) else shutil.copy2(s, d)
+        # new modification times: a previous run's mutant objects are rebuilt, never reused
+        shutil.copytree(s, d, symlinks=True, copy_function=shutil.copy) if os.path.isdir(s) else shutil.copy(s, d)
 
 
 def main():
