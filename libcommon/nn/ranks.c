@@ -200,22 +200,6 @@ int comm_sum_i64(struct comm *c, int64_t *v, int count)
     return 0;
 }
 
-int comm_sum_f64(struct comm *c, double *v, int count)
-{
-    if (!c)
-        return 0;
-    double *all = gather_all(c, v, count, sizeof *v);
-    if (!all)
-        return -1;
-    for (int i = 0; i < count; i++) {
-        v[i] = all[i];
-        for (int r = 1; r < c->size; r++)
-            v[i] += all[(size_t)r * count + i];
-    }
-    free(all);
-    return 0;
-}
-
 void comm_abort(struct comm *c, int code)
 {
     if (c && c->size > 1)

@@ -39,9 +39,8 @@ int comm_recv(struct comm *c, void *buf, size_t bytes, int src, int tag);
 int comm_allreduce_f32(struct comm *c, float *buf, size_t n);
 /* *ANY becomes 1 when FLAG is non-zero on some rank, else 0. 0 or -1. */
 int comm_any(struct comm *c, int flag, int *any);
-/* Sums of V (COUNT values per rank) over the ranks, added in rank order: exact for integers. */
+/* Sums of V (COUNT values per rank) over the ranks, exactly. 0 or -1. */
 int comm_sum_i64(struct comm *c, int64_t *v, int count);
-int comm_sum_f64(struct comm *c, double *v, int count);
 /* Ends every rank with status CODE when C has more than one rank; returns otherwise. */
 void comm_abort(struct comm *c, int code);
 
