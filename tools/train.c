@@ -34,7 +34,7 @@ static void usage(void)
            "  -i, --input FILE        training batch stream ('-' for stdin: one pass, in stream order)\n"
            "      --valid FILE        validation batch stream\n"
            "  -o, --output FILE       checkpoint to write (required); also FILE.best, FILE.step-N\n"
-           "      --vocab FILE        vocabulary of the batches (required unless --resume)\n"
+           "  -v, --vocab FILE        vocabulary of the batches (required unless --resume)\n"
            "      --resume            continue from the checkpoint at -o, exactly where it stopped\n"
            "      --force             start afresh even if the checkpoint at -o exists (it is replaced)\n"
            "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
@@ -152,11 +152,12 @@ struct ctx {
 };
 
 static int log_row(struct ctx *c, double loss, double lr, uint64_t tokens, double tps, double gnorm, double gfs,
-                   double vloss, double vppl)
+                   double vloss, double vnll)
 {
     if (!c->log)
         return 0;
-    char f[10][40];
+    enum { NF = 11 };
+    char f[NF][40];
     snprintf(f[0], 40, "%llu", (unsigned long long)c->t.s.step);
     snprintf(f[1], 40, "%llu", (unsigned long long)c->t.s.epoch + 1);
     snprintf(f[2], 40, "%.17g", loss);
@@ -166,15 +167,16 @@ static int log_row(struct ctx *c, double loss, double lr, uint64_t tokens, doubl
     snprintf(f[6], 40, "%.9g", gnorm);
     snprintf(f[7], 40, "%.1f", gfs);
     snprintf(f[8], 40, "%.17g", vloss);
-    snprintf(f[9], 40, "%.9g", vppl);
-    static const char *const names[10] = {"step", "epoch", "loss", "lr", "tokens", "tokens_per_s", "grad_norm",
-                                          "gflop_s", "valid_loss", "valid_ppl"};
-    int nf = isnan(vloss) ? 8 : 10;
+    snprintf(f[9], 40, "%.9g", exp(vnll));
+    snprintf(f[10], 40, "%.17g", vnll);
+    static const char *const names[NF] = {"step", "epoch", "loss", "lr", "tokens", "tokens_per_s", "grad_norm",
+                                          "gflop_s", "valid_loss", "valid_ppl", "valid_nll"};
+    int nf = isnan(vloss) ? 8 : NF;
     if (isnan(loss)) { /* validation-only row: leave the training columns empty */
         f[2][0] = f[3][0] = f[4][0] = f[5][0] = f[6][0] = f[7][0] = 0;
     }
     if (c->log_csv) {
-        for (int i = 0; i < 10; i++) {
+        for (int i = 0; i < NF; i++) {
             if (i)
                 fputc(',', c->log);
             if (i < nf && f[i][0]) /* numbers: nothing to quote */
@@ -256,7 +258,7 @@ static int parse_option(int ch, struct opts *o)
     case 'o': o->output = optarg; break;
     case 'q': o->quiet = 1; break;
     case OPT_VALID: o->valid = optarg; break;
-    case OPT_VOCAB: o->vocab = optarg; break;
+    case 'v': o->vocab = optarg; break;
     case OPT_RESUME: o->resume = 1; break;
     case OPT_FORCE: o->force = 1; break;
     case OPT_BACKEND: o->backend = optarg; break;
@@ -335,7 +337,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
     o->layers = o->enc_layers = o->dec_layers = o->d_model = o->heads = o->ff = o->max_len = -1;
     static const struct option lo[] = {
     {"input", required_argument, NULL, 'i'},          {"output", required_argument, NULL, 'o'},
-    {"valid", required_argument, NULL, OPT_VALID},    {"vocab", required_argument, NULL, OPT_VOCAB},
+    {"valid", required_argument, NULL, OPT_VALID},    {"vocab", required_argument, NULL, 'v'},
     {"resume", no_argument, NULL, OPT_RESUME},        {"backend", required_argument, NULL, OPT_BACKEND},
     {"threads", required_argument, NULL, OPT_THREADS}, {"epochs", required_argument, NULL, OPT_EPOCHS},
     {"max-steps", required_argument, NULL, OPT_MAX_STEPS}, {"max-time", required_argument, NULL, OPT_MAX_TIME},
@@ -360,7 +362,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
     {"force", no_argument, NULL, OPT_FORCE},
     {NULL, 0, NULL, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "i:o:qh", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "i:o:v:qh", lo, NULL)) != -1) {
         if (ch == 'h') {
             usage();
             return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : 0;
@@ -610,7 +612,7 @@ static int open_log(struct ctx *c)
     if (!c->log)
         return nmt_seterr("cannot open '%s': %s", log, strerror(errno));
     if (c->log_csv && !exists)
-        fputs("step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl\n", c->log);
+        fputs("step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl,valid_nll\n", c->log);
     return 0;
 }
 
@@ -671,7 +673,7 @@ static int validate(struct ctx *c, const char **stop)
     if (!c->o->quiet)
         fprintf(stderr, "%s: step %llu: valid loss %.4f nll %.4f ppl %.2f%s\n", nmt_progname(),
                 (unsigned long long)s->step, vl, vn, exp(vn), vn < s->best_valid ? " (best)" : "");
-    if (log_row(c, NAN, c->last_lr, 0, 0, c->last_gn, 0, vl, exp(vn)) < 0)
+    if (log_row(c, NAN, c->last_lr, 0, 0, c->last_gn, 0, vl, vn) < 0)
         return -1;
     if (vn < s->best_valid) {
         s->best_valid = vn;

@@ -26,7 +26,7 @@ static void usage(FILE *f)
             "      --character-coverage F   keep the most frequent characters covering this fraction of all\n"
             "                               character occurrences (default 1.0); the rest use byte pieces\n"
             "      --side N                 count only side N (1 source, 2 target) of pair records\n"
-            "  -v, --verbose                print a summary of what was learnt on stderr\n"
+            "      --verbose                print a summary of what was learnt on stderr\n"
             "  -h, --help                   show this help and exit\n"
             "      --version                show version information and exit\n"
             "\n"
@@ -115,7 +115,7 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0}};
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":o:s:vh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:s:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'o': out = optarg; break;
         case 's':

@@ -72,7 +72,7 @@ losses() { cut -d, -f1,3 "$1"; }
     [ -s m.ckpt ]
     head -c 400 m.ckpt | tail -c +9 | grep -q '"model.arch":"transformer"'
     head -c 2000 m.ckpt | grep -q '"vocab.fingerprint"'
-    [ "$(head -1 log.csv)" = "step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl" ]
+    [ "$(head -1 log.csv)" = "step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl,valid_nll" ]
     [ "$(grep -c '"' log.csv)" -eq 0 ] # plain numbers, unquoted
     [ "$(sed -n 2p log.csv | cut -d, -f1,2)" = "1,1" ]
     n=$(grep -c . log.csv)
@@ -90,7 +90,12 @@ losses() { cut -d, -f1,3 "$1"; }
     [ -s m.ckpt.best ]
     grep -q '^{"step":1,"epoch":1,"loss":[0-9.]*,"lr":[0-9.e-]*,"tokens":[0-9]*,"tokens_per_s":[0-9.]*,"grad_norm":[0-9.e-]*,"gflop_s":[0-9.]*}$' log.jsonl
     [ "$(grep -c '"valid_loss"' log.jsonl)" -eq 3 ]
-    grep '"valid_loss"' log.jsonl | grep -q '"valid_ppl"'
+    grep '"valid_loss"' log.jsonl | grep '"valid_ppl"' | grep -q '"valid_nll"'
+    # the same fields in both logs: validation rows of the CSV have the 11 columns filled
+    run "${T[@]}" -o m2.ckpt --max-steps 8 --valid "$D/va.b" --valid-every 4 --log log2.csv
+    [ "$status" -eq 0 ]
+    [ "$(awk -F, 'NR > 1 && NF == 11 && $9 != "" && $10 != "" && $11 != ""' log2.csv | wc -l)" -eq 2 ]
+    awk -F, 'NR > 1 && $11 != "" { d = exp($11) - $10; if (d < 0) d = -d; if (d > 1e-6 * $10) exit 1 }' log2.csv
     run "${T[@]}" -o m.ckpt --max-steps 12 --valid "$D/va.b" --valid-every 4 --force
     [ "$status" -eq 0 ]
 }
@@ -254,7 +259,7 @@ losses() { cut -d, -f1,3 "$1"; }
 @test "--log - writes the CSV to stdout, --log /dev/stderr beside the messages" {
     run "${T[@]}" -o a.ckpt --max-steps 3 -q --log -
     [ "$status" -eq 0 ]
-    [ "${lines[0]}" = "step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl" ]
+    [ "${lines[0]}" = "step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl,valid_nll" ]
     [ "${#lines[@]}" -eq 4 ]
     [[ "${lines[3]}" == 3,1,* ]]
     "${T[@]}" -o b.ckpt --max-steps 2 -q --log /dev/stderr 2> err.txt > out.txt
