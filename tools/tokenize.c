@@ -30,7 +30,8 @@ static void usage(FILE *f)
             "      --src FILE          source side of a line-aligned pair of files (with --tgt)\n"
             "      --tgt FILE          target side of a line-aligned pair of files (with --src)\n"
             "      --csv               input is CSV (RFC 4180 quoting), one pair or sentence per row\n"
-            "      --tsv               input is TSV (same as --csv --delimiter tab)\n"
+            "      --tsv               input is plain TSV: fields split at tabs, a quote is data (for RFC 4180\n"
+            "                          quoting with tabs: --csv --delimiter tab)\n"
             "  -d, --delimiter C       field delimiter for --csv: one character, or 'tab' (default ',')\n"
             "  -f, --fields LIST       columns to read, 1-based: one, or two as source,target (default 1,2)\n"
             "  -N, --normalize MODE    none, nfkc or nfkc_cf (default nfkc, or the vocabulary's)\n"
@@ -56,6 +57,7 @@ enum { TEXT_OFF = 0, TEXT_PIECES = 1, TEXT_IDS = 2 };
 struct opts {
     const char *in, *out, *src, *tgt, *vocab_path;
     int csv;
+    int tsv;                   /* plain TSV: fields split at tabs, quotes are data */
     unsigned char delim;
     unsigned nfields;
     unsigned field[2];         /* 0-based columns */
@@ -361,6 +363,35 @@ static void csv_cb_row(int term, void *arg)
 
 static int no_space(unsigned char ch) { return 0; } /* keep leading and trailing blanks: round trip */
 
+/* Plain TSV: each line (without its newline, and a CR before it) is split at every tab; quotes are
+ * data, so a corpus line with a stray '"' is read as it is; blank lines are skipped. 0, or -1 with
+ * the error set. */
+static int run_tsv(struct state *st, struct src *s, struct csvstate *c)
+{
+    for (;;) {
+        ssize_t n = getline(&s->buf, &s->cap, s->f);
+        if (n < 0)
+            return ferror(s->f) ? nmt_seterr("cannot read '%s': %s", s->name, strerror(errno)) : 0;
+        c->line = ++s->line;
+        if (n > 0 && s->buf[n - 1] == '\n')
+            n--;
+        if (n > 0 && s->buf[n - 1] == '\r')
+            n--;
+        if (n == 0)
+            continue; /* blank lines are skipped, as with --csv */
+        for (char *f = s->buf, *end = s->buf + n;;) {
+            char *tab = memchr(f, '\t', (size_t)(end - f));
+            csv_cb_field(f, (size_t)((tab ? tab : end) - f), c);
+            if (!tab)
+                break;
+            f = tab + 1;
+        }
+        csv_cb_row('\n', c);
+        if (c->fatal)
+            return -1;
+    }
+}
+
 static int run_csv(struct state *st, const char *path)
 {
     struct src s;
@@ -369,6 +400,13 @@ static int run_csv(struct state *st, const char *path)
     struct csv_parser p;
     struct csvstate c = {.st = st, .name = s.name};
     int rc = 0;
+    if (st->o->tsv) {
+        rc = run_tsv(st, &s, &c);
+        nmt_buf_free(&c.field[0]);
+        nmt_buf_free(&c.field[1]);
+        close_src(&s);
+        return rc;
+    }
     if (csv_init(&p, CSV_STRICT | CSV_STRICT_FINI) != 0) {
         close_src(&s);
         return nmt_seterr("out of memory");
@@ -672,6 +710,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case OPT_CSV: o->csv = 1; break;
         case OPT_TSV:
             o->csv = 1;
+            o->tsv = 1;
             o->delim = '\t';
             delim_set = 1;
             break;

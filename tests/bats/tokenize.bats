@@ -181,8 +181,20 @@ small_vocab() { # a vocabulary learnt from the adversarial fixtures and some Mul
     nmt-tokenize --skip-bad -q "$F/bad-utf8.txt" | nmt-cat | cut -f1 | tr '\n' ' ' | grep -qx '0 2 '
 }
 
-@test "--tsv reads pairs with RFC 4180 quoting, keeping blanks" {
-    run nmt-tokenize --tsv --text "$F/pairs.tsv"
+@test "--tsv is plain: quotes are data; --csv --delimiter tab reads RFC 4180 quoting" {
+    printf 'He said "hi\tEr sagte "hallo\n"quoted"\t"x\n' > "$TMP/q.tsv"
+    run nmt-tokenize --tsv --text "$TMP/q.tsv"
+    [ "$status" -eq 0 ]
+    [ "${#lines[@]}" -eq 2 ]
+    [ "${lines[0]}" = "$(printf '▁He ▁said ▁" hi\t▁Er ▁sagte ▁" hallo')" ]
+    [ "${lines[1]}" = "$(printf '▁" quoted "\t▁" x')" ]
+    run nmt-tokenize --csv --delimiter tab --text "$TMP/q.tsv"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"q.tsv: line 1: malformed CSV"* ]]
+}
+
+@test "--csv --delimiter tab reads pairs with RFC 4180 quoting, keeping blanks" {
+    run nmt-tokenize --csv --delimiter tab --text "$F/pairs.tsv"
     [ "$status" -eq 0 ]
     [ "${lines[0]}" = "$(printf '▁A ▁man ▁rides ▁a ▁bike .\t▁Ein ▁Mann ▁fährt ▁Fahrrad .')" ]
     [ "${lines[1]}" = "$(printf '▁Two , ▁quoted\t▁Zwei , ▁" zitiert "')" ]
