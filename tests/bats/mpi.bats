@@ -114,7 +114,8 @@ setup() {
     local rc=0 t0=$SECONDS
     wait $pid || rc=$?
     [ "$rc" -ne 0 ]
-    for _ in $(seq 50); do pgrep -P $pid >/dev/null || break; sleep 0.2; done
+    # every rank ends (mpirun's SIGTERM, then SIGKILL): none left within 20 s of the kill
+    while [ -n "$(pgrep -f "nmt-train.*k.ckpt" || true)" ] && [ $((SECONDS - t0)) -le 20 ]; do sleep 0.2; done
     [ -z "$(pgrep -f "nmt-train.*k.ckpt" || true)" ]
     [ $((SECONDS - t0)) -le 20 ]
     grep -q 'rank 1' out.txt
