@@ -170,7 +170,7 @@ int cpu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, c
         return -1;
     struct attn t = { .out = out, .P = P, .q = q, .k = k, .v = v, .a = a, .ctx = ctx };
     int64_t rows = (int64_t)a->B * a->H * a->Tq;
-    int fast = !P && a->dropout == 0 && a->dh % 16 == 0 && a->dh <= 16 * INFER_MAX_VEC && cpu_isa() == CPU_ISA_AVX512;
+    int fast = !P && a->dropout == 0 && a->dh % 16 == 0 && a->dh <= 16 * INFER_MAX_VEC && cpu_isa() >= CPU_ISA_AVX512;
     pool_for(ctx->pool, rows, 4, fast ? fwd_infer_body : fwd_body, &t);
     return 0;
 }

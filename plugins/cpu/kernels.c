@@ -587,7 +587,7 @@ int cpu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const fl
     if (N < 0 || V <= 0 || K < 1 || K > V)
         return cpu_err(ctx, "topk_logsoftmax: invalid size N=%d V=%d K=%d", N, V, K);
     struct topk t = { .values = values, .idx = indices, .logits = logits, .V = V, .K = K,
-                      .avx512 = cpu_isa() == CPU_ISA_AVX512 };
+                      .avx512 = cpu_isa() >= CPU_ISA_AVX512 };
     pool_for(ctx->pool, N, 1, topk_body, &t);
     return 0;
 }

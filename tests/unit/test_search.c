@@ -101,7 +101,7 @@ static int make_eos_likely(struct backend *be, struct model *m)
     for (size_t i = 0; i < np; i++)
         if (!strcmp(params[i].name, "emb.weight"))
             off = params[i].offset;
-    struct infer *in = infer_new(be, m, 1);
+    struct infer *in = infer_new(be, m, 1, NMT_DTYPE_F32);
     float *w = malloc(model_num_params(m) * sizeof *w);
     int count[256] = {0}, rc = in && w && off != SIZE_MAX && c->vocab <= 256 ? 0 : -1;
     struct search_opts o = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1.0, .len_b = 5};
@@ -138,7 +138,7 @@ static void run(struct backend *be, int pre_norm)
         return;
     test_ok(make_eos_likely(be, m) == 0, "pre_norm %d: EOS made likelier than the most frequent output token",
             pre_norm);
-    struct infer *in = infer_new(be, m, getenv("NOINV") ? 0 : 1);
+    struct infer *in = infer_new(be, m, getenv("NOINV") ? 0 : 1, NMT_DTYPE_F32);
     test_ok(in != NULL, "infer_new: %s", in ? "" : nmt_errmsg());
     if (!in) {
         model_free(m);
@@ -296,8 +296,8 @@ static int brute_greedy(struct infer **in, int i, int limit, uint32_t *ids, doub
 static void run_ensemble(struct backend *be)
 {
     struct model *a = test_model(be, 0, 60, 40, 3), *b = test_model(be, 1, 60, 30, 4), *c = test_model(be, 0, 61, 40, 5);
-    struct infer *ia = a ? infer_new(be, a, 1) : NULL, *ia2 = a ? infer_new(be, a, 1) : NULL;
-    struct infer *ib = b ? infer_new(be, b, 1) : NULL, *ic = c ? infer_new(be, c, 1) : NULL;
+    struct infer *ia = a ? infer_new(be, a, 1, NMT_DTYPE_F32) : NULL, *ia2 = a ? infer_new(be, a, 1, NMT_DTYPE_F32) : NULL;
+    struct infer *ib = b ? infer_new(be, b, 1, NMT_DTYPE_F32) : NULL, *ic = c ? infer_new(be, c, 1, NMT_DTYPE_F32) : NULL;
     test_ok(ia && ia2 && ib && ic, "ensemble members: %s", nmt_errmsg());
     if (!ia || !ia2 || !ib || !ic)
         goto out;
