@@ -14,10 +14,10 @@ setup() {
 }
 teardown() { [ -z "${TMP:-}" ] || rm -rf "$TMP"; }
 
-@test "nmt-backends lists cuda with score 0 and ABI 2.0; the default is cpu" {
+@test "nmt-backends lists cuda with score 0 and ABI 2.1; the default is cpu" {
     run nmt-backends
     [ "$status" -eq 0 ]
-    grep -qP "^cuda\t0\t2\.0\t$CUDA\tunusable here \(score 0\)$" <<< "$output"
+    grep -qP "^cuda\t0\t2\.1\t$CUDA\tunusable here \(score 0\)$" <<< "$output"
     grep -q '^default: cpu (' <<< "$output"
 }
 
@@ -36,7 +36,7 @@ teardown() { [ -z "${TMP:-}" ] || rm -rf "$TMP"; }
     cc -shared -fPIC "$TMP/stub.c" -o "$TMP/libcuda.so.1"
     LD_LIBRARY_PATH="$TMP" run nmt-backends
     [ "$status" -eq 0 ]
-    grep -qP "^cuda\t0\t2\.0\t" <<< "$output"
+    grep -qP "^cuda\t0\t2\.1\t" <<< "$output"
     grep -q '^default: cpu (' <<< "$output"
     LD_LIBRARY_PATH="$TMP" run nmt-backends --backend auto
     [ "$status" -eq 0 ] && grep -qx "$(printf 'name\tcpu')" <<< "$output"
