@@ -23,7 +23,8 @@
  *
  * Paths:
  *   VNNI (AVX512-VNNI): vpdpbusd multiplies unsigned by signed bytes, so the activations are
- *     offset to qA + 128 in [1, 255] (a byte XOR 0x80) and 128 * colsum[j] is subtracted at the end.
+ *     stored offset, as qA + 128 in [1, 255] (a byte XOR 0x80), and 128 * colsum[j] is subtracted
+ *     at the end.
  *     Tiles of up to 6 rows by 4 panels.
  *   AVX2: vpmaddubsw on |qA| (unsigned, <= 127) and qW with the sign of qA (vpsignb): each int16
  *     pair sum is at most 2 * 127 * 127 = 32258 < 32767, so it never saturates; vpmaddwd by ones
@@ -49,31 +50,116 @@ size_t cpu_linear_q_bytes(int N, int K)
     return np * (sizeof(float) + sizeof(int32_t)) + np * (size_t)pad4(K);
 }
 
-/* Quantises the K values X into Q (Kp bytes, zeros past K); returns the scale (0 for a zero row,
- * NaN for a row with a non-finite value). The same bits whatever the vector width: max, one
- * multiply and a rounding per value. */
-static float quant_row(int8_t *q, const float *x, int K, int Kp)
+/* The scale of the K values X: 0 for a zero row (or one so small that 127 / max overflows), NaN
+ * for a row with a non-finite value, else max |x| / 127; *INV receives 127 / max. Each path finds
+ * the same max (a max is exact), so they agree. */
+static float quant_scale(float amax, int finite, float *inv)
 {
-    float amax = 0;
+    *inv = 127.0f / amax;
+    if (!finite)
+        return NAN;
+    if (amax == 0 || !(*inv <= 3.40282347e38f))
+        return 0.0f;
+    return amax / 127.0f;
+}
+
+/* Quantises the K values X into Q (Kp bytes, zeros past K); returns the scale (quant_scale). */
+static float quant_row_plain(int8_t *q, const float *x, int K, int Kp)
+{
+    float amax = 0, inv;
     int finite = 1;
     for (int k = 0; k < K; k++) {
         float a = fabsf(x[k]);
         finite &= a <= 3.40282347e38f; /* false for NaN and infinities */
         amax = a > amax ? a : amax;
     }
-    float inv = 127.0f / amax;
-    if (!finite || amax == 0 || !(inv <= 3.40282347e38f)) {
-        memset(q, 0, (size_t)Kp);
-        return finite ? 0.0f : NAN;
-    }
-    for (int k = 0; k < K; k++) {
-        float r = rintf(x[k] * inv);
+    float s = quant_scale(amax, finite, &inv);
+    for (int k = 0; k < Kp; k++) {
+        float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f; /* to nearest even */
         r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
         q[k] = (int8_t)r;
     }
-    for (int k = K; k < Kp; k++)
-        q[k] = 0;
-    return amax / 127.0f;
+    return s;
+}
+
+#define AVX512Q __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+
+/* quant_row_plain with AVX-512: the same max, product and rounding (vcvtps2dq rounds to nearest
+ * even, the default mode), so the same bits; with FLIP each byte is stored XOR 0x80, i.e. as the
+ * unsigned q + 128 that vpdpbusd takes. */
+AVX512Q static float quant_row_avx512(int8_t *q, const float *x, int K, int Kp, int flip)
+{
+    __m512 mx = _mm512_setzero_ps(), big = _mm512_set1_ps(3.40282347e38f);
+    __mmask16 bad = 0;
+    for (int k = 0; k < K; k += 16) {
+        __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
+        __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + k));
+        bad |= _mm512_mask_cmp_ps_mask(m, a, big, _CMP_NLE_UQ); /* NaN or above FLT_MAX */
+        mx = _mm512_max_ps(a, mx);
+    }
+    float inv, s = quant_scale(_mm512_reduce_max_ps(mx), !bad, &inv);
+    __m512 vinv = _mm512_set1_ps(inv);
+    __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    for (int k = 0; k < Kp; k += 16) {
+        __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : K > k ? (__mmask16)((1u << (K - k)) - 1) : 0;
+        __mmask16 st = Kp - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (Kp - k)) - 1);
+        if (!(s > 0))
+            m = 0;
+        __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), vinv));
+        r = _mm512_min_epi32(_mm512_max_epi32(r, lo), hi);
+        __m128i b = _mm512_cvtepi32_epi8(r);
+        _mm_mask_storeu_epi8(q + k, st, flip ? _mm_xor_si128(b, _mm_set1_epi8((char)0x80)) : b);
+    }
+    return s;
+}
+
+#define AVX2Q __attribute__((target("avx2,fma")))
+
+/* quant_row_plain with AVX2 on blocks of 8 values, the tail in C: the same bits. */
+AVX2Q static float quant_row_avx2(int8_t *q, const float *x, int K, int Kp)
+{
+    __m256 mx = _mm256_setzero_ps(), big = _mm256_set1_ps(3.40282347e38f);
+    __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    int bad = 0, k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + k), sign);
+        bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));
+        mx = _mm256_max_ps(a, mx);
+    }
+    float lane[8], amax = 0, inv;
+    _mm256_storeu_ps(lane, mx);
+    for (int l = 0; l < 8; l++)
+        amax = lane[l] > amax ? lane[l] : amax;
+    for (; k < K; k++) {
+        float a = fabsf(x[k]);
+        bad |= !(a <= 3.40282347e38f);
+        amax = a > amax ? a : amax;
+    }
+    float s = quant_scale(amax, !bad, &inv);
+    __m256 vinv = _mm256_set1_ps(inv);
+    __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    k = 0;
+    for (; s > 0 && k + 8 <= K; k += 8) {
+        __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
+        r = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
+        __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+        _mm_storel_epi64((__m128i *)(q + k), _mm_packs_epi16(w, w));
+    }
+    for (; k < Kp; k++) {
+        float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f;
+        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+        q[k] = (int8_t)r;
+    }
+    return s;
+}
+
+/* Quantises the K values X into Q (Kp bytes), on the widest path this CPU has; for the VNNI
+ * path as unsigned q + 128. */
+static float quant_row(int8_t *q, const float *x, int K, int Kp, int isa)
+{
+    return isa >= CPU_ISA_AVX512 ? quant_row_avx512(q, x, K, Kp, isa == CPU_ISA_VNNI)
+           : isa == CPU_ISA_AVX2 ? quant_row_avx2(q, x, K, Kp)
+                                 : quant_row_plain(q, x, K, Kp);
 }
 
 int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw)
@@ -88,7 +174,7 @@ int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, i
     memset(s, 0, (size_t)np * (sizeof *s + sizeof *csum));
     memset(panels, 0, (size_t)np * (size_t)kp);
     for (int j = 0; j < N; j++) {
-        s[j] = quant_row(row, W + (size_t)j * (size_t)ldw, K, kp);
+        s[j] = quant_row_plain(row, W + (size_t)j * (size_t)ldw, K, kp);
         if (s[j] != s[j]) {
             free(row);
             return cpu_err(ctx, "linear_pack_q: row %d of the weight has a non-finite value", j);
@@ -146,7 +232,6 @@ static inline __attribute__((always_inline)) VNNI void qtile16(const struct qlin
     size_t ldq = (size_t)g->ldq, pstride = (size_t)g->Kp * PW;
     const int8_t *a = g->A + (size_t)i * ldq;
     const uint8_t *w = qpanel(g, p, 0);
-    const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
     __m512i acc[MRV][GROUP];
     for (int r = 0; r < mr; r++)
         for (int c = 0; c < nv; c++)
@@ -158,7 +243,7 @@ static inline __attribute__((always_inline)) VNNI void qtile16(const struct qlin
         for (int r = 0; r < mr; r++) {
             int32_t a4;
             memcpy(&a4, a + (size_t)r * ldq + (size_t)k, 4);
-            __m512i av = _mm512_xor_si512(_mm512_set1_epi32(a4), flip); /* qA + 128, unsigned */
+            __m512i av = _mm512_set1_epi32(a4); /* qA + 128, unsigned (quant_row) */
             for (int c = 0; c < nv; c++)
                 acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], av, wv[c]);
         }
@@ -296,7 +381,7 @@ static void quant_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
     struct qlin_job *job = arg;
     for (int64_t i = lo; i < hi; i++)
-        job->qs[i] = quant_row(job->qa + i * job->g.ldq, job->Af + i * job->lda, job->K, job->g.Kp);
+        job->qs[i] = quant_row(job->qa + i * job->g.ldq, job->Af + i * job->lda, job->K, job->g.Kp, job->isa);
 }
 
 /* Column groups [lo, hi) of GROUP panels, each swept by every row tile of A. */
