@@ -155,7 +155,7 @@ static int pack_weights(struct infer *in)
         wt_add(in, d->w1, F, D);
         wt_add(in, d->w2, D, F);
     }
-    wt_add_as(in, in->w->emb, c->vocab, D, NMT_DTYPE_F32); /* the tied output projection: float32 */
+    wt_add_as(in, in->w->emb, c->vocab, D, getenv("XQOUT") ? in->precision : NMT_DTYPE_F32); /* the tied output projection: float32 */
     size_t total = 0;
     for (int i = 0; i < in->nwt; i++) {
         size_t b = wt_bytes(in, &in->wts[i]);

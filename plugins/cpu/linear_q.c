@@ -226,28 +226,41 @@ static inline float qfinish(const struct qlin *g, int32_t S, int i, int j)
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 #define MRV 6
 
+/* One accumulator per (row r, panel c) as a named variable: GCC 12 keeps an array of vpdpbusd
+ * accumulators in memory (stored every step); named ones stay in registers. The rows and panels
+ * past MR and NV (constants after inlining) are dropped by the compiler. */
+#define QSTEP(r)                                                                                                       \
+    if (mr > r) {                                                                                                      \
+        int32_t a4;                                                                                                    \
+        memcpy(&a4, a + (size_t)(r) * ldq + (size_t)k, 4);                                                             \
+        __m512i av = _mm512_set1_epi32(a4); /* qA + 128, unsigned (quant_row) */                                       \
+        a##r##0 = _mm512_dpbusd_epi32(a##r##0, av, w0);                                                                \
+        if (nv > 1)                                                                                                    \
+            a##r##1 = _mm512_dpbusd_epi32(a##r##1, av, w1);                                                            \
+        if (nv > 2)                                                                                                    \
+            a##r##2 = _mm512_dpbusd_epi32(a##r##2, av, w2);                                                            \
+        if (nv > 3)                                                                                                    \
+            a##r##3 = _mm512_dpbusd_epi32(a##r##3, av, w3);                                                            \
+    }
+
 static inline __attribute__((always_inline)) VNNI void qtile16(const struct qlin *g, int i, int p, int mr, int nv,
                                                                 __mmask16 last)
 {
     size_t ldq = (size_t)g->ldq, pstride = (size_t)g->Kp * PW;
     const int8_t *a = g->A + (size_t)i * ldq;
     const uint8_t *w = qpanel(g, p, 0);
-    __m512i acc[MRV][GROUP];
-    for (int r = 0; r < mr; r++)
-        for (int c = 0; c < nv; c++)
-            acc[r][c] = _mm512_setzero_si512();
+    const __m512i z = _mm512_setzero_si512();
+    __m512i a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z, a20 = z, a21 = z, a22 = z, a23 = z;
+    __m512i a30 = z, a31 = z, a32 = z, a33 = z, a40 = z, a41 = z, a42 = z, a43 = z, a50 = z, a51 = z, a52 = z, a53 = z;
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
-        __m512i wv[GROUP];
-        for (int c = 0; c < nv; c++)
-            wv[c] = _mm512_loadu_si512((const void *)(w + (size_t)c * pstride));
-        for (int r = 0; r < mr; r++) {
-            int32_t a4;
-            memcpy(&a4, a + (size_t)r * ldq + (size_t)k, 4);
-            __m512i av = _mm512_set1_epi32(a4); /* qA + 128, unsigned (quant_row) */
-            for (int c = 0; c < nv; c++)
-                acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], av, wv[c]);
-        }
+        __m512i w0 = _mm512_loadu_si512((const void *)w);
+        __m512i w1 = nv > 1 ? _mm512_loadu_si512((const void *)(w + pstride)) : z;
+        __m512i w2 = nv > 2 ? _mm512_loadu_si512((const void *)(w + 2 * pstride)) : z;
+        __m512i w3 = nv > 3 ? _mm512_loadu_si512((const void *)(w + 3 * pstride)) : z;
+        QSTEP(0) QSTEP(1) QSTEP(2) QSTEP(3) QSTEP(4) QSTEP(5)
     }
+    const __m512i acc[MRV][GROUP] = { { a00, a01, a02, a03 }, { a10, a11, a12, a13 }, { a20, a21, a22, a23 },
+                                      { a30, a31, a32, a33 }, { a40, a41, a42, a43 }, { a50, a51, a52, a53 } };
     for (int c = 0; c < nv; c++) {
         int j = (p + c) * PW;
         __mmask16 m = c == nv - 1 ? last : (__mmask16)0xFFFF;
@@ -285,6 +298,7 @@ VNNI static void qtile16_any(const struct qlin *g, int i, int p, int mr, int nv,
     }
 #undef QT
 }
+#undef QSTEP
 
 /* ---------------- AVX2: tiles of up to 4 rows by one panel (two vectors of 8 columns) ---------------- */
 
