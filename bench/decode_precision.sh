@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# nmt-decode in float32 against int8 (--precision), side by side on one input:
+# nmt-decode in float32 against int8 and int8-all (--precision), side by side on one input:
 #   bash bench/decode_precision.sh CHECKPOINT VOCAB SOURCE [REFERENCE] [ROUNDS]
 # CHECKPOINT: an nmt checkpoint; VOCAB: its vocabulary; SOURCE: raw source text (e.g.
 # test_2016_flickr.en); REFERENCE: its translations, for BLEU (optional). Each round runs, for
 # greedy (batches of 64 sentences) and beam 4 (alpha 0.6, batches of 32), with 1 and 2 threads,
-# float32 then int8: the whole command (checkpoint load and weight packing included, ids in, hyp
+# float32, int8 then int8-all: the whole command (checkpoint load and weight packing included, ids in, hyp
 # stream out) under /usr/bin/time. Prints one row per run (seconds, sentences/s, target tokens/s,
-# peak RSS), then per configuration the median sentences/s of each precision and their ratio, the
-# share of int8 translations identical to float32's and, with REFERENCE, both BLEU scores
+# peak RSS), then per configuration the median sentences/s of each precision, their ratios to
+# float32, the share of translations identical to float32's and, with REFERENCE, the BLEU scores
 # (nmt-bleu, sacreBLEU's defaults). Run alone: the machine's load changes the figures.
 set -u
 [ $# -ge 3 ] || { sed -n 2,11p "$0" >&2; exit 2; }
@@ -25,7 +25,7 @@ for r in $(seq "$rounds"); do
         set -- $m
         mt=$(awk -v m="$mean" -v b="$2" 'BEGIN {printf "%d", m * b}')
         for th in 1 2; do
-            for p in float32 int8; do
+            for p in float32 int8 int8-all; do
                 out="$tmp/b$1.t$th.$p"
                 /usr/bin/time -f "%e %M" -o "$tmp/time" "$B/nmt-decode" -m "$ckpt" --in ids --out hyp --threads $th \
                     --beam $1 --alpha 0.6 --max-tokens "$mt" --precision $p -i "$tmp/src.ids" -o "$out.hyp" || exit 1
@@ -39,24 +39,25 @@ for r in $(seq "$rounds"); do
         done
     done
 done
-echo "| mode | threads | float32 sentences/s | int8 sentences/s | int8 / float32 | int8 translations identical to float32's |"
+echo "| mode | threads | float32 sentences/s | int8 sentences/s (x float32) | int8-all sentences/s (x float32) | identical to float32: int8, int8-all |"
 echo "|---|---|---|---|---|---|"
 for b in 1 4; do
     for th in 1 2; do
         f="$tmp/b$b.t$th"
-        same=$(paste "$f.float32.ids" "$f.int8.ids" | awk -F'\t' '$1 == $2' | wc -l)
-        awk -v b="$b" -v th="$th" -v same="$same" -v n="$n" '
+        s1=$(paste "$f.float32.ids" "$f.int8.ids" | awk -F'\t' '$1 == $2' | wc -l)
+        s2=$(paste "$f.float32.ids" "$f.int8-all.ids" | awk -F'\t' '$1 == $2' | wc -l)
+        awk -v b="$b" -v th="$th" -v s1="$s1" -v s2="$s2" -v n="$n" '
             function med(a, k,   i, j, t) { for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
                                             return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
             $4 == b && $6 == th { for (i = 1; i < NF; i++) if ($(i + 1) == "sentences/s,") v = $i
-                                  if ($7 ~ /^float32/) x[++nx] = v; else y[++ny] = v }
-            END { printf "| %s | %d | %.1f | %.1f | %.2fx | %d/%d (%.1f%%) |\n", b == 1 ? "greedy" : "beam 4", th,
-                         med(x, nx), med(y, ny), med(y, ny) / med(x, nx), same, n, 100 * same / n }' "$tmp/rows"
+                                  if ($7 ~ /^float32/) x[++nx] = v; else if ($7 ~ /^int8-all/) z[++nz] = v; else y[++ny] = v }
+            END { f = med(x, nx); printf "| %s | %d | %.1f | %.1f (%.2fx) | %.1f (%.2fx) | %.1f%%, %.1f%% |\n", b == 1 ? "greedy" : "beam 4",
+                         th, f, med(y, ny), med(y, ny) / f, med(z, nz), med(z, nz) / f, 100 * s1 / n, 100 * s2 / n }' "$tmp/rows"
     done
 done
 if [ -n "$ref" ]; then
     for b in 1 4; do
-        for p in float32 int8; do
+        for p in float32 int8 int8-all; do
             "$B/nmt-tokenize" --vocab "$vocab" --decode -i "$tmp/b$b.t2.$p.hyp" > "$tmp/hyp.txt" || exit 1
             echo "beam $b $p: $("$B/nmt-bleu" "$ref" -i "$tmp/hyp.txt" -f text)"
         done

@@ -52,9 +52,10 @@ static void usage(void)
            "      --interactive       translate and write each line as it arrives (default when the input is\n"
            "                          not a regular file)\n"
            "      --batch-variant     faster products whose results may depend on the batch neighbours\n"
-           "      --precision P       float32 (default) or int8: the encoder's and decoder's linear layers in\n"
-           "                          8-bit integers (weights per output channel, activations per row); the\n"
-           "                          output projection, attention and layer norms stay float32\n"
+           "      --precision P       float32 (default), int8: the encoder's and decoder's linear layers in\n"
+           "                          8-bit integers (weights per output channel, activations per row; the\n"
+           "                          output projection, attention and layer norms stay float32), or\n"
+           "                          int8-all: the output projection in int8 too\n"
            "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
            "      --threads N         worker threads in all (default: all cores)\n"
            "      --jobs N            batches decoded at once, each by its own copy of the model with\n"
@@ -85,7 +86,7 @@ struct opts {
     int nmodels;
     const char *input, *output, *src, *tgt, *backend, *comm;
     int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs;
-    uint32_t precision;        /* --precision: NMT_DTYPE_F32 or NMT_DTYPE_INT8 */
+    uint32_t precision;        /* --precision (infer_new's) */
     uint64_t shard_k, shard_n;  /* --shard K/N (K from 1; N 0: no sharding) */
     long max_tokens;
     uint64_t max_line;         /* --max-line-bytes */

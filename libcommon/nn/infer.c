@@ -29,6 +29,7 @@ struct infer {
     struct model_config c;
     int invariant;
     uint32_t precision;              /* NMT_DTYPE_F32 or NMT_DTYPE_INT8: of the packed layers */
+    uint32_t out_precision;          /* of the output projection: float32 unless INFER_OUTPUT_TOO */
     const struct model_weights *w;   /* the model's */
     struct wt_entry *wts;            /* (nwt) packed weights, in wt_buf */
     int nwt;
@@ -155,7 +156,7 @@ static int pack_weights(struct infer *in)
         wt_add(in, d->w1, F, D);
         wt_add(in, d->w2, D, F);
     }
-    wt_add_as(in, in->w->emb, c->vocab, D, getenv("XQOUT") ? in->precision : NMT_DTYPE_F32); /* the tied output projection: float32 */
+    wt_add_as(in, in->w->emb, c->vocab, D, in->out_precision); /* the tied output projection */
     size_t total = 0;
     for (int i = 0; i < in->nwt; i++) {
         size_t b = wt_bytes(in, &in->wts[i]);
@@ -184,7 +185,9 @@ static int infer_linear(struct nn_exec *e, float *y, const float *x, const float
 
 const char *infer_precision_name(uint32_t dtype)
 {
-    return dtype == NMT_DTYPE_INT8 ? "int8" : dtype == NMT_DTYPE_BF16 ? "bf16" : "float32";
+    uint32_t d = dtype & ~(uint32_t)INFER_OUTPUT_TOO;
+    const char *n = d == NMT_DTYPE_INT8 ? "int8" : d == NMT_DTYPE_BF16 ? "bf16" : "float32";
+    return d == NMT_DTYPE_INT8 && (dtype & INFER_OUTPUT_TOO) ? "int8-all" : n;
 }
 
 int infer_precision_parse(const char *name, uint32_t *dtype)
@@ -193,8 +196,10 @@ int infer_precision_parse(const char *name, uint32_t *dtype)
         *dtype = NMT_DTYPE_F32;
     else if (!strcmp(name, "int8"))
         *dtype = NMT_DTYPE_INT8;
+    else if (!strcmp(name, "int8-all"))
+        *dtype = NMT_DTYPE_INT8 | INFER_OUTPUT_TOO;
     else
-        return nmt_seterr("invalid precision '%s' (float32 or int8)", name);
+        return nmt_seterr("invalid precision '%s' (float32, int8 or int8-all)", name);
     return 0;
 }
 
@@ -222,7 +227,8 @@ struct infer *infer_new(struct backend *be, struct model *m, int invariant, uint
     in->c = *model_config(m);
     in->run = (struct nn_exec){.k = in->k, .ctx = in->ctx, .c = &in->c, .linear = infer_linear, .owner = in};
     in->invariant = invariant;
-    in->precision = precision;
+    in->precision = precision & ~(uint32_t)INFER_OUTPUT_TOO;
+    in->out_precision = precision & INFER_OUTPUT_TOO ? in->precision : NMT_DTYPE_F32;
     in->w = model_weights(m);
     int Le = in->c.enc_layers, Ld = in->c.dec_layers;
     in->enc.layer = calloc((size_t)Le, sizeof *in->enc.layer);
@@ -232,7 +238,7 @@ struct infer *infer_new(struct backend *be, struct model *m, int invariant, uint
         infer_free(in);
         return nmt_seterr("out of memory"), NULL;
     }
-    int pack = precision != NMT_DTYPE_F32 || (invariant && has_linear_rowinv(in->k));
+    int pack = in->precision != NMT_DTYPE_F32 || (invariant && has_linear_rowinv(in->k));
     if (check_precision(in) < 0 || (pack && pack_weights(in) < 0)) {
         infer_free(in);
         return NULL;

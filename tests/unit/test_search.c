@@ -403,9 +403,9 @@ out:
     model_free(c);
 }
 
-/* int8 linear layers (infer_new with NMT_DTYPE_INT8): forced-decoding scores near float32's, greedy
- * and beam results identical alone and in a batch (with and without INVARIANT), and a backend
- * without linear_pack_q refused by name. */
+/* int8 linear layers (infer_new with NMT_DTYPE_INT8, the output projection in int8 too or not):
+ * forced-decoding scores near float32's, greedy and beam results identical alone and in a batch
+ * (with and without INVARIANT), and a backend without linear_pack_q refused by name. */
 static void run_int8(struct backend *be)
 {
     const struct model_config c = {.vocab = 60, .max_len = 40};
@@ -422,7 +422,8 @@ static void run_int8(struct backend *be)
     double lpf[NS], lpq[NS], worst = 0;
     int differ = 0;
     for (int inv = 1; inv >= 0; inv--) {
-        struct infer *q = infer_new(be, m, inv, NMT_DTYPE_INT8);
+        /* invariant: the output projection in int8 too; batch-variant: float32 */
+        struct infer *q = infer_new(be, m, inv, NMT_DTYPE_INT8 | (inv ? INFER_OUTPUT_TOO : 0));
         test_ok(q != NULL, "int8 (invariant %d): infer_new: %s", inv, q ? "" : nmt_errmsg());
         if (!q)
             break;
