@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# nmt-decode in float32 against int8 and int8-all (--precision), side by side on one input:
+# nmt-decode in float32 against int8, int8-all, bf16 and bf16-all (--precision), side by side:
 #   bash bench/decode_precision.sh CHECKPOINT VOCAB SOURCE [REFERENCE] [ROUNDS]
 # CHECKPOINT: an nmt checkpoint; VOCAB: its vocabulary; SOURCE: raw source text (e.g.
 # test_2016_flickr.en); REFERENCE: its translations, for BLEU (optional). Each round runs, for
 # greedy (batches of 64 sentences) and beam 4 (alpha 0.6, batches of 32), with 1 and 2 threads,
-# float32, int8 then int8-all: the whole command (checkpoint load and weight packing included, ids in, hyp
+# each precision in turn (bf16 only where the CPU has AVX512-BF16): the whole command (checkpoint load and weight packing included, ids in, hyp
 # stream out) under /usr/bin/time. Prints one row per run (seconds, sentences/s, target tokens/s,
 # peak RSS), then per configuration the median sentences/s of each precision, their ratios to
 # float32, the share of translations identical to float32's and, with REFERENCE, the BLEU scores
@@ -14,6 +14,8 @@ set -u
 ckpt=$1 vocab=$2 src=$3 ref=${4:-} rounds=${5:-3}
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+precs="float32 int8 int8-all"
+grep -qw avx512_bf16 /proc/cpuinfo && precs="$precs bf16 bf16-all"
 "$B/nmt-tokenize" --vocab "$vocab" < "$src" > "$tmp/src.ids" || exit 1
 "$B/nmt-tokenize" --vocab "$vocab" --text=ids < "$src" > "$tmp/src.txt" || exit 1
 n=$(wc -l < "$tmp/src.txt")
@@ -25,39 +27,41 @@ for r in $(seq "$rounds"); do
         set -- $m
         mt=$(awk -v m="$mean" -v b="$2" 'BEGIN {printf "%d", m * b}')
         for th in 1 2; do
-            for p in float32 int8 int8-all; do
+            for p in $precs; do
                 out="$tmp/b$1.t$th.$p"
                 /usr/bin/time -f "%e %M" -o "$tmp/time" "$B/nmt-decode" -m "$ckpt" --in ids --out hyp --threads $th \
                     --beam $1 --alpha 0.6 --max-tokens "$mt" --precision $p -i "$tmp/src.ids" -o "$out.hyp" || exit 1
                 "$B/nmt-cat" "$out.hyp" | cut -f4 > "$out.ids"
                 read -r s kb < "$tmp/time"
                 tok=$(awk '{t += NF} END {print t}' "$out.ids")
-                awk -v s="$s" -v kb="$kb" -v n="$n" -v t="$tok" 'BEGIN {
-                    printf "round %d beam %d threads %d %-7s: %.2f s, %.1f sentences/s, %.0f target tokens/s, peak RSS %d MB\n",
-                           '"$r $1 $th"', "'"$p"'", s, n / s, t / s, kb / 1024 }' | tee -a "$tmp/rows"
+                awk -v s="$s" -v kb="$kb" -v n="$n" -v t="$tok" -v r="$r" -v b="$1" -v th="$th" -v p="$p" 'BEGIN {
+                    printf "round %d beam %d threads %d %s: %.2f s, %.1f sentences/s, %.0f target tokens/s, peak RSS %d MB\n",
+                           r, b, th, p, s, n / s, t / s, kb / 1024 }' | tee -a "$tmp/rows"
             done
         done
     done
 done
-echo "| mode | threads | float32 sentences/s | int8 sentences/s (x float32) | int8-all sentences/s (x float32) | identical to float32: int8, int8-all |"
-echo "|---|---|---|---|---|---|"
+echo "| mode | threads | precision | sentences/s | target tokens/s | peak RSS | x float32 | translations identical to float32's |"
+echo "|---|---|---|---|---|---|---|---|"
 for b in 1 4; do
     for th in 1 2; do
-        f="$tmp/b$b.t$th"
-        s1=$(paste "$f.float32.ids" "$f.int8.ids" | awk -F'\t' '$1 == $2' | wc -l)
-        s2=$(paste "$f.float32.ids" "$f.int8-all.ids" | awk -F'\t' '$1 == $2' | wc -l)
-        awk -v b="$b" -v th="$th" -v s1="$s1" -v s2="$s2" -v n="$n" '
-            function med(a, k,   i, j, t) { for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-                                            return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
-            $4 == b && $6 == th { for (i = 1; i < NF; i++) if ($(i + 1) == "sentences/s,") v = $i
-                                  if ($7 ~ /^float32/) x[++nx] = v; else if ($7 ~ /^int8-all/) z[++nz] = v; else y[++ny] = v }
-            END { f = med(x, nx); printf "| %s | %d | %.1f | %.1f (%.2fx) | %.1f (%.2fx) | %.1f%%, %.1f%% |\n", b == 1 ? "greedy" : "beam 4",
-                         th, f, med(y, ny), med(y, ny) / f, med(z, nz), med(z, nz) / f, 100 * s1 / n, 100 * s2 / n }' "$tmp/rows"
+        for p in $precs; do
+            f="$tmp/b$b.t$th"
+            same=$(paste "$f.float32.ids" "$f.$p.ids" | awk -F'\t' '$1 == $2' | wc -l)
+            awk -v b="$b" -v th="$th" -v p="$p" -v same="$same" -v n="$n" '
+                function med(a, k,   i, j, t) { for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                                                return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
+                function num(w) { for (i = 1; i < NF; i++) if ($(i + 1) == w) return $i }
+                $4 == b && $6 == th && $7 == "float32:" { f[++nf] = num("sentences/s,") }
+                $4 == b && $6 == th && $7 == p ":" { x[++nx] = num("sentences/s,"); y[++ny] = num("target"); m[++nm] = num("MB") }
+                END { printf "| %s | %d | %s | %.1f | %.0f | %.0f MB | %.2fx | %d/%d (%.1f%%) |\n", b == 1 ? "greedy" : "beam 4", th, p,
+                             med(x, nx), med(y, ny), med(m, nm), med(x, nx) / med(f, nf), same, n, 100 * same / n }' "$tmp/rows"
+        done
     done
 done
 if [ -n "$ref" ]; then
     for b in 1 4; do
-        for p in float32 int8 int8-all; do
+        for p in $precs; do
             "$B/nmt-tokenize" --vocab "$vocab" --decode -i "$tmp/b$b.t2.$p.hyp" > "$tmp/hyp.txt" || exit 1
             echo "beam $b $p: $("$B/nmt-bleu" "$ref" -i "$tmp/hyp.txt" -f text)"
         done

@@ -183,24 +183,34 @@ static int pack_weights(struct infer *in)
 static int infer_linear(struct nn_exec *e, float *y, const float *x, const float *W, const float *bias, int relu,
                         int N, int out, int kin);
 
+/* The names of the precisions of --precision: the layers' dtype, with INFER_OUTPUT_TOO or not. */
+static const struct {
+    const char *name;
+    uint32_t dtype;
+} precisions[] = {
+    {"float32", NMT_DTYPE_F32},
+    {"int8", NMT_DTYPE_INT8},
+    {"int8-all", NMT_DTYPE_INT8 | INFER_OUTPUT_TOO},
+    {"bf16", NMT_DTYPE_BF16},
+    {"bf16-all", NMT_DTYPE_BF16 | INFER_OUTPUT_TOO},
+};
+
 const char *infer_precision_name(uint32_t dtype)
 {
-    uint32_t d = dtype & ~(uint32_t)INFER_OUTPUT_TOO;
-    const char *n = d == NMT_DTYPE_INT8 ? "int8" : d == NMT_DTYPE_BF16 ? "bf16" : "float32";
-    return d == NMT_DTYPE_INT8 && (dtype & INFER_OUTPUT_TOO) ? "int8-all" : n;
+    for (size_t i = 0; i < sizeof precisions / sizeof precisions[0]; i++)
+        if (precisions[i].dtype == dtype)
+            return precisions[i].name;
+    return "float32";
 }
 
 int infer_precision_parse(const char *name, uint32_t *dtype)
 {
-    if (!strcmp(name, "float32"))
-        *dtype = NMT_DTYPE_F32;
-    else if (!strcmp(name, "int8"))
-        *dtype = NMT_DTYPE_INT8;
-    else if (!strcmp(name, "int8-all"))
-        *dtype = NMT_DTYPE_INT8 | INFER_OUTPUT_TOO;
-    else
-        return nmt_seterr("invalid precision '%s' (float32, int8 or int8-all)", name);
-    return 0;
+    for (size_t i = 0; i < sizeof precisions / sizeof precisions[0]; i++)
+        if (!strcmp(name, precisions[i].name)) {
+            *dtype = precisions[i].dtype;
+            return 0;
+        }
+    return nmt_seterr("invalid precision '%s' (float32, int8, int8-all, bf16 or bf16-all)", name);
 }
 
 /* Whether the backend can take weights in reduced precision; 0, or -1 with the error set. */

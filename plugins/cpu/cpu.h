@@ -65,7 +65,7 @@ int cpu_linear_pack_q(nmt_bctx *ctx, void *dst, const float *W, int N, int K, in
  * its data follow (linear.c, linear_q.c). */
 struct lin_hdr {
     uint32_t magic; /* LIN_MAGIC */
-    uint32_t dtype; /* NMT_DTYPE_F32 or NMT_DTYPE_INT8 */
+    uint32_t dtype; /* NMT_DTYPE_F32, NMT_DTYPE_INT8 or NMT_DTYPE_BF16 */
     int32_t N, K;   /* the weight's shape */
     uint8_t pad[48];
 };
@@ -81,6 +81,16 @@ size_t cpu_linear_q_bytes(int N, int K);
 int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw);
 int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data,
                      const float *bias, int relu, float *C, int ldc);
+/* Makes ctx->qbuf hold BYTES (the rows of A converted by the int8 and bf16 layers); 0 or -1. */
+int cpu_qbuf_reserve(nmt_bctx *ctx, size_t bytes);
+
+/* bf16 weights (linear_bf16.c), as the int8 ones above; only where cpu_bf16() says so. */
+size_t cpu_linear_bf16_bytes(int N, int K);
+int cpu_linear_bf16_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw);
+int cpu_linear_bf16_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data,
+                        const float *bias, int relu, float *C, int ldc);
+/* 1 when the bf16 layer can run: the CPU has AVX512-BF16 and NMT_CPU_ISA allows AVX-512. */
+int cpu_bf16(void);
 /* Sets CTX's error text; returns -1. */
 int cpu_err(struct nmt_bctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Makes sure each thread has PER bytes of scratch (64-byte aligned); 0 or -1 with the error set. */

@@ -426,15 +426,14 @@ static void qlinear_body(void *arg, int64_t lo, int64_t hi, int tid)
     }
 }
 
-/* Makes ctx->qbuf hold BYTES; 0 or -1 with the error set. */
-static int qbuf_reserve(nmt_bctx *ctx, size_t bytes)
+int cpu_qbuf_reserve(nmt_bctx *ctx, size_t bytes)
 {
     if (bytes <= ctx->qcap)
         return 0;
     size_t want = (bytes + bytes / 4 + 63) & ~(size_t)63;
     void *p = aligned_alloc(64, want);
     if (!p)
-        return cpu_err(ctx, "out of memory (%zu bytes for the int8 rows)", want);
+        return cpu_err(ctx, "out of memory (%zu bytes for the converted rows of A)", want);
     free(ctx->qbuf);
     ctx->qbuf = p;
     ctx->qcap = want;
@@ -445,7 +444,7 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
                      const float *bias, int relu, float *C, int ldc)
 {
     int np = pad16(N), kp = pad4(K), ldq = (kp + 63) & ~63;
-    if (qbuf_reserve(ctx, (size_t)M * (size_t)ldq + (size_t)M * sizeof(float)) < 0)
+    if (cpu_qbuf_reserve(ctx, (size_t)M * (size_t)ldq + (size_t)M * sizeof(float)) < 0)
         return -1;
     const float *sw = data;
     const int32_t *csum = (const int32_t *)(sw + np);

@@ -237,10 +237,10 @@ setup_file() {
     $DEC --score --max-tokens 40 --jobs 3 -i "$D/pairs.tsv" | cmp "$D/s1.txt" -
 }
 
-@test "--precision: a value other than float32, int8 or int8-all is a usage error naming it" {
+@test "--precision: a value other than float32, int8, int8-all, bf16 or bf16-all is a usage error naming it" {
     run $DEC --precision fp16 -i "$D/src.en"
     [ "$status" -eq 2 ]
-    [ "${lines[0]}" = "nmt-decode: invalid precision 'fp16' (float32, int8 or int8-all)" ]
+    [ "${lines[0]}" = "nmt-decode: invalid precision 'fp16' (float32, int8, int8-all, bf16 or bf16-all)" ]
 }
 
 @test "--precision int8 and int8-all: the same bytes in batches of 1, 7 and 64 sentences, and with --jobs 1 or 2" {
@@ -298,6 +298,34 @@ setup_file() {
                 { echo "$mode, NMT_CPU_ISA=$isa differs"; return 1; }
         done
     done
+}
+
+@test "--precision bf16, bf16-all (on AVX512-BF16): the same bytes in batches of 1, 7 and 64 sentences and with --jobs 2; close to float32" {
+    [[ " $(grep -m1 '^flags' /proc/cpuinfo) " == *" avx512_bf16 "* ]] || skip "this CPU lacks AVX512-BF16"
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
+    $DEC -i "$D/s64.en" > "$D/f32.txt"
+    for p in bf16 bf16-all; do
+        for mode in "--beam 1 --scores" "--beam 4 --scores"; do
+            Q="$DEC --precision $p $mode --jobs 1"
+            $Q -i "$D/s64.en" > "$D/b64.txt"
+            [ "$(wc -l < "$D/b64.txt")" -eq 64 ]
+            $Q --max-tokens 1 -i "$D/s64.en" | cmp "$D/b64.txt" -
+            rm -f "$D"/b7.*
+            split -l 7 "$D/s64.en" "$D/b7."
+            for f in "$D"/b7.*; do $Q -i "$f"; done | cmp "$D/b64.txt" -
+            $DEC --precision $p $mode --jobs 2 --max-tokens 60 -i "$D/s64.en" | cmp "$D/b64.txt" -
+        done
+        $DEC --precision $p -i "$D/s64.en" > "$D/b.txt"
+        same=$(paste -d '\t' "$D/f32.txt" "$D/b.txt" | awk -F'\t' '$1 == $2' | wc -l)
+        echo "$p: identical greedy translations: $same of 64"
+        [ "$same" -ge 56 ]
+    done
+}
+
+@test "--precision bf16 where the CPU cannot: exit 1 naming the backend and the reason" {
+    NMT_CPU_ISA=avx2 run $DEC --precision bf16 -i "$D/src.en"
+    [ "$status" -eq 1 ]
+    [ "${lines[0]}" = "nmt-decode: backend cpu cannot compute linear layers in bf16 here: bf16 needs AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off" ]
 }
 
 @test "--batch-variant translates too" {

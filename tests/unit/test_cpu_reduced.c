@@ -1,4 +1,4 @@
-/* test_cpu_int8: the cpu plugin's int8 linear layer (linear_pack_q with NMT_DTYPE_INT8, then
+/* test_cpu_reduced: the cpu plugin's linear layer in reduced precision. int8: the int8 linear layer (linear_pack_q with NMT_DTYPE_INT8, then
  * linear_rowinv) on every kernel path the CPU has (NMT_CPU_ISA = avx512vnni, avx512, avx2,
  * portable):
  *   - bit for bit against the quantisation spec of plugins/cpu/linear_q.c restated here
@@ -7,7 +7,11 @@
  *   - against the float32 product in double precision within a stated normwise bound;
  *   - row invariance (a row alone or anywhere in M rows, 1 or 2 threads);
  *   - the extremes of the integer range (no int16 saturation in the AVX2 path), zero and
- *     non-finite rows, and the errors (bad dtype, non-finite weight, shape mismatch). */
+ *     non-finite rows, and the errors (bad dtype, non-finite weight, shape mismatch).
+ * bf16 (where the CPU has AVX512-BF16): bit for bit against vdpbf16ps's documented arithmetic
+ * restated here (inputs rounded to bf16 to nearest even, each pair's products added to the float32
+ * sum odd element first, k ascending), against float32 within a bound, row invariance, and the
+ * refusal when NMT_CPU_ISA turns AVX-512 off. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,7 +243,7 @@ static void test_errors(void)
                                                 "column sums, 2 panels of K rounded up to 4)", b);
     test_ok(OPS.linear_packed_bytes_q(CTX, 17, 3, NMT_DTYPE_F32) == OPS.linear_packed_bytes(CTX, 17, 3),
             "linear_packed_bytes_q: float32 is linear_packed_bytes");
-    test_ok(OPS.linear_packed_bytes_q(CTX, 17, 3, NMT_DTYPE_F16) == 0 && strstr(OPS.last_error(CTX), "float32 or int8"),
+    test_ok(OPS.linear_packed_bytes_q(CTX, 17, 3, NMT_DTYPE_F16) == 0 && strstr(OPS.last_error(CTX), "float32, int8 or bf16"),
             "linear_packed_bytes_q: a dtype the plugin lacks gives 0: '%s'", OPS.last_error(CTX));
     test_ok(OPS.linear_packed_bytes_q(CTX, 4, 70000, NMT_DTYPE_INT8) == 0 && strstr(OPS.last_error(CTX), "K=70000"),
             "linear_packed_bytes_q: K beyond the exact int32 range gives 0: '%s'", OPS.last_error(CTX));
@@ -255,6 +259,116 @@ static void test_errors(void)
     test_ok(OPS.linear_rowinv(CTX, 2, 4, 3, A, 3, p, NULL, 0, C, 4) < 0 && strstr(OPS.last_error(CTX), "not packed"),
             "linear_rowinv refuses memory that linear_pack did not write: '%s'", OPS.last_error(CTX));
     free(p);
+}
+
+/* ---- bf16 ---- */
+
+/* X as bf16 (round to nearest even; NaN quieted; a denormal input gives a signed zero), as
+ * vcvtneps2bf16. */
+static uint16_t spec_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if (isnan(x))
+        return (uint16_t)(u >> 16 | 0x40);
+    if ((u & 0x7f800000u) == 0)
+        return (uint16_t)(u >> 16 & 0x8000);
+    return (uint16_t)((u + 0x7fffu + (u >> 16 & 1)) >> 16);
+}
+static float from_bf16(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* C (M,N) by vdpbf16ps's arithmetic (products of bf16 values are exact in float32 here: the test
+ * data has no denormals). */
+static void spec_bf16_linear(float *C, int M, int N, int K, const float *A, int lda, const float *W, int ldw,
+                             const float *bias, int relu, int ldc)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            volatile float acc = 0;
+            for (int k = 0; k < K; k += 2) {
+                float a1 = k + 1 < K ? from_bf16(spec_bf16(A[(size_t)i * lda + k + 1])) : 0;
+                float w1 = k + 1 < K ? from_bf16(spec_bf16(W[(size_t)j * ldw + k + 1])) : 0;
+                acc = acc + a1 * w1;
+                acc = acc + from_bf16(spec_bf16(A[(size_t)i * lda + k])) * from_bf16(spec_bf16(W[(size_t)j * ldw + k]));
+            }
+            float v = bias ? acc + bias[j] : acc;
+            C[(size_t)i * ldc + j] = relu && !(v > 0) ? 0.0f : v;
+        }
+}
+
+static void test_bf16(void)
+{
+    __builtin_cpu_init();
+    if (!cpu_has("avx512") || !__builtin_cpu_supports("avx512bf16")) {
+        test_ok(OPS.linear_packed_bytes_q(CTX, 4, 4, NMT_DTYPE_BF16) == 0 && strstr(OPS.last_error(CTX), "AVX512-BF16"),
+                "bf16: refused on this CPU without AVX512-BF16: '%s'", OPS.last_error(CTX));
+        test_ok(1, "bf16 linear # SKIP this CPU lacks AVX512-BF16");
+        return;
+    }
+    int exact = 1, padok = 1;
+    double worst = 0;
+    rng_state = 77;
+    for (int s = 0; s < NSHAPES; s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        int lda = K + 3, ldw = K + 5, ldc = N + 2, relu = s % 2;
+        float *A = frand((size_t)M * lda, -1, 1), *W = frand((size_t)N * ldw, -1, 1);
+        float *bias = s % 3 ? frand((size_t)N, -1, 1) : NULL, *R = malloc((size_t)M * ldc * sizeof *R);
+        float *C = malloc((size_t)M * ldc * sizeof *C);
+        for (size_t e = 0; e < (size_t)M * ldc; e++)
+            C[e] = 12345.0f;
+        spec_bf16_linear(R, M, N, K, A, lda, W, ldw, bias, relu, ldc);
+        size_t bytes = OPS.linear_packed_bytes_q(CTX, N, K, NMT_DTYPE_BF16);
+        void *Wp = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        int rc = !Wp || OPS.linear_pack_q(CTX, Wp, W, N, K, ldw, NMT_DTYPE_BF16) < 0 ||
+                 OPS.linear_rowinv(CTX, M, N, K, A, lda, Wp, bias, relu, C, ldc) < 0;
+        exact &= rc == 0 && same_bits(C, R, M, N, ldc);
+        double num = 0, den = 1;
+        for (int i = 0; i < M; i++) {
+            for (int j = 0; j < N; j++) {
+                double r = bias ? bias[j] : 0;
+                for (int k = 0; k < K; k++)
+                    r += (double)A[(size_t)i * lda + k] * W[(size_t)j * ldw + k];
+                r = relu && r < 0 ? 0 : r;
+                double d = fabs(C[(size_t)i * ldc + j] - r);
+                num = d > num || isnan(d) ? d : num;
+                den = fabs(r) > den ? fabs(r) : den;
+            }
+            for (int j = N; j < ldc; j++)
+                padok &= C[(size_t)i * ldc + j] == 12345.0f;
+        }
+        worst = rc ? INFINITY : num / den > worst || isnan(num) ? num / den : worst;
+        free(A), free(W), free(bias), free(R), free(C), free(Wp);
+    }
+    test_ok(exact, "bf16 linear: bit for bit vdpbf16ps's arithmetic (awkward shapes, odd K, padded ld, bias, ReLU)");
+    test_ok(worst <= 2e-2, "bf16 linear: against float32: max normwise relative error %.3g (bound 2e-2)", worst);
+    test_ok(padok, "bf16 linear: writes no column of C past N");
+    /* row invariance: a row alone and inside M rows, 1 and 2 threads */
+    int N = 130, K = 129, same = 1;
+    float *A = frand((size_t)200 * K, -1, 1), *W = frand((size_t)N * K, -1, 1), *b = frand((size_t)N, -1, 1);
+    float *C = malloc((size_t)200 * N * sizeof *C), *y = malloc((size_t)N * sizeof *y);
+    void *Wp = aligned_alloc(64, (OPS.linear_packed_bytes_q(CTX, N, K, NMT_DTYPE_BF16) + 63) & ~(size_t)63);
+    same = OPS.linear_pack_q(CTX, Wp, W, N, K, K, NMT_DTYPE_BF16) == 0 &&
+           OPS.linear_rowinv(CTX, 1, N, K, A + (size_t)77 * K, K, Wp, b, 0, y, N) == 0;
+    static const int Ms[] = { 78, 79, 100, 200 };
+    for (int m = 0; m < 4; m++)
+        for (int t = 0; t < 2; t++) {
+            struct backend *c = t ? be : be1;
+            same &= c->ops.linear_rowinv(c->ctx, Ms[m], N, K, A, K, Wp, b, 0, C, N) == 0 &&
+                    !memcmp(C + (size_t)77 * N, y, (size_t)N * sizeof *y);
+        }
+    test_ok(same, "bf16 linear: row 77 gives identical bits alone and inside 78..200 rows on 1 and 2 threads");
+    setenv("NMT_CPU_ISA", "avx2", 1);
+    test_ok(OPS.linear_packed_bytes_q(CTX, N, K, NMT_DTYPE_BF16) == 0 && strstr(OPS.last_error(CTX), "AVX512-BF16") &&
+                OPS.linear_rowinv(CTX, 1, N, K, A, K, Wp, b, 0, y, N) < 0,
+            "bf16: NMT_CPU_ISA=avx2 turns it off, with the reason: '%s'", OPS.last_error(CTX));
+    unsetenv("NMT_CPU_ISA");
+    free(A), free(W), free(b), free(C), free(y), free(Wp);
 }
 
 int main(void)
@@ -309,6 +423,7 @@ int main(void)
     for (int p = 0; p < NISA; p++)
         for (int s = 0; s < NSHAPES; s++)
             free(out[p][s]);
+    test_bf16();
     backend_close(be);
     backend_close(be1);
     return test_done();
