@@ -2,15 +2,15 @@
 # nmt-decode in float32 against int8, int8-all, bf16 and bf16-all (--precision), side by side:
 #   bash bench/decode_precision.sh CHECKPOINT VOCAB SOURCE [REFERENCE] [ROUNDS]
 # CHECKPOINT: an nmt checkpoint; VOCAB: its vocabulary; SOURCE: raw source text (e.g.
-# test_2016_flickr.en); REFERENCE: its translations, for BLEU (optional). Each round runs, for
-# greedy (batches of 64 sentences) and beam 4 (alpha 0.6, batches of 32), with 1 and 2 threads,
-# each precision in turn (bf16 only where the CPU has AVX512-BF16): the whole command (checkpoint load and weight packing included, ids in, hyp
-# stream out) under /usr/bin/time. Prints one row per run (seconds, sentences/s, target tokens/s,
-# peak RSS), then per configuration the median sentences/s of each precision, their ratios to
-# float32, the share of translations identical to float32's and, with REFERENCE, the BLEU scores
-# (nmt-bleu, sacreBLEU's defaults). Run alone: the machine's load changes the figures.
+# test_2016_flickr.en); REFERENCE: its translations, for BLEU (optional). Each round runs, for greedy
+# (batches of 64 sentences) and beam 4 (alpha 0.6, batches of 32), with 1 and 2 threads, each
+# precision in turn (bf16 only where the CPU has AVX512-BF16): the whole command (checkpoint load and
+# weight packing included, ids in, hyp stream out) under /usr/bin/time. Prints one row per run, then
+# per configuration the medians (sentences/s, target tokens/s, peak RSS), the ratio to float32, the
+# translations identical to float32's and, with REFERENCE, the BLEU scores (nmt-bleu, sacreBLEU's
+# defaults). Run alone: the machine's load changes the figures.
 set -u
-[ $# -ge 3 ] || { sed -n 2,11p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,10p "$0" >&2; exit 2; }
 ckpt=$1 vocab=$2 src=$3 ref=${4:-} rounds=${5:-3}
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
