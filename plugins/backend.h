@@ -309,11 +309,13 @@ struct nmt_backend {
     /* Copies W (N,K) (device, row-major, ldw >= K) into DST (linear_packed_bytes_q(N, K, DTYPE)
      * bytes, 64-byte aligned) in DTYPE; the packed copy records its precision, and linear_rowinv
      * computes with it. INT8: symmetric per output row j, scale s_j = max_k |W[j,k]| / 127 and
-     * q = round-to-nearest-even(W / s_j) in [-127, 127]; linear_rowinv then quantises each row i of
+     * q = round-to-nearest-even(W * (127 / max_k |W[j,k]|)) in [-127, 127]; linear_rowinv then
+     * quantises each row i of
      * A the same way (scale max_k |A[i,k]| / 127, values in [-127, 127]), sums the integer products
      * exactly in 32 bits and returns sum * s_j * a_i + bias. So a row's result still depends only
      * on that row (the linear_rowinv contract holds), and it is the same on every code path of a
-     * plugin. 0 or negative (DTYPE not supported, bad shape, non-finite weight). */
+     * plugin. BF16: W and each row of A rounded to bfloat16 (to nearest even), products summed in
+     * float32 in a fixed order. 0 or negative (DTYPE not supported, bad shape, non-finite weight). */
     int (*linear_pack_q)(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw, uint32_t dtype);
     /* New slots are appended here, bumping NMT_BACKEND_ABI_MINOR. */
 };
