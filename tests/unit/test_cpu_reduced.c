@@ -363,6 +363,9 @@ static void test_bf16(void)
                     !memcmp(C + (size_t)77 * N, y, (size_t)N * sizeof *y);
         }
     test_ok(same, "bf16 linear: row 77 gives identical bits alone and inside 78..200 rows on 1 and 2 threads");
+    W[5 * K + 3] = NAN;
+    test_ok(OPS.linear_pack_q(CTX, Wp, W, N, K, K, NMT_DTYPE_BF16) < 0 && strstr(OPS.last_error(CTX), "row 5"),
+            "bf16: linear_pack_q refuses a non-finite weight, naming its row: '%s'", OPS.last_error(CTX));
     setenv("NMT_CPU_ISA", "avx2", 1);
     test_ok(OPS.linear_packed_bytes_q(CTX, N, K, NMT_DTYPE_BF16) == 0 && strstr(OPS.last_error(CTX), "AVX512-BF16") &&
                 OPS.linear_rowinv(CTX, 1, N, K, A, K, Wp, b, 0, y, N) < 0,
