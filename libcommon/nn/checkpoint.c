@@ -3,6 +3,8 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "base/util.h"
 
@@ -102,6 +104,105 @@ int checkpoint_check_finite(const struct st_file *f, const char *name)
     return 0;
 }
 
+int checkpoint_put_int8(struct st_writer *w, const char *name, uint64_t rows, uint64_t cols, const float *x,
+                        int8_t *q, float *scale)
+{
+    char sname[256];
+    if (snprintf(sname, sizeof sname, "%s%s", name, CKPT_SCALE_SUFFIX) >= (int)sizeof sname)
+        return nmt_seterr("tensor name '%s' too long", name);
+    for (uint64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float amax = 0;
+        for (uint64_t c = 0; c < cols; c++)
+            amax = fabsf(xr[c]) > amax ? fabsf(xr[c]) : amax;
+        float inv = amax > 0 ? 127.0f / amax : 0.0f;
+        scale[r] = amax > 0 && inv <= 3.40282347e38f ? amax / 127.0f : 1.0f;
+        for (uint64_t c = 0; c < cols; c++) {
+            float v = amax > 0 && inv <= 3.40282347e38f ? rintf(xr[c] * inv) : 0.0f;
+            q[r * cols + c] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        }
+    }
+    uint64_t shape[2] = {rows, cols};
+    if (st_writer_add(w, name, ST_I8, 2, shape, q) < 0 || st_writer_add(w, sname, ST_F32, 1, shape, scale) < 0)
+        return -1;
+    return 0;
+}
+
+/* Checks the int8 tensor T of F (NAME for messages) and its scales; returns the scale tensor, or
+ * NULL with the error set. */
+static const struct st_tensor *int8_scales(const struct st_file *f, const struct st_tensor *t, const char *name)
+{
+    char sname[256];
+    snprintf(sname, sizeof sname, "%s%s", t->name, CKPT_SCALE_SUFFIX);
+    const struct st_tensor *s = st_find(f, sname);
+    if (t->ndim != 2)
+        return nmt_seterr("'%s': int8 tensor '%s' is not a matrix", name, t->name), NULL;
+    if (!s)
+        return nmt_seterr("'%s': int8 tensor '%s' has no scales ('%s')", name, t->name, sname), NULL;
+    if (s->dtype != ST_F32 || s->ndim != 1 || s->shape[0] != t->shape[0])
+        return nmt_seterr("'%s': '%s' must hold %llu float32 scales, one a row of '%s'", name, sname,
+                          (unsigned long long)t->shape[0], t->name), NULL;
+    for (uint64_t r = 0; r < s->shape[0]; r++) {
+        float v;
+        uint32_t bits = nmt_le32((const unsigned char *)s->data + 4 * r);
+        memcpy(&v, &bits, 4);
+        if (!(v > 0) || !isfinite(v))
+            return nmt_seterr("'%s': scale %llu of '%s' is %g, not a positive finite number", name,
+                              (unsigned long long)r, t->name, (double)v), NULL;
+    }
+    const int8_t *q = t->data;
+    for (uint64_t e = 0; e < t->nbytes; e++)
+        if (q[e] == -128)
+            return nmt_seterr("'%s': int8 tensor '%s' holds -128 (element %llu; values are -127..127)", name,
+                              t->name, (unsigned long long)e), NULL;
+    return s;
+}
+
+int checkpoint_dequantize(struct st_file *f, const char *name)
+{
+    size_t extra = 0;
+    for (size_t i = 0; i < f->nt; i++)
+        if (f->t[i].dtype == ST_I8) {
+            if (!int8_scales(f, &f->t[i], name))
+                return -1;
+            extra += (size_t)f->t[i].nbytes * sizeof(float);
+        }
+    if (extra == 0)
+        return 0;
+    /* one buffer for the file and the float32 values, so that st_free frees both */
+    unsigned char *nb = nmt_malloc(f->len + extra);
+    if (!nb)
+        return -1;
+    memcpy(nb, f->buf, f->len);
+    for (size_t i = 0; i < f->nt; i++)
+        f->t[i].data = nb + ((const unsigned char *)f->t[i].data - f->buf);
+    size_t off = f->len;
+    for (size_t i = 0; i < f->nt; i++) {
+        struct st_tensor *t = &f->t[i];
+        if (t->dtype != ST_I8)
+            continue;
+        const struct st_tensor *s = int8_scales(f, t, name); /* checked above: the same answer */
+        const int8_t *q = t->data;
+        uint64_t cols = t->shape[1];
+        for (uint64_t e = 0; e < t->nbytes; e++) {
+            float sc, v;
+            uint32_t bits = nmt_le32((const unsigned char *)s->data + 4 * (e / cols));
+            memcpy(&sc, &bits, 4);
+            v = (float)q[e] * sc;
+            memcpy(&bits, &v, 4);
+            nmt_put32(nb + off + 4 * e, bits);
+        }
+        t->data = nb + off;
+        t->dtype = ST_F32;
+        off += (size_t)t->nbytes * sizeof(float);
+        t->nbytes *= sizeof(float);
+    }
+    free(f->buf);
+    f->buf = nb;
+    f->len += extra;
+    return 0;
+}
+
 int checkpoint_open_model(const char *path, struct st_file **f, struct model_config *cfg, struct vocab **v)
 {
     *v = NULL;
@@ -113,7 +214,7 @@ int checkpoint_open_model(const char *path, struct st_file **f, struct model_con
         ;
     else if ((int)(*v)->n != cfg->vocab)
         nmt_seterr("'%s': vocabulary of %u pieces for a model of %d", path, (*v)->n, cfg->vocab);
-    else if (checkpoint_check_finite(*f, path) < 0)
+    else if (checkpoint_check_finite(*f, path) < 0 || checkpoint_dequantize(*f, path) < 0)
         ;
     else
         return 0;

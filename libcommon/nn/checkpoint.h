@@ -17,6 +17,8 @@
 #define CKPT_MODEL_PREFIX "model."                 /* metadata keys of the model configuration */
 #define CKPT_TRAIN_PREFIX "train."                 /* metadata keys of the training state */
 #define CKPT_AVG_COUNT "avg.checkpoints"           /* metadata: how many checkpoints were averaged */
+#define CKPT_QUANTIZED "quantized"                 /* metadata: "int8" when linear weights are stored so */
+#define CKPT_SCALE_SUFFIX ".scale"                 /* tensor NAME.scale: the row scales of int8 NAME */
 
 /* Where training stands: what a checkpoint holds besides the model, and all a resume needs. */
 struct train_state {
@@ -46,8 +48,19 @@ struct vocab *checkpoint_vocab(const struct st_file *f, const char *name);
 /* Checks that every float tensor of F (read from NAME) is finite; 0, or -1 with the error set
  * naming the tensor and element (a checkpoint of a diverged or damaged model). */
 int checkpoint_check_finite(const struct st_file *f, const char *name);
+/* Adds the 2-D float32 tensor NAME (ROWS, COLS) of X to W in int8 (formats/checkpoint.md): Q (ROWS *
+ * COLS) receives round-to-nearest-even(x * 127 / max |row|), SCALE (ROWS) max |row| / 127 (1 for a
+ * zero row), as tensors NAME (I8) and NAME.scale (F32); Q and SCALE must live until W is written.
+ * X must be finite. 0, or -1 with the error set. */
+int checkpoint_put_int8(struct st_writer *w, const char *name, uint64_t rows, uint64_t cols, const float *x,
+                        int8_t *q, float *scale);
+/* Checks every int8 tensor of F (read from NAME: 2-D, values in -127..127, with NAME.scale: F32, one
+ * positive finite scale a row) and replaces it in F by its float32 values q * scale. 0, or -1 with
+ * the error set naming the tensor. */
+int checkpoint_dequantize(struct st_file *f, const char *name);
 /* Reads PATH for decoding: the file (kept open for the tensors), its configuration into *CFG and its
- * vocabulary into *V, checked against each other, and its weights checked finite. 0, or -1 with the error set (*F and *V NULL). */
+ * vocabulary into *V, checked against each other, its weights checked finite and int8 weights turned
+ * into float32 (checkpoint_dequantize). 0, or -1 with the error set (*F and *V NULL). */
 int checkpoint_open_model(const char *path, struct st_file **f, struct model_config *cfg, struct vocab **v);
 
 #endif

@@ -87,3 +87,99 @@ PY
     run nmt-avg --help
     [ "$status" -eq 0 ]
 }
+
+# rewrites checkpoint $1 into $2 with python3 (standard library): $3 is a Python statement run on h
+# (the header, a dict) and t (tensor name -> bytearray of its data); the file is laid out afresh
+rewrite() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
+t = {k: bytearray(b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]]) for k, v in h.items() if k != '__metadata__'}
+exec(sys.argv[3])
+off, data = 0, b''
+for k in [k for k in h if k != '__metadata__']:
+    h[k]['data_offsets'] = [off, off + len(t[k])]; off += len(t[k]); data += bytes(t[k])
+hb = json.dumps(h).encode(); hb += b' ' * (-len(hb) % 8)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hb)) + hb + data)
+PY
+}
+
+@test "--quantize: linear weights in int8 with a scale a row, the embedding float32; a smaller file" {
+    nmt-avg -o "$D/f.ckpt" "$D/m.ckpt"
+    nmt-avg --quantize -o "$D/q.ckpt" "$D/m.ckpt"
+    python3 - "$D/q.ckpt" "$D/f.ckpt" <<'PY'
+import array, json, struct, sys
+def load(p):
+    b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; return b, n, json.loads(b[8:8 + n])
+b, n, h = load(sys.argv[1]); fb, fn, fh = load(sys.argv[2])
+q = [k for k, v in h.items() if k != '__metadata__' and v['dtype'] == 'I8']
+assert sorted(q) == sorted(k for k, v in fh.items() if k.endswith('.weight') and len(v['shape']) == 2 and k != 'emb.weight'), q
+assert h['emb.weight']['dtype'] == 'F32' and h['__metadata__']['quantized'] == 'int8'
+worst = 0.0
+for k in q:
+    o = h[k]['data_offsets']; qs = array.array('b'); qs.frombytes(b[8 + n + o[0]:8 + n + o[1]])
+    o = h[k + '.scale']['data_offsets']; sc = array.array('f'); sc.frombytes(b[8 + n + o[0]:8 + n + o[1]])
+    o = fh[k]['data_offsets']; w = array.array('f'); w.frombytes(fb[8 + fn + o[0]:8 + fn + o[1]])
+    rows, cols = h[k]['shape']
+    assert len(sc) == rows and min(qs) >= -127 and max(qs) <= 127
+    for r in range(rows):
+        m = max(abs(x) for x in w[r * cols:(r + 1) * cols])
+        assert max(abs(x) for x in qs[r * cols:(r + 1) * cols]) == 127
+        for c in range(cols):
+            worst = max(worst, abs(qs[r * cols + c] * sc[r] - w[r * cols + c]) / m)
+assert worst <= 0.5 / 127 + 1e-6, worst
+PY
+    [ "$(stat -c %s "$D/q.ckpt")" -lt "$(stat -c %s "$D/f.ckpt")" ]
+}
+
+@test "--quantize: nmt-decode reads it; int8 decoding gives the same bytes as from the float32 checkpoint" {
+    nmt-avg -o "$D/f.ckpt" "$D/m.ckpt"
+    nmt-avg --quantize -o "$D/q.ckpt" "$D/m.ckpt"
+    head -20 "$D/en" > "$D/src"
+    for p in int8 int8-all; do
+        nmt-decode -m "$D/f.ckpt" --precision $p --scores --max-len-b 5 -i "$D/src" > "$D/out.f"
+        nmt-decode -m "$D/q.ckpt" --precision $p --scores --max-len-b 5 -i "$D/src" > "$D/out.q"
+        [ "$(wc -l < "$D/out.q")" -eq 20 ]
+        cmp "$D/out.f" "$D/out.q"
+    done
+    nmt-decode -m "$D/q.ckpt" --scores --max-len-b 5 -i "$D/src" > "$D/out.q32"
+    [ "$(wc -l < "$D/out.q32")" -eq 20 ]
+}
+
+@test "--quantize: an int8 checkpoint is not averaged again" {
+    nmt-avg --quantize -o "$D/q.ckpt" "$D/m.ckpt"
+    run nmt-avg -o "$D/qq.ckpt" "$D/q.ckpt"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-avg: $D/q.ckpt: tensor "*" is stored in int8 (nmt-avg --quantize): average float32 checkpoints" ]]
+}
+
+@test "hostile int8 checkpoints are refused, naming the tensor: wrong scale count, zero, negative or non-finite scale, -128, no scales" {
+    nmt-avg --quantize -o "$D/q.ckpt" "$D/m.ckpt"
+    head -3 "$D/en" > "$D/src"
+    W=enc.0.ffn.w1.weight
+    rewrite "$D/q.ckpt" "$D/h1.ckpt" "t['$W.scale'] = t['$W.scale'][:-4]; h['$W.scale']['shape'][0] -= 1"
+    run nmt-decode -m "$D/h1.ckpt" -i "$D/src"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == *"'$W.scale' must hold 32 float32 scales, one a row of '$W'" ]]
+    for v in 0.0 -1.0; do
+        rewrite "$D/q.ckpt" "$D/h2.ckpt" "t['$W.scale'][8:12] = struct.pack('<f', $v)"
+        run nmt-decode -m "$D/h2.ckpt" -i "$D/src"
+        [ "$status" -eq 1 ]
+        [[ "${lines[0]}" == *"scale 2 of '$W' is "*", not a positive finite number" ]]
+    done
+    rewrite "$D/q.ckpt" "$D/h3.ckpt" "t['$W.scale'][0:4] = struct.pack('<f', float('nan'))"
+    run nmt-decode -m "$D/h3.ckpt" -i "$D/src"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == *"tensor '$W.scale' holds a non-finite value (element 0)"* ]]
+    rewrite "$D/q.ckpt" "$D/h4.ckpt" "t['$W'][5] = 0x80"
+    run nmt-decode -m "$D/h4.ckpt" -i "$D/src"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == *"int8 tensor '$W' holds -128 (element 5; values are -127..127)" ]]
+    rewrite "$D/q.ckpt" "$D/h5.ckpt" "del h['$W.scale']; del t['$W.scale']"
+    run nmt-decode -m "$D/h5.ckpt" -i "$D/src"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == *"int8 tensor '$W' has no scales ('$W.scale')" ]]
+    # the untouched file decodes
+    run nmt-decode -m "$D/q.ckpt" -i "$D/src"
+    [ "$status" -eq 0 ]
+}
