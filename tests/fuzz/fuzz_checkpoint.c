@@ -1,9 +1,11 @@
-/* fuzz_checkpoint.c: libFuzzer target for the safetensors reader and the checkpoint config loader.
- * Any input must either parse into tensors that lie inside the input, or fail with an error text. */
+/* fuzz_checkpoint.c: libFuzzer target for the safetensors reader, the checkpoint config loader and
+ * the int8 weights' checks and conversion (checkpoint_dequantize). Any input must either parse into
+ * tensors that lie inside the input, or fail with an error text. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/checkpoint.h"
 #include "nn/model.h"
 #include "io/safetensors.h"
 #include "cli/cli.h"
@@ -43,6 +45,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     struct model_config c;
     (void)model_config_load(&c, f);
+    if (checkpoint_check_finite(f, "fuzz") == 0) {
+        nmt_seterr("%s", "");
+        if (checkpoint_dequantize(f, "fuzz") < 0 && !*nmt_errmsg())
+            abort();
+        for (size_t i = 0; i < f->nt; i++) {
+            const unsigned char *p = f->t[i].data;
+            if (p < f->buf || p + f->t[i].nbytes > f->buf + f->len)
+                abort();
+            for (uint64_t j = 0; j < f->t[i].nbytes; j++)
+                sum += p[j];
+        }
+    }
     st_free(f);
     return 0;
 }
