@@ -38,7 +38,7 @@ struct nmt_bctx {
     int pe_rows, pe_d;
     void *scratch; /* threads * scratch_per bytes of per-thread scratch */
     size_t scratch_per;
-    void *qbuf;    /* the rows of A quantised by the int8 linear layer (linear_q.c) */
+    void *qbuf;    /* the rows of A converted by the int8 and bf16 linear layers (linear_q.c, linear_bf16.c) */
     size_t qcap;   /* bytes of qbuf */
 };
 
