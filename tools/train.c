@@ -255,8 +255,9 @@ static int print_version(void)
         if (list[i].error)
             printf("plugin %s (%s): unusable: %s\n", list[i].name, list[i].path, list[i].error);
         else
-            printf("plugin %s (%s): score %d, ABI %u.%u\n", list[i].name, list[i].path, list[i].score,
-                   list[i].abi_major, list[i].abi_minor);
+            printf("plugin %s (%s): score %d, ABI %u.%u%s%s\n", list[i].name, list[i].path, list[i].score,
+                   list[i].abi_major, list[i].abi_minor, list[i].score > 0 ? "" : ", unusable here: ",
+                   list[i].score > 0 ? "" : list[i].reason ? list[i].reason : "it scores 0");
     }
     backend_list_free(list, n);
     return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : 0;
