@@ -28,7 +28,9 @@ teardown() { [ -z "${TMP:-}" ] || rm -rf "$TMP"; }
     run nmt-backends --backend cuda
     [ "$status" -eq 1 ]
     [[ "$output" == "nmt-backends: backend 'cuda' ($CUDA) is not usable on this machine: no NVIDIA driver: "*libcuda.so.1* ]]
-    run nmt-train --backend cuda --vocab "$NMT_SRCDIR/tests/fixtures/tok/tiny.vocab" -o "$TMP/m.ckpt" < /dev/null
+    V="$NMT_SRCDIR/tests/fixtures/tok/tiny.vocab"
+    nmt-tokenize --vocab "$V" --tsv "$NMT_SRCDIR/tests/fixtures/tok/pairs.tsv" | nmt-batch -o "$TMP/b" 2> /dev/null
+    run nmt-train --backend cuda --vocab "$V" -i "$TMP/b" -o "$TMP/m.ckpt"
     [ "$status" -eq 1 ]; [[ "$output" == *"is not usable on this machine: no NVIDIA driver"* ]]
     run nmt-train --version
     [[ "$output" == *"plugin cuda ($CUDA): score 0, ABI 2.0, unusable here: no NVIDIA driver: "* ]]
