@@ -77,11 +77,12 @@
 #include <stdint.h>
 
 #define NMT_BACKEND_ABI_MAJOR 2
-#define NMT_BACKEND_ABI_MINOR 0
+#define NMT_BACKEND_ABI_MINOR 1
 #define NMT_BACKEND_ENTRY "nmt_backend_entry"
 
-/* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 2 kernels are F32. */
-enum { NMT_DTYPE_F32 = 1, NMT_DTYPE_F16 = 2, NMT_DTYPE_BF16 = 4 };
+/* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 2 kernels are F32;
+ * linear_pack_q (ABI 2.1) also takes INT8 and BF16 as the precision of a packed weight. */
+enum { NMT_DTYPE_F32 = 1, NMT_DTYPE_F16 = 2, NMT_DTYPE_BF16 = 4, NMT_DTYPE_INT8 = 8 };
 
 /* Options for open(). The host zero-fills the struct and sets size = sizeof(struct
  * nmt_backend_opts); a plugin reads only fields within `size` and takes defaults for the rest. */
@@ -291,13 +292,32 @@ struct nmt_backend {
      * for linear_rowinv; the host packs each weight once and never reads DST. 0 or negative. */
     int (*linear_pack)(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw);
     /* Row-invariant linear layer for inference: C (M,N) = A (M,K) @ W^T + bias, then ReLU when relu
-     * is non-zero; WP is W (N,K) as linear_pack left it, bias (N) or NULL, lda >= K, ldc >= N;
+     * is non-zero; WP is W (N,K) as linear_pack (or linear_pack_q, below) left it, bias (N) or NULL, lda >= K, ldc >= N;
      * M, N, K >= 0. Contract as gemm_rowinv's: the bits of row i depend only on row i of A, on W,
      * bias, relu, N and K; never on M, the other rows or the thread count. The result equals
      * gemm_rowinv + bias_add + relu_forward up to rounding, not bit for bit (the host uses those
      * when these slots are absent). */
     int (*linear_rowinv)(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *Wp,
                          const float *bias, int relu, float *C, int ldc);
+
+    /* ---- OPTIONAL, ABI 2.1 (both slots or none; they need the three above) ---- */
+    /* Reduced-precision weights for linear_rowinv. Bytes of device memory that linear_pack_q needs
+     * for a weight of N rows by K columns held in DTYPE (NMT_DTYPE_INT8, NMT_DTYPE_BF16, or
+     * NMT_DTYPE_F32, which packs as linear_pack does); 0 when N or K is not positive, or when the
+     * plugin cannot compute in DTYPE here (e.g. the CPU lacks the instructions), with the reason
+     * readable via last_error. */
+    size_t (*linear_packed_bytes_q)(nmt_bctx *ctx, int N, int K, uint32_t dtype);
+    /* Copies W (N,K) (device, row-major, ldw >= K) into DST (linear_packed_bytes_q(N, K, DTYPE)
+     * bytes, 64-byte aligned) in DTYPE; the packed copy records its precision, and linear_rowinv
+     * computes with it. INT8: symmetric per output row j, scale s_j = max_k |W[j,k]| / 127 and
+     * q = round-to-nearest-even(W * (127 / max_k |W[j,k]|)) in [-127, 127]; linear_rowinv then
+     * quantises each row i of
+     * A the same way (scale max_k |A[i,k]| / 127, values in [-127, 127]), sums the integer products
+     * exactly in 32 bits and returns sum * s_j * a_i + bias. So a row's result still depends only
+     * on that row (the linear_rowinv contract holds), and it is the same on every code path of a
+     * plugin. BF16: W and each row of A rounded to bfloat16 (to nearest even), products summed in
+     * float32 in a fixed order. 0 or negative (DTYPE not supported, bad shape, non-finite weight). */
+    int (*linear_pack_q)(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw, uint32_t dtype);
     /* New slots are appended here, bumping NMT_BACKEND_ABI_MINOR. */
 };
 

@@ -52,6 +52,11 @@ static void usage(void)
            "      --interactive       translate and write each line as it arrives (default when the input is\n"
            "                          not a regular file)\n"
            "      --batch-variant     faster products whose results may depend on the batch neighbours\n"
+           "      --precision P       float32 (default), int8: the encoder's and decoder's linear layers in\n"
+           "                          8-bit integers (weights per output channel, activations per row; the\n"
+           "                          output projection, attention and layer norms stay float32), bf16\n"
+           "                          (on CPUs with AVX512-BF16: bf16 products, float32 sums), or int8-all,\n"
+           "                          bf16-all: the output projection in that precision too\n"
            "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
            "      --threads N         worker threads in all (default: all cores)\n"
            "      --jobs N            batches decoded at once, each by its own copy of the model with\n"
@@ -72,7 +77,7 @@ static void usage(void)
 
 enum {
     OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK, OPT_MAXLINE,
-    OPT_INTER, OPT_VARIANT, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION, OPT_SHARD, OPT_COMM
+    OPT_INTER, OPT_VARIANT, OPT_PRECISION, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION, OPT_SHARD, OPT_COMM
 };
 
 #define MAX_MODELS 16
@@ -82,6 +87,7 @@ struct opts {
     int nmodels;
     const char *input, *output, *src, *tgt, *backend, *comm;
     int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs;
+    uint32_t precision;        /* --precision (infer_new's) */
     uint64_t shard_k, shard_n;  /* --shard K/N (K from 1; N 0: no sharding) */
     long max_tokens;
     uint64_t max_line;         /* --max-line-bytes */
@@ -416,7 +422,7 @@ static int engine_load(struct state *st, struct engine *e)
             return -1;
         if (model_load(e->m[i], st->ckpt[i], 0) < 0)
             return nmt_seterr("'%s': %s", o->model[i], nmt_errmsg());
-        e->in[i] = infer_new(e->be, e->m[i], !o->variant);
+        e->in[i] = infer_new(e->be, e->m[i], !o->variant, o->precision);
         if (!e->in[i])
             return -1;
     }
@@ -889,6 +895,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         {"src", required_argument, 0, OPT_SRC},     {"tgt", required_argument, 0, OPT_TGT},
         {"max-tokens", required_argument, 0, OPT_MAXTOK}, {"interactive", no_argument, 0, OPT_INTER},
         {"batch-variant", no_argument, 0, OPT_VARIANT}, {"backend", required_argument, 0, OPT_BACKEND},
+        {"precision", required_argument, 0, OPT_PRECISION},
         {"threads", required_argument, 0, OPT_THREADS}, {"jobs", required_argument, 0, OPT_JOBS},
         {"max-line-bytes", required_argument, 0, OPT_MAXLINE}, {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, OPT_VERSION},
@@ -933,6 +940,10 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         case OPT_MAXLINE: bad = opt_u64("--max-line-bytes", optarg, 1, SIZE_MAX / 2, &o->max_line); break;
         case OPT_INTER: o->interactive = 1, *inter_set = 1; break;
         case OPT_VARIANT: o->variant = 1; break;
+        case OPT_PRECISION:
+            if (infer_precision_parse(optarg, &o->precision) < 0)
+                return nmt_usage_error("%s", nmt_errmsg());
+            break;
         case OPT_BACKEND: o->backend = optarg; break;
         case OPT_THREADS: bad = opt_int("--threads", optarg, 0, 1024, &o->threads); break;
         case OPT_JOBS: bad = opt_int("--jobs", optarg, 1, 256, &o->jobs); break;
@@ -1068,7 +1079,7 @@ static int join_ranks(struct state *st, struct opts *o)
 int main(int argc, char **argv)
 {
     nmt_set_progname(argv[0]);
-    struct opts o = {.max_tokens = 4096, .max_line = LINES_DEFAULT_MAX,
+    struct opts o = {.max_tokens = 4096, .precision = NMT_DTYPE_F32, .max_line = LINES_DEFAULT_MAX,
                      .so = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 50}};
     int inter_set = 0;
     int status = parse_args(argc, argv, &o, &inter_set);

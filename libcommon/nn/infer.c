@@ -17,6 +17,7 @@ struct wt_entry {
     const float *w;
     const void *packed;
     int out, kin;
+    uint32_t dtype; /* the precision it is packed in (NMT_DTYPE_*) */
 };
 
 struct infer {
@@ -27,6 +28,8 @@ struct infer {
     struct model *m;
     struct model_config c;
     int invariant;
+    uint32_t precision;              /* NMT_DTYPE_F32 or NMT_DTYPE_INT8: of the packed layers */
+    uint32_t out_precision;          /* of the output projection: float32 unless INFER_OUTPUT_TOO */
     const struct model_weights *w;   /* the model's */
     struct wt_entry *wts;            /* (nwt) packed weights, in wt_buf */
     int nwt;
@@ -86,10 +89,34 @@ static int has_linear_rowinv(const struct nmt_backend *k)
     return k->linear_packed_bytes && k->linear_pack && k->linear_rowinv;
 }
 
-/* Adds W (out, kin) to the table of weights to pack (filled in by pack_weights). */
+/* Adds W (out, kin) to the table of weights to pack in DTYPE (filled in by pack_weights). */
+static void wt_add_as(struct infer *in, const float *w, int out, int kin, uint32_t dtype)
+{
+    in->wts[in->nwt++] = (struct wt_entry){ w, NULL, out, kin, dtype };
+}
+
+/* Adds W (out, kin) to the table of weights to pack in the precision of the run. */
 static void wt_add(struct infer *in, const float *w, int out, int kin)
 {
-    in->wts[in->nwt++] = (struct wt_entry){ w, NULL, out, kin };
+    wt_add_as(in, w, out, kin, in->precision);
+}
+
+/* Bytes of the packed copy of E (0 with the backend's error when it cannot pack it). */
+static size_t wt_bytes(const struct infer *in, const struct wt_entry *e)
+{
+    const struct nmt_backend *k = in->k;
+    if (e->dtype == NMT_DTYPE_F32)
+        return k->linear_packed_bytes(in->ctx, e->out, e->kin);
+    return k->linear_packed_bytes_q(in->ctx, e->out, e->kin, e->dtype);
+}
+
+/* Packs E into DST; 0 or -1 with the error set. */
+static int wt_pack(struct infer *in, void *dst, const struct wt_entry *e)
+{
+    const struct nmt_backend *k = in->k;
+    if (e->dtype == NMT_DTYPE_F32)
+        return nn_bk(&in->run, k->linear_pack(in->ctx, dst, e->w, e->out, e->kin, e->kin), "linear_pack");
+    return nn_bk(&in->run, k->linear_pack_q(in->ctx, dst, e->w, e->out, e->kin, e->kin, e->dtype), "linear_pack_q");
 }
 
 /* W (out, kin) as linear_pack left it, or NULL when it has no packed copy. */
@@ -129,10 +156,15 @@ static int pack_weights(struct infer *in)
         wt_add(in, d->w1, F, D);
         wt_add(in, d->w2, D, F);
     }
-    wt_add(in, in->w->emb, c->vocab, D); /* the tied output projection */
+    wt_add_as(in, in->w->emb, c->vocab, D, in->out_precision); /* the tied output projection */
     size_t total = 0;
-    for (int i = 0; i < in->nwt; i++)
-        total += (k->linear_packed_bytes(in->ctx, in->wts[i].out, in->wts[i].kin) + 63) & ~(size_t)63;
+    for (int i = 0; i < in->nwt; i++) {
+        size_t b = wt_bytes(in, &in->wts[i]);
+        if (b == 0)
+            return nmt_seterr("backend %s cannot compute linear layers in %s here: %s", k->name,
+                              infer_precision_name(in->wts[i].dtype), k->last_error(in->ctx));
+        total += (b + 63) & ~(size_t)63;
+    }
     in->wt_buf = k->alloc(in->ctx, total);
     if (!in->wt_buf)
         return nmt_seterr("cannot allocate %zu MB for the packed weights on backend %s: %s", total >> 20, k->name,
@@ -140,10 +172,10 @@ static int pack_weights(struct infer *in)
     size_t off = 0;
     for (int i = 0; i < in->nwt; i++) {
         struct wt_entry *e = &in->wts[i];
-        if (nn_bk(&in->run, k->linear_pack(in->ctx, in->wt_buf + off, e->w, e->out, e->kin, e->kin), "linear_pack") < 0)
+        if (wt_pack(in, in->wt_buf + off, e) < 0)
             return -1;
         e->packed = in->wt_buf + off;
-        off += (k->linear_packed_bytes(in->ctx, e->out, e->kin) + 63) & ~(size_t)63;
+        off += (wt_bytes(in, e) + 63) & ~(size_t)63;
     }
     return 0;
 }
@@ -151,7 +183,49 @@ static int pack_weights(struct infer *in)
 static int infer_linear(struct nn_exec *e, float *y, const float *x, const float *W, const float *bias, int relu,
                         int N, int out, int kin);
 
-struct infer *infer_new(struct backend *be, struct model *m, int invariant)
+/* The names of the precisions of --precision: the layers' dtype, with INFER_OUTPUT_TOO or not. */
+static const struct {
+    const char *name;
+    uint32_t dtype;
+} precisions[] = {
+    {"float32", NMT_DTYPE_F32},
+    {"int8", NMT_DTYPE_INT8},
+    {"int8-all", NMT_DTYPE_INT8 | INFER_OUTPUT_TOO},
+    {"bf16", NMT_DTYPE_BF16},
+    {"bf16-all", NMT_DTYPE_BF16 | INFER_OUTPUT_TOO},
+};
+
+const char *infer_precision_name(uint32_t dtype)
+{
+    for (size_t i = 0; i < sizeof precisions / sizeof precisions[0]; i++)
+        if (precisions[i].dtype == dtype)
+            return precisions[i].name;
+    return "float32";
+}
+
+int infer_precision_parse(const char *name, uint32_t *dtype)
+{
+    for (size_t i = 0; i < sizeof precisions / sizeof precisions[0]; i++)
+        if (!strcmp(name, precisions[i].name)) {
+            *dtype = precisions[i].dtype;
+            return 0;
+        }
+    return nmt_seterr("invalid precision '%s' (float32, int8, int8-all, bf16 or bf16-all)", name);
+}
+
+/* Whether the backend can take weights in reduced precision; 0, or -1 with the error set. */
+static int check_precision(const struct infer *in)
+{
+    const struct nmt_backend *k = in->k;
+    if (in->precision == NMT_DTYPE_F32)
+        return 0;
+    if (!has_linear_rowinv(k) || !k->linear_packed_bytes_q || !k->linear_pack_q)
+        return nmt_seterr("backend %s has no %s linear layer (its plugin lacks the linear_pack_q slot of ABI 2.1)",
+                          k->name, infer_precision_name(in->precision));
+    return 0;
+}
+
+struct infer *infer_new(struct backend *be, struct model *m, int invariant, uint32_t precision)
 {
     struct infer *in = calloc(1, sizeof *in);
     if (!in)
@@ -163,6 +237,8 @@ struct infer *infer_new(struct backend *be, struct model *m, int invariant)
     in->c = *model_config(m);
     in->run = (struct nn_exec){.k = in->k, .ctx = in->ctx, .c = &in->c, .linear = infer_linear, .owner = in};
     in->invariant = invariant;
+    in->precision = precision & ~(uint32_t)INFER_OUTPUT_TOO;
+    in->out_precision = precision & INFER_OUTPUT_TOO ? in->precision : NMT_DTYPE_F32;
     in->w = model_weights(m);
     int Le = in->c.enc_layers, Ld = in->c.dec_layers;
     in->enc.layer = calloc((size_t)Le, sizeof *in->enc.layer);
@@ -172,7 +248,8 @@ struct infer *infer_new(struct backend *be, struct model *m, int invariant)
         infer_free(in);
         return nmt_seterr("out of memory"), NULL;
     }
-    if (invariant && has_linear_rowinv(in->k) && pack_weights(in) < 0) {
+    int pack = in->precision != NMT_DTYPE_F32 || (invariant && has_linear_rowinv(in->k));
+    if (check_precision(in) < 0 || (pack && pack_weights(in) < 0)) {
         infer_free(in);
         return NULL;
     }
@@ -300,7 +377,7 @@ static int infer_linear(struct nn_exec *e, float *y, const float *x, const float
 {
     struct infer *in = e->owner;
     const struct nmt_backend *k = in->k;
-    if (!in->invariant)
+    if (!in->invariant && in->precision == NMT_DTYPE_F32)
         return nn_linear_gemm(e, y, x, W, bias, relu, N, out, kin);
     const void *wp = wt_find(in, W, out);
     if (wp)

@@ -23,9 +23,23 @@
 
 struct infer;
 
+/* OR'ed into infer_new's PRECISION: the output projection in that precision too. */
+#define INFER_OUTPUT_TOO 0x10000u
+
 /* Creates the inference state for model M (not owned) on its backend BE (not owned); INVARIANT
- * non-zero makes products row-invariant (see above). Returns it, or NULL with the error set. */
-struct infer *infer_new(struct backend *be, struct model *m, int invariant);
+ * non-zero makes products row-invariant (see above). PRECISION is that of the linear layers of the
+ * encoder and decoder: NMT_DTYPE_F32, NMT_DTYPE_INT8 (weights quantised per output channel when
+ * packed, activations per row when the layer runs: row-invariant too, whatever INVARIANT says) or
+ * NMT_DTYPE_BF16 (weights and activations rounded to bf16, float32 sums; likewise);
+ * the output projection stays float32 unless INFER_OUTPUT_TOO is OR'ed in. Returns it, or NULL
+ * with the error set (a backend without the linear_pack_q slot, or one that cannot compute in
+ * PRECISION on this machine). */
+struct infer *infer_new(struct backend *be, struct model *m, int invariant, uint32_t precision);
+/* Sets *DTYPE to the precision named NAME: "float32", "int8" (NMT_DTYPE_INT8), "int8-all"
+ * (NMT_DTYPE_INT8 | INFER_OUTPUT_TOO), "bf16" or "bf16-all" (likewise); 0, or -1 with the error set. */
+int infer_precision_parse(const char *name, uint32_t *dtype);
+/* Returns the name of the precision DTYPE, as infer_precision_parse takes it. */
+const char *infer_precision_name(uint32_t dtype);
 /* Frees IN and its device buffers; infer_free(NULL) is a no-op. */
 void infer_free(struct infer *in);
 

@@ -151,6 +151,7 @@ static void cpu_close(nmt_bctx *ctx)
     free(ctx->bufs);
     free(ctx->pe);
     free(ctx->scratch);
+    free(ctx->qbuf);
     pool_free(ctx->pool);
     free(ctx);
 }
@@ -312,6 +313,8 @@ static const struct nmt_backend cpu_table = {
     .linear_packed_bytes = cpu_linear_packed_bytes,
     .linear_pack = cpu_linear_pack,
     .linear_rowinv = cpu_linear_rowinv,
+    .linear_packed_bytes_q = cpu_linear_packed_bytes_q,
+    .linear_pack_q = cpu_linear_pack_q,
 };
 
 __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void) { return &cpu_table; }

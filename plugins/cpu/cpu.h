@@ -38,20 +38,59 @@ struct nmt_bctx {
     int pe_rows, pe_d;
     void *scratch; /* threads * scratch_per bytes of per-thread scratch */
     size_t scratch_per;
+    void *qbuf;    /* the rows of A quantised by the int8 linear layer (linear_q.c) */
+    size_t qcap;   /* bytes of qbuf */
 };
 
-/* The instruction sets of the hand-written kernels (gemm_rowinv, linear_rowinv), widest last. */
-enum { CPU_ISA_PORTABLE, CPU_ISA_AVX2, CPU_ISA_AVX512 };
-/* The widest set the CPU has, capped by NMT_CPU_ISA (portable, avx2 or avx512; read per call, so
- * tests can check every path). */
+/* The instruction sets of the hand-written kernels (gemm_rowinv, linear_rowinv), widest last.
+ * VNNI is AVX-512 with AVX512-VNNI: the float32 kernels take their AVX-512 path on it, the int8
+ * linear layer its vpdpbusd path. */
+enum { CPU_ISA_PORTABLE, CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_VNNI };
+/* The widest set the CPU has, capped by NMT_CPU_ISA (portable, avx2, avx512 or avx512vnni; read per
+ * call, so tests can check every path). */
 int cpu_isa(void);
-/* The path gemm_rowinv and linear_rowinv take now: "avx512", "avx2" or "portable" (see gemm.c). */
+/* The path gemm_rowinv and linear_rowinv take now: "avx512vnni", "avx512", "avx2" or "portable"
+ * (see gemm.c). */
 const char *cpu_rowinv_isa_name(void);
-/* linear_packed_bytes, linear_pack and linear_rowinv (plugins/backend.h), in linear.c. */
+/* linear_packed_bytes, linear_pack, linear_rowinv, linear_packed_bytes_q and linear_pack_q
+ * (plugins/backend.h), in linear.c. */
 size_t cpu_linear_packed_bytes(nmt_bctx *ctx, int N, int K);
 int cpu_linear_pack(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw);
 int cpu_linear_rowinv(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *Wp,
                       const float *bias, int relu, float *C, int ldc);
+size_t cpu_linear_packed_bytes_q(nmt_bctx *ctx, int N, int K, uint32_t dtype);
+int cpu_linear_pack_q(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw, uint32_t dtype);
+
+/* Every weight packed by linear_pack or linear_pack_q starts with this header (one cache line);
+ * its data follow (linear.c, linear_q.c). */
+struct lin_hdr {
+    uint32_t magic; /* LIN_MAGIC */
+    uint32_t dtype; /* NMT_DTYPE_F32, NMT_DTYPE_INT8 or NMT_DTYPE_BF16 */
+    int32_t N, K;   /* the weight's shape */
+    uint8_t pad[48];
+};
+#define LIN_MAGIC 0x504d4e4eu /* "NNMP" */
+#define LIN_HDR sizeof(struct lin_hdr)
+/* The largest K of the int8 layer: 255 * 127 * K stays below 2^31 (linear_q.c). */
+#define LIN_Q_MAXK 65536
+
+/* int8 weights (linear_q.c): bytes after the header for W (N,K); packs W into DATA (after the
+ * header; 0, or -1 with the error set: a non-finite weight, K too large); the int8 linear layer
+ * on such a weight (arguments as linear_rowinv's, checked by the caller; 0 or -1). */
+size_t cpu_linear_q_bytes(int N, int K);
+int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw);
+int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data,
+                     const float *bias, int relu, float *C, int ldc);
+/* Makes ctx->qbuf hold BYTES (the rows of A converted by the int8 and bf16 layers); 0 or -1. */
+int cpu_qbuf_reserve(nmt_bctx *ctx, size_t bytes);
+
+/* bf16 weights (linear_bf16.c), as the int8 ones above; only where cpu_bf16() says so. */
+size_t cpu_linear_bf16_bytes(int N, int K);
+int cpu_linear_bf16_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw);
+int cpu_linear_bf16_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data,
+                        const float *bias, int relu, float *C, int ldc);
+/* 1 when the bf16 layer can run: the CPU has AVX512-BF16 and NMT_CPU_ISA allows AVX-512. */
+int cpu_bf16(void);
 /* Sets CTX's error text; returns -1. */
 int cpu_err(struct nmt_bctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Makes sure each thread has PER bytes of scratch (64-byte aligned); 0 or -1 with the error set. */

@@ -31,7 +31,7 @@ struct ri {
     float *C;
     int M, N, K, lda, ldb, ldc;
     float alpha, beta;
-    int isa; /* CPU_ISA_PORTABLE, CPU_ISA_AVX2 or CPU_ISA_AVX512 */
+    int isa; /* CPU_ISA_PORTABLE, CPU_ISA_AVX2, or CPU_ISA_AVX512 and above */
 };
 
 /* Stores one finished element: the same expression for every element of every path. */
@@ -222,7 +222,7 @@ static void rowinv_body(void *arg, int64_t lo, int64_t hi, int tid)
             int mr = g->M - i < MR ? g->M - i : MR;
             for (int j = jc; j < je; j += NR) {
                 int nr = je - j < NR ? je - j : NR;
-                if (g->isa == CPU_ISA_AVX512)
+                if (g->isa >= CPU_ISA_AVX512)
                     tile_avx512_any(g, i, j, mr, nr);
                 else if (g->isa == CPU_ISA_AVX2)
                     tile_avx2_any(g, i, j, mr, nr);
@@ -241,16 +241,21 @@ int cpu_isa(void)
         int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
         int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-        cpu = avx512 ? CPU_ISA_AVX512 : avx2 ? CPU_ISA_AVX2 : CPU_ISA_PORTABLE;
+        int vnni = avx512 && __builtin_cpu_supports("avx512vnni");
+        cpu = vnni ? CPU_ISA_VNNI : avx512 ? CPU_ISA_AVX512 : avx2 ? CPU_ISA_AVX2 : CPU_ISA_PORTABLE;
     }
     const char *e = getenv("NMT_CPU_ISA");
-    int cap = !e || !*e ? CPU_ISA_AVX512 : !strcmp(e, "portable") ? CPU_ISA_PORTABLE : !strcmp(e, "avx2") ? CPU_ISA_AVX2 : CPU_ISA_AVX512;
+    int cap = !e || !*e                   ? CPU_ISA_VNNI
+              : !strcmp(e, "portable")   ? CPU_ISA_PORTABLE
+              : !strcmp(e, "avx2")       ? CPU_ISA_AVX2
+              : !strcmp(e, "avx512")     ? CPU_ISA_AVX512
+                                         : CPU_ISA_VNNI;
     return cpu < cap ? cpu : cap;
 }
 
 const char *cpu_rowinv_isa_name(void)
 {
-    static const char *const names[] = { "portable", "avx2", "avx512" };
+    static const char *const names[] = { "portable", "avx2", "avx512", "avx512vnni" };
     return names[cpu_isa()];
 }
 

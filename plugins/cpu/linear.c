@@ -1,8 +1,10 @@
 /* linear.c: the cpu backend's row-invariant linear layer for inference (see plugins/backend.h):
  * linear_pack copies a weight W (N,K) once into panels, and linear_rowinv computes
- * C (M,N) = A (M,K) @ W^T + bias, then ReLU if asked.
+ * C (M,N) = A (M,K) @ W^T + bias, then ReLU if asked. linear_pack_q packs in int8 and bf16 too
+ * (linear_q.c and linear_bf16.c compute with them); the header of a packed weight (struct lin_hdr)
+ * says which.
  *
- * Packed layout: panel p holds output columns 16p..16p+15 as K rows of 16 floats (row k: W[16p+c][k]
+ * Packed float32 layout, after the header: panel p holds output columns 16p..16p+15 as K rows of 16 floats (row k: W[16p+c][k]
  * for c = 0..15, zeros past N); panels follow each other. So one step k of a register tile reads
  * 64 contiguous bytes per panel, and every code path reads the same layout.
  *
@@ -39,14 +41,49 @@ size_t cpu_linear_packed_bytes(nmt_bctx *ctx, int N, int K)
 {
     if (N <= 0 || K <= 0)
         return 0;
-    return (size_t)((N + PW - 1) / PW) * PW * (size_t)K * sizeof(float);
+    return LIN_HDR + (size_t)((N + PW - 1) / PW) * PW * (size_t)K * sizeof(float);
+}
+
+size_t cpu_linear_packed_bytes_q(nmt_bctx *ctx, int N, int K, uint32_t dtype)
+{
+    if (dtype == NMT_DTYPE_F32)
+        return cpu_linear_packed_bytes(ctx, N, K);
+    if (dtype == NMT_DTYPE_BF16 && !cpu_bf16())
+        return cpu_err(ctx, "bf16 needs AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off"), 0;
+    if (dtype == NMT_DTYPE_BF16)
+        return N <= 0 || K <= 0 ? 0 : LIN_HDR + cpu_linear_bf16_bytes(N, K);
+    if (dtype != NMT_DTYPE_INT8)
+        return cpu_err(ctx, "the cpu backend packs weights in float32, int8 or bf16 only (dtype %u)", dtype), 0;
+    if (K > LIN_Q_MAXK)
+        return cpu_err(ctx, "int8 linear layer: K=%d above %d", K, LIN_Q_MAXK), 0;
+    return N <= 0 || K <= 0 ? 0 : LIN_HDR + cpu_linear_q_bytes(N, K);
+}
+
+int cpu_linear_pack_q(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw, uint32_t dtype)
+{
+    if (dtype == NMT_DTYPE_F32)
+        return cpu_linear_pack(ctx, dst, W, N, K, ldw);
+    if (dtype != NMT_DTYPE_INT8 && dtype != NMT_DTYPE_BF16)
+        return cpu_err(ctx, "linear_pack_q: the cpu backend packs weights in float32, int8 or bf16 only (dtype %u)",
+                       dtype);
+    if (dtype == NMT_DTYPE_BF16 && !cpu_bf16())
+        return cpu_err(ctx, "linear_pack_q: bf16 needs AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off");
+    if (N < 0 || K < 0 || ldw < (K > 1 ? K : 1) || (dtype == NMT_DTYPE_INT8 && K > LIN_Q_MAXK))
+        return cpu_err(ctx, "linear_pack_q: bad shape N=%d K=%d ldw=%d", N, K, ldw);
+    struct lin_hdr h = { LIN_MAGIC, dtype, N, K, { 0 } };
+    memcpy(dst, &h, sizeof h);
+    if (dtype == NMT_DTYPE_BF16)
+        return cpu_linear_bf16_pack(ctx, (char *)dst + LIN_HDR, W, N, K, ldw);
+    return cpu_linear_q_pack(ctx, (char *)dst + LIN_HDR, W, N, K, ldw);
 }
 
 int cpu_linear_pack(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw)
 {
     if (N < 0 || K < 0 || ldw < (K > 1 ? K : 1))
         return cpu_err(ctx, "linear_pack: bad shape N=%d K=%d ldw=%d", N, K, ldw);
-    float *o = dst;
+    struct lin_hdr h = { LIN_MAGIC, NMT_DTYPE_F32, N, K, { 0 } };
+    memcpy(dst, &h, sizeof h);
+    float *o = (float *)((char *)dst + LIN_HDR);
     for (int p = 0; p < (N + PW - 1) / PW; p++)
         for (int k = 0; k < K; k++)
             for (int c = 0; c < PW; c++) {
@@ -266,7 +303,7 @@ static void linear_body(void *arg, int64_t lo, int64_t hi, int tid)
         int j0 = p0 * PW, n = g->N - j0 < GROUP * PW ? g->N - j0 : GROUP * PW; /* columns of the group */
         for (int i = 0; i < g->M; i += MR16) {
             int mr = g->M - i < MR16 ? g->M - i : MR16;
-            if (job->isa == CPU_ISA_AVX512) {
+            if (job->isa >= CPU_ISA_AVX512) {
                 int rem = n - PW * (np - 1);
                 tile16_any(g, i, p0, mr, np, (__mmask16)((1u << rem) - 1));
             } else if (job->isa == CPU_ISA_AVX2) {
@@ -288,6 +325,14 @@ int cpu_linear_rowinv(nmt_bctx *ctx, int M, int N, int K, const float *A, int ld
     if (lda < (K > 1 ? K : 1) || ldc < (N > 1 ? N : 1))
         return cpu_err(ctx, "linear_rowinv: leading dimension too small (lda=%d ldc=%d for M=%d N=%d K=%d)", lda,
                        ldc, M, N, K);
+    struct lin_hdr h;
+    if (!Wp)
+        return cpu_err(ctx, "linear_rowinv: no packed weight");
+    memcpy(&h, Wp, sizeof h);
+    if (h.magic != LIN_MAGIC || (h.dtype != NMT_DTYPE_F32 && h.dtype != NMT_DTYPE_INT8 && h.dtype != NMT_DTYPE_BF16))
+        return cpu_err(ctx, "linear_rowinv: the weight was not packed by linear_pack");
+    if (h.N != N || h.K != K)
+        return cpu_err(ctx, "linear_rowinv: the weight was packed as %d x %d, used as %d x %d", h.N, h.K, N, K);
     if (M == 0 || N == 0)
         return 0;
     if (K == 0) {
@@ -298,7 +343,12 @@ int cpu_linear_rowinv(nmt_bctx *ctx, int M, int N, int K, const float *A, int ld
             }
         return 0;
     }
-    struct lin_job job = { { A, Wp, bias, C, M, N, K, lda, ldc, relu != 0 }, cpu_isa() };
+    if (h.dtype == NMT_DTYPE_INT8)
+        return cpu_linear_q_run(ctx, M, N, K, A, lda, (const char *)Wp + LIN_HDR, bias, relu, C, ldc);
+    if (h.dtype == NMT_DTYPE_BF16)
+        return cpu_linear_bf16_run(ctx, M, N, K, A, lda, (const char *)Wp + LIN_HDR, bias, relu, C, ldc);
+    struct lin_job job = { { A, (const float *)((const char *)Wp + LIN_HDR), bias, C, M, N, K, lda, ldc, relu != 0 },
+                           cpu_isa() };
     int64_t groups = (N + GROUP * PW - 1) / (GROUP * PW), per = (int64_t)M * (K > 0 ? K : 1) * GROUP * PW;
     pool_for(ctx->pool, groups, (WORK_GRAIN + per - 1) / per, linear_body, &job);
     return 0;

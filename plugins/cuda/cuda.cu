@@ -509,6 +509,10 @@ static const struct nmt_backend cuda_table = {
     .linear_packed_bytes = NULL,
     .linear_pack = NULL,
     .linear_rowinv = NULL,
+    /* nor the reduced-precision weights of ABI 2.1: nmt-decode --precision int8 names this backend
+     * in its error */
+    .linear_packed_bytes_q = NULL,
+    .linear_pack_q = NULL,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void)

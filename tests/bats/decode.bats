@@ -41,7 +41,8 @@ setup_file() {
     for args in "" "-m x --beam 0" "-m x --beam 1.5" "-m x --nbest 3 --beam 2" "-m x --in foo" "-m x --out foo" \
                 "-m x --alpha -1" "-m x --src a" "-m x --score --src a" "-m x --score --beam 4" \
                 "-m x --max-tokens 0" "-m x --out hyp --scores" "-m x extra" "-m x --bogus" "-m x --jobs 0" \
-                "-m x --jobs 1.5" "-m x --jobs 257" "-m x --threads 1.5" "$(printf -- '-m x %.0s' {1..17})"; do
+                "-m x --jobs 1.5" "-m x --jobs 257" "-m x --threads 1.5" "$(printf -- '-m x %.0s' {1..17})" \
+                "-m x --precision int4" "-m x --precision INT8" "-m x --precision int8-al" "-m x --precision" "-m x --precision ''"; do
         run nmt-decode $args
         [ "$status" -eq 2 ] || { echo "args: $args: $status $output"; return 1; }
         [[ "${lines[0]}" == "nmt-decode: "* ]] || { echo "args: $args: $output"; return 1; }
@@ -234,6 +235,97 @@ setup_file() {
     paste "$D/src.en" "$D/hyp.de" > "$D/pairs.tsv"
     $DEC --score --max-tokens 40 --jobs 1 -i "$D/pairs.tsv" > "$D/s1.txt"
     $DEC --score --max-tokens 40 --jobs 3 -i "$D/pairs.tsv" | cmp "$D/s1.txt" -
+}
+
+@test "--precision: a value other than float32, int8, int8-all, bf16 or bf16-all is a usage error naming it" {
+    run $DEC --precision fp16 -i "$D/src.en"
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-decode: invalid precision 'fp16' (float32, int8, int8-all, bf16 or bf16-all)" ]
+}
+
+@test "--precision int8 and int8-all: the same bytes in batches of 1, 7 and 64 sentences, and with --jobs 1 or 2" {
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
+    for mode in "--precision int8 --beam 1 --scores" "--precision int8 --beam 4 --scores" \
+                "--precision int8-all --beam 1 --scores" "--precision int8-all --beam 4 --scores"; do
+        Q="$DEC $mode --jobs 1"
+        $Q -i "$D/s64.en" > "$D/q64.txt"                      # one batch of 64 sentences
+        [ "$(wc -l < "$D/q64.txt")" -eq 64 ]
+        $Q --max-tokens 1 -i "$D/s64.en" | cmp "$D/q64.txt" -  # every sentence alone
+        rm -f "$D"/q7.*
+        split -l 7 "$D/s64.en" "$D/q7."                       # batches of 7 sentences
+        for f in "$D"/q7.*; do $Q -i "$f"; done | cmp "$D/q64.txt" -
+        $DEC $mode --jobs 2 --max-tokens 60 -i "$D/s64.en" | cmp "$D/q64.txt" -
+        $DEC $mode --jobs 2 --threads 1 -i "$D/s64.en" | cmp "$D/q64.txt" -
+        # and --batch-variant changes nothing in int8: its layers are row-invariant anyway
+        $Q --batch-variant --max-tokens 60 -i "$D/s64.en" | cmp "$D/q64.txt" -
+    done
+}
+
+@test "--precision int8 and int8-all translate close to float32: most lines the same, scores near" {
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
+    $DEC -i "$D/s64.en" > "$D/f32.txt"
+    paste "$D/s64.en" "$D/f32.txt" > "$D/fp.tsv"
+    $DEC --score -i "$D/fp.tsv" > "$D/f32.lp"
+    for p in int8 int8-all; do
+        $DEC --precision $p -i "$D/s64.en" > "$D/i8.txt"
+        same=$(paste -d '\t' "$D/f32.txt" "$D/i8.txt" | awk -F'\t' '$1 == $2' | wc -l)
+        echo "$p: identical greedy translations: $same of 64"
+        [ "$same" -ge 56 ]
+        # forced decoding of the float32 output: the int8 log-probabilities differ (the int8 layers
+        # ran) by at most 2% (or 0.02 in absolute terms)
+        $DEC --precision $p --score -i "$D/fp.tsv" > "$D/i8.lp"
+        [ "$(wc -l < "$D/i8.lp")" -eq 64 ]
+        fails cmp -s "$D/f32.lp" "$D/i8.lp"
+        paste "$D/f32.lp" "$D/i8.lp" | awk '{ d = $1 - $2; d = d < 0 ? -d : d; m = $1 < 0 ? -$1 : $1
+            if (d > 0.02 && d > 0.02 * m) { print "line " NR ": " $0; bad = 1 } } END { exit bad }'
+    done
+    # the output projection in int8 moves the scores further
+    $DEC --precision int8 --score -i "$D/fp.tsv" | fails cmp -s "$D/i8.lp" -
+}
+
+@test "--precision int8, int8-all: NMT_CPU_ISA=avx512 (no VNNI) gives the same bytes as the default path, avx2 and portable the same translations" {
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
+    for mode in "--precision int8 --beam 1" "--precision int8 --beam 4" "--precision int8-all --beam 1"; do
+        $DEC $mode --scores -i "$D/s64.en" > "$D/isa.txt"
+        [ "$(wc -l < "$D/isa.txt")" -eq 64 ]
+        # on a CPU with AVX512-VNNI the default runs the vpdpbusd kernel, avx512 the AVX2 int8 kernel
+        # with the same float32 kernels around it: scores and all
+        NMT_CPU_ISA=avx512 $DEC $mode --scores -i "$D/s64.en" | cmp "$D/isa.txt" -
+        # below AVX-512 the float32 attention and top-k round otherwise in the last bits (as in
+        # float32 decoding), so the scores may differ there; the int8 layers give the same bits
+        for isa in avx2 portable; do
+            NMT_CPU_ISA=$isa $DEC $mode -i "$D/s64.en" | cmp <(cut -f2- "$D/isa.txt") - ||
+                { echo "$mode, NMT_CPU_ISA=$isa differs"; return 1; }
+        done
+    done
+}
+
+@test "--precision bf16, bf16-all (on AVX512-BF16): the same bytes in batches of 1, 7 and 64 sentences and with --jobs 2; close to float32" {
+    [[ " $(grep -m1 '^flags' /proc/cpuinfo) " == *" avx512_bf16 "* ]] || skip "this CPU lacks AVX512-BF16"
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
+    $DEC -i "$D/s64.en" > "$D/f32.txt"
+    for p in bf16 bf16-all; do
+        for mode in "--beam 1 --scores" "--beam 4 --scores"; do
+            Q="$DEC --precision $p $mode --jobs 1"
+            $Q -i "$D/s64.en" > "$D/b64.txt"
+            [ "$(wc -l < "$D/b64.txt")" -eq 64 ]
+            $Q --max-tokens 1 -i "$D/s64.en" | cmp "$D/b64.txt" -
+            rm -f "$D"/b7.*
+            split -l 7 "$D/s64.en" "$D/b7."
+            for f in "$D"/b7.*; do $Q -i "$f"; done | cmp "$D/b64.txt" -
+            $DEC --precision $p $mode --jobs 2 --max-tokens 60 -i "$D/s64.en" | cmp "$D/b64.txt" -
+        done
+        $DEC --precision $p -i "$D/s64.en" > "$D/b.txt"
+        same=$(paste -d '\t' "$D/f32.txt" "$D/b.txt" | awk -F'\t' '$1 == $2' | wc -l)
+        echo "$p: identical greedy translations: $same of 64"
+        [ "$same" -ge 56 ]
+    done
+}
+
+@test "--precision bf16 where the CPU cannot: exit 1 naming the backend and the reason" {
+    NMT_CPU_ISA=avx2 run $DEC --precision bf16 -i "$D/src.en"
+    [ "$status" -eq 1 ]
+    [ "${lines[0]}" = "nmt-decode: backend cpu cannot compute linear layers in bf16 here: bf16 needs AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off" ]
 }
 
 @test "--batch-variant translates too" {

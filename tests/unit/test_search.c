@@ -101,7 +101,7 @@ static int make_eos_likely(struct backend *be, struct model *m)
     for (size_t i = 0; i < np; i++)
         if (!strcmp(params[i].name, "emb.weight"))
             off = params[i].offset;
-    struct infer *in = infer_new(be, m, 1);
+    struct infer *in = infer_new(be, m, 1, NMT_DTYPE_F32);
     float *w = malloc(model_num_params(m) * sizeof *w);
     int count[256] = {0}, rc = in && w && off != SIZE_MAX && c->vocab <= 256 ? 0 : -1;
     struct search_opts o = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1.0, .len_b = 5};
@@ -138,7 +138,7 @@ static void run(struct backend *be, int pre_norm)
         return;
     test_ok(make_eos_likely(be, m) == 0, "pre_norm %d: EOS made likelier than the most frequent output token",
             pre_norm);
-    struct infer *in = infer_new(be, m, getenv("NOINV") ? 0 : 1);
+    struct infer *in = infer_new(be, m, getenv("NOINV") ? 0 : 1, NMT_DTYPE_F32);
     test_ok(in != NULL, "infer_new: %s", in ? "" : nmt_errmsg());
     if (!in) {
         model_free(m);
@@ -296,8 +296,8 @@ static int brute_greedy(struct infer **in, int i, int limit, uint32_t *ids, doub
 static void run_ensemble(struct backend *be)
 {
     struct model *a = test_model(be, 0, 60, 40, 3), *b = test_model(be, 1, 60, 30, 4), *c = test_model(be, 0, 61, 40, 5);
-    struct infer *ia = a ? infer_new(be, a, 1) : NULL, *ia2 = a ? infer_new(be, a, 1) : NULL;
-    struct infer *ib = b ? infer_new(be, b, 1) : NULL, *ic = c ? infer_new(be, c, 1) : NULL;
+    struct infer *ia = a ? infer_new(be, a, 1, NMT_DTYPE_F32) : NULL, *ia2 = a ? infer_new(be, a, 1, NMT_DTYPE_F32) : NULL;
+    struct infer *ib = b ? infer_new(be, b, 1, NMT_DTYPE_F32) : NULL, *ic = c ? infer_new(be, c, 1, NMT_DTYPE_F32) : NULL;
     test_ok(ia && ia2 && ib && ic, "ensemble members: %s", nmt_errmsg());
     if (!ia || !ia2 || !ib || !ic)
         goto out;
@@ -403,6 +403,67 @@ out:
     model_free(c);
 }
 
+/* int8 linear layers (infer_new with NMT_DTYPE_INT8, the output projection in int8 too or not):
+ * forced-decoding scores near float32's, greedy and beam results identical alone and in a batch
+ * (with and without INVARIANT), and a backend without linear_pack_q refused by name. */
+static void run_int8(struct backend *be)
+{
+    const struct model_config c = {.vocab = 60, .max_len = 40};
+    struct model *m = test_model(be, 0, c.vocab, c.max_len, 11);
+    struct infer *f = m ? infer_new(be, m, 1, NMT_DTYPE_F32) : NULL;
+    test_ok(m && f, "int8: model and float32 inference: %s", m && f ? "" : nmt_errmsg());
+    if (!m || !f) {
+        model_free(m);
+        return;
+    }
+    const uint32_t *src[NS], *tgt[NS];
+    for (int b = 0; b < NS; b++)
+        src[b] = src_store[b], tgt[b] = tgt_store[b];
+    double lpf[NS], lpq[NS], worst = 0;
+    int differ = 0;
+    for (int inv = 1; inv >= 0; inv--) {
+        /* invariant: the output projection in int8 too; batch-variant: float32 */
+        struct infer *q = infer_new(be, m, inv, NMT_DTYPE_INT8 | (inv ? INFER_OUTPUT_TOO : 0));
+        test_ok(q != NULL, "int8 (invariant %d): infer_new: %s", inv, q ? "" : nmt_errmsg());
+        if (!q)
+            break;
+        test_ok(search_score(&f, 1, NS, src, slen, tgt, tlen, lpf) == 0 &&
+                    search_score(&q, 1, NS, src, slen, tgt, tlen, lpq) == 0,
+                "int8 (invariant %d): search_score: %s", inv, nmt_errmsg());
+        for (int b = 0; b < NS; b++) {
+            double d = fabs(lpq[b] - lpf[b]) / (fabs(lpf[b]) > 1 ? fabs(lpf[b]) : 1);
+            worst = d > worst || isnan(d) ? d : worst;
+            differ += lpq[b] != lpf[b];
+        }
+        struct search_opts o = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1.0, .len_b = 5};
+        for (int beam = 1; beam <= 4; beam += 3) {
+            o.beam = o.nbest = beam;
+            struct search_result all[NS], one;
+            int same = search_batch(&q, 1, &o, NS, src, slen, all) == 0;
+            for (int b = 0; same && b < NS; b++) {
+                same = search_batch(&q, 1, &o, 1, &src[b], &slen[b], &one) == 0 && same_result(&all[b], &one);
+                search_result_free(&one);
+            }
+            test_ok(same, "int8 (invariant %d): beam %d results identical alone and in a batch", inv, beam);
+            for (int b = 0; same && b < NS; b++)
+                search_result_free(&all[b]);
+        }
+        infer_free(q);
+    }
+    test_ok(worst < 0.05 && differ > 0,
+            "int8: forced-decoding log-probabilities within %.3g of float32's (relative; bound 0.05), %d of %d differ",
+            worst, differ, 2 * NS);
+    struct nmt_backend saved = be->ops;
+    be->ops.linear_pack_q = NULL;
+    struct infer *none = infer_new(be, m, 1, NMT_DTYPE_INT8);
+    test_ok(!none && strstr(nmt_errmsg(), "backend cpu has no int8 linear layer"),
+            "int8: a backend without linear_pack_q is refused by name: '%s'", nmt_errmsg());
+    infer_free(none);
+    be->ops = saved;
+    infer_free(f);
+    model_free(m);
+}
+
 int main(void)
 {
     struct nmt_backend_opts bo = {sizeof bo, 2, 0};
@@ -415,6 +476,7 @@ int main(void)
     run(be, 0);
     run(be, 1);
     run_ensemble(be);
+    run_int8(be);
     /* the host's fallback for a backend without gemm_rowinv: products on blocks of 8 rows */
     be->ops.gemm_rowinv = NULL;
     test_ok(1, "# without gemm_rowinv (fixed row blocks)");

@@ -1,0 +1,459 @@
+/* linear_q.c: the cpu backend's int8 linear layer for inference (linear_pack_q with NMT_DTYPE_INT8,
+ * then linear_rowinv; see plugins/backend.h).
+ *
+ * Quantisation. A weight row j (an output channel) gets the scale s_j = max_k |W[j,k]| / 127 and
+ * the values q = rint(W[j,k] * (127 / max_k |W[j,k]|)) in [-127, 127] (round to nearest even);
+ * each row i of A is quantised the same way when the layer runs (scale a_i, values in
+ * [-127, 127]; a row with a non-finite value gets the scale NaN, so its outputs are NaN as in
+ * float32). A row whose largest magnitude is 0, or so small that 127 / max overflows, is all zeros
+ * with scale 0. -128 is never used, which keeps the AVX2 products below exact (see there).
+ *
+ * Result. C[i,j] = ((float)S * s_j) * a_i, + bias[j], then max(., 0) if asked, where
+ * S = sum_k qA[i,k] * qW[j,k] is an exact 32-bit integer sum (|S| <= 127 * 127 * K < 2^31 for
+ * K <= LIN_Q_MAXK; the VNNI path's offset form below stays below 255 * 127 * K < 2^31). Integer
+ * sums do not depend on their order, and the float epilogue is the same sequence of operations on
+ * every path, so every path (AVX-512 VNNI, AVX2, portable) gives the same bits, and a row's bits
+ * depend only on that row, never on M, the other rows or the thread count.
+ *
+ * Packed layout after the header (struct lin_hdr), for Np = N rounded up to 16 columns and
+ * Kp = K rounded up to 4: float s[Np] (0 past N); int32 colsum[Np] (sum_k qW[j,k], for the VNNI
+ * path); then panel p (columns 16p..16p+15) as Kp/4 groups of 64 bytes: group g holds, for
+ * c = 0..15, the 4 bytes qW[16p+c][4g..4g+3] (zeros past N and K). One group is what one vpdpbusd
+ * multiplies by 4 broadcast bytes of a row of A; its two halves are the AVX2 path's two vectors.
+ *
+ * Paths:
+ *   VNNI (AVX512-VNNI): vpdpbusd multiplies unsigned by signed bytes, so the activations are
+ *     stored offset, as qA + 128 in [1, 255] (a byte XOR 0x80), and 128 * colsum[j] is subtracted
+ *     at the end.
+ *     Tiles of up to 6 rows by 4 panels.
+ *   AVX2: vpmaddubsw on |qA| (unsigned, <= 127) and qW with the sign of qA (vpsignb): each int16
+ *     pair sum is at most 2 * 127 * 127 = 32258 < 32767, so it never saturates; vpmaddwd by ones
+ *     widens the pairs to int32. Tiles of up to 4 rows by one panel.
+ *   portable: int32 multiply-adds in C. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+
+#define PW 16             /* columns per panel */
+#define GROUP 4           /* panels per column group of the thread split */
+#define WORK_GRAIN 262144 /* multiply-adds per thread chunk, at least */
+#define QGRAIN 16384      /* values quantised per thread chunk, at least */
+
+static int pad16(int n) { return (n + PW - 1) / PW * PW; }
+static int pad4(int k) { return (k + 3) / 4 * 4; }
+
+size_t cpu_linear_q_bytes(int N, int K)
+{
+    size_t np = (size_t)pad16(N);
+    return np * (sizeof(float) + sizeof(int32_t)) + np * (size_t)pad4(K);
+}
+
+/* The scale of the K values X: 0 for a zero row (or one so small that 127 / max overflows), NaN
+ * for a row with a non-finite value, else max |x| / 127; *INV receives 127 / max. Each path finds
+ * the same max (a max is exact), so they agree. */
+static float quant_scale(float amax, int finite, float *inv)
+{
+    *inv = 127.0f / amax;
+    if (!finite)
+        return NAN;
+    if (amax == 0 || !(*inv <= 3.40282347e38f))
+        return 0.0f;
+    return amax / 127.0f;
+}
+
+/* Quantises the K values X into Q (Kp bytes, zeros past K); returns the scale (quant_scale). */
+static float quant_row_plain(int8_t *q, const float *x, int K, int Kp)
+{
+    float amax = 0, inv;
+    int finite = 1;
+    for (int k = 0; k < K; k++) {
+        float a = fabsf(x[k]);
+        finite &= a <= 3.40282347e38f; /* false for NaN and infinities */
+        amax = a > amax ? a : amax;
+    }
+    float s = quant_scale(amax, finite, &inv);
+    for (int k = 0; k < Kp; k++) {
+        float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f; /* to nearest even */
+        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+        q[k] = (int8_t)r;
+    }
+    return s;
+}
+
+#define AVX512Q __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+
+/* quant_row_plain with AVX-512: the same max, product and rounding (vcvtps2dq rounds to nearest
+ * even, the default mode), so the same bits; with FLIP each byte is stored XOR 0x80, i.e. as the
+ * unsigned q + 128 that vpdpbusd takes. */
+AVX512Q static float quant_row_avx512(int8_t *q, const float *x, int K, int Kp, int flip)
+{
+    __m512 mx = _mm512_setzero_ps(), big = _mm512_set1_ps(3.40282347e38f);
+    __mmask16 bad = 0;
+    for (int k = 0; k < K; k += 16) {
+        __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
+        __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + k));
+        bad |= _mm512_mask_cmp_ps_mask(m, a, big, _CMP_NLE_UQ); /* NaN or above FLT_MAX */
+        mx = _mm512_max_ps(a, mx);
+    }
+    float inv, s = quant_scale(_mm512_reduce_max_ps(mx), !bad, &inv);
+    __m512 vinv = _mm512_set1_ps(inv);
+    __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    for (int k = 0; k < Kp; k += 16) {
+        __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : K > k ? (__mmask16)((1u << (K - k)) - 1) : 0;
+        __mmask16 st = Kp - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (Kp - k)) - 1);
+        if (!(s > 0))
+            m = 0;
+        __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), vinv));
+        r = _mm512_min_epi32(_mm512_max_epi32(r, lo), hi);
+        __m128i b = _mm512_cvtepi32_epi8(r);
+        _mm_mask_storeu_epi8(q + k, st, flip ? _mm_xor_si128(b, _mm_set1_epi8((char)0x80)) : b);
+    }
+    return s;
+}
+
+#define AVX2Q __attribute__((target("avx2,fma")))
+
+/* quant_row_plain with AVX2 on blocks of 8 values, the tail in C: the same bits. */
+AVX2Q static float quant_row_avx2(int8_t *q, const float *x, int K, int Kp)
+{
+    __m256 mx = _mm256_setzero_ps(), big = _mm256_set1_ps(3.40282347e38f);
+    __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    int bad = 0, k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + k), sign);
+        bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));
+        mx = _mm256_max_ps(a, mx);
+    }
+    float lane[8], amax = 0, inv;
+    _mm256_storeu_ps(lane, mx);
+    for (int l = 0; l < 8; l++)
+        amax = lane[l] > amax ? lane[l] : amax;
+    for (; k < K; k++) {
+        float a = fabsf(x[k]);
+        bad |= !(a <= 3.40282347e38f);
+        amax = a > amax ? a : amax;
+    }
+    float s = quant_scale(amax, !bad, &inv);
+    __m256 vinv = _mm256_set1_ps(inv);
+    __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    k = 0;
+    for (; s > 0 && k + 8 <= K; k += 8) {
+        __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
+        r = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
+        __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+        _mm_storel_epi64((__m128i *)(q + k), _mm_packs_epi16(w, w));
+    }
+    for (; k < Kp; k++) {
+        float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f;
+        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+        q[k] = (int8_t)r;
+    }
+    return s;
+}
+
+/* Quantises the K values X into Q (Kp bytes), on the widest path this CPU has; for the VNNI
+ * path as unsigned q + 128. */
+static float quant_row(int8_t *q, const float *x, int K, int Kp, int isa)
+{
+    return isa >= CPU_ISA_AVX512 ? quant_row_avx512(q, x, K, Kp, isa == CPU_ISA_VNNI)
+           : isa == CPU_ISA_AVX2 ? quant_row_avx2(q, x, K, Kp)
+                                 : quant_row_plain(q, x, K, Kp);
+}
+
+int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw)
+{
+    int np = pad16(N), kp = pad4(K);
+    float *s = data;
+    int32_t *csum = (int32_t *)(s + np);
+    uint8_t *panels = (uint8_t *)(csum + np);
+    int8_t *row = malloc((size_t)kp);
+    if (!row)
+        return cpu_err(ctx, "out of memory");
+    memset(s, 0, (size_t)np * (sizeof *s + sizeof *csum));
+    memset(panels, 0, (size_t)np * (size_t)kp);
+    for (int j = 0; j < N; j++) {
+        s[j] = quant_row_plain(row, W + (size_t)j * (size_t)ldw, K, kp);
+        if (s[j] != s[j]) {
+            free(row);
+            return cpu_err(ctx, "linear_pack_q: row %d of the weight has a non-finite value", j);
+        }
+        int32_t sum = 0;
+        uint8_t *pj = panels + (size_t)(j / PW) * (size_t)kp * PW + (size_t)(j % PW) * 4;
+        for (int k = 0; k < kp; k++) {
+            sum += row[k];
+            pj[(size_t)(k / 4) * 64 + (size_t)(k % 4)] = (uint8_t)row[k];
+        }
+        csum[j] = sum;
+    }
+    free(row);
+    return 0;
+}
+
+/* The operands of one call. */
+struct qlin {
+    const int8_t *A;     /* (M, ldq) quantised rows */
+    const float *sa;     /* (M) their scales */
+    const float *sw;     /* (Np) weight scales */
+    const int32_t *csum; /* (Np) */
+    const uint8_t *Wp;   /* the panels */
+    const float *bias;
+    float *C;
+    int M, N, Kp, ldq, ldc, relu;
+};
+
+/* The first byte of panel P's group of the bytes K..K+3. */
+static inline __attribute__((always_inline)) const uint8_t *qpanel(const struct qlin *g, int p, int k)
+{
+    return g->Wp + ((size_t)p * (size_t)g->Kp + (size_t)k) * PW;
+}
+
+/* The epilogue every path shares, for one element: C = ((float)S * s_j) * a_i + bias, ReLU. */
+static inline float qfinish(const struct qlin *g, int32_t S, int i, int j)
+{
+    float v = (float)S * g->sw[j];
+    v = v * g->sa[i];
+    if (g->bias)
+        v = v + g->bias[j];
+    if (g->relu)
+        v = v > 0 ? v : 0;
+    return v;
+}
+
+/* ---------------- AVX-512 VNNI: tiles of up to 6 rows by 4 panels ---------------- */
+
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+#define MRV 6
+
+/* One accumulator per (row r, panel c) as a named variable: GCC 12 keeps an array of vpdpbusd
+ * accumulators in memory (stored every step); named ones stay in registers. The rows and panels
+ * past MR and NV (constants after inlining) are dropped by the compiler. */
+#define QSTEP(r)                                                                                                       \
+    if (mr > r) {                                                                                                      \
+        int32_t a4;                                                                                                    \
+        memcpy(&a4, a + (size_t)(r) * ldq + (size_t)k, 4);                                                             \
+        __m512i av = _mm512_set1_epi32(a4); /* qA + 128, unsigned (quant_row) */                                       \
+        a##r##0 = _mm512_dpbusd_epi32(a##r##0, av, w0);                                                                \
+        if (nv > 1)                                                                                                    \
+            a##r##1 = _mm512_dpbusd_epi32(a##r##1, av, w1);                                                            \
+        if (nv > 2)                                                                                                    \
+            a##r##2 = _mm512_dpbusd_epi32(a##r##2, av, w2);                                                            \
+        if (nv > 3)                                                                                                    \
+            a##r##3 = _mm512_dpbusd_epi32(a##r##3, av, w3);                                                            \
+    }
+
+static inline __attribute__((always_inline)) VNNI void qtile16(const struct qlin *g, int i, int p, int mr, int nv,
+                                                                __mmask16 last)
+{
+    size_t ldq = (size_t)g->ldq, pstride = (size_t)g->Kp * PW;
+    const int8_t *a = g->A + (size_t)i * ldq;
+    const uint8_t *w = qpanel(g, p, 0);
+    const __m512i z = _mm512_setzero_si512();
+    __m512i a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z, a20 = z, a21 = z, a22 = z, a23 = z;
+    __m512i a30 = z, a31 = z, a32 = z, a33 = z, a40 = z, a41 = z, a42 = z, a43 = z, a50 = z, a51 = z, a52 = z, a53 = z;
+    for (int k = 0; k < g->Kp; k += 4, w += 64) {
+        __m512i w0 = _mm512_loadu_si512((const void *)w);
+        __m512i w1 = nv > 1 ? _mm512_loadu_si512((const void *)(w + pstride)) : z;
+        __m512i w2 = nv > 2 ? _mm512_loadu_si512((const void *)(w + 2 * pstride)) : z;
+        __m512i w3 = nv > 3 ? _mm512_loadu_si512((const void *)(w + 3 * pstride)) : z;
+        QSTEP(0) QSTEP(1) QSTEP(2) QSTEP(3) QSTEP(4) QSTEP(5)
+    }
+    const __m512i acc[MRV][GROUP] = { { a00, a01, a02, a03 }, { a10, a11, a12, a13 }, { a20, a21, a22, a23 },
+                                      { a30, a31, a32, a33 }, { a40, a41, a42, a43 }, { a50, a51, a52, a53 } };
+    for (int c = 0; c < nv; c++) {
+        int j = (p + c) * PW;
+        __mmask16 m = c == nv - 1 ? last : (__mmask16)0xFFFF;
+        __m512i corr = _mm512_slli_epi32(_mm512_loadu_si512((const void *)(g->csum + j)), 7);
+        __m512 sw = _mm512_loadu_ps(g->sw + j);
+        __m512 b = g->bias ? _mm512_maskz_loadu_ps(m, g->bias + j) : _mm512_setzero_ps();
+        for (int r = 0; r < mr; r++) {
+            __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][c], corr));
+            v = _mm512_mul_ps(v, sw);
+            v = _mm512_mul_ps(v, _mm512_set1_ps(g->sa[i + r]));
+            if (g->bias)
+                v = _mm512_add_ps(v, b);
+            if (g->relu)
+                v = _mm512_max_ps(v, _mm512_setzero_ps());
+            _mm512_mask_storeu_ps(g->C + (size_t)(i + r) * (size_t)g->ldc + (size_t)j, m, v);
+        }
+    }
+}
+
+/* mr <= 6 rows by nv <= 4 panels, through a qtile16 inlined with constant sizes */
+VNNI static void qtile16_any(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last)
+{
+#define QT(R)                                                                                                          \
+    case R * 8 + 4: qtile16(g, i, p, R, 4, last); break;                                                               \
+    case R * 8 + 3: qtile16(g, i, p, R, 3, last); break;                                                               \
+    case R * 8 + 2: qtile16(g, i, p, R, 2, last); break;                                                               \
+    case R * 8 + 1: qtile16(g, i, p, R, 1, last); break;
+    switch (mr * 8 + nv) {
+        QT(6)
+        QT(5)
+        QT(4)
+        QT(3)
+        QT(2)
+        QT(1)
+    }
+#undef QT
+}
+#undef QSTEP
+
+/* ---------------- AVX2: tiles of up to 4 rows by one panel (two vectors of 8 columns) ---------------- */
+
+#define AVX2 __attribute__((target("avx2,fma")))
+#define MR8 4
+
+static const int32_t lane_tab[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
+
+static inline __attribute__((always_inline)) AVX2 void qtile8(const struct qlin *g, int i, int p, int mr, int n)
+{
+    size_t ldq = (size_t)g->ldq;
+    const int8_t *a = g->A + (size_t)i * ldq;
+    const uint8_t *w = qpanel(g, p, 0);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[MR8][2];
+    for (int r = 0; r < mr; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    for (int k = 0; k < g->Kp; k += 4, w += 64) {
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
+        for (int r = 0; r < mr; r++) {
+            int32_t a4;
+            memcpy(&a4, a + (size_t)r * ldq + (size_t)k, 4);
+            __m256i av = _mm256_set1_epi32(a4), aa = _mm256_abs_epi8(av);
+            __m256i p0 = _mm256_maddubs_epi16(aa, _mm256_sign_epi8(w0, av));
+            __m256i p1 = _mm256_maddubs_epi16(aa, _mm256_sign_epi8(w1, av));
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(p0, ones));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(p1, ones));
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        int j = p * PW + 8 * h, nh = n - 8 * h;
+        if (nh <= 0)
+            break;
+        __m256i m = _mm256_loadu_si256((const __m256i *)(lane_tab + 8 - (nh < 8 ? nh : 8)));
+        __m256 sw = _mm256_loadu_ps(g->sw + j);
+        __m256 b = g->bias ? _mm256_maskload_ps(g->bias + j, m) : _mm256_setzero_ps();
+        for (int r = 0; r < mr; r++) {
+            __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][h]), sw);
+            v = _mm256_mul_ps(v, _mm256_set1_ps(g->sa[i + r]));
+            if (g->bias)
+                v = _mm256_add_ps(v, b);
+            if (g->relu)
+                v = _mm256_max_ps(v, _mm256_setzero_ps());
+            _mm256_maskstore_ps(g->C + (size_t)(i + r) * (size_t)g->ldc + (size_t)j, m, v);
+        }
+    }
+}
+
+/* mr <= 4 rows of panel P, whose first N columns are in C */
+AVX2 static void qtile8_any(const struct qlin *g, int i, int p, int mr, int n)
+{
+    switch (mr) {
+    case 4: qtile8(g, i, p, 4, n); break;
+    case 3: qtile8(g, i, p, 3, n); break;
+    case 2: qtile8(g, i, p, 2, n); break;
+    default: qtile8(g, i, p, 1, n); break;
+    }
+}
+
+/* ---------------- portable: tiles of up to 4 rows by one panel ---------------- */
+
+#define MRP 4
+
+static void qtile_plain(const struct qlin *g, int i, int p, int mr)
+{
+    int32_t acc[MRP][PW] = { { 0 } };
+    int n = g->N - p * PW < PW ? g->N - p * PW : PW;
+    for (int k = 0; k < g->Kp; k += 4) {
+        const uint8_t *wk = qpanel(g, p, k);
+        for (int r = 0; r < mr; r++) {
+            const int8_t *a = g->A + (size_t)(i + r) * (size_t)g->ldq + (size_t)k;
+            for (int c = 0; c < PW; c++)
+                for (int t = 0; t < 4; t++)
+                    acc[r][c] += (int32_t)a[t] * (int32_t)(int8_t)wk[4 * c + t];
+        }
+    }
+    for (int r = 0; r < mr; r++)
+        for (int c = 0; c < n; c++)
+            g->C[(size_t)(i + r) * (size_t)g->ldc + (size_t)(p * PW + c)] = qfinish(g, acc[r][c], i + r, p * PW + c);
+}
+
+/* ---------------- driver ---------------- */
+
+struct qlin_job {
+    struct qlin g;
+    const float *Af; /* (M, lda) the float rows, quantised into qa and qs (= g.A and g.sa) */
+    int8_t *qa;
+    float *qs;
+    int lda, K, isa;
+};
+
+/* Quantises rows [lo, hi) of A. */
+static void quant_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct qlin_job *job = arg;
+    for (int64_t i = lo; i < hi; i++)
+        job->qs[i] = quant_row(job->qa + i * job->g.ldq, job->Af + i * job->lda, job->K, job->g.Kp, job->isa);
+}
+
+/* Column groups [lo, hi) of GROUP panels, each swept by every row tile of A. */
+static void qlinear_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    const struct qlin_job *job = arg;
+    const struct qlin *g = &job->g;
+    int panels = (g->N + PW - 1) / PW;
+    for (int64_t q = lo; q < hi; q++) {
+        int p0 = (int)q * GROUP, np = panels - p0 < GROUP ? panels - p0 : GROUP;
+        int n = g->N - p0 * PW < GROUP * PW ? g->N - p0 * PW : GROUP * PW; /* columns of the group */
+        for (int i = 0; i < g->M; i += MRV) {
+            int mr = g->M - i < MRV ? g->M - i : MRV;
+            if (job->isa == CPU_ISA_VNNI) {
+                int rem = n - PW * (np - 1);
+                qtile16_any(g, i, p0, mr, np, (__mmask16)((1u << rem) - 1));
+                continue;
+            }
+            for (int r = i; r < i + mr; r += MR8)
+                for (int p = p0; p < p0 + np; p++) {
+                    int rows = i + mr - r < MR8 ? i + mr - r : MR8;
+                    if (job->isa >= CPU_ISA_AVX2)
+                        qtile8_any(g, r, p, rows, n - (p - p0) * PW);
+                    else
+                        qtile_plain(g, r, p, rows);
+                }
+        }
+    }
+}
+
+int cpu_qbuf_reserve(nmt_bctx *ctx, size_t bytes)
+{
+    if (bytes <= ctx->qcap)
+        return 0;
+    size_t want = (bytes + bytes / 4 + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, want);
+    if (!p)
+        return cpu_err(ctx, "out of memory (%zu bytes for the converted rows of A)", want);
+    free(ctx->qbuf);
+    ctx->qbuf = p;
+    ctx->qcap = want;
+    return 0;
+}
+
+int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data,
+                     const float *bias, int relu, float *C, int ldc)
+{
+    int np = pad16(N), kp = pad4(K), ldq = (kp + 63) & ~63;
+    if (cpu_qbuf_reserve(ctx, (size_t)M * (size_t)ldq + (size_t)M * sizeof(float)) < 0)
+        return -1;
+    const float *sw = data;
+    const int32_t *csum = (const int32_t *)(sw + np);
+    int8_t *qa = ctx->qbuf;
+    float *qs = (float *)(qa + (size_t)M * (size_t)ldq);
+    struct qlin_job job = { { qa, qs, sw, csum, (const uint8_t *)(csum + np), bias, C, M, N, kp, ldq, ldc, relu != 0 },
+                            A, qa, qs, lda, K, cpu_isa() };
+    pool_for(ctx->pool, M, (QGRAIN + K - 1) / K, quant_body, &job);
+    int64_t groups = (N + GROUP * PW - 1) / (GROUP * PW), per = (int64_t)M * kp * GROUP * PW;
+    pool_for(ctx->pool, groups, (WORK_GRAIN + per - 1) / per, qlinear_body, &job);
+    return 0;
+}
