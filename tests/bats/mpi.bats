@@ -44,15 +44,16 @@ setup() {
     fails same_model one.ckpt uf1.ckpt
 }
 
-@test "mpirun -np 3 equals --update-freq 3, with validation on the ranks" {
-    run "${T[@]}" --max-steps 30 --update-freq 3 --valid "$D/va.b" --valid-every 10 -o one.ckpt --log one.csv
+@test "mpirun -np 3 equals --update-freq 3, with validation (and its BLEU) on the ranks" {
+    run "${T[@]}" --max-steps 30 --update-freq 3 --valid "$D/va.b" --valid-every 10 --valid-bleu -o one.ckpt --log one.csv
     [ "$status" -eq 0 ]
-    run "${MPI[@]}" -np 3 "${T[@]}" --max-steps 30 --valid "$D/va.b" --valid-every 10 -o three.ckpt --log three.csv
+    run "${MPI[@]}" -np 3 "${T[@]}" --max-steps 30 --valid "$D/va.b" --valid-every 10 --valid-bleu -o three.ckpt --log three.csv
     [ "$status" -eq 0 ]
     same_model one.ckpt three.ckpt
     same_model one.ckpt.best three.ckpt.best
     # the same validation losses, and one log (rank 0's) with 30 training and 3 validation rows
-    diff <(cut -d, -f1,3,9 one.csv) <(cut -d, -f1,3,9 three.csv)
+    diff <(cut -d, -f1,3,9,12 one.csv) <(cut -d, -f1,3,9,12 three.csv)
+    [ "$(awk -F, 'NR > 1 && $12 != ""' three.csv | wc -l)" -eq 3 ]
     [ "$(grep -c '^[0-9]*,[0-9]*,,' three.csv)" -eq 3 ]
     [ "$(wc -l < three.csv)" -eq 34 ]
 }
