@@ -158,13 +158,15 @@ mutants:
 
 # The whole suite: plain build, then the same tests under ASan+UBSan, then the fuzzers.
 check: deps layers lint
-	@rm -f .check-counts .check-counts.skips; st=0; \
-	$(MAKE) tests-built || exit 1; \
-	bash tests/run.sh . .check-counts || st=1; \
-	$(MAKE) O=san SAN=1 tests-built || exit 1; \
-	bash tests/run.sh san .check-counts || st=1; \
-	VALGRIND=1 bash tests/run.sh . .check-counts || st=1; \
-	$(MAKE) fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-$(FUZZ_SECONDS)} || st=1; \
+	@rm -f .check-counts .check-counts.skips; st=0; t=$$(date +%s); times=; \
+	lap() { n=$$(date +%s); times="$$times $$1 $$((n - t))s"; t=$$n; }; \
+	$(MAKE) tests-built || exit 1; lap build; \
+	bash tests/run.sh . .check-counts || st=1; lap plain; \
+	$(MAKE) O=san SAN=1 tests-built || exit 1; lap san-build; \
+	bash tests/run.sh san .check-counts || st=1; lap san; \
+	VALGRIND=1 bash tests/run.sh . .check-counts || st=1; lap valgrind; \
+	$(MAKE) fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-$(FUZZ_SECONDS)} || st=1; lap fuzz; \
+	echo "check: time of each phase:$$times"; \
 	bash tests/summary.sh .check-counts || st=1; \
 	exit $$st
 
@@ -178,7 +180,7 @@ test: tests-built
 
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZERS  := $(patsubst tests/fuzz/%.c,fuzz-build/%,$(FUZZ_SRC))
-FUZZ_SECONDS ?= 60
+FUZZ_SECONDS ?= 40
 fuzz-build/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard libcommon/*/*.h)
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) $(LIBS) -o $@

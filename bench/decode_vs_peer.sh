@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# nmt-decode against the PyTorch peer's decoding, side by side, same weights, same token ids, 2 threads:
+# nmt-decode against the PyTorch peer's decoding, side by side, same weights, same token ids, the same
+# number of threads on both sides (THREADS, default 2):
 #   bash bench/decode_vs_peer.sh CHECKPOINT VOCAB SOURCE [ROUNDS]
 # CHECKPOINT: an nmt checkpoint (the peer loads the same weights through bench/peer_decode.py);
 # VOCAB: its vocabulary; SOURCE: raw source text (e.g. test_2016_flickr.en). Greedy with batches of
@@ -12,8 +13,8 @@
 # libopenblas0-openmp for the peer's OpenBLAS (its README; PEER_BLAS=DIR picks another directory for
 # the peer's LD_LIBRARY_PATH, PEER_BLAS= the system default). Run alone: the machine has 2 cores.
 set -u
-[ $# -ge 3 ] || { sed -n 2,13p "$0" >&2; exit 2; }
-ckpt=$1 vocab=$2 src=$3 rounds=${4:-2}
+[ $# -ge 3 ] || { sed -n 2,14p "$0" >&2; exit 2; }
+ckpt=$1 vocab=$2 src=$3 rounds=${4:-2} threads=${THREADS:-2}
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 peer=${PEER:-$top/../shared/bench/torch_peer/train.py}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -21,12 +22,12 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 "$B/nmt-tokenize" --vocab "$vocab" --text=ids < "$src" > "$tmp/src.txt" || exit 1
 n=$(wc -l < "$tmp/src.txt")
 mean=$(awk '{t += NF + 1} END {printf "%.2f", t / NR}' "$tmp/src.txt")
-echo "$n sentences, mean source length $mean tokens (EOS included); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$n sentences, mean source length $mean tokens (EOS included); $threads threads; NMT_CPU_ISA=${NMT_CPU_ISA:-(widest)}; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$rounds"); do
     for m in "1 64" "4 32"; do
         set -- $m
         mt=$(awk -v m="$mean" -v b="$2" 'BEGIN {printf "%d", m * b}')
-        /usr/bin/time -f "%e %M" -o "$tmp/time" "$B/nmt-decode" -m "$ckpt" --in ids --out hyp --threads 2 --beam $1 \
+        /usr/bin/time -f "%e %M" -o "$tmp/time" "$B/nmt-decode" -m "$ckpt" --in ids --out hyp --threads "$threads" --beam $1 \
             --alpha 0.6 --max-tokens "$mt" -i "$tmp/src.ids" -o "$tmp/ours.hyp" || exit 1
         "$B/nmt-cat" "$tmp/ours.hyp" | cut -f4 > "$tmp/ours.txt"
         read -r s kb < "$tmp/time"
@@ -36,7 +37,7 @@ for r in $(seq "$rounds"); do
                    '"$r"', b, mt, s, n / s, t / s, kb / 1024 }' | tee -a "$tmp/rows"
         out=$(LD_LIBRARY_PATH=${PEER_BLAS-/usr/lib/x86_64-linux-gnu/openblas-openmp} /usr/bin/time -f "%e %M" -o "$tmp/time" \
             /usr/bin/python3 "$top/bench/peer_decode.py" --peer "$peer" --ckpt "$ckpt" --ids "$tmp/src.txt" \
-            --beam $1 --batch $2 --alpha 0.6 --threads 2 --out "$tmp/peer.txt") || exit 1
+            --beam $1 --batch $2 --alpha 0.6 --threads "$threads" --out "$tmp/peer.txt") || exit 1
         read -r s kb < "$tmp/time"
         same=$(paste "$tmp/ours.txt" "$tmp/peer.txt" | awk -F'\t' '$1 == $2' | wc -l)
         echo "$out" | sed 's/^DECODE //' | /usr/bin/python3 -c "

@@ -37,6 +37,8 @@ SEEDS      ?= $(SEED)
 SAVE_EVERY ?= 200
 AVG        ?= 5
 VALID_EVERY ?= 200
+# validation: VALID_BLEU=--valid-bleu also scores greedy translations of the validation set
+VALID_BLEU ?=
 # decoding and scoring
 BEAM       ?= 4
 ALPHA      ?= 0.6
@@ -88,7 +90,7 @@ endif
 # one with the lowest validation loss
 $(OUT)/model.ckpt: $(OUT)/$(TRAIN).batches $(OUT)/$(VALID).batches $(OUT)/vocab.bpe
 	$(NMT_ENV) nmt-train --backend $(BACKEND) -i $(word 1,$^) --valid $(word 2,$^) --vocab $(OUT)/vocab.bpe \
-	    -o $@ --force $(MODEL) $(TRAIN_OPTS) $(STOP) --seed $(SEED) --valid-every $(VALID_EVERY) \
+	    -o $@ --force $(MODEL) $(TRAIN_OPTS) $(STOP) --seed $(SEED) --valid-every $(VALID_EVERY) $(VALID_BLEU) \
 	    --save-every $(SAVE_EVERY) --keep $(AVG) --log $(OUT)/train.csv
 
 # the average of the last AVG periodic checkpoints, as in the paper; a run stopped before its
@@ -106,7 +108,7 @@ $(OUT)/ensemble.trained: $(OUT)/$(TRAIN).batches $(OUT)/$(VALID).batches $(OUT)/
 	for s in $(SEEDS); do mkdir -p $(OUT)/seed-$$s || exit 1; \
 	    $(NMT_ENV) nmt-train --backend $(BACKEND) -i $(word 1,$^) --valid $(word 2,$^) --vocab $(OUT)/vocab.bpe \
 	        -o $(OUT)/seed-$$s/model.ckpt --force --threads $$t $(MODEL) $(TRAIN_OPTS) $(STOP) --seed $$s \
-	        --valid-every $(VALID_EVERY) --save-every $(SAVE_EVERY) --keep $(AVG) \
+	        --valid-every $(VALID_EVERY) $(VALID_BLEU) --save-every $(SAVE_EVERY) --keep $(AVG) \
 	        --log $(OUT)/seed-$$s/train.csv > $(OUT)/seed-$$s/train.log 2>&1 & pids="$$pids $$!"; done; \
 	rc=0; for p in $$pids; do wait $$p || rc=1; done; \
 	for s in $(SEEDS); do echo "== seed $$s:"; tail -n 2 $(OUT)/seed-$$s/train.log; done; exit $$rc
@@ -126,7 +128,13 @@ $(OUT)/%.hyp: $(OUT)/%.$(SRC) $(MEMBERS)
 $(OUT)/%.scores: $(OUT)/%.hyp $(OUT)/%.$(TGT)
 	$(NMT_ENV) nmt-bleu $(OUT)/$*.$(TGT) -i $< -m bleu chrf $(BLEU_OPTS) -f text > $@
 
-.PHONY: vocab batches texts train avg translate score clean
+# pictures of training: the curves of the training logs (of every seed), drawn from what they hold
+# so far (also while training runs)
+LOGS := $(if $(word 2,$(SEEDS)),$(foreach s,$(SEEDS),$(OUT)/seed-$(s)/train.csv),$(OUT)/train.csv)
+plot:
+	@$(TOP)/pipelines/plot.sh $(OUT)/train.svg $(LOGS) > /dev/null && echo "== training curves: $(OUT)/train.svg"
+
+.PHONY: vocab batches texts train avg translate score plot clean
 vocab: $(OUT)/vocab.bpe
 texts: $(foreach s,$(VALID) $(TEST),$(OUT)/$(s).$(SRC) $(OUT)/$(s).$(TGT))
 batches: $(OUT)/$(TRAIN).batches $(OUT)/$(VALID).batches

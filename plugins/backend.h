@@ -142,7 +142,8 @@ struct nmt_backend {
 
     /* Returns how well this plugin suits the machine: 0 = unusable here (no device, missing CPU
      * feature), higher is preferred by --backend auto (cpu: 10..19, accelerators: 100+). Must be
-     * cheap and must not keep resources. */
+     * cheap and must not keep resources. After 0, last_error(NULL) says why in a line ("no NVIDIA
+     * driver: ...", "no CUDA device: ..."), or is "" if the plugin does not say. */
     int (*score)(void);
     /* Opens a context with OPTS (NULL = defaults); returns it, or NULL with the reason readable via
      * last_error(NULL). */
@@ -150,7 +151,7 @@ struct nmt_backend {
     /* Frees every buffer still allocated and the context; close(NULL) is a no-op. */
     void (*close)(nmt_bctx *ctx);
     /* Returns the text of the last error on CTX ("" if none); with CTX NULL, the last failed open()
-     * on this thread. Never NULL; valid until the next call on CTX. */
+     * or score() of 0 on this thread. Never NULL; valid until the next call on CTX. */
     const char *(*last_error)(nmt_bctx *ctx);
     /* Fills *OUT (host); returns 0 or negative. */
     int (*props)(nmt_bctx *ctx, struct nmt_backend_props *out);

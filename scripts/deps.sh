@@ -18,6 +18,7 @@ pkgs=(
   man-db groff-base  # man -l to render and check the man pages
   python3            # test helpers
   openmpi-bin libopenmpi-dev  # mpirun and the MPI communication module (several ranks)
+  gnuplot-nox        # pictures of training curves (pipelines/plot.sh)
 )
 missing=()
 for p in "${pkgs[@]}"; do

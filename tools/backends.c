@@ -58,8 +58,9 @@ static int list_all(void)
         if (list[i].error)
             printf("%s\t-\t-\t%s\t%s\n", list[i].name, list[i].path, list[i].error);
         else
-            printf("%s\t%d\t%u.%u\t%s\t%s\n", list[i].name, list[i].score, list[i].abi_major, list[i].abi_minor,
-                   list[i].path, list[i].score > 0 ? "ok" : "unusable here (score 0)");
+            printf("%s\t%d\t%u.%u\t%s\t%s%s\n", list[i].name, list[i].score, list[i].abi_major, list[i].abi_minor,
+                   list[i].path, list[i].score > 0 ? "ok" : "unusable here: ",
+                   list[i].score > 0 ? "" : list[i].reason ? list[i].reason : "it scores 0");
     }
     backend_list_free(list, n);
     struct nmt_backend_opts opts = { .size = sizeof opts, .threads = 1 };

@@ -253,6 +253,20 @@ static int cat_vocab(const char *path, const struct cat_opts *o, FILE *out, uint
     return 0;
 }
 
+/* Writes metadata KEY and VALUE as "KEY<tab>VALUE"; a value of several lines (nmt-train's
+ * train.config) continues on lines that begin with a tab. */
+static void put_meta_text(FILE *out, const char *key, const char *value)
+{
+    fprintf(out, "%s\t", key);
+    for (const char *p = value; *p; p++) {
+        putc(*p, out);
+        if (*p == '\n' && p[1])
+            putc('\t', out);
+    }
+    if (!*value || value[strlen(value) - 1] != '\n')
+        putc('\n', out);
+}
+
 /* Shows checkpoint PATH: its metadata (configuration, training state, vocabulary fingerprint) and
  * each tensor's name, type and shape; the header alone is the metadata; a check also requires
  * every parameter to be finite. 0, or 1 with the message printed unless quiet. */
@@ -270,7 +284,7 @@ static int cat_checkpoint(const char *path, const struct cat_opts *o, FILE *out,
         fputs(o->json ? "{\"metadata\":{" : "", out);
         for (size_t i = 0; i < f->nmeta; i++) {
             if (!o->json) {
-                fprintf(out, "%s\t%s\n", f->meta_key[i], f->meta_val[i]);
+                put_meta_text(out, f->meta_key[i], f->meta_val[i]);
                 continue;
             }
             fputs(i ? "," : "", out);

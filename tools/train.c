@@ -16,11 +16,13 @@
 #include "nn/model.h"
 #include "nn/ranks.h"
 #include "nn/trainer.h"
+#include "nn/valid_bleu.h"
 #include "io/stream.h"
 #include "io/file.h"
 #include "io/records.h"
 #include "io/safetensors.h"
 #include "cli/cli.h"
+#include "cli/config.h"
 #include "cli/opt.h"
 #include "text/vocab.h"
 
@@ -71,6 +73,10 @@ static void usage(void)
            "                          N x K, bit for bit) or fast (the MPI library's all-reduce)\n"
            "Validation, checkpoints, logs:\n"
            "      --valid-every N     validate every N steps (default: end of each epoch)\n"
+           "      --valid-bleu        also translate the validation sources and score them with BLEU\n"
+           "                          (sacreBLEU's default 13a on detokenized text); BLEU then decides\n"
+           "                          FILE.best and --patience\n"
+           "      --valid-beam K      beam of those translations (default 1: greedy)\n"
            "      --patience N        stop after N validations without improvement (default: never)\n"
            "      --save-every N      write the checkpoint every N steps (default: at the end)\n"
            "      --keep N            also keep the last N periodic checkpoints as FILE.step-STEP\n"
@@ -80,6 +86,11 @@ static void usage(void)
            "      --progress-every S  when stderr is not a terminal, a progress line every S seconds\n"
            "                          (default 30; on a terminal one line is updated in place)\n"
            "  -q, --quiet             no progress display\n"
+           "Configuration:\n"
+           "      --config FILE       read options from FILE, one 'key: value' (or 'key = value') a line,\n"
+           "                          key a long option's name; the command line's options win\n"
+           "      --dump-config       print the full effective configuration in that form and exit\n"
+           "                          (checkpoints store it too, under the metadata key train.config)\n"
            "  -h, --help              show this help and exit\n"
            "      --version           show the version and the plugins found, and exit\n"
            "\n"
@@ -93,7 +104,8 @@ enum {
     OPT_PRESET, OPT_LAYERS, OPT_ENC_LAYERS, OPT_DEC_LAYERS, OPT_D_MODEL, OPT_HEADS, OPT_FF, OPT_PRE_NORM, OPT_MAX_LEN,
     OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
     OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
-    OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR, OPT_FORCE
+    OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR, OPT_FORCE, OPT_VALID_BLEU, OPT_VALID_BEAM, OPT_CONFIG,
+    OPT_DUMP_CONFIG
 };
 
 struct opts {
@@ -101,7 +113,7 @@ struct opts {
     int resume, threads, quiet, shuffle, preset_set, reduce_fast;
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip, progress_every, peak_lr;
-    int lr_set, force;
+    int lr_set, force, valid_bleu, valid_beam, dump_config;
     uint64_t warmup;
     /* model overrides; -1 = from the preset */
     int64_t layers, enc_layers, dec_layers, d_model, heads, ff, max_len;
@@ -146,17 +158,18 @@ struct ctx {
     double log_loss, log_time, last_lr, last_gn, log_flops;
     uint64_t log_tok, log_n;
     char *path2;               /* room for OUTPUT.best */
+    char *config;              /* the effective configuration (--dump-config's text) */
     int lock;                  /* the output's lock, held for the run */
     struct comm *comm;         /* the ranks (NULL: one process) */
     int root;                  /* this process writes the checkpoints, the log and the messages */
 };
 
 static int log_row(struct ctx *c, double loss, double lr, uint64_t tokens, double tps, double gnorm, double gfs,
-                   double vloss, double vnll)
+                   double vloss, double vnll, double vbleu)
 {
     if (!c->log)
         return 0;
-    enum { NF = 11 };
+    enum { NF = 12 };
     char f[NF][40];
     snprintf(f[0], 40, "%llu", (unsigned long long)c->t.s.step);
     snprintf(f[1], 40, "%llu", (unsigned long long)c->t.s.epoch + 1);
@@ -169,9 +182,10 @@ static int log_row(struct ctx *c, double loss, double lr, uint64_t tokens, doubl
     snprintf(f[8], 40, "%.17g", vloss);
     snprintf(f[9], 40, "%.9g", exp(vnll));
     snprintf(f[10], 40, "%.17g", vnll);
+    snprintf(f[11], 40, "%.2f", vbleu);
     static const char *const names[NF] = {"step", "epoch", "loss", "lr", "tokens", "tokens_per_s", "grad_norm",
-                                          "gflop_s", "valid_loss", "valid_ppl", "valid_nll"};
-    int nf = isnan(vloss) ? 8 : NF;
+                                          "gflop_s", "valid_loss", "valid_ppl", "valid_nll", "valid_bleu"};
+    int nf = isnan(vloss) ? 8 : isnan(vbleu) ? NF - 1 : NF;
     if (isnan(loss)) { /* validation-only row: leave the training columns empty */
         f[2][0] = f[3][0] = f[4][0] = f[5][0] = f[6][0] = f[7][0] = 0;
     }
@@ -241,12 +255,45 @@ static int print_version(void)
         if (list[i].error)
             printf("plugin %s (%s): unusable: %s\n", list[i].name, list[i].path, list[i].error);
         else
-            printf("plugin %s (%s): score %d, ABI %u.%u\n", list[i].name, list[i].path, list[i].score,
-                   list[i].abi_major, list[i].abi_minor);
+            printf("plugin %s (%s): score %d, ABI %u.%u%s%s\n", list[i].name, list[i].path, list[i].score,
+                   list[i].abi_major, list[i].abi_minor, list[i].score > 0 ? "" : ", unusable here: ",
+                   list[i].score > 0 ? "" : list[i].reason ? list[i].reason : "it scores 0");
     }
     backend_list_free(list, n);
     return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : 0;
 }
+
+/* The options; a configuration file (--config) may hold every one but those of CONFIG_EXCLUDED. */
+static const struct option long_options[] = {
+{"input", required_argument, NULL, 'i'},          {"output", required_argument, NULL, 'o'},
+{"valid", required_argument, NULL, OPT_VALID},    {"vocab", required_argument, NULL, 'v'},
+{"resume", no_argument, NULL, OPT_RESUME},        {"backend", required_argument, NULL, OPT_BACKEND},
+{"threads", required_argument, NULL, OPT_THREADS}, {"epochs", required_argument, NULL, OPT_EPOCHS},
+{"max-steps", required_argument, NULL, OPT_MAX_STEPS}, {"max-time", required_argument, NULL, OPT_MAX_TIME},
+{"preset", required_argument, NULL, OPT_PRESET},  {"layers", required_argument, NULL, OPT_LAYERS},
+{"enc-layers", required_argument, NULL, OPT_ENC_LAYERS}, {"dec-layers", required_argument, NULL, OPT_DEC_LAYERS},
+{"d-model", required_argument, NULL, OPT_D_MODEL}, {"heads", required_argument, NULL, OPT_HEADS},
+{"ff", required_argument, NULL, OPT_FF},          {"pre-norm", no_argument, NULL, OPT_PRE_NORM},
+{"max-len", required_argument, NULL, OPT_MAX_LEN}, {"lr", required_argument, NULL, OPT_LR},
+{"warmup", required_argument, NULL, OPT_WARMUP},  {"clip-norm", required_argument, NULL, OPT_CLIP},
+{"update-freq", required_argument, NULL, OPT_UPDATE_FREQ}, {"seed", required_argument, NULL, OPT_SEED},
+{"label-smoothing", required_argument, NULL, OPT_LS}, {"dropout", required_argument, NULL, OPT_DROPOUT},
+{"attention-dropout", required_argument, NULL, OPT_ATT_DROPOUT},
+{"activation-dropout", required_argument, NULL, OPT_ACT_DROPOUT},
+{"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE}, {"max-bad", required_argument, NULL, OPT_MAX_BAD},
+{"valid-every", required_argument, NULL, OPT_VALID_EVERY}, {"patience", required_argument, NULL, OPT_PATIENCE},
+{"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"keep", required_argument, NULL, OPT_KEEP},
+{"log", required_argument, NULL, OPT_LOG},        {"log-every", required_argument, NULL, OPT_LOG_EVERY},
+{"progress-every", required_argument, NULL, OPT_PROGRESS},
+{"quiet", no_argument, NULL, 'q'},                {"help", no_argument, NULL, 'h'},
+{"version", no_argument, NULL, OPT_VERSION},      {"comm", required_argument, NULL, OPT_COMM},
+{"reduce", required_argument, NULL, OPT_REDUCE}, {"peak-lr", required_argument, NULL, OPT_PEAK_LR},
+{"force", no_argument, NULL, OPT_FORCE},          {"valid-bleu", no_argument, NULL, OPT_VALID_BLEU},
+{"valid-beam", required_argument, NULL, OPT_VALID_BEAM},
+{"config", required_argument, NULL, OPT_CONFIG},  {"dump-config", no_argument, NULL, OPT_DUMP_CONFIG},
+{NULL, 0, NULL, 0}};
+static const char *const CONFIG_EXCLUDED[] = {"config", "dump-config", "help", "version", NULL};
+
 
 /* Stores option CH with argument OPTARG into O; 0, or -1 after a usage error. */
 static int parse_option(int ch, struct opts *o)
@@ -261,6 +308,9 @@ static int parse_option(int ch, struct opts *o)
     case 'v': o->vocab = optarg; break;
     case OPT_RESUME: o->resume = 1; break;
     case OPT_FORCE: o->force = 1; break;
+    case OPT_VALID_BLEU: o->valid_bleu = 1; break;
+    case OPT_DUMP_CONFIG: o->dump_config = 1; break;
+    case OPT_VALID_BEAM: if (opt_u64("--valid-beam", optarg, 1, 64, &u) < 0) return -1; o->valid_beam = (int)u; break;
     case OPT_BACKEND: o->backend = optarg; break;
     case OPT_THREADS:
         if (opt_u64("--threads", optarg, 1, 1024, &u) < 0)
@@ -332,37 +382,11 @@ enum { GO_ON = -1 };
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     *o = (struct opts){.input = "-", .preset = "small", .shuffle = 1, .update_freq = 1, .seed = 1, .max_bad = 5,
-                       .log_every = 1, .progress_every = 30, .lr = 1, .warmup = 4000, .pre_norm = -1, .ls = -1, .dropout = -1,
+                       .log_every = 1, .progress_every = 30, .valid_beam = 1, .lr = 1, .warmup = 4000, .pre_norm = -1, .ls = -1, .dropout = -1,
                        .att_dropout = -1, .act_dropout = -1};
     o->layers = o->enc_layers = o->dec_layers = o->d_model = o->heads = o->ff = o->max_len = -1;
-    static const struct option lo[] = {
-    {"input", required_argument, NULL, 'i'},          {"output", required_argument, NULL, 'o'},
-    {"valid", required_argument, NULL, OPT_VALID},    {"vocab", required_argument, NULL, 'v'},
-    {"resume", no_argument, NULL, OPT_RESUME},        {"backend", required_argument, NULL, OPT_BACKEND},
-    {"threads", required_argument, NULL, OPT_THREADS}, {"epochs", required_argument, NULL, OPT_EPOCHS},
-    {"max-steps", required_argument, NULL, OPT_MAX_STEPS}, {"max-time", required_argument, NULL, OPT_MAX_TIME},
-    {"preset", required_argument, NULL, OPT_PRESET},  {"layers", required_argument, NULL, OPT_LAYERS},
-    {"enc-layers", required_argument, NULL, OPT_ENC_LAYERS}, {"dec-layers", required_argument, NULL, OPT_DEC_LAYERS},
-    {"d-model", required_argument, NULL, OPT_D_MODEL}, {"heads", required_argument, NULL, OPT_HEADS},
-    {"ff", required_argument, NULL, OPT_FF},          {"pre-norm", no_argument, NULL, OPT_PRE_NORM},
-    {"max-len", required_argument, NULL, OPT_MAX_LEN}, {"lr", required_argument, NULL, OPT_LR},
-    {"warmup", required_argument, NULL, OPT_WARMUP},  {"clip-norm", required_argument, NULL, OPT_CLIP},
-    {"update-freq", required_argument, NULL, OPT_UPDATE_FREQ}, {"seed", required_argument, NULL, OPT_SEED},
-    {"label-smoothing", required_argument, NULL, OPT_LS}, {"dropout", required_argument, NULL, OPT_DROPOUT},
-    {"attention-dropout", required_argument, NULL, OPT_ATT_DROPOUT},
-    {"activation-dropout", required_argument, NULL, OPT_ACT_DROPOUT},
-    {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE}, {"max-bad", required_argument, NULL, OPT_MAX_BAD},
-    {"valid-every", required_argument, NULL, OPT_VALID_EVERY}, {"patience", required_argument, NULL, OPT_PATIENCE},
-    {"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"keep", required_argument, NULL, OPT_KEEP},
-    {"log", required_argument, NULL, OPT_LOG},        {"log-every", required_argument, NULL, OPT_LOG_EVERY},
-    {"progress-every", required_argument, NULL, OPT_PROGRESS},
-    {"quiet", no_argument, NULL, 'q'},                {"help", no_argument, NULL, 'h'},
-    {"version", no_argument, NULL, OPT_VERSION},      {"comm", required_argument, NULL, OPT_COMM},
-    {"reduce", required_argument, NULL, OPT_REDUCE}, {"peak-lr", required_argument, NULL, OPT_PEAK_LR},
-    {"force", no_argument, NULL, OPT_FORCE},
-    {NULL, 0, NULL, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "i:o:v:qh", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "i:o:v:qh", long_options, NULL)) != -1) {
         if (ch == 'h') {
             usage();
             return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : 0;
@@ -388,6 +412,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
         return nmt_usage_error("--keep needs --save-every");
     if (o->patience && !o->valid)
         return nmt_usage_error("--patience needs --valid");
+    if (o->valid_bleu && !o->valid)
+        return nmt_usage_error("--valid-bleu needs --valid");
     if (o->resume && o->force)
         return nmt_usage_error("--resume continues the checkpoint and --force replaces it: give one");
     if (o->lr_set && o->peak_lr > 0)
@@ -395,14 +421,88 @@ static int parse_args(int argc, char **argv, struct opts *o)
     return GO_ON;
 }
 
+/* declared here, defined with the configuration's other helpers below */
+static void apply_overrides(const struct opts *o, struct model_config *c);
+
+/* Writes to F the effective configuration of O in the form --config reads: every option a line,
+ * the model's shape resolved from the preset and the overrides, unset options as comments. */
+static void write_config(FILE *f, const struct opts *o)
+{
+    struct model_config m;
+    model_preset(&m, o->preset);
+    apply_overrides(o, &m);
+    const char *str[][2] = {{"input", o->input},   {"valid", o->valid}, {"output", o->output}, {"vocab", o->vocab},
+                            {"backend", o->backend}, {"comm", o->comm}, {"log", o->log},       {"preset", o->preset}};
+    for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
+        fprintf(f, str[i][1] ? "%s: %s\n" : "# %s:\n", str[i][0], str[i][1] ? str[i][1] : "");
+    const struct { const char *k; uint64_t v; } num[] = {
+        {"threads", (uint64_t)o->threads}, {"epochs", o->epochs},           {"max-steps", o->max_steps},
+        {"enc-layers", (uint64_t)m.enc_layers}, {"dec-layers", (uint64_t)m.dec_layers}, {"d-model", (uint64_t)m.d_model},
+        {"heads", (uint64_t)m.heads},       {"ff", (uint64_t)m.ff},          {"max-len", (uint64_t)m.max_len},
+        {"warmup", o->warmup},              {"update-freq", o->update_freq}, {"seed", o->seed},
+        {"max-bad", o->max_bad},            {"valid-every", o->valid_every}, {"valid-beam", (uint64_t)o->valid_beam},
+        {"patience", o->patience},          {"save-every", o->save_every},   {"keep", o->keep},
+        {"log-every", o->log_every}};
+    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) /* 0 is outside every range but --seed's and --warmup's */
+        fprintf(f, num[i].v || !strcmp(num[i].k, "seed") || !strcmp(num[i].k, "warmup") ? "%s: %llu\n" : "# %s:\n",
+                num[i].k, (unsigned long long)num[i].v);
+    const struct { const char *k; double v; } real[] = {
+        {o->peak_lr > 0 ? "peak-lr" : "lr", o->peak_lr > 0 ? o->peak_lr : o->lr},      {"max-time", o->max_time},
+        {"clip-norm", o->clip},  {"label-smoothing", m.label_smoothing}, {"dropout", m.dropout},
+        {"attention-dropout", m.attn_dropout}, {"activation-dropout", m.act_dropout},
+        {"progress-every", o->progress_every}};
+    for (size_t i = 0; i < sizeof real / sizeof real[0]; i++)
+        fprintf(f, !strcmp(real[i].k, "lr") && !o->lr_set ? "# %s: %.7g (the default scale)\n"
+                   : real[i].v > 0 || strcmp(real[i].k, "max-time") ? "%s: %.7g\n"
+                                                                    : "# %s:\n",
+                real[i].k, real[i].v);
+    const struct { const char *k; int v; } flag[] = {
+        {"pre-norm", m.pre_norm}, {"no-shuffle", !o->shuffle}, {"valid-bleu", o->valid_bleu}, {"quiet", o->quiet}};
+    for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)
+        fprintf(f, "%s: %s\n", flag[i].k, flag[i].v ? "true" : "false");
+    fprintf(f, "reduce: %s\n", o->reduce_fast ? "fast" : "ordered");
+}
+
+/* The text of write_config (malloc'd), or NULL with the error set. */
+static char *config_text(const struct opts *o)
+{
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f)
+        return nmt_seterr("out of memory"), NULL;
+    write_config(f, o);
+    if (fclose(f) != 0) {
+        free(text);
+        return nmt_seterr("out of memory"), NULL;
+    }
+    return text;
+}
+
+/* --dump-config: prints the configuration; the exit status. */
+static int dump_config(const struct opts *o)
+{
+    write_config(stdout, o);
+    return nmt_close_stdout() < 0 ? (nmt_error("%s", nmt_errmsg()), NMT_EXIT_DATA) : 0;
+}
+
 int main(int argc, char **argv)
 {
     nmt_set_progname(argv[0]);
+    int nargc;
+    char **nargv;
+    if (config_args(argc, argv, long_options, CONFIG_EXCLUDED, &nargc, &nargv) < 0)
+        return nmt_usage_error("%s", nmt_errmsg());
     struct opts o;
-    int rc = parse_args(argc, argv, &o);
-    if (rc != GO_ON)
+    int rc = parse_args(nargc, nargv, &o);
+    if (rc == GO_ON && o.dump_config)
+        rc = dump_config(&o);
+    if (rc != GO_ON) {
+        config_args_free(nargc, nargv);
         return rc;
+    }
     rc = run(&o);
+    config_args_free(nargc, nargv);
     if (nmt_close_stdout() < 0) {
         nmt_error("%s", nmt_errmsg());
         return NMT_EXIT_DATA;
@@ -563,7 +663,7 @@ static int setup_training(struct ctx *c)
     c->m = model_new(c->be, &c->cfg, 1);
     if (!c->m || model_init(c->m, o->seed) < 0)
         return -1;
-    struct train_state s = {.best_valid = INFINITY};
+    struct train_state s = {.best_valid = INFINITY, .best_bleu = -INFINITY};
     if (c->ck) {
         if (model_load(c->m, c->ck, 1) < 0 || checkpoint_train_state(c->ck, &s) < 0)
             return nmt_seterr("cannot resume from '%s': %s", o->output, nmt_errmsg());
@@ -580,7 +680,7 @@ static int setup_training(struct ctx *c)
         return -1;
     uint64_t update_freq = o->update_freq * (uint64_t)comm_size(c->comm);
     c->rec = (struct train_record){o->seed, o->warmup, update_freq, o->lr, c->fp, &c->vocab_text,
-                                   "nmt-train " NMT_VERSION};
+                                   "nmt-train " NMT_VERSION, c->config};
     if (trainer_skip_consumed(&c->t) < 0)
         return -1;
     if (batch_file_each(&c->tb, &c->t.br, reserve_batch, c->m) < 0 ||
@@ -612,7 +712,7 @@ static int open_log(struct ctx *c)
     if (!c->log)
         return nmt_seterr("cannot open '%s': %s", log, strerror(errno));
     if (c->log_csv && !exists)
-        fputs("step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl,valid_nll\n", c->log);
+        fputs("step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl,valid_nll,valid_bleu\n", c->log);
     return 0;
 }
 
@@ -627,7 +727,7 @@ static int after_step(struct ctx *c, const struct trainer_step *st, double dt)
     c->last_lr = st->lr, c->last_gn = st->grad_norm;
     if (s->step % o->log_every == 0 &&
         log_row(c, c->log_loss / (double)c->log_n, st->lr, c->log_tok, c->log_tok / c->log_time, st->grad_norm,
-                c->log_flops / c->log_time * 1e-9, NAN, NAN) < 0)
+                c->log_flops / c->log_time * 1e-9, NAN, NAN, NAN) < 0)
         return -1;
     int plain = !c->tty && !o->quiet && now() - c->last_prog >= o->progress_every;
     if ((c->tty && (now() - c->last_prog > 0.5 || s->step == 1)) || plain) {
@@ -661,22 +761,38 @@ static int after_skip(struct ctx *c)
     return 0;
 }
 
-/* Validates, logs, keeps OUTPUT.best and counts --patience; *STOP becomes "patience" when it runs out. */
+/* The BLEU of the validation translations (--valid-bleu), computed by rank 0 and given to all. 0 or -1. */
+static int validation_bleu(struct ctx *c, double *bleu)
+{
+    if (c->root && valid_bleu(c->be, c->m, c->voc, &c->vb, &c->t.br, c->o->valid_beam, bleu) < 0)
+        return -1;
+    return comm_bcast(c->comm, bleu, sizeof *bleu, 0);
+}
+
+/* Validates, logs, keeps OUTPUT.best and counts --patience; *STOP becomes "patience" when it runs out.
+ * The best is the lowest nll per token, or with --valid-bleu the highest BLEU. */
 static int validate(struct ctx *c, const char **stop)
 {
     struct train_state *s = &c->t.s;
-    double vl = NAN, vn = NAN;
-    if (trainer_validate(&c->t, &c->vb, &vl, &vn) < 0)
+    double vl = NAN, vn = NAN, vb = NAN;
+    if (trainer_validate(&c->t, &c->vb, &vl, &vn) < 0 || (c->o->valid_bleu && validation_bleu(c, &vb) < 0))
         return -1;
+    int best = c->o->valid_bleu ? vb > s->best_bleu : vn < s->best_valid;
+    char bleu[32] = "";
+    if (c->o->valid_bleu)
+        snprintf(bleu, sizeof bleu, " bleu %.2f", vb);
     if (c->tty)
         fputc('\n', stderr);
     if (!c->o->quiet)
-        fprintf(stderr, "%s: step %llu: valid loss %.4f nll %.4f ppl %.2f%s\n", nmt_progname(),
-                (unsigned long long)s->step, vl, vn, exp(vn), vn < s->best_valid ? " (best)" : "");
-    if (log_row(c, NAN, c->last_lr, 0, 0, c->last_gn, 0, vl, vn) < 0)
+        fprintf(stderr, "%s: step %llu: valid loss %.4f nll %.4f ppl %.2f%s%s\n", nmt_progname(),
+                (unsigned long long)s->step, vl, vn, exp(vn), bleu, best ? " (best)" : "");
+    if (log_row(c, NAN, c->last_lr, 0, 0, c->last_gn, 0, vl, vn, vb) < 0)
         return -1;
-    if (vn < s->best_valid) {
+    if (vn < s->best_valid)
         s->best_valid = vn;
+    if (vb > s->best_bleu)
+        s->best_bleu = vb;
+    if (best) {
         s->bad_valid = 0;
         snprintf(c->path2, strlen(c->o->output) + 64, "%s.best", c->o->output);
         return c->root ? trainer_save(&c->t, &c->rec, c->path2) : 0;
@@ -793,6 +909,8 @@ static int setup(struct ctx *c)
     if (stale)
         nmt_warn("removed %d temporary file%s left beside '%s' by an interrupted save", stale, stale > 1 ? "s" : "",
                  o->output);
+    if (!(c->config = config_text(o)))
+        return -1;
     if (setup_model_config(c) < 0 || setup_vocab(c) < 0 || setup_training(c) < 0)
         return -1;
     if (o->max_steps && c->t.s.step >= o->max_steps) {
@@ -842,6 +960,7 @@ static int run(struct opts *o)
         status = NMT_EXIT_DATA;
     }
     free(c.path2);
+    free(c.config);
     trainer_free(&c.t);
     batch_file_close(&c.tb);
     batch_file_close(&c.vb);

@@ -374,7 +374,9 @@ struct backend *backend_open(const char *spec, const struct nmt_backend_opts *op
     if (!be)
         return NULL;
     if (be->score <= 0) {
-        nmt_seterr("backend '%s' (%s) is not usable on this machine (score %d)", be->ops.name, be->path, be->score);
+        const char *why = be->ops.last_error(NULL);
+        nmt_seterr("backend '%s' (%s) is not usable on this machine: %s", be->ops.name, be->path,
+                   why && *why ? why : "it scores 0 (the plugin gives no reason)");
         unload(be);
         return NULL;
     }
@@ -409,6 +411,8 @@ int backend_list(struct backend_info **out)
         if (be) {
             bi->name = nmt_strdup(be->ops.name);
             bi->score = be->score;
+            const char *why = be->score <= 0 ? be->ops.last_error(NULL) : NULL;
+            bi->reason = why && *why ? nmt_strdup(why) : NULL; /* out of memory: no reason shown */
             bi->abi_major = be->ops.abi_major;
             bi->abi_minor = be->ops.abi_minor;
             unload(be);
@@ -440,6 +444,7 @@ void backend_list_free(struct backend_info *list, int n)
         free(list[i].name);
         free(list[i].path);
         free(list[i].error);
+        free(list[i].reason);
     }
     free(list);
 }

@@ -30,6 +30,7 @@ struct backend_info {
     int score;        /* score(), or -1 if refused */
     unsigned abi_major, abi_minor;
     char *error;      /* why it was refused, or NULL if usable */
+    char *reason;     /* with score 0: why it is unusable here, as the plugin says (NULL: no reason) */
 };
 
 /* Loads the backend SPEC (see above) and opens a context with OPTS (NULL = defaults); returns it,

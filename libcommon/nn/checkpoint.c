@@ -24,6 +24,9 @@ static int put_train_meta(struct st_writer *w, const struct train_state *s, cons
     snprintf(v, sizeof v, "%.17g", s->best_valid);
     if (st_writer_meta(w, "train.best_valid", v) < 0)
         return -1;
+    snprintf(v, sizeof v, "%.17g", s->best_bleu);
+    if (st_writer_meta(w, "train.best_bleu", v) < 0)
+        return -1;
     snprintf(v, sizeof v, "%.17g", r->lr);
     return st_writer_meta(w, "train.lr", v);
 }
@@ -46,6 +49,8 @@ int checkpoint_save(struct model *m, const struct train_state *s, const struct t
         rc = st_writer_meta(w, CKPT_VOCAB_FINGERPRINT, r->fingerprint);
     if (rc == 0)
         rc = st_writer_meta(w, CKPT_PRODUCER, r->producer);
+    if (rc == 0 && r->config)
+        rc = st_writer_meta(w, CKPT_TRAIN_CONFIG, r->config);
     uint64_t shape[1] = {r->vocab_text->len};
     if (rc == 0)
         rc = st_writer_add(w, CKPT_VOCAB_FILE, ST_U8, 1, shape, r->vocab_text->data);
@@ -76,6 +81,9 @@ int checkpoint_train_state(const struct st_file *f, struct train_state *s)
     const char *bv = st_meta(f, "train.best_valid");
     if (!bv || nmt_parse_double(bv, &s->best_valid) < 0)
         s->best_valid = INFINITY; /* "inf" is not finite: no best yet */
+    const char *bb = st_meta(f, "train.best_bleu"); /* absent in checkpoints of earlier versions */
+    if (!bb || nmt_parse_double(bb, &s->best_bleu) < 0)
+        s->best_bleu = -INFINITY;
     return bad ? nmt_seterr("training state missing or bad") : 0;
 }
 

@@ -16,6 +16,7 @@
 #define CKPT_PRODUCER "producer"                   /* metadata: the writing tool and version */
 #define CKPT_MODEL_PREFIX "model."                 /* metadata keys of the model configuration */
 #define CKPT_TRAIN_PREFIX "train."                 /* metadata keys of the training state */
+#define CKPT_TRAIN_CONFIG "train.config"           /* metadata: nmt-train's configuration (--dump-config) */
 #define CKPT_AVG_COUNT "avg.checkpoints"           /* metadata: how many checkpoints were averaged */
 #define CKPT_QUANTIZED "quantized"                 /* metadata: "int8" when linear weights are stored so */
 #define CKPT_SCALE_SUFFIX ".scale"                 /* tensor NAME.scale: the row scales of int8 NAME */
@@ -25,7 +26,8 @@ struct train_state {
     uint64_t step, epoch, pos;  /* completed steps; position of the next batch */
     uint64_t tokens;            /* target tokens trained on */
     double best_valid;          /* best validation nll per token (INFINITY: none) */
-    uint64_t bad_valid;         /* validations since the best */
+    double best_bleu;           /* best validation BLEU (-INFINITY: none; nmt-train --valid-bleu) */
+    uint64_t bad_valid;         /* validations since the best (by BLEU with --valid-bleu, else nll) */
     uint64_t skipped;           /* non-finite steps skipped in total */
 };
 
@@ -36,6 +38,7 @@ struct train_record {
     const char *fingerprint;    /* the vocabulary's, 16 hex digits */
     const struct nmt_buf *vocab_text; /* the vocabulary file */
     const char *producer;       /* "nmt-train 0.1.0" */
+    const char *config;         /* the configuration as nmt-train --dump-config prints it, or NULL */
 };
 
 /* Writes M (parameters and optimizer moments), the state S and the record R to PATH, atomically.

@@ -163,6 +163,83 @@ AVX512F static void fwd_infer_body(void *arg, int64_t lo, int64_t hi, int tid)
     }
 }
 
+/* The same on AVX2 when dh is a multiple of 8 up to 64: 8 keys at a time, their dot products' lanes
+ * summed together by a fixed tree of horizontal adds (sum8x8). */
+#define AVX2F __attribute__((target("avx2,fma")))
+#define INFER_MAX_VEC8 8
+
+/* Lane j of the result = the sum of the 8 lanes of X[j], j < 8, always in the same order:
+ * ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)) by lane index of X[j]. */
+static inline __attribute__((always_inline)) AVX2F __m256 sum8x8(const __m256 *x)
+{
+    __m256 t0 = _mm256_hadd_ps(x[0], x[1]), t1 = _mm256_hadd_ps(x[2], x[3]);
+    __m256 t2 = _mm256_hadd_ps(x[4], x[5]), t3 = _mm256_hadd_ps(x[6], x[7]);
+    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3); /* per 128-bit half: keys 0-3, 4-7 */
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* Largest of the 8 lanes of V. */
+static inline __attribute__((always_inline)) AVX2F float max8(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+AVX2F static void fwd_infer_body8(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct attn *t = arg;
+    const struct nmt_attn_args *a = t->a;
+    int dh = a->dh, nv = dh / 8;
+    float *s = cpu_scratch_of(t->ctx, tid); /* (Tk rounded up to 16) */
+    for (int64_t r = lo; r < hi; r++) {     /* r = (b*H + h)*Tq + i */
+        int i = (int)(r % a->Tq), h = (int)(r / a->Tq % a->H), b = (int)(r / a->Tq / a->H);
+        const float *qi = t->q + b * a->q_bs + i * a->q_ld + h * dh;
+        float *o = t->out + b * a->o_bs + i * a->o_ld + h * dh;
+        int n = visible(a, b, i);
+        __m256 qv[INFER_MAX_VEC8], ov[INFER_MAX_VEC8];
+        for (int c = 0; c < nv; c++) {
+            qv[c] = _mm256_loadu_ps(qi + 8 * c);
+            ov[c] = _mm256_setzero_ps();
+        }
+        const float *kb = t->k + b * a->k_bs + h * dh, *vb = t->v + b * a->v_bs + h * dh;
+        __m256 mxv = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(a->scale);
+        for (int j0 = 0; j0 < n; j0 += 8) {
+            __m256 acc[8];
+            for (int j = 0; j < 8; j++) {
+                if (j0 + j >= n) {
+                    acc[j] = _mm256_setzero_ps();
+                    continue;
+                }
+                const float *kj = kb + (j0 + j) * a->k_ld;
+                acc[j] = _mm256_mul_ps(qv[0], _mm256_loadu_ps(kj));
+                for (int c = 1; c < nv; c++)
+                    acc[j] = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(kj + 8 * c), acc[j]);
+            }
+            __m256 sc = _mm256_mul_ps(sum8x8(acc), scale);
+            _mm256_storeu_ps(s + j0, sc);
+            __m256 live = _mm256_castsi256_ps(
+                _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+            mxv = _mm256_blendv_ps(mxv, _mm256_max_ps(sc, mxv), live);
+        }
+        float mx = max8(mxv), sum = 0;
+        for (int j = 0; j < n; j++) {
+            s[j] = vexp(s[j] - mx);
+            sum += s[j];
+        }
+        float inv = n ? 1.0f / sum : 0.0f;
+        for (int j = 0; j < n; j++) {
+            const float *vj = vb + j * a->v_ld;
+            __m256 p = _mm256_set1_ps(s[j] * inv);
+            for (int c = 0; c < nv; c++)
+                ov[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * c), ov[c]);
+        }
+        for (int c = 0; c < nv; c++)
+            _mm256_storeu_ps(o + 8 * c, ov[c]);
+    }
+}
+
 int cpu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, const float *k, const float *v,
                           const struct nmt_attn_args *a)
 {
@@ -170,8 +247,11 @@ int cpu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, c
         return -1;
     struct attn t = { .out = out, .P = P, .q = q, .k = k, .v = v, .a = a, .ctx = ctx };
     int64_t rows = (int64_t)a->B * a->H * a->Tq;
-    int fast = !P && a->dropout == 0 && a->dh % 16 == 0 && a->dh <= 16 * INFER_MAX_VEC && cpu_isa() >= CPU_ISA_AVX512;
-    pool_for(ctx->pool, rows, 4, fast ? fwd_infer_body : fwd_body, &t);
+    int isa = cpu_isa(), infer = !P && a->dropout == 0;
+    pool_fn body = infer && isa >= CPU_ISA_AVX512 && a->dh % 16 == 0 && a->dh <= 16 * INFER_MAX_VEC ? fwd_infer_body
+                   : infer && isa >= CPU_ISA_AVX2 && a->dh % 8 == 0 && a->dh <= 8 * INFER_MAX_VEC8 ? fwd_infer_body8
+                                                                                                   : fwd_body;
+    pool_for(ctx->pool, rows, 4, body, &t);
     return 0;
 }
 

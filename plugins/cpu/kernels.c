@@ -491,11 +491,11 @@ struct topk {
     int32_t *idx;
     const float *logits;
     int V, K;
-    int avx512; /* use the AVX-512 scans below */
+    int isa;    /* CPU_ISA_AVX512 or CPU_ISA_AVX2: use the scans below */
 };
 
-/* The scans of a row of logits, written out for AVX-512 (GCC does not vectorise the max of floats
- * or an early exit by itself); each gives the same result as the plain loop after it. */
+/* The scans of a row of logits, written out for AVX-512 and AVX2 (GCC does not vectorise the max of
+ * floats or an early exit by itself); each gives the same result as the plain loop after them. */
 #define AVX512F __attribute__((target("avx512f")))
 
 /* vmax (cpu.h) of X[0..n): lane l keeps x > acc ? x : acc, as _mm512_max_ps(x, acc) does. */
@@ -530,6 +530,40 @@ AVX512F static int64_t above_avx512(const float *x, int64_t from, int64_t n, flo
     return j;
 }
 
+#define AVX2F __attribute__((target("avx2")))
+
+/* max_avx512 on AVX2: lane l keeps x > acc ? x : acc, as _mm256_max_ps(x, acc) does. */
+AVX2F static float max_avx2(const float *x, int64_t n)
+{
+    __m256 acc = _mm256_set1_ps(x[0]);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_max_ps(_mm256_loadu_ps(x + i), acc);
+    float a[8];
+    _mm256_storeu_ps(a, acc);
+    for (int l = 0; i < n; i++, l++)
+        a[l] = x[i] > a[l] ? x[i] : a[l];
+    float m = a[0];
+    for (int l = 1; l < 8; l++)
+        m = a[l] > m ? a[l] : m;
+    return m;
+}
+
+/* above_avx512 on AVX2. */
+AVX2F static int64_t above_avx2(const float *x, int64_t from, int64_t n, float thr)
+{
+    __m256 t = _mm256_set1_ps(thr);
+    int64_t j = from;
+    for (; j + 8 <= n; j += 8) {
+        int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), t, _CMP_GT_OQ));
+        if (m)
+            return j + __builtin_ctz((unsigned)m);
+    }
+    for (; j < n && !(x[j] > thr); j++)
+        ;
+    return j;
+}
+
 static int64_t above_plain(const float *x, int64_t from, int64_t n, float thr)
 {
     int64_t j = from;
@@ -546,7 +580,7 @@ CPU_VEC static void topk_body(void *arg, int64_t lo, int64_t hi, int tid)
         const float *z = t->logits + n * V;
         float *val = t->values + n * K;
         int32_t *id = t->idx + n * K;
-        float mx = t->avx512 ? max_avx512(z, V) : vmax(z, V);
+        float mx = t->isa >= CPU_ISA_AVX512 ? max_avx512(z, V) : t->isa >= CPU_ISA_AVX2 ? max_avx2(z, V) : vmax(z, V);
         float acc[LANES] = { 0 };
         int j = 0;
         for (; j + LANES <= V; j += LANES)
@@ -561,7 +595,9 @@ CPU_VEC static void topk_body(void *arg, int64_t lo, int64_t hi, int tid)
         int have = 0;
         for (j = 0; j < V; j++) {
             if (have == K) {
-                j = (int)(t->avx512 ? above_avx512(z, j, V, val[K - 1]) : above_plain(z, j, V, val[K - 1]));
+                j = (int)(t->isa >= CPU_ISA_AVX512 ? above_avx512(z, j, V, val[K - 1])
+                          : t->isa >= CPU_ISA_AVX2 ? above_avx2(z, j, V, val[K - 1])
+                                                   : above_plain(z, j, V, val[K - 1]));
                 if (j == V)
                     break;
             }
@@ -587,7 +623,7 @@ int cpu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const fl
     if (N < 0 || V <= 0 || K < 1 || K > V)
         return cpu_err(ctx, "topk_logsoftmax: invalid size N=%d V=%d K=%d", N, V, K);
     struct topk t = { .values = values, .idx = indices, .logits = logits, .V = V, .K = K,
-                      .avx512 = cpu_isa() >= CPU_ISA_AVX512 };
+                      .isa = cpu_isa() };
     pool_for(ctx->pool, N, 1, topk_body, &t);
     return 0;
 }

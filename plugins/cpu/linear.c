@@ -164,70 +164,95 @@ AVX512 static void tile16_any(const struct lin *g, int i, int p, int mr, int nv,
     }
 }
 
-/* ---------------- AVX2 + FMA: tiles of up to 4 rows by 3 vectors of 8 columns ---------------- */
+/* ---------------- AVX2 + FMA: tiles of up to 6 rows by one panel (12 accumulators) ---------------- */
 
+/* A panel is two vectors of 8 columns. Six rows by one panel is the register tile (12 accumulators,
+ * 2 weight vectors and a broadcast: 15 of the 16 registers), and every k reads one 64-byte line of
+ * the panel. Fewer rows take more panels at once (3 or 2 rows: 2 panels; 1 row: 4), so that at least
+ * 8 independent chains of fused multiply-adds hide their latency. The loops over rows and vectors
+ * are unrolled by pragma: left to itself GCC keeps the accumulators of the masked tiles in memory. */
 #define AVX2 __attribute__((target("avx2,fma")))
-#define MR8 4
-#define NV8 3
+#define MR8 6
+#define NP8 4
 
 static const int32_t lane_tab[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
 
-/* Rows i..i+mr-1, the nv vectors of 8 columns from column j (a multiple of 8); the last vector keeps
- * its first LASTN lanes. */
-static inline __attribute__((always_inline)) AVX2 void tile8(const struct lin *g, int i, int j, int mr, int nv,
+/* The mask of the first N lanes of 8 (N clamped to 0..8). */
+static inline __attribute__((always_inline)) AVX2 __m256i lanes8(int n)
+{
+    n = n < 0 ? 0 : n > 8 ? 8 : n;
+    return _mm256_loadu_si256((const __m256i *)(lane_tab + 8 - n));
+}
+
+/* Rows i..i+mr-1, panels p..p+np-1, of which the last keeps its first LASTN columns. */
+static inline __attribute__((always_inline)) AVX2 void tile8(const struct lin *g, int i, int p, int mr, int np,
                                                               int lastn)
 {
     const float *a = g->A + (size_t)i * (size_t)g->lda;
-    size_t lda = (size_t)g->lda;
-    const float *w[NV8];
-    for (int c = 0; c < nv; c++) {
-        int jc = j + 8 * c;
-        w[c] = panel_row(g, jc / PW, 0) + jc % PW;
-    }
-    __m256i last = _mm256_loadu_si256((const __m256i *)(lane_tab + 8 - lastn));
-    __m256 acc[MR8][NV8];
+    size_t lda = (size_t)g->lda, pstride = (size_t)g->K * PW;
+    const float *w = panel_row(g, p, 0);
+    __m256 acc[MR8][2 * NP8];
+    #pragma GCC unroll 8
     for (int r = 0; r < mr; r++)
-        for (int c = 0; c < nv; c++)
+        #pragma GCC unroll 8
+        for (int c = 0; c < 2 * np; c++)
             acc[r][c] = _mm256_setzero_ps();
-    for (int k = 0; k < g->K; k++) {
-        __m256 wv[NV8];
-        for (int c = 0; c < nv; c++)
-            wv[c] = _mm256_load_ps(w[c] + (size_t)k * PW);
+    for (int k = 0; k < g->K; k++, w += PW) {
+        __m256 wv[2 * NP8];
+        #pragma GCC unroll 8
+        for (int c = 0; c < 2 * np; c++)
+            wv[c] = _mm256_load_ps(w + (size_t)(c / 2) * pstride + (size_t)(c % 2) * 8);
+        #pragma GCC unroll 8
         for (int r = 0; r < mr; r++) {
             __m256 av = _mm256_broadcast_ss(a + (size_t)r * lda + (size_t)k);
-            for (int c = 0; c < nv; c++)
+            #pragma GCC unroll 8
+            for (int c = 0; c < 2 * np; c++)
                 acc[r][c] = _mm256_fmadd_ps(av, wv[c], acc[r][c]);
         }
     }
-    __m256i all = _mm256_set1_epi32(-1);
-    for (int c = 0; c < nv; c++) {
-        __m256i m = c == nv - 1 ? last : all;
-        __m256 b = g->bias ? _mm256_maskload_ps(g->bias + j + 8 * c, m) : _mm256_setzero_ps();
+    #pragma GCC unroll 8
+    for (int c = 0; c < 2 * np; c++) {
+        int j = p * PW + 8 * c;
+        __m256i m = c >= 2 * np - 2 ? lanes8(lastn - 8 * (c % 2)) : lanes8(8);
+        __m256 b = g->bias ? _mm256_maskload_ps(g->bias + j, m) : _mm256_setzero_ps();
+        #pragma GCC unroll 8
         for (int r = 0; r < mr; r++) {
             __m256 v = g->bias ? _mm256_add_ps(acc[r][c], b) : acc[r][c];
             if (g->relu)
                 v = _mm256_max_ps(v, _mm256_setzero_ps());
-            _mm256_maskstore_ps(g->C + (size_t)(i + r) * (size_t)g->ldc + (size_t)(j + 8 * c), m, v);
+            _mm256_maskstore_ps(g->C + (size_t)(i + r) * (size_t)g->ldc + (size_t)j, m, v);
         }
     }
 }
 
-/* mr <= 4 rows by nv <= 3 vectors, through a tile8 inlined with constant sizes */
-AVX2 static void tile8_any(const struct lin *g, int i, int j, int mr, int nv, int lastn)
+/* mr <= 6 rows by np <= 4 panels (np as the row count asks for, or fewer at the group's end), through
+ * a tile8 inlined with constant sizes (accumulators in registers) */
+AVX2 static void tile8_any(const struct lin *g, int i, int p, int mr, int np, int lastn)
 {
-    switch (mr * 4 + nv) {
-    case 4 * 4 + 3: tile8(g, i, j, 4, 3, lastn); break;
-    case 4 * 4 + 2: tile8(g, i, j, 4, 2, lastn); break;
-    case 4 * 4 + 1: tile8(g, i, j, 4, 1, lastn); break;
-    case 3 * 4 + 3: tile8(g, i, j, 3, 3, lastn); break;
-    case 3 * 4 + 2: tile8(g, i, j, 3, 2, lastn); break;
-    case 3 * 4 + 1: tile8(g, i, j, 3, 1, lastn); break;
-    case 2 * 4 + 3: tile8(g, i, j, 2, 3, lastn); break;
-    case 2 * 4 + 2: tile8(g, i, j, 2, 2, lastn); break;
-    case 2 * 4 + 1: tile8(g, i, j, 2, 1, lastn); break;
-    case 1 * 4 + 3: tile8(g, i, j, 1, 3, lastn); break;
-    case 1 * 4 + 2: tile8(g, i, j, 1, 2, lastn); break;
-    default: tile8(g, i, j, 1, 1, lastn); break;
+    switch (mr * 8 + np) {
+    case 6 * 8 + 1: tile8(g, i, p, 6, 1, lastn); break;
+    case 5 * 8 + 1: tile8(g, i, p, 5, 1, lastn); break;
+    case 4 * 8 + 1: tile8(g, i, p, 4, 1, lastn); break;
+    case 3 * 8 + 2: tile8(g, i, p, 3, 2, lastn); break;
+    case 3 * 8 + 1: tile8(g, i, p, 3, 1, lastn); break;
+    case 2 * 8 + 2: tile8(g, i, p, 2, 2, lastn); break;
+    case 2 * 8 + 1: tile8(g, i, p, 2, 1, lastn); break;
+    case 1 * 8 + 4: tile8(g, i, p, 1, 4, lastn); break;
+    case 1 * 8 + 3: tile8(g, i, p, 1, 3, lastn); break;
+    case 1 * 8 + 2: tile8(g, i, p, 1, 2, lastn); break;
+    default: tile8(g, i, p, 1, 1, lastn); break;
+    }
+}
+
+/* Rows i..i+mr-1 (mr <= 6) of the NP panels from P0 holding N columns: as tiles of the panels a row
+ * count takes at once. */
+AVX2 static void rows8(const struct lin *g, int i, int mr, int p0, int np, int n)
+{
+    int step = mr >= 4 ? 1 : mr >= 2 ? 2 : 4;
+    for (int p = p0; p < p0 + np; p += step) {
+        int k = p0 + np - p < step ? p0 + np - p : step;
+        int lastn = p + k == p0 + np ? n - PW * (np - 1) : PW; /* columns of the tile's last panel */
+        tile8_any(g, i, p, mr, k, lastn);
     }
 }
 
@@ -282,13 +307,7 @@ static void linear_body(void *arg, int64_t lo, int64_t hi, int tid)
                 int rem = n - PW * (np - 1);
                 tile16_any(g, i, p0, mr, np, (__mmask16)((1u << rem) - 1));
             } else if (job->isa == CPU_ISA_AVX2) {
-                int vecs = (n + 7) / 8;
-                for (int r = i; r < i + mr; r += MR8)
-                    for (int v = 0; v < vecs; v += NV8) {
-                        int nv = vecs - v < NV8 ? vecs - v : NV8;
-                        int lastn = v + nv == vecs ? n - 8 * (vecs - 1) : 8;
-                        tile8_any(g, r, j0 + 8 * v, i + mr - r < MR8 ? i + mr - r : MR8, nv, lastn);
-                    }
+                rows8(g, i, mr, p0, np, n);
             } else {
                 for (int r = i; r < i + mr; r += MRP)
                     for (int p = p0; p < p0 + np; p++)

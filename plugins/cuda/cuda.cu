@@ -122,19 +122,25 @@ int cu_wait(struct nmt_bctx *ctx, const char *what)
  * compute_90 PTX is compiled by the driver for newer ones). */
 #define CU_MIN_MAJOR 8
 
+/* Scores the machine; on 0 the reason is left for last_error(NULL). */
 static int cu_score(void)
 {
     /* no driver library: no GPU; do not start the runtime at all */
     void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-    if (!drv)
+    if (!drv) {
+        const char *e = dlerror();
+        cu_err(NULL, "no NVIDIA driver: %s", e ? e : "libcuda.so.1 not found");
         return 0;
+    }
     dlclose(drv);
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+    cudaError_t rc = cudaGetDeviceCount(&n);
+    if (rc != cudaSuccess || n <= 0) {
+        cu_err(NULL, "no CUDA device: %s", rc != cudaSuccess ? cudaGetErrorString(rc) : "the driver found none");
         cudaGetLastError();
         return 0;
     }
-    int best = 0;
+    int best = 0, seen_major = 0, seen_minor = 0;
     for (int d = 0; d < n; d++) {
         int major = 0, minor = 0;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
@@ -142,9 +148,13 @@ static int cu_score(void)
             cudaGetLastError();
             continue;
         }
+        seen_major = major, seen_minor = minor;
         if (major >= CU_MIN_MAJOR && 100 + major * 10 + minor > best)
             best = 100 + major * 10 + minor;
     }
+    if (!best)
+        cu_err(NULL, "no device of compute capability %d.0 or newer (found %d.%d; this build has code for sm_80 and up)",
+               CU_MIN_MAJOR, seen_major, seen_minor);
     return best;
 }
 

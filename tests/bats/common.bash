@@ -10,3 +10,17 @@ fails() {
         return 1
     fi
 }
+
+# Shows checkpoint $1 without what names its run (the stored configuration of nmt-train, train.config):
+# its other metadata, tensor names and shapes, and a checksum of the tensors' bytes. Two checkpoints of
+# one model and training state show the same.
+model_view() {
+    nmt-cat "$1" | awk '/^train\.config\t/ { skip = 1; next } skip && /^\t/ { next } { skip = 0; print }'
+    local n; n=$(od -An -tu8 -N8 "$1" | tr -d ' ')
+    tail -c +$((9 + n)) "$1" | cksum
+}
+
+# Fails unless checkpoints $1 and $2 hold the same model and training state, bit for bit.
+same_model() {
+    cmp <(model_view "$1") <(model_view "$2")
+}

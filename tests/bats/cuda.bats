@@ -17,7 +17,7 @@ teardown() { [ -z "${TMP:-}" ] || rm -rf "$TMP"; }
 @test "nmt-backends lists cuda with score 0 and ABI 2.1; the default is cpu" {
     run nmt-backends
     [ "$status" -eq 0 ]
-    grep -qP "^cuda\t0\t2\.1\t$CUDA\tunusable here \(score 0\)$" <<< "$output"
+    grep -qP "^cuda\t0\t2\.1\t$CUDA\tunusable here: no NVIDIA driver: .*libcuda\.so\.1.*$" <<< "$output"
     grep -q '^default: cpu (' <<< "$output"
 }
 
@@ -27,7 +27,13 @@ teardown() { [ -z "${TMP:-}" ] || rm -rf "$TMP"; }
     grep -qx "$(printf 'name\tcpu')" <<< "$output"
     run nmt-backends --backend cuda
     [ "$status" -eq 1 ]
-    [ "$output" = "nmt-backends: backend 'cuda' ($CUDA) is not usable on this machine (score 0)" ]
+    [[ "$output" == "nmt-backends: backend 'cuda' ($CUDA) is not usable on this machine: no NVIDIA driver: "*libcuda.so.1* ]]
+    V="$NMT_SRCDIR/tests/fixtures/tok/tiny.vocab"
+    nmt-tokenize --vocab "$V" --tsv "$NMT_SRCDIR/tests/fixtures/tok/pairs.tsv" | nmt-batch -o "$TMP/b" 2> /dev/null
+    run nmt-train --backend cuda --vocab "$V" -i "$TMP/b" -o "$TMP/m.ckpt"
+    [ "$status" -eq 1 ]; [[ "$output" == *"is not usable on this machine: no NVIDIA driver"* ]]
+    run nmt-train --version
+    [[ "$output" == *"plugin cuda ($CUDA): score 0, ABI 2.1, unusable here: no NVIDIA driver: "* ]]
 }
 
 @test "with a driver library but no device the runtime starts, fails cleanly, and cuda scores 0" {
@@ -36,7 +42,7 @@ teardown() { [ -z "${TMP:-}" ] || rm -rf "$TMP"; }
     cc -shared -fPIC "$TMP/stub.c" -o "$TMP/libcuda.so.1"
     LD_LIBRARY_PATH="$TMP" run nmt-backends
     [ "$status" -eq 0 ]
-    grep -qP "^cuda\t0\t2\.1\t" <<< "$output"
+    grep -qP "^cuda\t0\t2\.1\t.*\tunusable here: no CUDA device: .+$" <<< "$output"
     grep -q '^default: cpu (' <<< "$output"
     LD_LIBRARY_PATH="$TMP" run nmt-backends --backend auto
     [ "$status" -eq 0 ] && grep -qx "$(printf 'name\tcpu')" <<< "$output"

@@ -27,4 +27,34 @@ setup_file() {
     [ "$(wc -l < "$D/demo/test_2016_flickr.hyp")" -eq 20 ]
     # exactly the steps asked for: the log's last row is step 8
     [ "$(tail -n 1 "$D/demo/train.csv" | cut -d, -f1 | tr -d '"')" = 8 ]
+    # the validation at the end scored BLEU, and the curves were drawn
+    [[ "$(tail -n 1 "$D/demo/train.csv" | cut -d, -f12)" =~ ^[0-9]+\.[0-9]{2}$ ]]
+    [[ "$output" == *"== training curves: $D/demo/train.svg"* ]]
+    grep -q '<svg' "$D/demo/train.svg"
+    grep -q 'validation BLEU' "$D/demo/train.svg"
+}
+
+@test "plot.sh draws the curves of several logs into one SVG; refuses what is not a log" {
+    cd "$BATS_TEST_TMPDIR"
+    printf 'step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl,valid_nll\n1,1,5.5,0.001,100,1000,1,1\n2,1,5.0,0.002,100,1000,1,1\n2,1,,,,,,,4.9,134.3,4.9\n' > a.csv
+    printf 'step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl,valid_nll,valid_bleu\n1,1,6.5,0.001,100,900,1,1\n1,1,,,,,,,6.1,445.8,6.1,1.25\n' > b.csv
+    run "$NMT_SRCDIR/pipelines/plot.sh" curves.svg a.csv b.csv
+    [ "$status" -eq 0 ]; [ "$output" = curves.svg ]
+    grep -q '<svg' curves.svg
+    for t in 'loss per target token' 'validation perplexity' 'validation BLEU' 'target tokens per second' 'learning rate' a.csv b.csv; do
+        grep -q "$t" curves.svg || { echo "no $t"; return 1; }
+    done
+    # without a BLEU column there is no BLEU panel
+    "$NMT_SRCDIR/pipelines/plot.sh" one.svg a.csv
+    fails grep -q 'validation BLEU' one.svg
+    run "$NMT_SRCDIR/pipelines/plot.sh" x.svg "$NMT_SRCDIR/README.md"
+    [ "$status" -eq 1 ]; [[ "$output" == *"is not a CSV log of nmt-train"* ]]
+    run "$NMT_SRCDIR/pipelines/plot.sh" x.svg missing.csv
+    [ "$status" -eq 1 ]; [[ "$output" == *"cannot read 'missing.csv'"* ]]
+    head -1 a.csv > empty.csv
+    run "$NMT_SRCDIR/pipelines/plot.sh" x.svg empty.csv
+    [ "$status" -eq 1 ]; [[ "$output" == *"has no rows"* ]]
+    run "$NMT_SRCDIR/pipelines/plot.sh" x.svg
+    [ "$status" -eq 2 ]
+    [ ! -e x.svg ]
 }

@@ -37,23 +37,23 @@ setup() {
     [ "$status" -eq 0 ]
     run "${MPI[@]}" -np 2 "${T[@]}" --max-steps 30 -o two.ckpt
     [ "$status" -eq 0 ]
-    cmp one.ckpt two.ckpt
+    same_model one.ckpt two.ckpt
     # and not the model of --update-freq 1: the ranks did split the step
     run "${T[@]}" --max-steps 30 -o uf1.ckpt
     [ "$status" -eq 0 ]
-    run cmp -s one.ckpt uf1.ckpt
-    [ "$status" -ne 0 ]
+    fails same_model one.ckpt uf1.ckpt
 }
 
-@test "mpirun -np 3 equals --update-freq 3, with validation on the ranks" {
-    run "${T[@]}" --max-steps 30 --update-freq 3 --valid "$D/va.b" --valid-every 10 -o one.ckpt --log one.csv
+@test "mpirun -np 3 equals --update-freq 3, with validation (and its BLEU) on the ranks" {
+    run "${T[@]}" --max-steps 30 --update-freq 3 --valid "$D/va.b" --valid-every 10 --valid-bleu -o one.ckpt --log one.csv
     [ "$status" -eq 0 ]
-    run "${MPI[@]}" -np 3 "${T[@]}" --max-steps 30 --valid "$D/va.b" --valid-every 10 -o three.ckpt --log three.csv
+    run "${MPI[@]}" -np 3 "${T[@]}" --max-steps 30 --valid "$D/va.b" --valid-every 10 --valid-bleu -o three.ckpt --log three.csv
     [ "$status" -eq 0 ]
-    cmp one.ckpt three.ckpt
-    cmp one.ckpt.best three.ckpt.best
+    same_model one.ckpt three.ckpt
+    same_model one.ckpt.best three.ckpt.best
     # the same validation losses, and one log (rank 0's) with 30 training and 3 validation rows
-    diff <(cut -d, -f1,3,9 one.csv) <(cut -d, -f1,3,9 three.csv)
+    diff <(cut -d, -f1,3,9,12 one.csv) <(cut -d, -f1,3,9,12 three.csv)
+    [ "$(awk -F, 'NR > 1 && $12 != ""' three.csv | wc -l)" -eq 3 ]
     [ "$(grep -c '^[0-9]*,[0-9]*,,' three.csv)" -eq 3 ]
     [ "$(wc -l < three.csv)" -eq 34 ]
 }
@@ -63,7 +63,7 @@ setup() {
     [ "$status" -eq 0 ]
     run "${MPI[@]}" -np 2 "${T[@]}" --max-steps 20 --update-freq 2 -o two.ckpt
     [ "$status" -eq 0 ]
-    cmp one.ckpt two.ckpt
+    same_model one.ckpt two.ckpt
 }
 
 @test "--reduce fast trains with the library's all-reduce (same tokens, close losses)" {
@@ -96,7 +96,7 @@ setup() {
     [ "$step" -lt 60 ]
     run "${MPI[@]}" -np 3 "${T[@]}" --epochs 1000 --update-freq 2 --resume --max-steps 60 -o run.ckpt
     [ "$status" -eq 0 ]
-    cmp ref.ckpt run.ckpt
+    same_model ref.ckpt run.ckpt
 }
 
 @test "a rank killed with SIGKILL ends every rank within seconds, with a message naming it" {
@@ -192,8 +192,8 @@ setup() {
     # --comm none: two launched processes, each training alone (its own output)
     run "${MPI[@]}" -np 2 bash -c '"$@" -o c.$OMPI_COMM_WORLD_RANK.ckpt' _ "${T[@]}" --max-steps 2 --comm none
     [ "$status" -eq 0 ]
-    cmp a.ckpt c.0.ckpt
-    cmp a.ckpt c.1.ckpt
+    same_model a.ckpt c.0.ckpt
+    same_model a.ckpt c.1.ckpt
     run nmt-train --comm carrier-pigeon "${T[@]:1}" --max-steps 2 -o d.ckpt
     [ "$status" -ne 0 ]
     [[ "$output" == *"unknown communication module 'carrier-pigeon'"* ]]

@@ -36,7 +36,7 @@ losses() { cut -d, -f1,3 "$1"; }
              --preset --layers --enc-layers --dec-layers --d-model --heads --ff --pre-norm --max-len --lr --warmup \
              --clip-norm --update-freq --seed --label-smoothing --dropout --attention-dropout --activation-dropout \
              --no-shuffle --max-bad --valid-every --patience --save-every --keep --log --log-every --quiet --help \
-             --version; do
+             --version --valid-bleu --valid-beam --config --dump-config --peak-lr --force --comm --reduce; do
         [[ "$output" == *"$o"* ]] || { echo "missing $o"; return 1; }
     done
 }
@@ -72,7 +72,7 @@ losses() { cut -d, -f1,3 "$1"; }
     [ -s m.ckpt ]
     head -c 400 m.ckpt | tail -c +9 | grep -q '"model.arch":"transformer"'
     head -c 2000 m.ckpt | grep -q '"vocab.fingerprint"'
-    [ "$(head -1 log.csv)" = "step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl,valid_nll" ]
+    [ "$(head -1 log.csv)" = "step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl,valid_nll,valid_bleu" ]
     [ "$(grep -c '"' log.csv)" -eq 0 ] # plain numbers, unquoted
     [ "$(sed -n 2p log.csv | cut -d, -f1,2)" = "1,1" ]
     n=$(grep -c . log.csv)
@@ -91,10 +91,10 @@ losses() { cut -d, -f1,3 "$1"; }
     grep -q '^{"step":1,"epoch":1,"loss":[0-9.]*,"lr":[0-9.e-]*,"tokens":[0-9]*,"tokens_per_s":[0-9.]*,"grad_norm":[0-9.e-]*,"gflop_s":[0-9.]*}$' log.jsonl
     [ "$(grep -c '"valid_loss"' log.jsonl)" -eq 3 ]
     grep '"valid_loss"' log.jsonl | grep '"valid_ppl"' | grep -q '"valid_nll"'
-    # the same fields in both logs: validation rows of the CSV have the 11 columns filled
+    # the same fields in both logs: validation rows of the CSV have the 11 columns filled (12 with --valid-bleu)
     run "${T[@]}" -o m2.ckpt --max-steps 8 --valid "$D/va.b" --valid-every 4 --log log2.csv
     [ "$status" -eq 0 ]
-    [ "$(awk -F, 'NR > 1 && NF == 11 && $9 != "" && $10 != "" && $11 != ""' log2.csv | wc -l)" -eq 2 ]
+    [ "$(awk -F, 'NR > 1 && NF == 12 && $9 != "" && $10 != "" && $11 != "" && $12 == ""' log2.csv | wc -l)" -eq 2 ]
     awk -F, 'NR > 1 && $11 != "" { d = exp($11) - $10; if (d < 0) d = -d; if (d > 1e-6 * $10) exit 1 }' log2.csv
     run "${T[@]}" -o m.ckpt --max-steps 12 --valid "$D/va.b" --valid-every 4 --force
     [ "$status" -eq 0 ]
@@ -116,7 +116,7 @@ losses() { cut -d, -f1,3 "$1"; }
     [ "$status" -eq 0 ]
     [ "$(grep -c . b.csv)" -eq 16 ]
     diff <(losses a.csv) <(losses b.csv)
-    cmp a.ckpt b.ckpt
+    same_model a.ckpt b.ckpt
 }
 
 @test "--resume reads the vocabulary from the checkpoint and refuses another shape" {
@@ -259,7 +259,7 @@ losses() { cut -d, -f1,3 "$1"; }
 @test "--log - writes the CSV to stdout, --log /dev/stderr beside the messages" {
     run "${T[@]}" -o a.ckpt --max-steps 3 -q --log -
     [ "$status" -eq 0 ]
-    [ "${lines[0]}" = "step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl,valid_nll" ]
+    [ "${lines[0]}" = "step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl,valid_nll,valid_bleu" ]
     [ "${#lines[@]}" -eq 4 ]
     [[ "${lines[3]}" == 3,1,* ]]
     "${T[@]}" -o b.ckpt --max-steps 2 -q --log /dev/stderr 2> err.txt > out.txt
@@ -278,5 +278,91 @@ losses() { cut -d, -f1,3 "$1"; }
     [ "$status" -eq 0 ]
     run "${T0[@]}" -o part.ckpt --max-steps 10 --no-shuffle --resume < "$D/tr.b"
     [ "$status" -eq 0 ]
-    cmp full.ckpt part.ckpt
+    same_model full.ckpt part.ckpt
+}
+
+@test "--valid-bleu logs the BLEU of greedy translations of the validation set, as nmt-decode and nmt-bleu score them" {
+    sed -n 1,40p "$D/tr.en" > s.en; sed -n 1,40p "$D/tr.de" > s.de
+    nmt-tokenize --src s.en --tgt s.de --vocab "$D/v.txt" | nmt-batch -t 300 -o s.b 2>/dev/null
+    run nmt-train --preset tiny --d-model 64 --ff 128 --heads 2 --layers 1 --threads 1 --warmup 30 --peak-lr 3e-3 \
+        --dropout 0 --label-smoothing 0 --vocab "$D/v.txt" -i s.b -o m.ckpt --valid s.b --valid-bleu \
+        --valid-every 400 --max-steps 800 --log l.csv
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"step 800: valid loss "*" bleu "* ]]
+    [ "$(grep -c ',,,,,,,' l.csv)" -eq 2 ]
+    bleu=$(tail -1 l.csv | cut -d, -f12)
+    awk -v b="$bleu" 'BEGIN { exit !(b > 2) }' # it learnt something: the score is not a constant
+    nmt-decode -m m.ckpt --beam 1 < s.en > h.de
+    [ "$(nmt-bleu -b -w 2 s.de < h.de)" = "$bleu" ]
+    # the best checkpoint is the one of the best BLEU, and it records that score
+    cmp m.ckpt m.ckpt.best
+    nmt-cat m.ckpt | grep -q "train.best_bleu.*$bleu"
+    # a larger beam translates differently
+    run nmt-train --vocab "$D/v.txt" -i s.b -o m.ckpt --resume --valid s.b --valid-bleu --valid-beam 4 --max-steps 801 -q --log l4.csv
+    [ "$status" -eq 0 ]
+    [ "$(tail -1 l4.csv | cut -d, -f1)" = 801 ]
+    run "${T[@]}" -o x.ckpt --valid-bleu
+    [ "$status" -eq 2 ]; [[ "$output" == *"--valid-bleu needs --valid"* ]]
+    run "${T[@]}" -o x.ckpt --valid "$D/va.b" --valid-bleu --valid-beam 0
+    [ "$status" -eq 2 ]; [[ "$output" == *"invalid --valid-beam '0'"* ]]
+}
+
+@test "--patience counts validations without a better BLEU under --valid-bleu" {
+    # the tiny model's BLEU stays 0 for its first steps while the nll falls: patience by nll goes on longer
+    run "${T[@]}" -o n.ckpt --valid "$D/va.b" --valid-every 20 --max-steps 200 --patience 2 --log n.csv
+    [ "$status" -eq 0 ]
+    n=$(awk -F, '$11 != "" && NR > 1' n.csv | tail -1 | cut -d, -f1)
+    [ "$n" -gt 60 ]
+    run "${T[@]}" -o b.ckpt --valid "$D/va.b" --valid-every 20 --max-steps 200 --patience 2 --valid-bleu --log b.csv
+    [ "$status" -eq 0 ]
+    [ "$(awk -F, '$12 != "" && NR > 1' b.csv | cut -d, -f1 | tr '\n' ' ')" = "20 40 60 " ]
+    [ "$(awk -F, '$12 != "" && NR > 1' b.csv | cut -d, -f12 | sort -u)" = "0.00" ]
+}
+
+@test "--config reads options as key: value or key = value; the command line wins; --dump-config round-trips" {
+    printf '# a run\nmax-steps: 3\nlog = c.csv\nno-shuffle: true\npre-norm: false\n\nseed: 7\n' > run.conf
+    run "${T[@]}" -o c.ckpt --config run.conf --seed 9 -q
+    [ "$status" -eq 0 ]
+    [ "$(grep -c . c.csv)" -eq 4 ]                       # max-steps and log from the file
+    "${T[@]}" -o d.ckpt --max-steps 3 --no-shuffle --seed 9 -q
+    same_model c.ckpt d.ckpt # seed 9 won
+    # the dump names every option a configuration may hold, and reads back to itself
+    "${T[@]}" -o c.ckpt --config run.conf --dump-config > full.conf
+    for k in input valid output vocab backend comm log preset threads epochs max-steps max-time enc-layers dec-layers \
+             d-model heads ff max-len warmup update-freq seed max-bad valid-every valid-beam patience save-every keep \
+             log-every lr clip-norm label-smoothing dropout attention-dropout activation-dropout progress-every \
+             pre-norm no-shuffle valid-bleu quiet reduce; do
+        grep -Eq "^(# )?$k:" full.conf || { echo "no $k"; return 1; }
+    done
+    grep -qx 'seed: 7' full.conf
+    grep -qx 'd-model: 32' full.conf
+    grep -qx 'no-shuffle: true' full.conf
+    nmt-train --config full.conf --dump-config > again.conf
+    cmp full.conf again.conf
+    # the checkpoint stores the configuration of its run
+    nmt-cat c.ckpt | grep -qx '	seed: 9'
+}
+
+@test "--config errors name the file and the line and exit 2" {
+    printf 'max-steps: 3\nbogus: 1\n' > a.conf
+    run "${T[@]}" -o c.ckpt --config a.conf
+    [ "$status" -eq 2 ]; [[ "$output" == *"a.conf:2: 'bogus' is not an option of the configuration"* ]]
+    printf 'max-steps 3\n' > b.conf
+    run "${T[@]}" -o c.ckpt --config b.conf
+    [ "$status" -eq 2 ]; [[ "$output" == *"b.conf:1: expected 'key: value' or 'key = value'"* ]]
+    printf 'seed: 1\nseed: 2\n' > c.conf
+    run "${T[@]}" -o c.ckpt --config c.conf
+    [ "$status" -eq 2 ]; [[ "$output" == *"c.conf:2: 'seed' is given twice"* ]]
+    printf 'no-shuffle: maybe\n' > d.conf
+    run "${T[@]}" -o c.ckpt --config d.conf
+    [ "$status" -eq 2 ]; [[ "$output" == *"d.conf:1: 'no-shuffle' takes true or false, not 'maybe'"* ]]
+    printf 'help: true\n' > e.conf
+    run "${T[@]}" -o c.ckpt --config e.conf
+    [ "$status" -eq 2 ]; [[ "$output" == *"e.conf:1: 'help' is not an option of the configuration"* ]]
+    printf 'max-steps: x\n' > f.conf
+    run "${T[@]}" -o c.ckpt --config f.conf
+    [ "$status" -eq 2 ]; [[ "$output" == *"invalid --max-steps 'x'"* ]]
+    run "${T[@]}" -o c.ckpt --config missing.conf
+    [ "$status" -eq 2 ]; [[ "$output" == *"cannot open the configuration 'missing.conf'"* ]]
+    [ ! -e c.ckpt ]
 }

@@ -567,7 +567,7 @@ static void run_attention(const char *name, int B, int Tq, int Tk, int H, int dh
             "attention %s: 1 thread and 2 threads give identical bits", name);
     if (drop == 0) {
         /* the forward of inference (no probabilities kept): its own AVX-512 path for dh a multiple
-         * of 16 up to 64, on 1 and 2 threads */
+         * of 16 up to 64 and AVX2 path for a multiple of 8, on 1 and 2 threads */
         float *oi = frand(c.no, -1, 1), *oi1 = frand(c.no, -1, 1);
         rc = OPS.attention_forward(CTX, oi, NULL, q, k, v, a) |
              be1->ops.attention_forward(be1->ctx, oi1, NULL, q, k, v, a);
@@ -622,8 +622,20 @@ static void test_attention(void)
     run_attention("cross-attention over 3 blocks of 16 keys, dh 32", 2, 2, 41, 2, 32, 0, 0, 0, (int[]){ 41, 32 }, 0);
     if (!cpu_has("avx512")) /* the cases above ran the AVX2 path */
         test_ok(1, "attention on the AVX-512 path # SKIP this CPU lacks the avx512 path");
-    setenv("NMT_CPU_ISA", "avx2", 1); /* the generic loops at the same shapes */
-    run_attention("dh 32 on the AVX2 path", 2, 3, 11, 4, 32, 0, 0, 0, (int[]){ 11, 5 }, 0);
+    /* the AVX2 inference path (dh a multiple of 8 up to 64; on an AVX-512 CPU also dh 8, 24, 40, 56),
+     * and the generic loops under NMT_CPU_ISA=portable */
+    if (!cpu_has("avx2")) {
+        test_ok(1, "attention on the AVX2 path # SKIP this CPU lacks the avx2 path");
+    } else {
+        setenv("NMT_CPU_ISA", "avx2", 1);
+        run_attention("dh 32 on the AVX2 path", 2, 3, 11, 4, 32, 0, 0, 0, (int[]){ 11, 5 }, 0);
+        run_attention("dh 8 on the AVX2 path, an item without keys", 3, 2, 9, 2, 8, 0, 0, 0, (int[]){ 9, 0, 8 }, 0);
+        run_attention("decoder self-attention, dh 64 on the AVX2 path", 2, 1, 17, 2, 64, 1, 16, 0, NULL, 0);
+        unsetenv("NMT_CPU_ISA");
+        run_attention("cross-attention, dh 24 (the AVX2 path on every CPU)", 2, 3, 13, 3, 24, 0, 0, 0, (int[]){ 13, 7 }, 0);
+    }
+    setenv("NMT_CPU_ISA", "portable", 1);
+    run_attention("dh 32 on the portable path", 2, 3, 11, 4, 32, 0, 0, 0, (int[]){ 11, 5 }, 0);
     unsetenv("NMT_CPU_ISA");
 }
 
@@ -873,11 +885,20 @@ static void test_adam(void)
 
 /* ---------------- decoding ---------------- */
 
-static void test_topk(void)
+/* topk_logsoftmax against a selection in double, on the path ISA (NULL: the CPU's widest), V
+ * columns (past 16 so that the vector scans run, with a tail). */
+static void topk_case(const char *isa, int V)
 {
-    int N = 5, V = 23, K = 7;
+    if (isa && !cpu_has(isa)) {
+        test_ok(1, "topk_logsoftmax NMT_CPU_ISA=%s # SKIP this CPU lacks the %s path", isa, isa);
+        return;
+    }
+    if (isa)
+        setenv("NMT_CPU_ISA", isa, 1);
+    int N = 5, K = 7;
     float *z = frand((size_t)N * V, -3, 3);
     z[1 * V + 4] = z[1 * V + 9] = z[1 * V + 2] = 5.0f; /* a three-way tie at the top of row 1 */
+    z[2 * V + V - 1] = 6.0f;                            /* the largest in the tail of row 2 */
     float *val = frand((size_t)N * K, 0, 1);
     int32_t *idx = malloc((size_t)N * K * sizeof *idx);
     int rc = OPS.topk_logsoftmax(CTX, val, idx, z, N, V, K);
@@ -902,14 +923,25 @@ static void test_topk(void)
             worst = fmax(worst, fabs(val[n * K + k] - (z[n * V + best] - lse)) / fmax(1, fabs(z[n * V + best] - lse)));
         }
     }
-    test_ok(order, "topk_logsoftmax indices sorted descending, ties by lower index (row 1: %d %d %d)", idx[K],
-            idx[K + 1], idx[K + 2]);
-    report("topk_logsoftmax values", worst, 1e-6);
+    test_ok(order, "topk_logsoftmax NMT_CPU_ISA=%s V=%d: indices sorted descending, ties by lower index (row 1: %d %d %d)",
+            isa ? isa : "(widest)", V, idx[K], idx[K + 1], idx[K + 2]);
+    char what[96];
+    snprintf(what, sizeof what, "topk_logsoftmax NMT_CPU_ISA=%s V=%d values", isa ? isa : "(widest)", V);
+    report(what, worst, 1e-6);
     free(z), free(val), free(idx);
+    unsetenv("NMT_CPU_ISA");
+}
+
+static void test_topk(void)
+{
+    topk_case(NULL, 23);
+    topk_case("avx512", 61);
+    topk_case("avx2", 61);
+    topk_case("portable", 61);
 
     int32_t gi[4] = { 2, 0, 2, 1 };
     float *src = frand(3 * 5, -1, 1), *dst = frand(4 * 5, 0, 1);
-    rc = OPS.gather_rows(CTX, dst, src, gi, 4, 5);
+    int rc = OPS.gather_rows(CTX, dst, src, gi, 4, 5);
     int ok = rc == 0;
     for (int i = 0; i < 4; i++)
         ok &= !memcmp(dst + i * 5, src + gi[i] * 5, 5 * sizeof *dst);
