@@ -8,11 +8,17 @@
 # weight packing included, ids in, hyp stream out) under /usr/bin/time. Prints one row per run, then
 # per configuration the medians (sentences/s, target tokens/s, peak RSS), the ratio to float32, the
 # translations identical to float32's and, with REFERENCE, the BLEU scores (nmt-bleu, sacreBLEU's
-# defaults). Run alone: the machine's load changes the figures.
+# defaults). Where /usr/bin/python3 has torch, the PyTorch peer decodes in the same rounds, same
+# batches and threads, with the same weights (bench/peer_decode.py; PEER=../shared/bench/torch_peer/
+# train.py; its OpenMP OpenBLAS as bench/decode_vs_peer.sh): its row "peer" gives its decoding loop
+# only. Run alone: the machine's load changes the figures.
 set -u
-[ $# -ge 3 ] || { sed -n 2,10p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,13p "$0" >&2; exit 2; }
 ckpt=$1 vocab=$2 src=$3 ref=${4:-} rounds=${5:-3}
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
+peer=${PEER:-$top/../shared/bench/torch_peer/train.py}
+use_peer=0
+[ -f "$peer" ] && /usr/bin/python3 -c 'import torch' 2> /dev/null && use_peer=1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 precs="float32 int8 int8-all"
 grep -qw avx512_bf16 /proc/cpuinfo && precs="$precs bf16 bf16-all"
@@ -38,6 +44,15 @@ for r in $(seq "$rounds"); do
                     printf "round %d beam %d threads %d %s: %.2f s, %.1f sentences/s, %.0f target tokens/s, peak RSS %d MB\n",
                            r, b, th, p, s, n / s, t / s, kb / 1024 }' | tee -a "$tmp/rows"
             done
+            [ $use_peer = 1 ] || continue
+            out=$(LD_LIBRARY_PATH=${PEER_BLAS-/usr/lib/x86_64-linux-gnu/openblas-openmp} /usr/bin/time -f "%e %M" \
+                -o "$tmp/time" /usr/bin/python3 "$top/bench/peer_decode.py" --peer "$peer" --ckpt "$ckpt" \
+                --ids "$tmp/src.txt" --beam $1 --batch $2 --alpha 0.6 --threads $th --out "$tmp/b$1.t$th.peer.ids") || exit 1
+            read -r s kb < "$tmp/time"
+            echo "$out" | sed 's/^DECODE //' | /usr/bin/python3 -c "
+import json, sys; d = json.load(sys.stdin)
+print('round $r beam $1 threads $th peer: %.2f s, %.1f sentences/s, %.0f target tokens/s, peak RSS %d MB'
+      % (d['decode_s'], d['sent_per_s'], d['tgt_tok_per_s'], $kb / 1024))" | tee -a "$tmp/rows"
         done
     done
 done
@@ -45,7 +60,7 @@ echo "| mode | threads | precision | sentences/s | target tokens/s | peak RSS | 
 echo "|---|---|---|---|---|---|---|---|"
 for b in 1 4; do
     for th in 1 2; do
-        for p in $precs; do
+        for p in $precs $([ $use_peer = 1 ] && echo peer); do
             f="$tmp/b$b.t$th"
             same=$(paste "$f.float32.ids" "$f.$p.ids" | awk -F'\t' '$1 == $2' | wc -l)
             awk -v b="$b" -v th="$th" -v p="$p" -v same="$same" -v n="$n" '
