@@ -77,11 +77,13 @@
 #include <stdint.h>
 
 #define NMT_BACKEND_ABI_MAJOR 2
-#define NMT_BACKEND_ABI_MINOR 1
+#define NMT_BACKEND_ABI_MINOR 2
 #define NMT_BACKEND_ENTRY "nmt_backend_entry"
 
 /* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 2 kernels are F32;
- * linear_pack_q (ABI 2.1) also takes INT8 and BF16 as the precision of a packed weight. */
+ * linear_pack_q (ABI 2.1) also takes INT8 and BF16 as the precision of a packed weight; cast,
+ * gemm_ex and set_precision (ABI 2.2) take BF16 for matrix products. A BF16 tensor holds bfloat16
+ * values as uint16_t bit patterns (the top half of a float32), 2 bytes an element. */
 enum { NMT_DTYPE_F32 = 1, NMT_DTYPE_F16 = 2, NMT_DTYPE_BF16 = 4, NMT_DTYPE_INT8 = 8 };
 
 /* Options for open(). The host zero-fills the struct and sets size = sizeof(struct
@@ -318,6 +320,45 @@ struct nmt_backend {
      * plugin. BF16: W and each row of A rounded to bfloat16 (to nearest even), products summed in
      * float32 in a fixed order. 0 or negative (DTYPE not supported, bad shape, non-finite weight). */
     int (*linear_pack_q)(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw, uint32_t dtype);
+
+    /* ---- OPTIONAL, ABI 2.2: attention without P (both slots or none) ---- */
+    /* As attention_forward, but instead of the probabilities P (B,H,Tq,Tk) it saves two numbers per
+     * query row r = (b*H + h)*Tq + i into LSE (B,H,Tq,2): lse[2r] = m, the row's largest visible
+     * score, and lse[2r+1] = l, the sum over its visible keys of exp(score - m) (so the row's
+     * log-sum-exp is m + log l); a row with no visible key gets (0, 0). Backward recomputes
+     * P_ij = exp(score_ij - m) / l tile by tile, so no (Tq, Tk) tensor lives in device memory.
+     * LSE may be NULL (inference). OUT and dropout exactly as attention_forward's (same counters,
+     * and the same bits as attention_forward with P given, in the cpu plugin). 0 or negative. */
+    int (*attention_forward_lse)(nmt_bctx *ctx, float *out, float *lse, const float *q, const float *k,
+                                 const float *v, const struct nmt_attn_args *a);
+    /* dq, dk, dv (assigned, with the strides of q, k, v, as attention_backward's) from dout, and
+     * the OUT and LSE of attention_forward_lse with the same args (same seed/offset): the gradient
+     * attention_backward computes from P, up to rounding (the cpu plugin: bit for bit, because it
+     * recomputes P as its forward did). A backend may use dot_i = dO_i . O_i (equal to
+     * sum_j P_ij dP_ij, dropout included). 0 or negative. */
+    int (*attention_backward_lse)(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout,
+                                  const float *out, const float *lse, const float *q, const float *k,
+                                  const float *v, const struct nmt_attn_args *a);
+
+    /* ---- OPTIONAL, ABI 2.2: reduced-precision matrix products (the three slots or none) ---- */
+    /* Sets the precision of the products of gemm and gemm_ex on CTX from now on: NMT_DTYPE_F32 (the
+     * default: float32 throughout) or NMT_DTYPE_BF16: both operands rounded to bfloat16 (to nearest
+     * even), their products summed in float32 (or wider), alpha, beta and C float32 (mixed precision
+     * as on tensor cores). Every other kernel stays float32. 0, or negative when the plugin cannot
+     * compute in DTYPE (CTX keeps its precision). */
+    int (*set_precision)(nmt_bctx *ctx, uint32_t dtype);
+    /* DST (N elements of DST_DTYPE) = SRC (N elements of SRC_DTYPE) converted; F32 and BF16 either
+     * way: F32 to BF16 rounds to nearest even (a NaN stays a NaN, infinities stay), BF16 to F32 is
+     * exact, equal dtypes copy. DST must not overlap SRC. 0 or negative (another dtype). */
+    int (*cast)(nmt_bctx *ctx, void *dst, uint32_t dst_dtype, const void *src, uint32_t src_dtype, size_t n);
+    /* gemm (same arguments and contract) with A and B each in its own dtype, A_DTYPE and B_DTYPE
+     * NMT_DTYPE_F32 or NMT_DTYPE_BF16, leading dimensions in elements; C float32. Products as
+     * set_precision says: under BF16 a F32 operand is rounded to bfloat16 first; under F32 a BF16
+     * operand is widened (exactly). Lets the host keep a bfloat16 copy of its weights (made by cast
+     * after each optimizer step) instead of rounding them in every product. 0 or negative. */
+    int (*gemm_ex)(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const void *A,
+                   uint32_t a_dtype, int lda, const void *B, uint32_t b_dtype, int ldb, float beta, float *C,
+                   int ldc);
     /* New slots are appended here, bumping NMT_BACKEND_ABI_MINOR. */
 };
 

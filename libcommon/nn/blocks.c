@@ -7,8 +7,14 @@
 int nn_linear_gemm(struct nn_exec *e, float *y, const float *x, const float *W, const float *bias, int relu, int N,
                    int out, int in)
 {
-    if (nn_bk(e, e->k->gemm(e->ctx, 0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out), "gemm") < 0)
+    if (e->wbf) {
+        if (nn_bk(e, e->k->gemm_ex(e->ctx, 0, 1, N, out, in, 1.0f, x, NMT_DTYPE_F32, in, nn_wbf(e, W), NMT_DTYPE_BF16,
+                                   in, 0.0f, y, out),
+                  "gemm_ex") < 0)
+            return -1;
+    } else if (nn_bk(e, e->k->gemm(e->ctx, 0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out), "gemm") < 0) {
         return -1;
+    }
     if (bias && nn_bk(e, e->k->bias_add(e->ctx, y, bias, N, out), "bias_add") < 0)
         return -1;
     return relu ? nn_bk(e, e->k->relu_forward(e->ctx, y, y, (size_t)N * (size_t)out), "relu") : 0;
@@ -99,6 +105,8 @@ static int attend(struct nn_exec *e, struct nn_sub *s, struct nmt_attn_args *a, 
 {
     if (a->dropout > 0)
         a->offset = s->attn_off = nn_take_ctr(e, (size_t)a->B * a->H * (size_t)a->Tq * (size_t)a->Tk);
+    if (!s->P && s->lse)
+        return nn_bk(e, e->k->attention_forward_lse(e->ctx, s->att, s->lse, s->q, k, v, a), "attention_forward_lse");
     return nn_bk(e, e->k->attention_forward(e->ctx, s->att, s->P, s->q, k, v, a), "attention_forward");
 }
 

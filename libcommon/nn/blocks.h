@@ -33,7 +33,18 @@ struct nn_exec {
     void *owner;            /* the model or decoder that runs the blocks (for LINEAR) */
     int train;              /* dropout on (at the configured rates) */
     uint64_t seed, ctr;     /* dropout seed and counter of the current step */
+    /* bf16 mixed precision (training): the weights W = WBASE + i (a parameter buffer) have a
+     * bfloat16 copy at WBF + i (the backend's cast of the buffer), which the products read through
+     * gemm_ex; NULL: float32 weights through gemm. */
+    const float *wbase;
+    const void *wbf;
 };
+
+/* The bfloat16 copy of weight W (a pointer into E->wbase's buffer); E->wbf must be set. */
+static inline const void *nn_wbf(const struct nn_exec *e, const float *W)
+{
+    return (const uint16_t *)e->wbf + (W - e->wbase);
+}
 
 /* Returns 0 when RC (a backend call's result) is not negative, else -1 with the error naming the
  * backend, WHAT and the backend's message. */
@@ -70,6 +81,7 @@ struct nn_sub {
     float *mean, *rstd;     /* (N) layer norm statistics, or NULL when not kept */
     float *q;               /* (N, 3D) self-attention queries/keys/values, or (N, D) cross-attention queries */
     float *P;               /* (B, H, Tq, Tk) attention probabilities, or NULL when not kept */
+    float *lse;             /* (B, H, Tq, 2) their row statistics instead (attention_forward_lse), or NULL */
     float *att;             /* (N, D) attention output before its projection */
     float *h;               /* (N, F) the FFN's ReLU output */
     uint64_t drop_off, attn_off, act_off; /* dropout counter offsets (residual, attention, activation) */
@@ -90,7 +102,8 @@ struct nn_encoder_acts {
     float *fl, *fl_mean, *fl_rstd; /* (B*S, D), (B*S), (B*S) pre-norm final layer norm (statistics may be NULL) */
 };
 
-/* The plain linear layer: gemm, bias_add when BIAS, relu_forward when RELU (an nn_linear_fn). */
+/* The plain linear layer: gemm (gemm_ex on W's bfloat16 copy when E->wbf is set), bias_add when
+ * BIAS, relu_forward when RELU (an nn_linear_fn). */
 int nn_linear_gemm(struct nn_exec *e, float *y, const float *x, const float *W, const float *bias, int relu, int N,
                    int out, int in);
 
@@ -121,7 +134,8 @@ int nn_res_end(struct nn_exec *e, struct nn_sub *s, const float *xin, float *sub
 struct nmt_attn_args nn_attn_args(const struct nn_exec *e, int B, int Tq, int Tk, int64_t q_ld, int64_t kv_ld,
                                   const int32_t *klen, int causal);
 /* Self-attention sublayer on SIN (B*T, D) into OUT (B*T, D), keys limited to KLEN, causal when
- * CAUSAL; keeps S->q, S->att (and S->P when not NULL). 0 or -1. */
+ * CAUSAL; keeps S->q, S->att (and S->P when not NULL, or else S->lse through the backend's
+ * attention_forward_lse when not NULL). 0 or -1. */
 int nn_self_attention(struct nn_exec *e, struct nn_sub *s, float *out, const float *sin, const float *qkv_w,
                       const float *qkv_b, const float *o_w, const float *o_b, int B, int T, const int32_t *klen,
                       int causal);

@@ -209,6 +209,9 @@ struct model {
     size_t host_ints_cap;
     void *save_args;           // (ntab + 2) struct save_arg of the last model_save
     int R;                     // logit rows per chunk
+    int lse;                   // attention through the backend's attention_*_lse slots (no P kept)
+    uint32_t precision;        // of the matrix products: NMT_DTYPE_F32 or NMT_DTYPE_BF16
+    void *wbf;                 // device, (P) bfloat16 copy of params (bf16 precision), else NULL
 };
 
 const struct model_config *model_config(const struct model *m)
@@ -247,6 +250,7 @@ void model_free(struct model *m)
         m->k->free(m->ctx, m->adam_m);
         m->k->free(m->ctx, m->adam_v);
         m->k->free(m->ctx, m->act_buf);
+        m->k->free(m->ctx, m->wbf);
     }
     model_weights_free(&m->w);
     model_weights_free(&m->g);
@@ -280,6 +284,8 @@ struct model *model_new(struct backend *be, const struct model_config *c, int tr
     m->c = *c;
     m->run = (struct nn_exec){.k = m->k, .ctx = m->ctx, .c = &m->c, .linear = nn_linear_gemm, .owner = m};
     m->training = training;
+    m->lse = m->k->attention_forward_lse && m->k->attention_backward_lse;
+    m->precision = NMT_DTYPE_F32;
     if (model_weights_alloc(&m->w, c) < 0 || (training && model_weights_alloc(&m->g, c) < 0))
         goto fail;
     m->a.e.layer = calloc((size_t)c->enc_layers, sizeof *m->a.e.layer);
@@ -354,9 +360,58 @@ int model_get_params(struct model *m, float *host)
     return nn_bk(&m->run, m->k->download(m->ctx, host, m->params, m->np * sizeof(float)), "download");
 }
 
+/* Refreshes the bfloat16 copy of the parameters (bf16 precision; nothing otherwise). 0 or -1. */
+static int wbf_refresh(struct model *m)
+{
+    if (!m->wbf)
+        return 0;
+    return nn_bk(&m->run, m->k->cast(m->ctx, m->wbf, NMT_DTYPE_BF16, m->params, NMT_DTYPE_F32, m->np), "cast");
+}
+
 int model_set_params(struct model *m, const float *host)
 {
-    return nn_bk(&m->run, m->k->upload(m->ctx, m->params, host, m->np * sizeof(float)), "upload");
+    if (nn_bk(&m->run, m->k->upload(m->ctx, m->params, host, m->np * sizeof(float)), "upload") < 0)
+        return -1;
+    return wbf_refresh(m);
+}
+
+int model_has_bf16(const struct model *m)
+{
+    return m->k->set_precision && m->k->cast && m->k->gemm_ex;
+}
+
+int model_set_precision(struct model *m, uint32_t dtype)
+{
+    if (dtype != NMT_DTYPE_F32 && dtype != NMT_DTYPE_BF16)
+        return nmt_seterr("precision %u is neither float32 nor bf16", (unsigned)dtype);
+    if (dtype == NMT_DTYPE_BF16 && !model_has_bf16(m))
+        return nmt_seterr("backend %s cannot train in bf16 (its plugin lacks the set_precision, cast and gemm_ex "
+                          "slots of ABI 2.2)",
+                          m->k->name);
+    if (m->k->set_precision && nn_bk(&m->run, m->k->set_precision(m->ctx, dtype), "set_precision") < 0)
+        return -1;
+    m->precision = dtype;
+    if (dtype == NMT_DTYPE_F32) {
+        m->k->free(m->ctx, m->wbf);
+        m->wbf = NULL;
+        m->run.wbase = NULL;
+        m->run.wbf = NULL;
+        return 0;
+    }
+    if (!m->wbf) {
+        m->wbf = m->k->alloc(m->ctx, m->np * sizeof(uint16_t));
+        if (!m->wbf)
+            return nmt_seterr("cannot allocate the bf16 copy of the parameters (%zu MB) on backend %s: %s",
+                              m->np * sizeof(uint16_t) >> 20, m->k->name, m->k->last_error(m->ctx));
+    }
+    m->run.wbase = m->params;
+    m->run.wbf = m->wbf;
+    return wbf_refresh(m);
+}
+
+uint32_t model_precision(const struct model *m)
+{
+    return m->precision;
 }
 
 int model_get_grads(struct model *m, float *host)
@@ -376,7 +431,10 @@ int model_set_grads(struct model *m, const float *host)
 /* ---------------------------------------------------------------------------------------------
  * activation buffer */
 
-static void sub_layout(struct nn_bump *b, struct nn_sub *s, int kind, size_t N, size_t D, size_t F, size_t P)
+/* A sublayer's views: KIND 0 self-attention, 1 cross-attention, 2 FFN; P the elements of its
+ * attention probabilities, L of their row statistics (kept instead of P when LSE). */
+static void sub_layout(struct nn_bump *b, struct nn_sub *s, int kind, size_t N, size_t D, size_t F, size_t P, size_t L,
+                       int lse)
 {
     s->t = nn_bump_f(b, N * D);
     s->x = nn_bump_f(b, N * D);
@@ -384,7 +442,8 @@ static void sub_layout(struct nn_bump *b, struct nn_sub *s, int kind, size_t N, 
     s->rstd = nn_bump_f(b, N);
     if (kind == 0 || kind == 1) { /* self / cross attention */
         s->q = nn_bump_f(b, N * (kind == 0 ? 3 : 1) * D);
-        s->P = nn_bump_f(b, P);
+        s->P = lse ? NULL : nn_bump_f(b, P);
+        s->lse = lse ? nn_bump_f(b, L) : NULL;
         s->att = nn_bump_f(b, N * D);
     } else {
         s->h = nn_bump_f(b, N * F);
@@ -400,13 +459,16 @@ static void acts_layout(struct model *m, struct nn_bump *b, int B, int S, int T,
     a->e.x = nn_bump_f(b, Ns * D);
     a->xt = nn_bump_f(b, Nt * D);
     for (int l = 0; l < m->c.enc_layers; l++) {
-        sub_layout(b, &a->e.layer[l].sa, 0, Ns, D, F, (size_t)B * H * (size_t)S * (size_t)S);
-        sub_layout(b, &a->e.layer[l].ff, 2, Ns, D, F, 0);
+        sub_layout(b, &a->e.layer[l].sa, 0, Ns, D, F, (size_t)B * H * (size_t)S * (size_t)S, 2 * (size_t)B * H * S,
+                   m->lse);
+        sub_layout(b, &a->e.layer[l].ff, 2, Ns, D, F, 0, 0, 0);
     }
     for (int l = 0; l < m->c.dec_layers; l++) {
-        sub_layout(b, &a->dec[l].sa, 0, Nt, D, F, (size_t)B * H * (size_t)T * (size_t)T);
-        sub_layout(b, &a->dec[l].ca, 1, Nt, D, F, (size_t)B * H * (size_t)T * (size_t)S);
-        sub_layout(b, &a->dec[l].ff, 2, Nt, D, F, 0);
+        sub_layout(b, &a->dec[l].sa, 0, Nt, D, F, (size_t)B * H * (size_t)T * (size_t)T, 2 * (size_t)B * H * T,
+                   m->lse);
+        sub_layout(b, &a->dec[l].ca, 1, Nt, D, F, (size_t)B * H * (size_t)T * (size_t)S, 2 * (size_t)B * H * T,
+                   m->lse);
+        sub_layout(b, &a->dec[l].ff, 2, Nt, D, F, 0, 0, 0);
         a->dec[l].kv = nn_bump_f(b, Ns * 2 * D);
     }
     if (m->c.pre_norm) {
@@ -492,12 +554,25 @@ int model_reserve(struct model *m, const struct batch_record *br)
 /* ---------------------------------------------------------------------------------------------
  * layer building blocks */
 
+/* C (M,N) = op(A) W^T (TRANSW) or op(A) W, W a weight of the parameter buffer with leading
+ * dimension LDW: gemm, or gemm_ex on W's bfloat16 copy in bf16 precision. */
+static int gemm_w(struct model *m, int transA, int transW, int M, int N, int K, const float *A, int lda, const float *W,
+                  int ldw, float beta, float *C, int ldc)
+{
+    if (m->wbf)
+        return nn_bk(&m->run,
+                     m->k->gemm_ex(m->ctx, transA, transW, M, N, K, 1.0f, A, NMT_DTYPE_F32, lda, nn_wbf(&m->run, W),
+                                   NMT_DTYPE_BF16, ldw, beta, C, ldc),
+                     "gemm_ex");
+    return nn_bk(&m->run, m->k->gemm(m->ctx, transA, transW, M, N, K, 1.0f, A, lda, W, ldw, beta, C, ldc), "gemm");
+}
+
 /* Backward of linear: dx (N, in) = dy W (+= when BETA is 1; skipped when dx is NULL),
  * dW += dy^T x, db += column sums of dy. */
 static int linear_bwd(struct model *m, float *dx, float *dW, float *db, const float *dy, const float *x,
                       const float *W, int N, int out, int in, float beta)
 {
-    if (dx && nn_bk(&m->run, m->k->gemm(m->ctx, 0, 0, N, in, out, 1.0f, dy, out, W, in, beta, dx, in), "gemm") < 0)
+    if (dx && gemm_w(m, 0, 0, N, in, out, dy, out, W, in, beta, dx, in) < 0)
         return -1;
     if (nn_bk(&m->run, m->k->gemm(m->ctx, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in), "gemm") < 0)
         return -1;
@@ -546,6 +621,18 @@ static int res_begin_bwd(struct model *m, struct nn_sub *s, float *dx, float *ds
     return nn_bk(&m->run, m->k->add(m->ctx, dx, dx, dsin, n), "add");
 }
 
+/* Attention backward of sublayer S (queries s->q, output s->att) over keys K and values V: from
+ * the saved P, or recomputing it from the saved row statistics. */
+static int attn_bwd(struct model *m, struct nn_sub *s, float *dq, float *dk, float *dv, const float *datt,
+                    const float *k, const float *v, const struct nmt_attn_args *a)
+{
+    if (s->lse)
+        return nn_bk(&m->run, m->k->attention_backward_lse(m->ctx, dq, dk, dv, datt, s->att, s->lse, s->q, k, v, a),
+                     "attention_backward_lse");
+    return nn_bk(&m->run, m->k->attention_backward(m->ctx, dq, dk, dv, datt, s->q, k, v, s->P, a),
+                 "attention_backward");
+}
+
 /* Backward of nn_self_attention: DOUT (B*T, D) gradient of the output; DSIN receives the input's gradient. */
 static int self_att_bwd(struct model *m, struct nn_sub *s, float *dsin, const float *dout, const float *sin,
                         const float *qkv_w, float *dqkv_w, float *dqkv_b, const float *o_w, float *do_w, float *do_b,
@@ -557,10 +644,7 @@ static int self_att_bwd(struct model *m, struct nn_sub *s, float *dsin, const fl
         return -1;
     struct nmt_attn_args a = nn_attn_args(&m->run, m->a.B, T, T, 3 * D, 3 * D, klen, causal);
     a.offset = s->attn_off;
-    if (nn_bk(&m->run,
-              m->k->attention_backward(m->ctx, dqkv, dqkv + D, dqkv + 2 * D, datt, s->q, s->q + D, s->q + 2 * D, s->P,
-                                       &a),
-              "attention_backward") < 0)
+    if (attn_bwd(m, s, dqkv, dqkv + D, dqkv + 2 * D, datt, s->q + D, s->q + 2 * D, &a) < 0)
         return -1;
     return linear_bwd(m, dsin, dqkv_w, dqkv_b, dqkv, sin, qkv_w, N, 3 * D, D, 0);
 }
@@ -576,8 +660,7 @@ static int cross_att_bwd(struct model *m, struct nn_sub *s, float *dsin, const f
         return -1;
     struct nmt_attn_args a = nn_attn_args(&m->run, m->a.B, m->a.T, m->a.S, D, 2 * D, m->a.src_len, 0);
     a.offset = s->attn_off;
-    if (nn_bk(&m->run, m->k->attention_backward(m->ctx, dq, dkv, dkv + D, datt, s->q, kv, kv + D, s->P, &a),
-           "attention_backward") < 0)
+    if (attn_bwd(m, s, dq, dkv, dkv + D, datt, kv, kv + D, &a) < 0)
         return -1;
     if (linear_bwd(m, dmem, gw->ckv_w, gw->ckv_b, dkv, mem, w->ckv_w, Ns, 2 * D, D, 1) < 0)
         return -1;
@@ -600,7 +683,7 @@ static int ffn_bwd(struct model *m, struct nn_sub *s, float *dsin, const float *
     }
     if (linear_bwd(m, NULL, dw2, db2, dout, hd, w2, N, D, F, 0) < 0)
         return -1;
-    if (nn_bk(&m->run, m->k->gemm(m->ctx, 0, 0, N, F, D, 1.0f, dout, D, w2, F, 0.0f, dh, F), "gemm") < 0)
+    if (gemm_w(m, 0, 0, N, F, D, dout, D, w2, F, 0.0f, dh, F) < 0)
         return -1;
     if (drop && drop_bwd(m, dh, dh, n, m->c.act_dropout, s->act_off) < 0)
         return -1;
@@ -783,7 +866,7 @@ static int output_loss(struct model *m, const float *y, int backward, struct mod
     for (int r0 = 0; r0 < Nr; r0 += m->R) {
         int R = Nr - r0 < m->R ? Nr - r0 : m->R;
         float *yr = a->yp + (size_t)r0 * (size_t)D;
-        if (nn_bk(&m->run, m->k->gemm(m->ctx, 0, 1, R, V, D, 1.0f, yr, D, m->w.emb, D, 0.0f, a->logits, V), "gemm") < 0)
+        if (gemm_w(m, 0, 1, R, V, D, yr, D, m->w.emb, D, 0.0f, a->logits, V) < 0)
             return -1;
         if (logits_host && nn_bk(&m->run, m->k->download(m->ctx, logits_host + (size_t)r0 * (size_t)V, a->logits,
                                                        (size_t)R * (size_t)V * sizeof(float)),
@@ -801,8 +884,7 @@ static int output_loss(struct model *m, const float *y, int backward, struct mod
         /* dE += dlogits^T y, then dy = dlogits E written over y's rows (no longer needed) */
         if (backward && (nn_bk(&m->run, m->k->gemm(m->ctx, 1, 0, V, D, R, 1.0f, a->logits, V, yr, D, 1.0f, m->g.emb, D),
                                "gemm") < 0 ||
-                         nn_bk(&m->run, m->k->gemm(m->ctx, 0, 0, R, D, V, 1.0f, a->logits, V, m->w.emb, D, 0.0f, yr, D),
-                               "gemm") < 0))
+                         gemm_w(m, 0, 0, R, D, V, a->logits, V, m->w.emb, D, 0.0f, yr, D) < 0))
             return -1;
     }
     return 0;
@@ -975,10 +1057,12 @@ int model_grad_sumsq(struct model *m, double *out)
 
 int model_adam(struct model *m, float lr, int64_t t, float grad_scale, float beta1, float beta2, float eps)
 {
-    return nn_bk(&m->run,
-                 m->k->adam_update(m->ctx, m->params, m->adam_m, m->adam_v, m->grads, m->np, lr, beta1, beta2, eps, t,
-                                   grad_scale),
-                 "adam_update");
+    if (nn_bk(&m->run,
+              m->k->adam_update(m->ctx, m->params, m->adam_m, m->adam_v, m->grads, m->np, lr, beta1, beta2, eps, t,
+                                grad_scale),
+              "adam_update") < 0)
+        return -1;
+    return wbf_refresh(m);
 }
 
 int model_update(struct model *m, float lr, int64_t t, int64_t tokens, double clip, double *gnorm)
@@ -1092,7 +1176,7 @@ int model_load(struct model *m, const struct st_file *f, int opt)
             nn_bk(&m->run, m->k->upload(m->ctx, m->adam_v, h, m->np * sizeof(float)), "upload") < 0)
             goto out;
     }
-    rc = 0;
+    rc = wbf_refresh(m);
 out:
     free(h);
     return rc;

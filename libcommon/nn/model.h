@@ -75,6 +75,19 @@ float *model_param_data(struct model *m);
 /* Returns M's parameters as named fields (nn/params.h; device pointers, owned by M). */
 const struct model_weights *model_weights(const struct model *m);
 
+/* Returns 1 when M's backend can compute in bf16 (the set_precision, cast and gemm_ex slots of ABI
+ * 2.2), else 0. */
+int model_has_bf16(const struct model *m);
+/* Sets the precision of M's matrix products: NMT_DTYPE_F32 (the default) or NMT_DTYPE_BF16 (mixed
+ * precision: the backend's products round both operands to bfloat16 and sum in float32; the
+ * weights are read from a bfloat16 copy of the parameters, refreshed whenever they change:
+ * model_init, model_set_params, model_load, model_adam; parameters, gradients, Adam moments,
+ * activations, softmax, layer norm and the loss stay float32). 0, or -1 with the error set (a
+ * backend without those slots, out of device memory). */
+int model_set_precision(struct model *m, uint32_t dtype);
+/* Returns the precision set by model_set_precision (NMT_DTYPE_F32 by default). */
+uint32_t model_precision(const struct model *m);
+
 /* Initialises the parameters from SEED: Xavier-uniform weight matrices, zero biases, unit layer norm
  * gains, N(0, D^-1/2) embedding with a zero PAD row (as the PyTorch reference); zeroes the Adam
  * moments. 0 or -1. */

@@ -8,7 +8,9 @@
 
 struct attn {
     float *out, *P, *dq, *dk, *dv;
+    float *lse;           /* (B,H,Tq,2) forward statistics to save, or NULL */
     const float *q, *k, *v, *dout, *Pin;
+    const float *lsein;   /* (B,H,Tq,2) saved statistics: backward recomputes P from them (Pin NULL) */
     const struct nmt_attn_args *a;
     nmt_bctx *ctx;
 };
@@ -57,6 +59,8 @@ CPU_VEC static void fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
         int n = visible(a, b, i);
         for (int d = 0; d < dh; d++)
             o[d] = 0;
+        if (t->lse)
+            t->lse[2 * r] = t->lse[2 * r + 1] = 0;
         if (n == 0) {
             if (prow)
                 memset(prow, 0, (size_t)Tk * sizeof *prow);
@@ -73,6 +77,10 @@ CPU_VEC static void fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
         float inv = 1.0f / sum;
         for (int j = 0; j < n; j++)
             s[j] *= inv;
+        if (t->lse) {
+            t->lse[2 * r] = mx;
+            t->lse[2 * r + 1] = sum;
+        }
         if (prow)
             for (int j = 0; j < Tk; j++)
                 prow[j] = j < n ? s[j] : 0.0f;
@@ -262,6 +270,7 @@ CPU_VEC static void bwd_body(void *arg, int64_t lo, int64_t hi, int tid)
     const struct nmt_attn_args *a = t->a;
     int dh = a->dh, Tk = a->Tk, Tq = a->Tq;
     float *dp = cpu_scratch_of(t->ctx, tid); /* (Tk) */
+    float *pr = dp + Tk;                     /* (Tk) the recomputed row of P (lse path) */
     float keep = 1.0f / (1.0f - a->dropout);
     uint64_t key = rng_key(a->seed);
     for (int64_t bh = lo; bh < hi; bh++) {
@@ -277,12 +286,21 @@ CPU_VEC static void bwd_body(void *arg, int64_t lo, int64_t hi, int tid)
             const float *qi = t->q + b * a->q_bs + i * a->q_ld + h * dh;
             const float *go = t->dout + b * a->o_bs + i * a->o_ld + h * dh;
             float *dqi = t->dq + b * a->q_bs + i * a->q_ld + h * dh;
-            const float *prow = t->Pin + r * Tk;
+            const float *prow = t->Pin ? t->Pin + r * Tk : pr;
             int n = visible(a, b, i);
             for (int d = 0; d < dh; d++)
                 dqi[d] = 0;
             if (n == 0)
                 continue;
+            if (!t->Pin) { /* P as fwd_body computed it: the same operations on the same values */
+                float mx = t->lsein[2 * r], inv = 1.0f / t->lsein[2 * r + 1];
+                for (int j = 0; j < n; j++)
+                    pr[j] = vdot(qi, kb + j * a->k_ld, dh) * a->scale;
+                for (int j = 0; j < n; j++)
+                    pr[j] = vexp(pr[j] - mx);
+                for (int j = 0; j < n; j++)
+                    pr[j] *= inv;
+            }
             uint64_t ctr = a->offset + (uint64_t)r * (uint64_t)Tk;
             float dot = 0;
             for (int j = 0; j < n; j++) {
@@ -317,6 +335,32 @@ int cpu_attention_backward(nmt_bctx *ctx, float *dq, float *dk, float *dv, const
     if (!P)
         return cpu_err(ctx, "attention_backward: no saved probabilities");
     struct attn t = { .dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v, .Pin = P, .a = a,
+                      .ctx = ctx };
+    pool_for(ctx->pool, (int64_t)a->B * a->H, 1, bwd_body, &t);
+    return 0;
+}
+
+int cpu_attention_forward_lse(nmt_bctx *ctx, float *out, float *lse, const float *q, const float *k, const float *v,
+                              const struct nmt_attn_args *a)
+{
+    if (!lse) /* inference: attention_forward's own paths */
+        return cpu_attention_forward(ctx, out, NULL, q, k, v, a);
+    if (check(ctx, "attention_forward_lse", a) < 0 || cpu_scratch(ctx, (size_t)(a->Tk + 16) * sizeof(float)) < 0)
+        return -1;
+    struct attn t = { .out = out, .lse = lse, .q = q, .k = k, .v = v, .a = a, .ctx = ctx };
+    pool_for(ctx->pool, (int64_t)a->B * a->H * a->Tq, 4, fwd_body, &t);
+    return 0;
+}
+
+int cpu_attention_backward_lse(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                               const float *lse, const float *q, const float *k, const float *v,
+                               const struct nmt_attn_args *a)
+{
+    if (check(ctx, "attention_backward_lse", a) < 0 || cpu_scratch(ctx, (size_t)(2 * a->Tk + 1) * sizeof(float)) < 0)
+        return -1;
+    if (!lse)
+        return cpu_err(ctx, "attention_backward_lse: no saved statistics");
+    struct attn t = { .dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v, .lsein = lse, .a = a,
                       .ctx = ctx };
     pool_for(ctx->pool, (int64_t)a->B * a->H, 1, bwd_body, &t);
     return 0;

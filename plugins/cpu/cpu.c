@@ -152,6 +152,7 @@ static void cpu_close(nmt_bctx *ctx)
     free(ctx->pe);
     free(ctx->scratch);
     free(ctx->qbuf);
+    free(ctx->mbuf);
     pool_free(ctx->pool);
     free(ctx);
 }
@@ -181,7 +182,7 @@ static int cpu_props(nmt_bctx *ctx, struct nmt_backend_props *out)
              ctx->threads == 1 ? "" : "s", cpu_rowinv_isa_name(), blas.corename ? blas.corename() : "?");
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     out->memory_bytes = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
-    out->dtypes = NMT_DTYPE_F32;
+    out->dtypes = NMT_DTYPE_F32 | NMT_DTYPE_BF16; /* bf16 matrix products (emulated exactly, mixed.c) */
     out->threads = ctx->threads;
     return 0;
 }
@@ -236,14 +237,15 @@ static int cpu_memset_zero(nmt_bctx *ctx, void *dst, size_t bytes)
     return 0;
 }
 
-static int check_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, int lda, int ldb, int ldc)
+int cpu_check_gemm(nmt_bctx *ctx, const char *what, int transA, int transB, int M, int N, int K, int lda, int ldb,
+                   int ldc)
 {
     if (M < 0 || N < 0 || K < 0)
-        return cpu_err(ctx, "gemm: negative size M=%d N=%d K=%d", M, N, K);
+        return cpu_err(ctx, "%s: negative size M=%d N=%d K=%d", what, M, N, K);
     int acols = transA ? M : K, bcols = transB ? K : N;
     if (lda < (acols > 1 ? acols : 1) || ldb < (bcols > 1 ? bcols : 1) || ldc < (N > 1 ? N : 1))
-        return cpu_err(ctx, "gemm: leading dimension too small (lda=%d ldb=%d ldc=%d for M=%d N=%d K=%d)", lda, ldb,
-                       ldc, M, N, K);
+        return cpu_err(ctx, "%s: leading dimension too small (lda=%d ldb=%d ldc=%d for M=%d N=%d K=%d)", what, lda,
+                       ldb, ldc, M, N, K);
     return 0;
 }
 
@@ -254,10 +256,10 @@ static void scale_c(float *C, int M, int N, int ldc, float beta)
             C[(size_t)i * ldc + j] = beta == 0 ? 0 : beta * C[(size_t)i * ldc + j];
 }
 
-static int cpu_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
-                    const float *B, int ldb, float beta, float *C, int ldc)
+int cpu_gemm_f32(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc)
 {
-    if (check_gemm(ctx, transA, transB, M, N, K, lda, ldb, ldc) < 0)
+    if (cpu_check_gemm(ctx, "gemm", transA, transB, M, N, K, lda, ldb, ldc) < 0)
         return -1;
     if (M == 0 || N == 0)
         return 0;
@@ -271,6 +273,16 @@ static int cpu_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, 
     blas.sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K, alpha,
                 A, lda, B, ldb, beta, C, ldc);
     return 0;
+}
+
+/* gemm: float32, or with both operands rounded to bf16 after set_precision(BF16) (mixed.c). */
+static int cpu_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if (ctx->precision == NMT_DTYPE_BF16)
+        return cpu_gemm_ex(ctx, transA, transB, M, N, K, alpha, A, NMT_DTYPE_F32, lda, B, NMT_DTYPE_F32, ldb, beta, C,
+                           ldc);
+    return cpu_gemm_f32(ctx, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 static const struct nmt_backend cpu_table = {
@@ -315,6 +327,11 @@ static const struct nmt_backend cpu_table = {
     .linear_rowinv = cpu_linear_rowinv,
     .linear_packed_bytes_q = cpu_linear_packed_bytes_q,
     .linear_pack_q = cpu_linear_pack_q,
+    .attention_forward_lse = cpu_attention_forward_lse,
+    .attention_backward_lse = cpu_attention_backward_lse,
+    .set_precision = cpu_set_precision,
+    .cast = cpu_cast,
+    .gemm_ex = cpu_gemm_ex,
 };
 
 __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void) { return &cpu_table; }

@@ -40,6 +40,9 @@ struct nmt_bctx {
     size_t scratch_per;
     void *qbuf;    /* the rows of A converted by the int8 and bf16 linear layers (linear_q.c, linear_bf16.c) */
     size_t qcap;   /* bytes of qbuf */
+    uint32_t precision; /* of gemm and gemm_ex: NMT_DTYPE_F32 (0 reads as F32) or NMT_DTYPE_BF16 */
+    float *mbuf;   /* the bf16-rounded operands of gemm and gemm_ex (mixed.c) */
+    size_t mcap;   /* floats of mbuf */
 };
 
 /* The instruction sets of the hand-written kernels (gemm_rowinv, linear_rowinv), widest last.
@@ -91,6 +94,24 @@ int cpu_linear_bf16_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int 
                         const float *bias, int relu, float *C, int ldc);
 /* 1 when the bf16 layer can run: the CPU has AVX512-BF16 and NMT_CPU_ISA allows AVX-512. */
 int cpu_bf16(void);
+/* mixed.c: set_precision, cast and gemm_ex (plugins/backend.h, ABI 2.2). */
+int cpu_set_precision(nmt_bctx *ctx, uint32_t dtype);
+int cpu_cast(nmt_bctx *ctx, void *dst, uint32_t dst_dtype, const void *src, uint32_t src_dtype, size_t n);
+int cpu_gemm_ex(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const void *A,
+                uint32_t a_dtype, int lda, const void *B, uint32_t b_dtype, int ldb, float beta, float *C, int ldc);
+/* cpu.c: the float32 product of gemm (OpenBLAS sgemm; A and B are read only when M, N, K > 0 and
+ * alpha != 0), whatever the context's precision; 0 or -1. */
+int cpu_gemm_f32(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc);
+/* cpu.c: 0 if gemm's sizes and leading dimensions are valid, else -1 with the error naming WHAT. */
+int cpu_check_gemm(nmt_bctx *ctx, const char *what, int transA, int transB, int M, int N, int K, int lda, int ldb,
+                   int ldc);
+/* attention.c: attention_forward_lse and attention_backward_lse (ABI 2.2). */
+int cpu_attention_forward_lse(nmt_bctx *ctx, float *out, float *lse, const float *q, const float *k, const float *v,
+                              const struct nmt_attn_args *a);
+int cpu_attention_backward_lse(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                               const float *lse, const float *q, const float *k, const float *v,
+                               const struct nmt_attn_args *a);
 /* Sets CTX's error text; returns -1. */
 int cpu_err(struct nmt_bctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Makes sure each thread has PER bytes of scratch (64-byte aligned); 0 or -1 with the error set. */
