@@ -41,6 +41,9 @@ static void usage(void)
            "      --force             start afresh even if the checkpoint at -o exists (it is replaced)\n"
            "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
            "      --threads N         worker threads of the backend (default: all cores)\n"
+           "      --precision P       float32 (default) or bf16: matrix products on bfloat16 operands\n"
+           "                          with float32 sums (tensor cores on cuda; emulated exactly on cpu),\n"
+           "                          float32 weights, Adam, activations, softmax, layer norm and loss\n"
            "Length of training (the first limit reached ends it):\n"
            "      --epochs E          passes over the training file (default 1 unless a limit below)\n"
            "      --max-steps N       total optimizer steps, counting those before a --resume\n"
@@ -105,7 +108,7 @@ enum {
     OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
     OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
     OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR, OPT_FORCE, OPT_VALID_BLEU, OPT_VALID_BEAM, OPT_CONFIG,
-    OPT_DUMP_CONFIG
+    OPT_DUMP_CONFIG, OPT_PRECISION
 };
 
 struct opts {
@@ -114,6 +117,7 @@ struct opts {
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip, progress_every, peak_lr;
     int lr_set, force, valid_bleu, valid_beam, dump_config;
+    int bf16;               /* --precision bf16 */
     uint64_t warmup;
     /* model overrides; -1 = from the preset */
     int64_t layers, enc_layers, dec_layers, d_model, heads, ff, max_len;
@@ -290,6 +294,7 @@ static const struct option long_options[] = {
 {"reduce", required_argument, NULL, OPT_REDUCE}, {"peak-lr", required_argument, NULL, OPT_PEAK_LR},
 {"force", no_argument, NULL, OPT_FORCE},          {"valid-bleu", no_argument, NULL, OPT_VALID_BLEU},
 {"valid-beam", required_argument, NULL, OPT_VALID_BEAM},
+{"precision", required_argument, NULL, OPT_PRECISION},
 {"config", required_argument, NULL, OPT_CONFIG},  {"dump-config", no_argument, NULL, OPT_DUMP_CONFIG},
 {NULL, 0, NULL, 0}};
 static const char *const CONFIG_EXCLUDED[] = {"config", "dump-config", "help", "version", NULL};
@@ -362,6 +367,11 @@ static int parse_option(int ch, struct opts *o)
     case OPT_KEEP: if (opt_u64("--keep", optarg, 0, 1000000, &o->keep) < 0) return -1; break;
     case OPT_LOG: o->log = optarg; break;
     case OPT_COMM: o->comm = optarg; break;
+    case OPT_PRECISION:
+        if (strcmp(optarg, "float32") && strcmp(optarg, "bf16"))
+            return nmt_usage_error("invalid --precision '%s' (expected float32 or bf16)", optarg), -1;
+        o->bf16 = !strcmp(optarg, "bf16");
+        break;
     case OPT_REDUCE:
         if (strcmp(optarg, "ordered") && strcmp(optarg, "fast"))
             return nmt_usage_error("invalid --reduce '%s' (expected ordered or fast)", optarg), -1;
@@ -461,6 +471,7 @@ static void write_config(FILE *f, const struct opts *o)
     for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)
         fprintf(f, "%s: %s\n", flag[i].k, flag[i].v ? "true" : "false");
     fprintf(f, "reduce: %s\n", o->reduce_fast ? "fast" : "ordered");
+    fprintf(f, "precision: %s\n", o->bf16 ? "bf16" : "float32");
 }
 
 /* The text of write_config (malloc'd), or NULL with the error set. */
@@ -662,6 +673,8 @@ static int setup_training(struct ctx *c)
         return -1;
     c->m = model_new(c->be, &c->cfg, 1);
     if (!c->m || model_init(c->m, o->seed) < 0)
+        return -1;
+    if (o->bf16 && model_set_precision(c->m, NMT_DTYPE_BF16) < 0)
         return -1;
     struct train_state s = {.best_valid = INFINITY, .best_bleu = -INFINITY};
     if (c->ck) {

@@ -430,6 +430,10 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
         if (len[b] + 1 > S)
             S = len[b] + 1;
     }
+    /* the context may be shared with a model training in bf16 (validation): gemm is float32 here */
+    if (in->run.k->set_precision &&
+        nn_bk(&in->run, in->run.k->set_precision(in->run.ctx, NMT_DTYPE_F32), "set_precision") < 0)
+        return -1;
     set_shape(in, B, S, K, tmax);
     if (arena_prepare(in) < 0)
         return -1;

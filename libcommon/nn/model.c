@@ -1022,6 +1022,9 @@ static int step_impl(struct model *m, const struct batch_record *br, int train, 
     m->run.ctr = 0;
     if (prepare_batch(m, br, &Nr, &nsrc) < 0)
         return -1;
+    /* the precision is the context's: another model or decoder may share it */
+    if (m->k->set_precision && nn_bk(&m->run, m->k->set_precision(m->ctx, m->precision), "set_precision") < 0)
+        return -1;
     struct acts *a = &m->a;
     const float *mem, *y;
     if (nn_encoder(&m->run, &m->w, &a->e, a->src_ids, a->src_pos, a->src_len, a->B, a->S, &mem) < 0 ||

@@ -332,11 +332,120 @@ static void op_decode(struct backend *b, struct result *r)
     fetch(b, r, dst, 5 * 11, 0);
 }
 
+/* The arguments of attention case V (0-5): the shapes of op_attention (0-2: mask, causal with
+ * shift, dropout) and of op_attention_tiled (3-5: several 32-key tiles, dh 64 and 40, the fused
+ * (rows, 3D) layout, cross-attention), with KL the key lengths (device) when used. */
+static struct nmt_attn_args attn_case(struct backend *b, int variant)
+{
+    static const int32_t kl3[3] = { 6, 0, 3 }, kl2[2] = { 45, 29 };
+    struct nmt_attn_args a;
+    memset(&a, 0, sizeof a);
+    if (variant < 3) {
+        a.B = 3, a.Tq = variant == 1 ? 6 : 4, a.Tk = 6, a.H = 2, a.dh = 8;
+        a.scale = 0.35f;
+        a.causal = variant >= 1;
+        a.causal_shift = variant == 2 ? 2 : 0;
+        a.dropout = variant == 2 ? 0.25f : 0;
+        a.seed = 5, a.offset = 77;
+        a.klen = variant == 1 ? NULL : dints(b, kl3, 3);
+    } else {
+        int v = variant - 3;
+        a.B = 2, a.Tq = v == 2 ? 13 : 45, a.Tk = 45, a.H = 3, a.dh = v ? 40 : 64;
+        a.scale = 1.0f / sqrtf((float)a.dh);
+        a.causal = v != 2;
+        a.dropout = v == 1 ? 0.1f : 0;
+        a.seed = 11, a.offset = 1234567;
+        a.klen = v == 1 ? NULL : dints(b, kl2, 2);
+    }
+    int D = a.H * a.dh;
+    int64_t ld = variant == 3 ? 3 * D : D; /* case 3: q, k, v interleaved in one (B*T, 3D) buffer */
+    a.q_ld = a.k_ld = a.v_ld = ld;
+    a.o_ld = D;
+    a.q_bs = (int64_t)a.Tq * ld, a.k_bs = a.v_bs = (int64_t)a.Tk * ld, a.o_bs = (int64_t)a.Tq * D;
+    return a;
+}
+
+/* attention_forward_lse and attention_backward_lse on the six cases: the output, the saved row
+ * statistics (m, l) and the gradients. */
+static void op_attention_lse(struct backend *b, struct result *r)
+{
+    for (int variant = 0; variant < 6; variant++) {
+        struct nmt_attn_args a = attn_case(b, variant);
+        size_t nq = (size_t)a.B * a.q_bs, nk = (size_t)a.B * a.k_bs, no = (size_t)a.B * a.o_bs;
+        size_t nl = 2 * (size_t)a.B * a.H * a.Tq;
+        float *q = drand(b, nq, -1, 1), *k = drand(b, nk, -1, 1), *v = drand(b, nk, -1, 1);
+        float *dq = drand(b, nq, -1, 1), *dk = drand(b, nk, -1, 1), *dv = drand(b, nk, -1, 1);
+        float *o = drand(b, no, -1, 1), *lse = drand(b, nl, -1, 1), *dout = drand(b, no, -1, 1);
+        r->rc |= OP(b, attention_forward_lse, o, lse, q, k, v, &a);
+        r->rc |= OP(b, attention_backward_lse, dq, dk, dv, dout, o, lse, q, k, v, &a);
+        fetch(b, r, o, no, 0);
+        fetch(b, r, lse, nl, 0);
+        fetch(b, r, dq, nq, 0);
+        fetch(b, r, dk, nk, 0);
+        fetch(b, r, dv, nk, 0);
+    }
+}
+
+/* Downloads N bf16 values from DEV and keeps them widened to float. */
+static void fetch_bf16(struct backend *b, struct result *r, const void *dev, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    b->ops.download(b->ctx, h, dev, n * sizeof *h);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&f[i], &u, sizeof u);
+    }
+    keep(r, f, n);
+    free(h);
+    free(f);
+}
+
+/* cast float32 -> bf16 -> float32 on random values and on rounding ties, infinities and NaN. */
+static void op_cast(struct backend *b, struct result *r)
+{
+    size_t n = 4099;
+    float *x = drand(b, n, -3, 3), *y = drand(b, n, -1, 1);
+    const float special[8] = { 1.00390625f, 1.01171875f, -1.00390625f, 65504.0f, -2.5e-39f, 0.0f, -0.0f, 3.0e38f };
+    r->rc |= OP(b, upload, x, special, sizeof special);
+    uint16_t *h = b->ops.alloc(b->ctx, n * sizeof *h);
+    r->rc |= !h || OP(b, cast, h, NMT_DTYPE_BF16, x, NMT_DTYPE_F32, n) < 0;
+    r->rc |= !h || OP(b, cast, y, NMT_DTYPE_F32, h, NMT_DTYPE_BF16, n) < 0;
+    fetch_bf16(b, r, h, n);
+    fetch(b, r, y, n, 0);
+}
+
+/* Mixed precision: gemm after set_precision(BF16) in the four transpositions, gemm_ex with a bf16
+ * operand (made by cast) under bf16 and under float32 precision; precision back to float32. */
+static void op_gemm_bf16(struct backend *b, struct result *r)
+{
+    int M = 37, N = 29, K = 67;
+    r->rc |= OP(b, set_precision, NMT_DTYPE_BF16);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            float *A = drand(b, (size_t)M * K, -1, 1), *B = drand(b, (size_t)N * K, -1, 1), *C = drand(b, (size_t)M * N, -1, 1);
+            r->rc |= OP(b, gemm, ta, tb, M, N, K, 0.7f, A, ta ? M : K, B, tb ? K : N, 0.3f, C, N);
+            fetch(b, r, C, (size_t)M * N, 0);
+        }
+    float *A = drand(b, (size_t)M * (K + 3), -1, 1), *W = drand(b, (size_t)N * K, -1, 1), *C = drand(b, (size_t)M * N, -1, 1);
+    uint16_t *Wb = b->ops.alloc(b->ctx, (size_t)N * K * sizeof *Wb);
+    r->rc |= !Wb || OP(b, cast, Wb, NMT_DTYPE_BF16, W, NMT_DTYPE_F32, (size_t)N * K) < 0;
+    r->rc |= OP(b, gemm_ex, 0, 1, M, N, K, 1.0f, A, NMT_DTYPE_F32, K + 3, Wb, NMT_DTYPE_BF16, K, 0.0f, C, N);
+    fetch(b, r, C, (size_t)M * N, 0);
+    float *dY = drand(b, (size_t)M * N, -1, 1), *dX = drand(b, (size_t)M * K, -1, 1);
+    r->rc |= OP(b, gemm_ex, 0, 0, M, K, N, 1.0f, dY, NMT_DTYPE_F32, N, Wb, NMT_DTYPE_BF16, K, 0.0f, dX, K);
+    fetch(b, r, dX, (size_t)M * K, 0);
+    r->rc |= OP(b, set_precision, NMT_DTYPE_F32);
+    r->rc |= OP(b, gemm_ex, 0, 1, M, N, K, 1.0f, A, NMT_DTYPE_F32, K + 3, Wb, NMT_DTYPE_BF16, K, 0.5f, C, N);
+    fetch(b, r, C, (size_t)M * N, 0);
+}
+
 static const struct {
     const char *name;
     void (*run)(struct backend *, struct result *);
     double tol;
-    int optional; /* uses an optional slot: 2 gemm_rowinv, 3 linear_pack and linear_rowinv */
+    int optional; /* uses an optional slot: 2 gemm_rowinv, 3 linear_pack and linear_rowinv, 4 the
+                   * attention_*_lse slots, 5 set_precision, cast and gemm_ex */
 } ops[] = {
     { "gemm", op_gemm, 1e-5, 0 },
     { "bias_add, bias_grad", op_bias, 1e-5, 0 },
@@ -348,10 +457,150 @@ static const struct {
     { "add, relu, dropout, memset_zero, copy", op_elementwise, 1e-6, 0 },
     { "gemm_rowinv (row-invariant product)", op_gemm_rowinv, 1e-5, 2 },
     { "linear_pack, linear_rowinv (row-invariant linear layer, bias, ReLU)", op_linear_rowinv, 1e-5, 3 },
+    { "attention_forward_lse, attention_backward_lse (six cases: masks, dropout, tiles, fused qkv)",
+      op_attention_lse, 1e-4, 4 },
+    /* bf16 tolerances: the operands are rounded identically (to nearest even) everywhere, the
+     * products of bf16 values are exact in float32, so only the order and width of the float32
+     * sums may differ: 1e-3 of the largest output for gemm/gemm_ex, 0 for cast */
+    { "cast float32 <-> bf16 (ties to even, subnormal, large, random values)", op_cast, 0, 5 },
+    { "set_precision bf16: gemm (4 transpositions), gemm_ex with a bf16 weight; gemm_ex at float32",
+      op_gemm_bf16, 1e-3, 5 },
     { "cross_entropy", op_xent, 1e-5, 0 },
     { "adam_update, sumsq", op_optim, 1e-5, 0 },
     { "topk_logsoftmax, gather_rows", op_decode, 1e-5, 0 },
 };
+
+/* Downloads N floats of DEV into a new host array. */
+static float *host_of(struct backend *b, const float *dev, size_t n)
+{
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    b->ops.download(b->ctx, h, dev, n * sizeof *h);
+    return h;
+}
+
+/* L = sum of DOUT * attention_forward_lse(Q, K, V) in double, on backend B. */
+static double attn_loss(struct backend *b, const struct nmt_attn_args *a, float *o, const float *q, const float *k,
+                        const float *v, const float *dout_h)
+{
+    size_t no = (size_t)a->B * a->o_bs;
+    OP(b, attention_forward_lse, o, NULL, q, k, v, a);
+    float *oh = host_of(b, o, no);
+    double L = 0;
+    for (size_t i = 0; i < no; i++)
+        L += (double)oh[i] * dout_h[i];
+    free(oh);
+    return L;
+}
+
+/* The cpu plugin's ABI 2.2 slots against references of their own: the lse attention equals the P
+ * path bit for bit and its gradient matches central differences; bf16 products equal a double
+ * reference on bf16-rounded operands; cast rounds ties to even. */
+static void cpu_reference_checks(struct backend *b)
+{
+    for (int variant = 0; variant < 6; variant++) {
+        rng_state = 500 + (uint64_t)variant;
+        struct nmt_attn_args a = attn_case(b, variant);
+        size_t nq = (size_t)a.B * a.q_bs, nk = (size_t)a.B * a.k_bs, no = (size_t)a.B * a.o_bs;
+        size_t np = (size_t)a.B * a.H * a.Tq * a.Tk, nl = 2 * (size_t)a.B * a.H * a.Tq;
+        float *q = drand(b, nq, -1, 1), *k = drand(b, nk, -1, 1), *v = drand(b, nk, -1, 1), *dout = drand(b, no, -1, 1);
+        float *o1 = drand(b, no, 0, 1), *o2 = drand(b, no, 0, 1), *P = drand(b, np, 0, 1), *lse = drand(b, nl, 0, 1);
+        float *g1[3], *g2[3];
+        for (int t = 0; t < 3; t++) { /* zeroed: the columns of other heads' blocks are not written */
+            g1[t] = drand(b, t ? nk : nq, 0, 1), g2[t] = drand(b, t ? nk : nq, 0, 1);
+            OP(b, memset_zero, g1[t], (t ? nk : nq) * sizeof(float));
+            OP(b, memset_zero, g2[t], (t ? nk : nq) * sizeof(float));
+        }
+        int rc = OP(b, attention_forward, o1, P, q, k, v, &a) | OP(b, attention_backward, g1[0], g1[1], g1[2], dout, q, k, v, P, &a) |
+                 OP(b, attention_forward_lse, o2, lse, q, k, v, &a) |
+                 OP(b, attention_backward_lse, g2[0], g2[1], g2[2], dout, o2, lse, q, k, v, &a);
+        int same = memcmp(o1, o2, no * sizeof *o1) == 0;
+        for (int t = 0; t < 3; t++)
+            same &= memcmp(g1[t], g2[t], (t ? nk : nq) * sizeof(float)) == 0;
+        test_ok(rc == 0 && same, "cpu: attention case %d: the lse path's output and gradients equal the P path's bit for bit",
+                variant);
+        if (variant == 3) /* fused layout: q, k, v overlap one buffer; the identity above covers it */
+            continue;
+        /* directional derivative of L = <dout, out> along a random direction of (q, k, v) */
+        float *dout_h = host_of(b, dout, no), *x[3] = { q, k, v };
+        size_t nx[3] = { nq, nk, nk };
+        float *x0[3], *u[3];
+        double dot = 0;
+        for (int t = 0; t < 3; t++) {
+            x0[t] = host_of(b, x[t], nx[t]);
+            u[t] = malloc(nx[t] * sizeof *u[t]);
+            float *gh = host_of(b, g2[t], nx[t]);
+            for (size_t i = 0; i < nx[t]; i++) {
+                u[t][i] = urand(-1, 1);
+                dot += (double)gh[i] * u[t][i];
+            }
+            free(gh);
+        }
+        double h = 1e-2, L[2];
+        for (int sgn = 0; sgn < 2; sgn++) {
+            for (int t = 0; t < 3; t++) {
+                float *xp = malloc(nx[t] * sizeof *xp);
+                for (size_t i = 0; i < nx[t]; i++)
+                    xp[i] = x0[t][i] + (float)(sgn ? -h : h) * u[t][i];
+                OP(b, upload, x[t], xp, nx[t] * sizeof *xp);
+                free(xp);
+            }
+            L[sgn] = attn_loss(b, &a, o2, q, k, v, dout_h);
+        }
+        double fd = (L[0] - L[1]) / (2 * h), err = fabs(fd - dot) / (fabs(dot) > 1 ? fabs(dot) : 1);
+        test_ok(err < 1e-2, "cpu: attention case %d: attention_backward_lse's directional derivative %.6g, central "
+                "differences %.6g (relative error %.2e)", variant, dot, fd, err);
+        for (int t = 0; t < 3; t++)
+            free(x0[t]), free(u[t]);
+        free(dout_h);
+    }
+
+    /* bf16 products: exact bf16 operands, float32 sums */
+    int M = 23, N = 31, K = 300;
+    rng_state = 77;
+    float *A = drand(b, (size_t)M * K, -1, 1), *B = drand(b, (size_t)N * K, -1, 1), *C = drand(b, (size_t)M * N, 0, 1);
+    float *Ah = host_of(b, A, (size_t)M * K), *Bh = host_of(b, B, (size_t)N * K);
+    int rc = OP(b, set_precision, NMT_DTYPE_BF16) | OP(b, gemm, 0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+    float *Ch = host_of(b, C, (size_t)M * N);
+    rc |= OP(b, set_precision, NMT_DTYPE_F32) | OP(b, gemm, 0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+    float *Cf = host_of(b, C, (size_t)M * N);
+    double e_bf = 0, e_f32 = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double ref = 0;
+            for (int kk = 0; kk < K; kk++) {
+                uint32_t ua, ub;
+                float fa = Ah[(size_t)i * K + kk], fb = Bh[(size_t)j * K + kk];
+                memcpy(&ua, &fa, 4), memcpy(&ub, &fb, 4);
+                ua = (ua + 0x7fffu + ((ua >> 16) & 1u)) & 0xffff0000u;
+                ub = (ub + 0x7fffu + ((ub >> 16) & 1u)) & 0xffff0000u;
+                memcpy(&fa, &ua, 4), memcpy(&fb, &ub, 4);
+                ref += (double)fa * fb;
+            }
+            double d1 = fabs(Ch[(size_t)i * N + j] - ref), d2 = fabs(Cf[(size_t)i * N + j] - ref);
+            e_bf = d1 > e_bf ? d1 : e_bf;
+            e_f32 = d2 > e_f32 ? d2 : e_f32;
+        }
+    test_ok(rc == 0 && e_bf < 1e-4 && e_f32 > 1e-3,
+            "cpu: gemm in bf16 equals the product of the bf16-rounded operands (max error %.2e; float32's %.2e)", e_bf,
+            e_f32);
+    test_ok(OP(b, set_precision, NMT_DTYPE_INT8) < 0 && strstr(b->ops.last_error(b->ctx), "not supported"),
+            "cpu: set_precision int8 is refused: %s", b->ops.last_error(b->ctx));
+    free(Ah), free(Bh), free(Ch), free(Cf);
+
+    const float in[6] = { 1.00390625f, 1.01171875f, -1.00390625f, 3.4e38f, NAN, -INFINITY };
+    const float want[6] = { 1.0f, 1.015625f, -1.0f, INFINITY, NAN, -INFINITY };
+    float *xd = b->ops.alloc(b->ctx, sizeof in), *yd = b->ops.alloc(b->ctx, sizeof in), out[6];
+    uint16_t *hd = b->ops.alloc(b->ctx, 6 * sizeof *hd);
+    rc = OP(b, upload, xd, in, sizeof in) | OP(b, cast, hd, NMT_DTYPE_BF16, xd, NMT_DTYPE_F32, 6) |
+         OP(b, cast, yd, NMT_DTYPE_F32, hd, NMT_DTYPE_BF16, 6) | OP(b, download, out, yd, sizeof out);
+    int ok = rc == 0;
+    for (int i = 0; i < 6; i++)
+        ok &= isnan(want[i]) ? isnan(out[i]) : out[i] == want[i];
+    test_ok(ok, "cpu: cast to bf16 rounds ties to even, overflows to inf, keeps NaN and -inf (%g %g %g %g %g %g)",
+            out[0], out[1], out[2], out[3], out[4], out[5]);
+    test_ok(OP(b, cast, hd, NMT_DTYPE_INT8, xd, NMT_DTYPE_F32, 6) < 0, "cpu: cast to int8 is refused: %s",
+            b->ops.last_error(b->ctx));
+}
 
 /* Max over the output tensors of max |x - ref| / max(1, max |ref|) within that tensor. */
 static double compare(const struct result *x, const struct result *ref)
@@ -382,6 +631,7 @@ int main(void)
     test_ok(cpu != NULL, "cpu backend opens (%s)", cpu ? cpu->path : nmt_errmsg());
     if (!cpu)
         return test_done();
+    cpu_reference_checks(cpu);
     struct backend_info *list;
     int n = backend_list(&list), tested = 0;
     for (int i = 0; i < n; i++) {
@@ -399,7 +649,9 @@ int main(void)
         tested++;
         for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
             if ((ops[k].optional == 2 && !x->ops.gemm_rowinv) ||
-                (ops[k].optional == 3 && !(x->ops.linear_packed_bytes && x->ops.linear_pack && x->ops.linear_rowinv))) {
+                (ops[k].optional == 3 && !(x->ops.linear_packed_bytes && x->ops.linear_pack && x->ops.linear_rowinv)) ||
+                (ops[k].optional == 4 && !(x->ops.attention_forward_lse && x->ops.attention_backward_lse)) ||
+                (ops[k].optional == 5 && !(x->ops.set_precision && x->ops.cast && x->ops.gemm_ex))) {
                 test_ok(1, "%s: %s # SKIP optional slot absent", x->ops.name, ops[k].name);
                 continue;
             }

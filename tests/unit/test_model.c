@@ -367,6 +367,78 @@ static void check_score(int pre_norm)
     model_free(m);
 }
 
+/* The model on the cpu plugin's attention_*_lse slots (its default: the plugin has them) against
+ * the same model on a copy of the plugin's table without them (the P path): the same loss and
+ * gradients, bit for bit. */
+static void check_lse_path(int pre_norm, int dropout)
+{
+    struct backend bp = *be; /* the same plugin and context, the lse slots hidden */
+    bp.ops.attention_forward_lse = NULL;
+    bp.ops.attention_backward_lse = NULL;
+    struct model_config c;
+    tiny_config(&c, pre_norm);
+    if (dropout)
+        c.dropout = 0.2f, c.attn_dropout = 0.1f, c.act_dropout = 0.1f;
+    struct model *ml = model_new(be, &c, 1), *mp = model_new(&bp, &c, 1);
+    struct batch_record br = {0};
+    fixed_batch(&br, c.vocab);
+    size_t P = model_num_params(ml);
+    float *gl = malloc(P * sizeof *gl), *gp = malloc(P * sizeof *gp);
+    struct model_loss Ll, Lp;
+    int rc = model_init(ml, 5) | model_init(mp, 5) | model_zero_grad(ml) | model_zero_grad(mp) |
+             model_step(ml, &br, 1, 1, 31, &Ll, NULL) | model_step(mp, &br, 1, 1, 31, &Lp, NULL) |
+             model_get_grads(ml, gl) | model_get_grads(mp, gp);
+    test_ok(be->ops.attention_forward_lse && rc == 0 && Ll.loss == Lp.loss && memcmp(gl, gp, P * sizeof *gl) == 0,
+            "%s, dropout %s: the lse attention path gives the P path's loss (%.9g, %.9g) and gradients bit for bit",
+            pre_norm ? "pre-norm" : "post-norm", dropout ? "on" : "off", Ll.loss, Lp.loss);
+    free(gl), free(gp);
+    batch_record_free(&br);
+    model_free(ml);
+    model_free(mp);
+}
+
+/* bf16 mixed precision on the cpu plugin (emulated exactly): close to float32, not equal; the bf16
+ * copy follows model_set_params; refused by a plugin without the ABI 2.2 slots. */
+static void check_bf16(void)
+{
+    struct model_config c;
+    tiny_config(&c, 0);
+    struct model *mf = model_new(be, &c, 1), *mb = model_new(be, &c, 1);
+    struct batch_record br = {0};
+    fixed_batch(&br, c.vocab);
+    size_t P = model_num_params(mf);
+    float *gf = malloc(P * sizeof *gf), *gb = malloc(P * sizeof *gb), *p = malloc(P * sizeof *p);
+    struct model_loss Lf, Lb, L2;
+    int rc = model_init(mf, 9) | model_init(mb, 9) | model_set_precision(mb, NMT_DTYPE_BF16) | model_zero_grad(mf) |
+             model_zero_grad(mb) | model_step(mf, &br, 0, 1, 1, &Lf, NULL) | model_step(mb, &br, 0, 1, 1, &Lb, NULL) |
+             model_get_grads(mf, gf) | model_get_grads(mb, gb);
+    double rel = fabs(Lb.loss - Lf.loss) / Lf.loss, ge = rel_err(gb, gf, P);
+    test_ok(rc == 0 && model_precision(mb) == NMT_DTYPE_BF16 && rel > 0 && rel < 1e-2 && ge < 5e-2,
+            "bf16: loss %.7g vs float32 %.7g (relative difference %.2e), gradients within %.2e", Lb.loss, Lf.loss, rel,
+            ge);
+    /* new parameters reach the bf16 copy: a bf16 model given mf's parameters after an Adam step
+     * computes what mb computes after the same parameters are set */
+    rc = model_adam(mf, 1e-2f, 1, 1.0f, 0.9f, 0.98f, 1e-9f) | model_get_params(mf, p) | model_set_params(mb, p) |
+         model_step(mb, &br, 0, 0, 1, &Lb, NULL);
+    struct model *m3 = model_new(be, &c, 0);
+    rc |= !m3 || model_set_precision(m3, NMT_DTYPE_BF16) | model_set_params(m3, p) | model_step(m3, &br, 0, 0, 1, &L2, NULL);
+    test_ok(rc == 0 && Lb.loss == L2.loss && Lb.loss != Lf.loss,
+            "bf16: the weight copy follows model_set_params (%.9g == %.9g)", Lb.loss, L2.loss);
+    rc = model_set_precision(mb, NMT_DTYPE_F32) | model_set_params(mf, p) | model_step(mb, &br, 0, 0, 1, &Lb, NULL) |
+         model_step(mf, &br, 0, 0, 1, &Lf, NULL);
+    test_ok(rc == 0 && Lb.loss == Lf.loss && model_precision(mb) == NMT_DTYPE_F32,
+            "bf16 then float32 again: the float32 result (%.9g == %.9g)", Lb.loss, Lf.loss);
+    struct backend bp = *be;
+    bp.ops.gemm_ex = NULL;
+    struct model *m4 = model_new(&bp, &c, 1);
+    test_ok(m4 && model_set_precision(m4, NMT_DTYPE_BF16) < 0 && strstr(nmt_errmsg(), "ABI 2.2") &&
+                model_has_bf16(m4) == 0 && model_has_bf16(mf) == 1,
+            "bf16 refused by a plugin without gemm_ex: %s", nmt_errmsg());
+    free(gf), free(gb), free(p);
+    batch_record_free(&br);
+    model_free(mf), model_free(mb), model_free(m3), model_free(m4);
+}
+
 int main(void)
 {
     struct nmt_backend_opts o = {sizeof o, 2, 0};
@@ -393,6 +465,10 @@ int main(void)
     check_fd(1, 0);
     check_fd(0, 1);
     check_fd(1, 1);
+    check_lse_path(0, 0);
+    check_lse_path(1, 1);
+    check_lse_path(0, 1);
+    check_bf16();
     backend_close(be);
     return test_done();
 }
