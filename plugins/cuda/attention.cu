@@ -8,8 +8,16 @@
  * for backward, so a first pass finds each row's max and sum and a second writes P and the output.
  * Backward uses the saved P: one kernel per query row computes dot_i = sum_j P_ij dP_ij and dQ;
  * one kernel per key computes dK and dV. Each output element is written by one thread, in a fixed
- * order: deterministic. Lane l of a warp owns head columns l, l+32, ... (NPL of them). */
+ * order: deterministic. Lane l of a warp owns head columns l, l+32, ... (NPL of them).
+ *
+ * The ABI 2.2 slots (attention_forward_lse, attention_backward_lse) keep no P at all: the forward
+ * is the one-pass online softmax that also writes each row's final max m and sum l; the backward
+ * takes dot_i = dO_i . O_i, recomputes P_ij = exp(s_ij - m_i) / l_i tile by tile in both the dQ
+ * kernel (a warp per query, key tiles streamed) and the dK/dV kernel (a warp per key, query tiles
+ * streamed): no (Tq, Tk) tensor in global memory, no atomics, same kernels otherwise (LSE template
+ * argument). */
 #include <math.h>
+#include <stdio.h>
 
 #include "cuda.h"
 
@@ -90,7 +98,7 @@ __device__ __forceinline__ int block_max_int(int v, int *sh)
 
 /* grid (ceil(Tq/WARPS), H, B), block 32*WARPS, shared: K tile, V tile, WARPS query rows. */
 template <int NPL, bool WRITE_P>
-__global__ void k_attn_fwd(float *out, float *P, const float *q, const float *k, const float *v,
+__global__ void k_attn_fwd(float *out, float *P, float *lse, const float *q, const float *k, const float *v,
                            struct nmt_attn_args a, struct cu_flag *flag)
 {
     extern __shared__ float smem[];
@@ -160,6 +168,10 @@ __global__ void k_attn_fwd(float *out, float *P, const float *q, const float *k,
     }
     if (i >= a.Tq)
         return;
+    if (!WRITE_P && lse && lane == 0) { /* the row statistics of attention_forward_lse */
+        lse[2 * r] = n > 0 ? m : 0.0f;
+        lse[2 * r + 1] = n > 0 ? l : 0.0f;
+    }
     if (WRITE_P) /* P is dense (B,H,Tq,Tk): keys past every query's visible prefix are zeros */
         for (int j = (nmax + TILE - 1) / TILE * TILE + lane; j < a.Tk; j += 32)
             P[r * a.Tk + j] = 0;
@@ -172,33 +184,49 @@ __global__ void k_attn_fwd(float *out, float *P, const float *q, const float *k,
     }
 }
 
-/* dQ and dot_i. grid (ceil(Tq/WARPS), H, B); shared: K tile, V tile, WARPS rows of dO. */
-template <int NPL>
-__global__ void k_attn_bwd_q(float *dq, float *dots, const float *dout, const float *k, const float *v,
-                             const float *P, struct nmt_attn_args a, struct cu_flag *flag)
+/* P_ij recomputed from the saved row statistics (m, l) of row R and the score S. */
+__device__ __forceinline__ float lse_prob(const float *lse, long long r, float s)
+{
+    return expf(s - lse[2 * r]) * (1.0f / lse[2 * r + 1]);
+}
+
+/* dQ and dot_i. grid (ceil(Tq/WARPS), H, B); shared: K tile, V tile, WARPS rows of dO (and, with
+ * LSE, WARPS rows of Q). With LSE, P is recomputed from Q, K and LSE, and dot_i = dO_i . O_i. */
+template <int NPL, bool LSE>
+__global__ void k_attn_bwd_q(float *dq, float *dots, const float *dout, const float *q, const float *k,
+                             const float *v, const float *P, const float *out, const float *lse,
+                             struct nmt_attn_args a, struct cu_flag *flag)
 {
     extern __shared__ float smem[];
     __shared__ int shi[WARPS];
     const int dh = a.dh, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * WARPS + w;
     float *ks = smem, *vs = ks + TILE * (dh + 1), *gs = vs + TILE * (dh + 1) + w * dh;
+    float *qs = vs + TILE * (dh + 1) + WARPS * dh + w * dh; /* LSE only */
     const int kl = key_count(a, b, flag);
     const int n = i < a.Tq ? visible(a, kl, i) : 0;
     const long long r = ((long long)b * a.H + h) * a.Tq + i;
     const float *kb = k + b * a.k_bs + h * dh, *vb = v + b * a.v_bs + h * dh;
-    if (i < a.Tq)
-        for (int d = lane; d < dh; d += 32)
-            gs[d] = dout[b * a.o_bs + (int64_t)i * a.o_ld + h * dh + d];
-    const int nmax = block_max_int(n, shi);
     float acc = 0;
-    for (int t0 = 0; t0 < nmax; t0 += TILE) {
-        load_tile(vs, vb, a.v_ld, t0, a.Tk, dh);
-        __syncthreads();
-        int j = t0 + lane;
-        if (j < n)
-            acc += P[r * a.Tk + j] * (dot_row(gs, vs, lane, dh) * drop_mult(a, r, j));
-        __syncthreads();
-    }
+    if (i < a.Tq)
+        for (int d = lane; d < dh; d += 32) {
+            float g = dout[b * a.o_bs + (int64_t)i * a.o_ld + h * dh + d];
+            gs[d] = g;
+            if (LSE) {
+                qs[d] = q[b * a.q_bs + (int64_t)i * a.q_ld + h * dh + d];
+                acc += g * out[b * a.o_bs + (int64_t)i * a.o_ld + h * dh + d];
+            }
+        }
+    const int nmax = block_max_int(n, shi); /* its barrier also publishes gs and qs */
+    if (!LSE)
+        for (int t0 = 0; t0 < nmax; t0 += TILE) {
+            load_tile(vs, vb, a.v_ld, t0, a.Tk, dh);
+            __syncthreads();
+            int j = t0 + lane;
+            if (j < n)
+                acc += P[r * a.Tk + j] * (dot_row(gs, vs, lane, dh) * drop_mult(a, r, j));
+            __syncthreads();
+        }
     const float dot = cu_warp_sum(acc);
     float g[NPL];
     for (int c = 0; c < NPL; c++)
@@ -211,7 +239,8 @@ __global__ void k_attn_bwd_q(float *dq, float *dots, const float *dout, const fl
         float ds = 0;
         if (j < n) {
             float dp = dot_row(gs, vs, lane, dh) * drop_mult(a, r, j);
-            ds = P[r * a.Tk + j] * (dp - dot) * a.scale;
+            float p = LSE ? lse_prob(lse, r, dot_row(qs, ks, lane, dh) * a.scale) : P[r * a.Tk + j];
+            ds = p * (dp - dot) * a.scale;
         }
         for (int jj = 0; jj < TILE; jj++) {
             float dj = __shfl_sync(0xffffffffu, ds, jj);
@@ -236,19 +265,25 @@ __global__ void k_attn_bwd_q(float *dq, float *dots, const float *dout, const fl
     }
 }
 
-/* dK and dV. grid (ceil(Tk/WARPS), H, B), warp per key; shared: Q tile, dO tile, WARPS rows of V. */
-template <int NPL>
-__global__ void k_attn_bwd_kv(float *dk, float *dv, const float *dout, const float *q, const float *v,
-                              const float *P, const float *dots, struct nmt_attn_args a, struct cu_flag *flag)
+/* dK and dV. grid (ceil(Tk/WARPS), H, B), warp per key; shared: Q tile, dO tile, WARPS rows of V
+ * (and, with LSE, WARPS rows of K: P is recomputed from Q, K and LSE). */
+template <int NPL, bool LSE>
+__global__ void k_attn_bwd_kv(float *dk, float *dv, const float *dout, const float *q, const float *k,
+                              const float *v, const float *P, const float *lse, const float *dots,
+                              struct nmt_attn_args a, struct cu_flag *flag)
 {
     extern __shared__ float smem[];
     const int dh = a.dh, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int b = blockIdx.z, h = blockIdx.y, j = blockIdx.x * WARPS + w;
     float *qs = smem, *gs = qs + TILE * (dh + 1), *vj = gs + TILE * (dh + 1) + w * dh;
+    float *kj = gs + TILE * (dh + 1) + WARPS * dh + w * dh; /* LSE only */
     const int kl = key_count(a, b, flag);
     if (j < a.Tk)
-        for (int d = lane; d < dh; d += 32)
+        for (int d = lane; d < dh; d += 32) {
             vj[d] = v[b * a.v_bs + (int64_t)j * a.v_ld + h * dh + d];
+            if (LSE)
+                kj[d] = k[b * a.k_bs + (int64_t)j * a.k_ld + h * dh + d];
+        }
     float gk[NPL], gv[NPL];
     for (int c = 0; c < NPL; c++)
         gk[c] = gv[c] = 0;
@@ -263,7 +298,8 @@ __global__ void k_attn_bwd_kv(float *dk, float *dv, const float *dout, const flo
         float ds = 0, pd = 0;
         if (i < a.Tq && j < a.Tk && j < visible(a, kl, i)) {
             long long r = r0 + i;
-            float mult = drop_mult(a, r, j), p = P[r * a.Tk + j];
+            float mult = drop_mult(a, r, j);
+            float p = LSE ? lse_prob(lse, r, dot_row(kj, qs, lane, dh) * a.scale) : P[r * a.Tk + j];
             float dp = dot_row(vj, gs, lane, dh) * mult;
             ds = p * (dp - dots[r]) * a.scale;
             pd = p * mult;
@@ -309,8 +345,11 @@ static int check(nmt_bctx *ctx, const char *what, const struct nmt_attn_args *a)
     return 0;
 }
 
-/* Shared memory of a block: two (TILE, dh+1) tiles and WARPS rows of dh. */
-static size_t smem_bytes(int dh) { return (2 * (size_t)TILE * (dh + 1) + (size_t)WARPS * dh) * sizeof(float); }
+/* Shared memory of a block: two (TILE, dh+1) tiles and ROWS x WARPS rows of dh. */
+static size_t smem_bytes(int dh, int rows = 1)
+{
+    return (2 * (size_t)TILE * (dh + 1) + (size_t)rows * WARPS * dh) * sizeof(float);
+}
 
 /* Raises a kernel's dynamic shared memory limit when the head is wide (past the 48 KiB default). */
 template <typename F> static int allow_smem(nmt_bctx *ctx, F kernel, size_t bytes)
@@ -322,7 +361,7 @@ template <typename F> static int allow_smem(nmt_bctx *ctx, F kernel, size_t byte
 }
 
 template <int NPL>
-static int fwd(nmt_bctx *ctx, float *out, float *P, const float *q, const float *k, const float *v,
+static int fwd(nmt_bctx *ctx, float *out, float *P, float *lse, const float *q, const float *k, const float *v,
                const struct nmt_attn_args *a)
 {
     dim3 grid((unsigned)((a->Tq + WARPS - 1) / WARPS), (unsigned)a->H, (unsigned)a->B);
@@ -330,74 +369,110 @@ static int fwd(nmt_bctx *ctx, float *out, float *P, const float *q, const float 
     if (P) {
         if (allow_smem(ctx, k_attn_fwd<NPL, true>, sm) < 0)
             return -1;
-        k_attn_fwd<NPL, true><<<grid, 32 * WARPS, sm, ctx->stream>>>(out, P, q, k, v, *a, ctx->flag);
+        k_attn_fwd<NPL, true><<<grid, 32 * WARPS, sm, ctx->stream>>>(out, P, NULL, q, k, v, *a, ctx->flag);
     } else {
         if (allow_smem(ctx, k_attn_fwd<NPL, false>, sm) < 0)
             return -1;
-        k_attn_fwd<NPL, false><<<grid, 32 * WARPS, sm, ctx->stream>>>(out, P, q, k, v, *a, ctx->flag);
+        k_attn_fwd<NPL, false><<<grid, 32 * WARPS, sm, ctx->stream>>>(out, NULL, lse, q, k, v, *a, ctx->flag);
     }
-    return cu_launched(ctx, "attention_forward");
+    return cu_launched(ctx, lse ? "attention_forward_lse" : "attention_forward");
 }
 
-int cu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, const float *k, const float *v,
-                         const struct nmt_attn_args *a)
+/* attention_forward (P given or NULL) and attention_forward_lse (P NULL, LSE given or NULL). */
+static int forward(nmt_bctx *ctx, const char *what, float *out, float *P, float *lse, const float *q, const float *k,
+                   const float *v, const struct nmt_attn_args *a)
 {
-    if (check(ctx, "attention_forward", a) < 0)
+    if (check(ctx, what, a) < 0)
         return -1;
     if (!a->B || !a->Tq)
         return 0;
     cu_enter(ctx);
     int npl = (a->dh + 31) / 32;
     if (npl <= 1)
-        return fwd<1>(ctx, out, P, q, k, v, a);
+        return fwd<1>(ctx, out, P, lse, q, k, v, a);
     if (npl <= 2)
-        return fwd<2>(ctx, out, P, q, k, v, a);
+        return fwd<2>(ctx, out, P, lse, q, k, v, a);
     if (npl <= 4)
-        return fwd<4>(ctx, out, P, q, k, v, a);
-    return fwd<8>(ctx, out, P, q, k, v, a);
+        return fwd<4>(ctx, out, P, lse, q, k, v, a);
+    return fwd<8>(ctx, out, P, lse, q, k, v, a);
 }
 
-template <int NPL>
-static int bwd(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-               const float *v, const float *P, const struct nmt_attn_args *a)
+int cu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, const float *k, const float *v,
+                         const struct nmt_attn_args *a)
 {
+    return forward(ctx, "attention_forward", out, P, NULL, q, k, v, a);
+}
+
+int cu_attention_forward_lse(nmt_bctx *ctx, float *out, float *lse, const float *q, const float *k, const float *v,
+                             const struct nmt_attn_args *a)
+{
+    return forward(ctx, "attention_forward_lse", out, NULL, lse, q, k, v, a);
+}
+
+/* The backward kernels: from P (LSE false) or from OUT and LSE (LSE true). */
+template <int NPL, bool LSE>
+static int bwd(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *q,
+               const float *k, const float *v, const float *P, const float *lse, const struct nmt_attn_args *a)
+{
+    const char *name = LSE ? "attention_backward_lse" : "attention_backward";
     float *dots = (float *)cu_scratch(ctx, (size_t)a->B * a->H * (a->Tq ? a->Tq : 1) * sizeof(float));
     if (!dots)
         return -1;
-    size_t sm = smem_bytes(a->dh);
-    if (allow_smem(ctx, k_attn_bwd_q<NPL>, sm) < 0 || allow_smem(ctx, k_attn_bwd_kv<NPL>, sm) < 0)
+    size_t sm = smem_bytes(a->dh, LSE ? 2 : 1);
+    if (allow_smem(ctx, k_attn_bwd_q<NPL, LSE>, sm) < 0 || allow_smem(ctx, k_attn_bwd_kv<NPL, LSE>, sm) < 0)
         return -1;
+    char call[64];
     if (a->Tq) {
         dim3 gq((unsigned)((a->Tq + WARPS - 1) / WARPS), (unsigned)a->H, (unsigned)a->B);
-        k_attn_bwd_q<NPL><<<gq, 32 * WARPS, sm, ctx->stream>>>(dq, dots, dout, k, v, P, *a, ctx->flag);
-        if (cu_launched(ctx, "attention_backward (dq)") < 0)
+        k_attn_bwd_q<NPL, LSE><<<gq, 32 * WARPS, sm, ctx->stream>>>(dq, dots, dout, q, k, v, P, out, lse, *a, ctx->flag);
+        snprintf(call, sizeof call, "%s (dq)", name);
+        if (cu_launched(ctx, call) < 0)
             return -1;
     }
     if (a->Tk) {
         dim3 gk((unsigned)((a->Tk + WARPS - 1) / WARPS), (unsigned)a->H, (unsigned)a->B);
-        k_attn_bwd_kv<NPL><<<gk, 32 * WARPS, sm, ctx->stream>>>(dk, dv, dout, q, v, P, dots, *a, ctx->flag);
-        if (cu_launched(ctx, "attention_backward (dk, dv)") < 0)
+        k_attn_bwd_kv<NPL, LSE><<<gk, 32 * WARPS, sm, ctx->stream>>>(dk, dv, dout, q, k, v, P, lse, dots, *a, ctx->flag);
+        snprintf(call, sizeof call, "%s (dk, dv)", name);
+        if (cu_launched(ctx, call) < 0)
             return -1;
     }
     return 0;
 }
 
-int cu_attention_backward(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *q,
-                          const float *k, const float *v, const float *P, const struct nmt_attn_args *a)
+template <bool LSE>
+static int backward(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                    const float *q, const float *k, const float *v, const float *P, const float *lse,
+                    const struct nmt_attn_args *a)
 {
-    if (check(ctx, "attention_backward", a) < 0)
+    if (check(ctx, LSE ? "attention_backward_lse" : "attention_backward", a) < 0)
         return -1;
-    if (!P)
-        return cu_err(ctx, "attention_backward: no saved probabilities");
+    if (LSE ? !lse : !P)
+        return cu_err(ctx, LSE ? "attention_backward_lse: no saved statistics"
+                               : "attention_backward: no saved probabilities");
+    if (LSE && !out)
+        return cu_err(ctx, "attention_backward_lse: no forward output");
     if (!a->B)
         return 0;
     cu_enter(ctx);
     int npl = (a->dh + 31) / 32;
     if (npl <= 1)
-        return bwd<1>(ctx, dq, dk, dv, dout, q, k, v, P, a);
+        return bwd<1, LSE>(ctx, dq, dk, dv, dout, out, q, k, v, P, lse, a);
     if (npl <= 2)
-        return bwd<2>(ctx, dq, dk, dv, dout, q, k, v, P, a);
+        return bwd<2, LSE>(ctx, dq, dk, dv, dout, out, q, k, v, P, lse, a);
     if (npl <= 4)
-        return bwd<4>(ctx, dq, dk, dv, dout, q, k, v, P, a);
-    return bwd<8>(ctx, dq, dk, dv, dout, q, k, v, P, a);
+        return bwd<4, LSE>(ctx, dq, dk, dv, dout, out, q, k, v, P, lse, a);
+    return bwd<8, LSE>(ctx, dq, dk, dv, dout, out, q, k, v, P, lse, a);
+}
+
+int cu_attention_backward(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                          const float *k, const float *v, const float *P, const struct nmt_attn_args *a)
+{
+    return backward<false>(ctx, dq, dk, dv, dout, NULL, q, k, v, P, NULL, a);
+}
+
+int cu_attention_backward_lse(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                              const float *lse, const float *q, const float *k, const float *v,
+                              const struct nmt_attn_args *a)
+{
+    return backward<true>(ctx, dq, dk, dv, dout, out, q, k, v, NULL, lse, a);
 }

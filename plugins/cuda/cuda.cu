@@ -185,6 +185,7 @@ static void blas_load(void)
         { "cublasSetMathMode", (void **)&cu_blas.set_math_mode },
         { "cublasGetStatusString", (void **)&cu_blas.status_string },
         { "cublasSgemm_v2", (void **)&cu_blas.sgemm },
+        { "cublasGemmEx", (void **)&cu_blas.gemm_ex },
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         void *p = dlsym(h, syms[i].name);
@@ -293,7 +294,7 @@ static int cu_props(nmt_bctx *ctx, struct nmt_backend_props *out)
     snprintf(out->device, sizeof out->device, "cuda: %.80s (device %d, sm_%d%d, %d SMs)", p.name, ctx->device, p.major,
              p.minor, p.multiProcessorCount);
     out->memory_bytes = p.totalGlobalMem;
-    out->dtypes = NMT_DTYPE_F32; /* ABI 2 kernels are float32 only */
+    out->dtypes = NMT_DTYPE_F32 | NMT_DTYPE_BF16; /* bf16: the products of set_precision / gemm_ex */
     out->threads = 0;
     return 0;
 }
@@ -401,9 +402,16 @@ static int check_gemm(nmt_bctx *ctx, const char *what, int transA, int transB, i
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B first, M and N
  * swapped, and the same leading dimensions. */
+static int gemm_mixed(nmt_bctx *ctx, const char *what, int transA, int transB, int M, int N, int K, float alpha,
+                      const void *A, uint32_t a_dtype, int lda, const void *B, uint32_t b_dtype, int ldb, float beta,
+                      float *C, int ldc);
+
 static int cu_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc)
 {
+    if (ctx->precision == NMT_DTYPE_BF16)
+        return gemm_mixed(ctx, "gemm", transA, transB, M, N, K, alpha, A, NMT_DTYPE_F32, lda, B, NMT_DTYPE_F32, ldb, beta,
+                          C, ldc);
     if (check_gemm(ctx, "gemm", transA, transB, M, N, K, lda, ldb, ldc) < 0)
         return -1;
     if (M == 0 || N == 0)
@@ -417,6 +425,80 @@ static int cu_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, f
                       cu_blas.sgemm(ctx->blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
                                     N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc),
                       call);
+}
+
+/* ---------------- mixed precision (ABI 2.2) ---------------- */
+
+static int cu_set_precision(nmt_bctx *ctx, uint32_t dtype)
+{
+    if (dtype != NMT_DTYPE_F32 && dtype != NMT_DTYPE_BF16)
+        return cu_err(ctx, "set_precision: dtype %u not supported (float32 %d or bf16 %d)", (unsigned)dtype,
+                      NMT_DTYPE_F32, NMT_DTYPE_BF16);
+    ctx->precision = dtype;
+    return 0;
+}
+
+/* gemm and gemm_ex in the context's precision, operands of either dtype. Under bf16, float32
+ * operands are rounded into bf16 copies in the scratch and cublasGemmEx multiplies bf16 by bf16
+ * with float32 accumulation (CUBLAS_COMPUTE_32F) on the tensor cores (math mode CUBLAS_DEFAULT_MATH
+ * for that call; the context stays in CUBLAS_PEDANTIC_MATH for sgemm). Under float32, bf16
+ * operands are widened into float32 copies and cublasSgemm multiplies. */
+static int gemm_mixed(nmt_bctx *ctx, const char *what, int transA, int transB, int M, int N, int K, float alpha,
+                      const void *A, uint32_t a_dtype, int lda, const void *B, uint32_t b_dtype, int ldb, float beta,
+                      float *C, int ldc)
+{
+    if ((a_dtype != NMT_DTYPE_F32 && a_dtype != NMT_DTYPE_BF16) || (b_dtype != NMT_DTYPE_F32 && b_dtype != NMT_DTYPE_BF16))
+        return cu_err(ctx, "%s: operand dtypes %u and %u not supported (float32 %d or bf16 %d)", what,
+                      (unsigned)a_dtype, (unsigned)b_dtype, NMT_DTYPE_F32, NMT_DTYPE_BF16);
+    if (check_gemm(ctx, what, transA, transB, M, N, K, lda, ldb, ldc) < 0)
+        return -1;
+    if (M == 0 || N == 0)
+        return 0;
+    cu_enter(ctx);
+    if (K == 0 || alpha == 0)
+        return cu_scale_matrix(ctx, C, M, N, ldc, beta);
+    uint32_t want = ctx->precision == NMT_DTYPE_BF16 ? NMT_DTYPE_BF16 : NMT_DTYPE_F32;
+    size_t es = want == NMT_DTYPE_BF16 ? 2 : 4;
+    int ar = transA ? K : M, ac = transA ? M : K, br = transB ? N : K, bc = transB ? K : N;
+    size_t na = a_dtype == want ? 0 : ((size_t)ar * ac * es + 255) & ~(size_t)255;
+    size_t nb = b_dtype == want ? 0 : ((size_t)br * bc * es + 255) & ~(size_t)255;
+    char *scr = NULL;
+    if (na + nb && !(scr = (char *)cu_scratch(ctx, na + nb)))
+        return -1;
+    if (na) {
+        if (cu_cast_2d(ctx, scr, want, A, a_dtype, ar, ac, lda) < 0)
+            return -1;
+        A = scr, lda = ac;
+    }
+    if (nb) {
+        if (cu_cast_2d(ctx, scr + na, want, B, b_dtype, br, bc, ldb) < 0)
+            return -1;
+        B = scr + na, ldb = bc;
+    }
+    char call[128];
+    cublasOperation_t ob = transB ? CUBLAS_OP_T : CUBLAS_OP_N, oa = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (want == NMT_DTYPE_F32) {
+        snprintf(call, sizeof call, "%s: cublasSgemm (M=%d N=%d K=%d)", what, M, N, K);
+        return blas_check(ctx, cu_blas.sgemm(ctx->blas, ob, oa, N, M, K, &alpha, (const float *)B, ldb, (const float *)A,
+                                             lda, &beta, C, ldc),
+                          call);
+    }
+    snprintf(call, sizeof call, "%s: cublasGemmEx bf16 (M=%d N=%d K=%d)", what, M, N, K);
+    if (blas_check(ctx, cu_blas.set_math_mode(ctx->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode (default)") < 0)
+        return -1;
+    int rc = blas_check(ctx,
+                        cu_blas.gemm_ex(ctx->blas, ob, oa, N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda,
+                                        &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                        call);
+    if (blas_check(ctx, cu_blas.set_math_mode(ctx->blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode (pedantic)") < 0)
+        return -1;
+    return rc;
+}
+
+static int cu_gemm_ex(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const void *A,
+                      uint32_t a_dtype, int lda, const void *B, uint32_t b_dtype, int ldb, float beta, float *C, int ldc)
+{
+    return gemm_mixed(ctx, "gemm_ex", transA, transB, M, N, K, alpha, A, a_dtype, lda, B, b_dtype, ldb, beta, C, ldc);
 }
 
 /* gemm_rowinv: C (M,N) = alpha * A (M,K) @ B^T + beta * C, B stored (N,K). One thread per output
@@ -472,7 +554,7 @@ static const struct nmt_backend cuda_table = {
     .abi_minor = NMT_BACKEND_ABI_MINOR,
     .size = sizeof(struct nmt_backend),
     .name = "cuda",
-    .description = "NVIDIA GPUs: cuBLAS sgemm + CUDA C kernels (float32)",
+    .description = "NVIDIA GPUs: cuBLAS sgemm (bf16 GemmEx on tensor cores with --precision bf16) + CUDA C kernels",
     .score = cu_score,
     .open = cu_open,
     .close = cu_close,
@@ -513,6 +595,11 @@ static const struct nmt_backend cuda_table = {
      * in its error */
     .linear_packed_bytes_q = NULL,
     .linear_pack_q = NULL,
+    .attention_forward_lse = cu_attention_forward_lse,
+    .attention_backward_lse = cu_attention_backward_lse,
+    .set_precision = cu_set_precision,
+    .cast = cu_cast,
+    .gemm_ex = cu_gemm_ex,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void)

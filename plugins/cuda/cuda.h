@@ -23,6 +23,10 @@ struct cu_blas {
     decltype(&cublasSetMathMode) set_math_mode;
     decltype(&cublasGetStatusString) status_string;
     decltype(&cublasSgemm_v2) sgemm;
+    /* bf16 products (set_precision, gemm_ex): the C entry point of cublasGemmEx (C++ overloads it) */
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                              const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
+                              cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
 };
 
 /* First data error seen by a kernel (an id or target out of range), reported at the next point
@@ -48,6 +52,7 @@ struct nmt_bctx {
     struct cu_flag *flag;   /* device */
     struct cu_flag *hflag;  /* pinned host copy */
     double *hres;           /* pinned host results (cross_entropy, sumsq) */
+    uint32_t precision;     /* of gemm and gemm_ex: NMT_DTYPE_F32 (0 reads as F32) or NMT_DTYPE_BF16 */
 };
 
 extern struct cu_blas cu_blas;
@@ -169,5 +174,16 @@ int cu_adam_update(nmt_bctx *ctx, float *param, float *m, float *v, const float 
 int cu_sumsq(nmt_bctx *ctx, double *out, const float *x, size_t n);
 int cu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K);
 int cu_gather_rows(nmt_bctx *ctx, float *dst, const float *src, const int32_t *idx, int N, int64_t row);
+/* ABI 2.2 (attention.cu, kernels.cu) */
+int cu_attention_forward_lse(nmt_bctx *ctx, float *out, float *lse, const float *q, const float *k, const float *v,
+                             const struct nmt_attn_args *a);
+int cu_attention_backward_lse(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                              const float *lse, const float *q, const float *k, const float *v,
+                              const struct nmt_attn_args *a);
+int cu_cast(nmt_bctx *ctx, void *dst, uint32_t dst_dtype, const void *src, uint32_t src_dtype, size_t n);
+/* DST (ROWS, COLS) dense of DST_DTYPE = SRC (ROWS rows of COLS elements, LD apart) of SRC_DTYPE,
+ * converted as cast does (F32 or BF16 each); queued on the stream. 0 or -1. */
+int cu_cast_2d(nmt_bctx *ctx, void *dst, uint32_t dst_dtype, const void *src, uint32_t src_dtype, int rows, int cols,
+               int ld);
 
 #endif

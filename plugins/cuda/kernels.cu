@@ -3,6 +3,7 @@
  * results are reproducible run to run (no floating-point atomics). Data errors the cpu plugin
  * checks on the host (ids, targets, indices out of range) are flagged by the kernels and reported at
  * the next point where the host waits (see cu_wait). */
+#include <cuda_bf16.h>
 #include <math.h>
 
 #include "cuda.h"
@@ -708,4 +709,71 @@ int cu_gather_rows(nmt_bctx *ctx, float *dst, const float *src, const int32_t *i
     k_gather<<<cu_blocks((size_t)N * (size_t)row, THREADS), THREADS, 0, ctx->stream>>>(dst, src, idx, N, row,
                                                                                         ctx->flag);
     return cu_launched(ctx, "gather_rows");
+}
+
+/* ---------------- casts (ABI 2.2) ---------------- */
+
+/* Element (r, c) of a ROWS x COLS matrix, LD apart in SRC, dense in DST: float32 <-> bf16 (round to
+ * nearest even, exact widening) or a copy; grid-stride over ROWS * COLS. */
+template <typename D, typename S> __device__ __forceinline__ D cast_one(S x);
+template <> __device__ __forceinline__ __nv_bfloat16 cast_one(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ float cast_one(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> __device__ __forceinline__ float cast_one(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 cast_one(__nv_bfloat16 x) { return x; }
+
+template <typename D, typename S>
+__global__ void k_cast_2d(D *dst, const S *src, long long rows, long long cols, long long ld)
+{
+    long long n = rows * cols;
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x) {
+        long long r = e / cols, c = e % cols;
+        dst[e] = cast_one<D, S>(src[r * ld + c]);
+    }
+}
+
+static int dtype_ok(uint32_t t) { return t == NMT_DTYPE_F32 || t == NMT_DTYPE_BF16; }
+
+int cu_cast_2d(nmt_bctx *ctx, void *dst, uint32_t dst_dtype, const void *src, uint32_t src_dtype, int rows, int cols,
+               int ld)
+{
+    if (!dtype_ok(dst_dtype) || !dtype_ok(src_dtype))
+        return cu_err(ctx, "cast: dtype %u to %u not supported (float32 %d and bf16 %d)", (unsigned)src_dtype,
+                      (unsigned)dst_dtype, NMT_DTYPE_F32, NMT_DTYPE_BF16);
+    if (rows <= 0 || cols <= 0)
+        return 0;
+    size_t n = (size_t)rows * (size_t)cols;
+    unsigned g = cu_blocks(n, 256);
+    int db = dst_dtype == NMT_DTYPE_BF16, sb = src_dtype == NMT_DTYPE_BF16;
+    if (db && !sb)
+        k_cast_2d<__nv_bfloat16, float><<<g, 256, 0, ctx->stream>>>((__nv_bfloat16 *)dst, (const float *)src, rows, cols, ld);
+    else if (!db && sb)
+        k_cast_2d<float, __nv_bfloat16><<<g, 256, 0, ctx->stream>>>((float *)dst, (const __nv_bfloat16 *)src, rows, cols, ld);
+    else if (db)
+        k_cast_2d<__nv_bfloat16, __nv_bfloat16>
+            <<<g, 256, 0, ctx->stream>>>((__nv_bfloat16 *)dst, (const __nv_bfloat16 *)src, rows, cols, ld);
+    else
+        k_cast_2d<float, float><<<g, 256, 0, ctx->stream>>>((float *)dst, (const float *)src, rows, cols, ld);
+    return cu_launched(ctx, "cast");
+}
+
+int cu_cast(nmt_bctx *ctx, void *dst, uint32_t dst_dtype, const void *src, uint32_t src_dtype, size_t n)
+{
+    if (!dtype_ok(dst_dtype) || !dtype_ok(src_dtype))
+        return cu_err(ctx, "cast: dtype %u to %u not supported (float32 %d and bf16 %d)", (unsigned)src_dtype,
+                      (unsigned)dst_dtype, NMT_DTYPE_F32, NMT_DTYPE_BF16);
+    if (!n)
+        return 0;
+    if (!dst || !src)
+        return cu_err(ctx, "cast: NULL pointer");
+    cu_enter(ctx);
+    /* as rows of at most 2^30 elements, so the 2-d kernel's int sizes hold any N */
+    const size_t row = (size_t)1 << 30;
+    size_t es_d = dst_dtype == NMT_DTYPE_BF16 ? 2 : 4, es_s = src_dtype == NMT_DTYPE_BF16 ? 2 : 4;
+    for (size_t off = 0; off < n; off += row) {
+        size_t m = n - off < row ? n - off : row;
+        if (cu_cast_2d(ctx, (char *)dst + off * es_d, dst_dtype, (const char *)src + off * es_s, src_dtype, 1, (int)m,
+                       (int)m) < 0)
+            return -1;
+    }
+    return 0;
 }
