@@ -14,10 +14,10 @@ setup() {
 }
 teardown() { [ -z "${TMP:-}" ] || rm -rf "$TMP"; }
 
-@test "nmt-backends lists cuda with score 0 and ABI 2.1; the default is cpu" {
+@test "nmt-backends lists cuda with score 0 and ABI 2.2; the default is cpu" {
     run nmt-backends
     [ "$status" -eq 0 ]
-    grep -qP "^cuda\t0\t2\.1\t$CUDA\tunusable here: no NVIDIA driver: .*libcuda\.so\.1.*$" <<< "$output"
+    grep -qP "^cuda\t0\t2\.2\t$CUDA\tunusable here: no NVIDIA driver: .*libcuda\.so\.1.*$" <<< "$output"
     grep -q '^default: cpu (' <<< "$output"
 }
 
@@ -32,8 +32,11 @@ teardown() { [ -z "${TMP:-}" ] || rm -rf "$TMP"; }
     nmt-tokenize --vocab "$V" --tsv "$NMT_SRCDIR/tests/fixtures/tok/pairs.tsv" | nmt-batch -o "$TMP/b" 2> /dev/null
     run nmt-train --backend cuda --vocab "$V" -i "$TMP/b" -o "$TMP/m.ckpt"
     [ "$status" -eq 1 ]; [[ "$output" == *"is not usable on this machine: no NVIDIA driver"* ]]
+    run nmt-train --backend cuda --precision bf16 --vocab "$V" -i "$TMP/b" -o "$TMP/m.ckpt"
+    [ "$status" -eq 1 ]; [[ "$output" == *"is not usable on this machine: no NVIDIA driver"* ]]
+    [ ! -e "$TMP/m.ckpt" ]
     run nmt-train --version
-    [[ "$output" == *"plugin cuda ($CUDA): score 0, ABI 2.1, unusable here: no NVIDIA driver: "* ]]
+    [[ "$output" == *"plugin cuda ($CUDA): score 0, ABI 2.2, unusable here: no NVIDIA driver: "* ]]
 }
 
 @test "with a driver library but no device the runtime starts, fails cleanly, and cuda scores 0" {
@@ -42,7 +45,7 @@ teardown() { [ -z "${TMP:-}" ] || rm -rf "$TMP"; }
     cc -shared -fPIC "$TMP/stub.c" -o "$TMP/libcuda.so.1"
     LD_LIBRARY_PATH="$TMP" run nmt-backends
     [ "$status" -eq 0 ]
-    grep -qP "^cuda\t0\t2\.1\t.*\tunusable here: no CUDA device: .+$" <<< "$output"
+    grep -qP "^cuda\t0\t2\.2\t.*\tunusable here: no CUDA device: .+$" <<< "$output"
     grep -q '^default: cpu (' <<< "$output"
     LD_LIBRARY_PATH="$TMP" run nmt-backends --backend auto
     [ "$status" -eq 0 ] && grep -qx "$(printf 'name\tcpu')" <<< "$output"

@@ -36,7 +36,8 @@ losses() { cut -d, -f1,3 "$1"; }
              --preset --layers --enc-layers --dec-layers --d-model --heads --ff --pre-norm --max-len --lr --warmup \
              --clip-norm --update-freq --seed --label-smoothing --dropout --attention-dropout --activation-dropout \
              --no-shuffle --max-bad --valid-every --patience --save-every --keep --log --log-every --quiet --help \
-             --version --valid-bleu --valid-beam --config --dump-config --peak-lr --force --comm --reduce; do
+             --version --valid-bleu --valid-beam --config --dump-config --peak-lr --force --comm --reduce \
+             --precision; do
         [[ "$output" == *"$o"* ]] || { echo "missing $o"; return 1; }
     done
 }
@@ -365,4 +366,38 @@ losses() { cut -d, -f1,3 "$1"; }
     run "${T[@]}" -o c.ckpt --config missing.conf
     [ "$status" -eq 2 ]; [[ "$output" == *"cannot open the configuration 'missing.conf'"* ]]
     [ ! -e c.ckpt ]
+}
+
+@test "--precision bf16 trains on cpu (bf16 products emulated exactly): close to float32, not equal; float32 unchanged" {
+    "${T[@]}" -o f.ckpt --max-steps 6 --log f.csv
+    "${T[@]}" -o f2.ckpt --max-steps 6 --log f2.csv --precision float32
+    "${T[@]}" -o b.ckpt --max-steps 6 --log b.csv --precision bf16 2> err.txt
+    same_model f.ckpt f2.ckpt
+    [ ! -s err.txt ]
+    cmp <(losses f.csv) <(losses f2.csv)
+    run cmp <(losses f.csv) <(losses b.csv)
+    [ "$status" -eq 1 ]
+    # every step's loss within 1% of float32's
+    paste -d, <(losses f.csv | tail -n +2) <(losses b.csv | tail -n +2) |
+        awk -F, '{ d = $2 - $4; if (d < 0) d = -d; if (d > 0.01 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } }
+                 END { exit bad }'
+    nmt-cat b.ckpt | grep -q "precision: bf16"
+    [ "$(nmt-train --precision bf16 --vocab "$D/v.txt" -o x.ckpt --dump-config | grep '^precision:')" = "precision: bf16" ]
+}
+
+@test "--precision bf16 resumes bit for bit like float32; the checkpoint stays float32" {
+    O=(--max-steps 8 --attention-dropout 0.1 --precision bf16)
+    "${T[@]}" "${O[@]}" -o a.ckpt --log a.csv
+    "${T[@]}" "${O[@]}" -o r.ckpt --max-steps 4 --log r.csv
+    "${T[@]}" "${O[@]}" -o r.ckpt --resume --log r.csv
+    diff <(losses a.csv) <(losses r.csv)
+    same_model a.ckpt r.ckpt
+    nmt-cat a.ckpt | grep -q "enc.0.att.qkv.weight.*F32"
+}
+
+@test "--precision: an unknown name is a usage error" {
+    run "${T[@]}" -o m.ckpt --precision fp16
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"invalid --precision 'fp16' (expected float32 or bf16)"* ]]
+    [ ! -e m.ckpt ]
 }
