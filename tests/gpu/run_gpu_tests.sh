@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Runs the cuda plugin's tests on a machine with an NVIDIA GPU (they cannot run elsewhere):
 #   1. build (make tests-built), list the plugins: cuda must score > 0
-#   2. the op test: every kernel of cuda against cpu on random inputs (float32, 1e-4 relative)
+#   2. the op test: every kernel of cuda against cpu on random inputs (float32, 1e-4 relative),
+#      including the ABI 2.2 slots: attention_*_lse (1e-4), cast (exact), bf16 gemm/gemm_ex (1e-3)
 #   3. when nmt-train exists: the first 50 training steps on cpu and cuda (float32) give losses
-#      within 1e-3 (NMT_GPU_TRAIN_ARGS: the nmt-train arguments, e.g. preset, batch stream, seed)
+#      within 1e-3 (NMT_GPU_TRAIN_ARGS: the nmt-train arguments, e.g. preset, batch stream, seed);
+#      cuda trains through the attention_*_lse slots (no P kept). Then --precision bf16: cuda's
+#      losses within 1% (relative) of cpu's bf16 run (the same bf16 rounding, other sum orders)
+#      and within 2% of cuda's float32 run
 #   4. when nmt-decode exists: greedy translations identical on cpu and cuda (NMT_GPU_DECODE_ARGS)
 #   5. the op test under compute-sanitizer: memcheck (with leak check), racecheck, synccheck
 #      (each limited to NMT_GPU_SANITIZER_TIMEOUT seconds, default 900)
@@ -75,6 +79,46 @@ PY
         pass "losses within 1e-3"
     else
         fail "losses differ by more than 1e-3"
+    fi
+fi
+
+# Compares the first 50 losses of two JSON-lines logs: exit 0 when within TOL (relative to the
+# first log's loss when REL is 1, else absolute).
+compare_losses() { # LOG_A LOG_B TOL REL
+    /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l][:50]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"loss"' in l][:50]
+tol, rel = float(sys.argv[3]), sys.argv[4] == "1"
+worst = max((abs(x - y) / (abs(x) if rel else 1) for x, y in zip(a, b)), default=float("inf"))
+print("steps compared: %d, largest %s loss difference %.3g" % (min(len(a), len(b)), "relative" if rel else "absolute", worst))
+sys.exit(0 if len(a) == len(b) and len(a) > 0 and worst <= tol else 1)
+PY
+}
+
+echo "== training: --precision bf16, cuda vs cpu (bf16) and vs cuda float32, 50 steps"
+if [ ! -x bin/nmt-train ] || [ -z "${NMT_GPU_TRAIN_ARGS:-}" ]; then
+    skip "needs bin/nmt-train and NMT_GPU_TRAIN_ARGS (as above)"
+elif [ ! -s "$out/train-cuda.jsonl" ]; then
+    fail "no float32 cuda log to compare with (the float32 step failed)"
+else
+    # shellcheck disable=SC2086
+    if ! bin/nmt-train --backend cpu --precision bf16 $NMT_GPU_TRAIN_ARGS -o "$out/bf16-cpu.ckpt" --force \
+            --log "$out/train-cpu-bf16.jsonl" > "$out/train-cpu-bf16.out" 2>&1 ||
+        ! bin/nmt-train --backend cuda --precision bf16 $NMT_GPU_TRAIN_ARGS -o "$out/bf16-cuda.ckpt" --force \
+            --log "$out/train-cuda-bf16.jsonl" > "$out/train-cuda-bf16.out" 2>&1; then
+        fail "nmt-train --precision bf16 (see $out/train-*-bf16.out)"
+    else
+        if compare_losses "$out/train-cpu-bf16.jsonl" "$out/train-cuda-bf16.jsonl" 0.01 1; then
+            pass "bf16 losses: cuda within 1% of cpu"
+        else
+            fail "bf16 losses: cuda differs from cpu by more than 1%"
+        fi
+        if compare_losses "$out/train-cuda.jsonl" "$out/train-cuda-bf16.jsonl" 0.02 1; then
+            pass "bf16 losses within 2% of float32 on cuda"
+        else
+            fail "bf16 losses differ from float32 by more than 2% on cuda"
+        fi
     fi
 fi
 
