@@ -370,8 +370,7 @@ static int parse_option(int ch, struct opts *o)
     case OPT_LOG_EVERY: if (opt_u64("--log-every", optarg, 1, BIG, &o->log_every) < 0) return -1; break;
     case OPT_PROGRESS: if (opt_double("--progress-every", optarg, 0, 1e9, 0, &o->progress_every) < 0) return -1; break;
     default:
-        fprintf(stderr, "Try '%s --help' for more information.\n", nmt_progname());
-        return -1;
+        return nmt_usage_hint(), -1;
     }
     return 0;
 }
@@ -488,7 +487,7 @@ static int dump_config(const struct opts *o)
 
 int main(int argc, char **argv)
 {
-    nmt_set_progname(argv[0]);
+    nmt_start(argv);
     int nargc;
     char **nargv;
     if (config_args(argc, argv, long_options, CONFIG_EXCLUDED, &nargc, &nargv) < 0)

@@ -28,13 +28,13 @@ teardown() { rm -rf "$TMP"; }
 }
 
 @test "--backend auto and NMT_BACKEND select cpu; an explicit path loads that file" {
-    run nmt-backends -b auto
+    run nmt-backends --backend auto
     [ "$status" -eq 0 ]
     grep -qx "$(printf 'name\tcpu')" <<< "$output"
-    NMT_BACKEND=cpu run nmt-backends -b ''
+    NMT_BACKEND=cpu run nmt-backends --backend ''
     [ "$status" -eq 0 ]
     grep -qx "$(printf 'name\tcpu')" <<< "$output"
-    run nmt-backends -b "$NMT_BIN/nmt-backend-cpu.so"
+    run nmt-backends --backend "$NMT_BIN/nmt-backend-cpu.so"
     [ "$status" -eq 0 ] && grep -qx "$(printf 'path\t%s' "$NMT_BIN/nmt-backend-cpu.so")" <<< "$output"
 }
 
