@@ -156,7 +156,7 @@ done:
 
 int main(int argc, char **argv)
 {
-    nmt_set_progname(argv[0]);
+    nmt_start(argv);
     const char *out = NULL;
     int quantize = 0;
     static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
@@ -171,7 +171,7 @@ int main(int argc, char **argv)
         case 'Q': quantize = 1; break;
         case 'h': usage(stdout); return nmt_close_stdout() == 0 ? 0 : 1;
         case 'V': nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
-        default: return nmt_usage_error("invalid option");
+        default: return nmt_usage_hint();
         }
     }
     if (!out)

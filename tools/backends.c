@@ -12,9 +12,9 @@ static void usage(void)
            "List the compute backend plugins found (name, score, ABI, path, status) and the one\n"
            "that would be used by default; or load one backend and print its properties.\n"
            "\n"
-           "  -b, --backend SPEC   load and open SPEC (a name such as cpu, a path to a .so, or auto)\n"
+           "      --backend SPEC   load and open SPEC (a name such as cpu, a path to a .so, or auto)\n"
            "                       and print its properties; exit 1 if it is refused\n"
-           "  -t, --threads N      worker threads for --backend (default: all cores)\n"
+           "      --threads N      worker threads for --backend (default: all cores)\n"
            "  -h, --help           print this help and exit\n"
            "      --version        print the version and exit\n"
            "\n"
@@ -75,10 +75,10 @@ static int list_all(void)
 
 int main(int argc, char **argv)
 {
-    nmt_set_progname(argv[0]);
+    nmt_start(argv);
     static const struct option longopts[] = {
-        { "backend", required_argument, NULL, 'b' },
-        { "threads", required_argument, NULL, 't' },
+        { "backend", required_argument, NULL, 'B' },
+        { "threads", required_argument, NULL, 'T' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -86,12 +86,12 @@ int main(int argc, char **argv)
     const char *spec = NULL;
     uint64_t threads = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "b:t:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'b':
+        case 'B':
             spec = optarg;
             break;
-        case 't':
+        case 'T':
             if (nmt_parse_u64(optarg, 1024, &threads) < 0)
                 return nmt_usage_error("invalid thread count '%s'", optarg);
             break;
@@ -102,7 +102,7 @@ int main(int argc, char **argv)
             nmt_print_version();
             return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
         default:
-            return nmt_usage_error("invalid option");
+            return nmt_usage_hint();
         }
     }
     if (optind < argc)

@@ -23,7 +23,7 @@ static void usage(void)
            "  -i, --input FILE        read FILE ('-' for stdin)\n"
            "  -o, --output FILE       write FILE ('-' for stdout, the default; never a terminal)\n"
            "  -t, --max-tokens N      padded tokens of the larger side of a batch <= N (default 4096)\n"
-           "  -s, --max-sentences N   at most N pairs per batch (default: no limit)\n"
+           "      --max-sentences N   at most N pairs per batch (default: no limit)\n"
            "  -l, --max-len L         drop pairs with a side longer than L tokens (default: no limit\n"
            "                          besides --max-tokens)\n"
            "      --truncate          cut sides longer than the limit instead of dropping the pair\n"
@@ -99,7 +99,7 @@ static int parse_args(int argc, char **argv, struct args *a)
     a->in_path = a->out_path = a->log_path = NULL;
     a->epochs = 1;
     int c;
-    while ((c = getopt_long(argc, argv, "i:o:t:s:l:r:w:e:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "i:o:t:l:r:w:e:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'i': a->in_path = optarg; break;
         case 'o': a->out_path = optarg; break;
@@ -143,7 +143,7 @@ static int parse_args(int argc, char **argv, struct args *a)
             break;
         case 'h': usage(); return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
         case OPT_VERSION: nmt_print_version(); return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
-        default: return nmt_usage_error("unknown option");
+        default: return nmt_usage_hint();
         }
     }
     if (optind < argc) {
@@ -256,7 +256,7 @@ static int open_files(const struct args *a, int *in_fd, struct rec_reader **in, 
 
 int main(int argc, char **argv)
 {
-    nmt_set_progname(argv[0]);
+    nmt_start(argv);
     struct args args;
     int rc = parse_args(argc, argv, &args);
     if (rc != GO_ON)

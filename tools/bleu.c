@@ -1199,7 +1199,7 @@ static void run_free(run_t *r)
 
 int main(int argc, char **argv)
 {
-    nmt_set_progname(argv[0]);
+    nmt_start(argv);
     static run_t run; /* static: what it holds stays reachable on every early exit */
     int rc = parse_args(&run, argc, argv), st = 0;
     if (rc != GO_ON)

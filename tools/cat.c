@@ -386,7 +386,7 @@ done:
 
 int main(int argc, char **argv)
 {
-    nmt_set_progname(argv[0]);
+    nmt_start(argv);
     struct cat_opts o = {0};
     const char *outpath = NULL;
     static const struct option longopts[] = {
@@ -411,7 +411,7 @@ int main(int argc, char **argv)
         case 'q': o.quiet = 1; break;
         case 'h': usage(stdout); return nmt_close_stdout() == 0 ? 0 : 1;
         case 'V': nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
-        default: return nmt_usage_error("invalid option");
+        default: return nmt_usage_hint();
         }
     }
     if (outpath && strcmp(outpath, "-") != 0 && !freopen(outpath, "w", stdout)) {

@@ -43,7 +43,7 @@ static void usage(void)
            "      --alpha A           length penalty exponent, ((5+len)/6)^A (default 0.6)\n"
            "      --max-len-a A, --max-len-b B\n"
            "                          longest output: A * source tokens + B, with EOS (default 1, 50)\n"
-           "  -n, --nbest N           print the N best translations as TSV rows: line, rank, score, text\n"
+           "      --nbest N           print the N best translations as TSV rows: line, rank, score, text\n"
            "      --scores            print each translation's score before it, tab-separated\n"
            "      --score             score given pairs instead of translating: input lines 'SOURCE<TAB>TARGET'\n"
            "                          (or --src/--tgt, or a two-sided ids stream); prints each log-probability\n"
@@ -902,7 +902,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         {"shard", required_argument, 0, OPT_SHARD}, {"comm", required_argument, 0, OPT_COMM},
         {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:i:o:b:n:qh", lopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:i:o:b:qh", lopts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
         case 'm':
@@ -952,7 +952,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         case 'q': o->quiet = 1; break;
         case 'h': usage(); return 0;
         case OPT_VERSION: nmt_print_version(); return 0;
-        default: return NMT_EXIT_USAGE;
+        default: return nmt_usage_hint();
         }
         if (bad < 0)
             return NMT_EXIT_USAGE;
@@ -1078,7 +1078,7 @@ static int join_ranks(struct state *st, struct opts *o)
 
 int main(int argc, char **argv)
 {
-    nmt_set_progname(argv[0]);
+    nmt_start(argv);
     struct opts o = {.max_tokens = 4096, .precision = NMT_DTYPE_F32, .max_line = LINES_DEFAULT_MAX,
                      .so = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 50}};
     int inter_set = 0;

@@ -81,7 +81,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    nmt_set_progname(argv[0]);
+    nmt_start(argv);
     if (argc < 2)
         return nmt_usage_error("missing command");
     const char *cmd = argv[1];

@@ -38,7 +38,7 @@ static void usage(FILE *f)
             "  -v, --vocab FILE        apply the BPE vocabulary FILE and write an ids stream\n"
             "      --dropout P         BPE-dropout: skip each merge with probability P (0..1, needs --vocab)\n"
             "      --seed S            seed of the dropout generator (default 1)\n"
-            "  -t, --text[=WHAT]       print space-separated text instead of a stream: tokens or pieces\n"
+            "      --text[=WHAT]       print space-separated text instead of a stream: tokens or pieces\n"
             "                          (WHAT=pieces, the default) or ids (WHAT=ids); sides split by a tab\n"
             "  -D, --decode            read an ids (or hyp) stream and print the text, one line per record;\n"
             "                          with --text, read text lines of ids or pieces instead\n"
@@ -701,7 +701,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {NULL, 0, NULL, 0}};
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":i:o:d:f:N:v:tDqh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":i:o:d:f:N:v:Dqh", longopts, NULL)) != -1) {
         switch (c) {
         case 'i': o->in = optarg; break;
         case 'o': o->out = optarg; break;
@@ -915,7 +915,7 @@ static void report_skipped(const struct state *st)
 
 int main(int argc, char **argv)
 {
-    nmt_set_progname(argv[0]);
+    nmt_start(argv);
     struct opts o = {.delim = ',', .nfields = 2, .field = {0, 1}, .norm = -1, .seed = 1, .max_line = LINES_DEFAULT_MAX};
     int rc = parse_args(argc, argv, &o);
     if (rc != GO_ON)

@@ -380,13 +380,23 @@ static int parse_option(int ch, struct opts *o)
     case OPT_LOG_EVERY: if (opt_u64("--log-every", optarg, 1, BIG, &o->log_every) < 0) return -1; break;
     case OPT_PROGRESS: if (opt_double("--progress-every", optarg, 0, 1e9, 0, &o->progress_every) < 0) return -1; break;
     default:
-        fprintf(stderr, "Try '%s --help' for more information.\n", nmt_progname());
-        return -1;
+        return nmt_usage_hint(), -1;
     }
     return 0;
 }
 
 enum { GO_ON = -1 };
+
+/* Returns 1 when --log LOG names something nmt-train writes to: a name ending in .csv or .jsonl,
+ * -, /dev/stdout, /dev/stderr, or an existing file that is not a regular one (a pipe, a device). */
+static int log_name_ok(const char *log)
+{
+    size_t ll = strlen(log);
+    struct stat sb;
+    return !strcmp(log, "-") || !strcmp(log, "/dev/stdout") || !strcmp(log, "/dev/stderr") ||
+           (ll > 6 && !strcmp(log + ll - 6, ".jsonl")) || (ll > 4 && !strcmp(log + ll - 4, ".csv")) ||
+           (stat(log, &sb) == 0 && !S_ISREG(sb.st_mode));
+}
 
 /* Parses and checks the options into O: GO_ON, or the exit status (help, version, usage error). */
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -422,6 +432,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
         return nmt_usage_error("--keep needs --save-every");
     if (o->patience && !o->valid)
         return nmt_usage_error("--patience needs --valid");
+    if (o->log && !log_name_ok(o->log))
+        return nmt_usage_error("--log '%s': the name must end in .csv or .jsonl (or be - for stdout)", o->log);
     if (o->valid_bleu && !o->valid)
         return nmt_usage_error("--valid-bleu needs --valid");
     if (o->resume && o->force)
@@ -499,7 +511,7 @@ static int dump_config(const struct opts *o)
 
 int main(int argc, char **argv)
 {
-    nmt_set_progname(argv[0]);
+    nmt_start(argv);
     int nargc;
     char **nargv;
     if (config_args(argc, argv, long_options, CONFIG_EXCLUDED, &nargc, &nargv) < 0)
@@ -714,9 +726,7 @@ static int open_log(struct ctx *c)
     int std_fd = !strcmp(log, "-") || !strcmp(log, "/dev/stdout") ? STDOUT_FILENO : !strcmp(log, "/dev/stderr") ? STDERR_FILENO : -1;
     int stream = std_fd >= 0 || (stat(log, &sb) == 0 && !S_ISREG(sb.st_mode));
     int jsonl = ll > 6 && !strcmp(log + ll - 6, ".jsonl");
-    c->log_csv = !jsonl;
-    if (!jsonl && !stream && !(ll > 4 && !strcmp(log + ll - 4, ".csv")))
-        return nmt_seterr("--log '%s': the name must end in .csv or .jsonl (or be - for stdout)", log);
+    c->log_csv = !jsonl; /* the name was checked with the options (log_name_ok) */
     int exists = c->o->resume && !stream && access(log, F_OK) == 0;
     if (std_fd >= 0)
         c->log = fdopen(dup(std_fd), "w");

@@ -97,7 +97,7 @@ static int count_input(const char *path, struct bpe_counts *c, int side, const c
 
 int main(int argc, char **argv)
 {
-    nmt_set_progname(argv[0]);
+    nmt_start(argv);
     const char *out = NULL;
     uint64_t size = 8000, min_freq = 2, sidev = 0;
     double coverage = 1.0;

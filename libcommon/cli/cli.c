@@ -16,6 +16,12 @@ void nmt_set_progname(const char *argv0)
     progname = slash ? slash + 1 : (argv0 && *argv0 ? argv0 : "nmt");
 }
 
+void nmt_start(char **argv)
+{
+    nmt_set_progname(argv[0]);
+    argv[0] = (char *)progname;
+}
+
 const char *nmt_progname(void) { return progname; }
 
 static void vmsg(const char *prefix, const char *fmt, va_list ap)
@@ -47,6 +53,12 @@ int nmt_usage_error(const char *fmt, ...)
     va_start(ap, fmt);
     vmsg("", fmt, ap);
     va_end(ap);
+    fprintf(stderr, "Try '%s --help' for more information.\n", progname);
+    return NMT_EXIT_USAGE;
+}
+
+int nmt_usage_hint(void)
+{
     fprintf(stderr, "Try '%s --help' for more information.\n", progname);
     return NMT_EXIT_USAGE;
 }

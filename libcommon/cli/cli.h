@@ -12,6 +12,9 @@
 
 /* Sets the program name used as the message prefix (basename of argv[0]). */
 void nmt_set_progname(const char *argv0);
+/* Sets the program name from ARGV[0] and points ARGV[0] at it, so that getopt's own messages
+ * ("nmt-cat: invalid option -- 'Z'") carry the same prefix however the tool was started. */
+void nmt_start(char **argv);
 /* Returns the program name set by nmt_set_progname ("nmt" before). */
 const char *nmt_progname(void);
 /* Prints "PROG: message\n" on stderr. */
@@ -22,6 +25,9 @@ void nmt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void nmt_print_version(void);
 /* Prints "PROG: MSG\nTry 'PROG --help' for more information.\n" on stderr; returns NMT_EXIT_USAGE. */
 int nmt_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "Try 'PROG --help' for more information.\n" on stderr (after getopt's own message);
+ * returns NMT_EXIT_USAGE. */
+int nmt_usage_hint(void);
 /* Flushes and closes stdout, reporting a failed write (disk full, closed pipe); 0 or -1. */
 int nmt_close_stdout(void);
 /* Writes S (N bytes) to F as a JSON string literal with quotes; invalid UTF-8 bytes become

@@ -28,13 +28,13 @@ teardown() { rm -rf "$TMP"; }
 }
 
 @test "--backend auto and NMT_BACKEND select cpu; an explicit path loads that file" {
-    run nmt-backends -b auto
+    run nmt-backends --backend auto
     [ "$status" -eq 0 ]
     grep -qx "$(printf 'name\tcpu')" <<< "$output"
-    NMT_BACKEND=cpu run nmt-backends -b ''
+    NMT_BACKEND=cpu run nmt-backends --backend ''
     [ "$status" -eq 0 ]
     grep -qx "$(printf 'name\tcpu')" <<< "$output"
-    run nmt-backends -b "$NMT_BIN/nmt-backend-cpu.so"
+    run nmt-backends --backend "$NMT_BIN/nmt-backend-cpu.so"
     [ "$status" -eq 0 ] && grep -qx "$(printf 'path\t%s' "$NMT_BIN/nmt-backend-cpu.so")" <<< "$output"
 }
 
@@ -111,4 +111,26 @@ teardown() { rm -rf "$TMP"; }
     run nmt-backends --version
     [ "$status" -eq 0 ]
     [[ "${lines[0]}" == "nmt-backends (nmt) "* ]]
+}
+
+@test "a plugin unusable here (score 0) says why: in the listing, --version, and when asked for by name" {
+    cp "$P/unusable.so" "$TMP/nmt-backend-unusable.so"
+    why="no test accelerator: /dev/nmt-test0 is missing"
+    NMT_PLUGIN_PATH="$TMP" run nmt-backends
+    [ "$status" -eq 0 ]
+    grep -qxF "$(printf 'unusable\t0\t2.1\t%s\tunusable here: %s' "$TMP/nmt-backend-unusable.so" "$why")" <<< "$output"
+    grep -q '^default: cpu (' <<< "$output"
+    NMT_PLUGIN_PATH="$TMP" run nmt-backends --backend unusable
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-backends: backend 'unusable' ($TMP/nmt-backend-unusable.so) is not usable on this machine: $why" ]
+    NMT_PLUGIN_PATH="$TMP" run nmt-decode --backend unusable -m "$NMT_SRCDIR/tests/fixtures/ref/decode/model.ckpt"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-decode: backend 'unusable' ($TMP/nmt-backend-unusable.so) is not usable on this machine: $why" ]
+    NMT_PLUGIN_PATH="$TMP" run nmt-train --version
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"plugin unusable ($TMP/nmt-backend-unusable.so): score 0, ABI 2.1, unusable here: $why"* ]]
+    # an unknown name lists the backends there are, the unusable one with them
+    NMT_PLUGIN_PATH="$TMP" run nmt-decode --backend nosuch -m "$NMT_SRCDIR/tests/fixtures/ref/decode/model.ckpt"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"no backend plugin 'nosuch' found"*"the backends found: "*unusable* ]]
 }

@@ -34,6 +34,22 @@ setup_file() {
     grep -q 'validation BLEU' "$D/demo/train.svg"
 }
 
+@test "demo: reproducible: a second run, with a busy loop taking a core, prints the same scores and translations" {
+    cd "$BATS_TEST_TMPDIR"
+    M=(make -s -C "$NMT_SRCDIR/pipelines/multi30k" demo BIN="$NMT_BIN" DATA="$D/data" DEMO_STEPS=8)
+    "${M[@]}" OUT="$D/quiet" > quiet.txt 2>&1
+    ( while :; do :; done ) &
+    busy=$!
+    st=0; "${M[@]}" OUT="$D/loaded" > loaded.txt 2>&1 || st=$?
+    kill "$busy"
+    [ "$st" -eq 0 ] || { cat loaded.txt; return 1; }
+    [ "$(grep -c 'BLEU|nrefs:1' quiet.txt)" -ge 2 ]
+    diff <(grep -E '"score"|BLEU\|nrefs|chrF2' quiet.txt) <(grep -E '"score"|BLEU\|nrefs|chrF2' loaded.txt)
+    cmp "$D/quiet/test_2016_flickr.hyp" "$D/loaded/test_2016_flickr.hyp"
+    # every logged value but the timings (tokens/s, GFLOP/s): the same training, step by step
+    diff <(cut -d, -f1-5,7,9- "$D/quiet/train.csv") <(cut -d, -f1-5,7,9- "$D/loaded/train.csv")
+}
+
 @test "plot.sh draws the curves of several logs into one SVG; refuses what is not a log" {
     cd "$BATS_TEST_TMPDIR"
     printf 'step,epoch,loss,lr,tokens,tokens_per_s,grad_norm,gflop_s,valid_loss,valid_ppl,valid_nll\n1,1,5.5,0.001,100,1000,1,1\n2,1,5.0,0.002,100,1000,1,1\n2,1,,,,,,,4.9,134.3,4.9\n' > a.csv

@@ -95,6 +95,33 @@ setup_file() {
     [[ "$output" == *"stdin: not an nmt stream at byte 0: not a stream header: this is plain text"* ]]
 }
 
+@test "hostile: every stream reader gives the same hints: plain text, a vocabulary, a checkpoint, gzip, zstd" {
+    ck="$NMT_SRCDIR/tests/fixtures/ref/decode/model.ckpt"
+    gzip -c "$D/a.ids" > "$BATS_TEST_TMPDIR/a.ids.gz"
+    zstd -q -c "$D/a.en" > "$BATS_TEST_TMPDIR/a.en.zst"
+    n=0
+    for bad in "$D/a.en" "$D/v1" "$ck" "$BATS_TEST_TMPDIR/a.ids.gz" "$BATS_TEST_TMPDIR/a.en.zst"; do
+        case "$bad" in
+        *.en) hint="this is plain text; make a stream of it with nmt-tokenize (with --vocab V for ids)" ;;
+        */v1) hint="this is a vocabulary file (nmt-vocab(5)); give it with --vocab" ;;
+        *.ckpt) hint="this is a checkpoint (safetensors); give it with -m" ;;
+        *.gz) hint="this is gzip-compressed data; decompress it first" ;;
+        *) hint="this is zstd-compressed data without an nmt stream header" ;;
+        esac
+        for cmd in "nmt-batch -i" "nmt-cat --kind ids" "nmt-cat --check --kind batch" "nmt-vocab" \
+                   "nmt-tokenize --decode -v $D/v1" "nmt-train -v $D/v1 -o $BATS_TEST_TMPDIR/m.ckpt -i" \
+                   "nmt-train -v $D/v1 -o $BATS_TEST_TMPDIR/m.ckpt -i $D/a.batches --valid" \
+                   "nmt-decode -m $ck --in ids -i"; do
+            run $cmd "$bad"
+            [ "$status" -eq 1 ] || { echo "$cmd $bad: status $status: $output"; return 1; }
+            [[ "$output" == *"$bad: not an nmt stream at byte 0: "*"$hint"* ]] || { echo "$cmd $bad: $output"; return 1; }
+            n=$((n + 1))
+        done
+    done
+    [ "$n" -eq 40 ]
+    [ ! -e "$BATS_TEST_TMPDIR/m.ckpt" ]
+}
+
 @test "hostile: a checkpoint given as a stream is named as one" {
     nmt-train -i "$D/a.batches" --vocab "$D/v1" -o "$D/t.ckpt" --preset tiny --max-steps 1 -q --threads 1
     run nmt-batch -i "$D/t.ckpt"

@@ -112,11 +112,11 @@ small_vocab() { # a vocabulary learnt from the adversarial fixtures and some Mul
 
 @test "--decode --text: ids out of range and unknown pieces are errors with the line" {
     printf '5 6\n99999 1\n' > "$TMP/ids.txt"
-    run nmt-tokenize -D -t -v "$F/tiny.vocab" "$TMP/ids.txt"
+    run nmt-tokenize -D --text -v "$F/tiny.vocab" "$TMP/ids.txt"
     [ "$status" -eq 1 ]
     [[ "$output" == *"line 2: id 99999 out of range"* ]]
     printf '▁low zzzz\n' > "$TMP/p.txt"
-    run nmt-tokenize -D -t -v "$F/tiny.vocab" "$TMP/p.txt"
+    run nmt-tokenize -D --text -v "$F/tiny.vocab" "$TMP/p.txt"
     [ "$status" -eq 1 ]
     [[ "$output" == *"line 1: unknown piece 'zzzz'"* ]]
 }
@@ -124,7 +124,7 @@ small_vocab() { # a vocabulary learnt from the adversarial fixtures and some Mul
 @test "--decode: byte pieces that do not form UTF-8 come out as U+FFFD, never as invalid text" {
     # ids 4 + byte: 0xA4 alone, 0xC3 0xA4 (a valid 'ä'), 0xC3 before a lead byte, 0xF0 cut short
     printf '%d %d %d %d %d\n' $((4 + 0xA4)) $((4 + 0xC3)) $((4 + 0xA4)) $((4 + 0xC3)) $((4 + 0xF0)) > "$TMP/ids.txt"
-    nmt-tokenize -D -t -v "$F/tiny.vocab" "$TMP/ids.txt" > "$TMP/out"
+    nmt-tokenize -D --text -v "$F/tiny.vocab" "$TMP/ids.txt" > "$TMP/out"
     printf '\xef\xbf\xbd\xc3\xa4\xef\xbf\xbd\xef\xbf\xbd\n' | cmp - "$TMP/out"
     nmt-bleu "$TMP/out" -i "$TMP/out" -m bleu > /dev/null
 }

@@ -101,9 +101,14 @@ losses() { cut -d, -f1,3 "$1"; }
     [ "$status" -eq 0 ]
 }
 
-@test "--log with another extension is refused" {
+@test "--log with another extension is a usage error, before any work" {
     run "${T[@]}" -o m.ckpt --max-steps 1 --log log.txt
-    [ "$status" -eq 1 ]; [[ "$output" == *".csv or .jsonl"* ]]
+    [ "$status" -eq 2 ]; [[ "$output" == *".csv or .jsonl"* ]]
+    [ ! -e m.ckpt ]
+    [ ! -e log.txt ]
+    # a pipe or a device is written as it is, whatever its name
+    run "${T[@]}" -o m.ckpt --max-steps 1 --log /dev/null
+    [ "$status" -eq 0 ]
 }
 
 @test "--resume continues bit for bit: 7 then 15 steps equal 15 steps" {
@@ -267,7 +272,7 @@ losses() { cut -d, -f1,3 "$1"; }
     [ ! -s out.txt ]
     [ "$(grep -c '^[12],1,' err.txt)" -eq 2 ]
     run "${T[@]}" -o c.ckpt --max-steps 1 --log metrics.txt
-    [ "$status" -eq 1 ]
+    [ "$status" -eq 2 ]
     [[ "$output" == *"must end in .csv or .jsonl (or be - for stdout)"* ]]
 }
 
