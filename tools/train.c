@@ -73,6 +73,8 @@ static void usage(void)
            "                          N x K, bit for bit) or fast (the MPI library's all-reduce)\n"
            "      --overlap on|off    reduce each layer's gradient while the backward pass goes on\n"
            "                          (default on; ordered reduction; the same bits either way)\n"
+           "      --gpu-comm NAME     auto (default: NCCL for --backend cuda with N > 1), nccl (also\n"
+           "                          for one rank), mpi (gradients through host memory)\n"
            "Validation, checkpoints, logs:\n"
            "      --valid-every N     validate every N steps (default: end of each epoch)\n"
            "      --valid-bleu        also translate the validation sources and score them with BLEU\n"
@@ -107,11 +109,11 @@ enum {
     OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
     OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
     OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR, OPT_FORCE, OPT_VALID_BLEU, OPT_VALID_BEAM, OPT_CONFIG,
-    OPT_DUMP_CONFIG, OPT_OVERLAP
+    OPT_DUMP_CONFIG, OPT_OVERLAP, OPT_GPU_COMM
 };
 
 struct opts {
-    const char *input, *valid, *output, *vocab, *backend, *log, *preset, *comm;
+    const char *input, *valid, *output, *vocab, *backend, *log, *preset, *comm, *gpu_comm;
     int resume, threads, quiet, shuffle, preset_set, reduce_fast, overlap;
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip, progress_every, peak_lr;
@@ -164,6 +166,7 @@ struct ctx {
     char *config;              /* the effective configuration (--dump-config's text) */
     int lock;                  /* the output's lock, held for the run */
     struct comm *comm;         /* the ranks (NULL: one process) */
+    struct gpu_comm *gpu;      /* the GPUs' NCCL job (NULL: gradients through the host) */
     int root;                  /* this process writes the checkpoints, the log and the messages */
 };
 
@@ -291,6 +294,7 @@ static const struct option long_options[] = {
 {"quiet", no_argument, NULL, 'q'},                {"help", no_argument, NULL, 'h'},
 {"version", no_argument, NULL, OPT_VERSION},      {"comm", required_argument, NULL, OPT_COMM},
 {"reduce", required_argument, NULL, OPT_REDUCE}, {"overlap", required_argument, NULL, OPT_OVERLAP},
+{"gpu-comm", required_argument, NULL, OPT_GPU_COMM},
 {"peak-lr", required_argument, NULL, OPT_PEAK_LR},
 {"force", no_argument, NULL, OPT_FORCE},          {"valid-bleu", no_argument, NULL, OPT_VALID_BLEU},
 {"valid-beam", required_argument, NULL, OPT_VALID_BEAM},
@@ -376,6 +380,11 @@ static int parse_option(int ch, struct opts *o)
             return nmt_usage_error("invalid --overlap '%s' (expected on or off)", optarg), -1;
         o->overlap = !strcmp(optarg, "on");
         break;
+    case OPT_GPU_COMM:
+        if (strcmp(optarg, "auto") && strcmp(optarg, "nccl") && strcmp(optarg, "mpi"))
+            return nmt_usage_error("invalid --gpu-comm '%s' (expected auto, nccl or mpi)", optarg), -1;
+        o->gpu_comm = optarg;
+        break;
     case OPT_LOG_EVERY: if (opt_u64("--log-every", optarg, 1, BIG, &o->log_every) < 0) return -1; break;
     case OPT_PROGRESS: if (opt_double("--progress-every", optarg, 0, 1e9, 0, &o->progress_every) < 0) return -1; break;
     default:
@@ -441,7 +450,7 @@ static void write_config(FILE *f, const struct opts *o)
     model_preset(&m, o->preset);
     apply_overrides(o, &m);
     const char *str[][2] = {{"input", o->input},   {"valid", o->valid}, {"output", o->output}, {"vocab", o->vocab},
-                            {"backend", o->backend}, {"comm", o->comm}, {"log", o->log},       {"preset", o->preset}};
+                            {"backend", o->backend}, {"comm", o->comm}, {"gpu-comm", o->gpu_comm}, {"log", o->log},       {"preset", o->preset}};
     for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
         fprintf(f, str[i][1] ? "%s: %s\n" : "# %s:\n", str[i][0], str[i][1] ? str[i][1] : "");
     const struct { const char *k; uint64_t v; } num[] = {
@@ -667,9 +676,15 @@ static int setup_training(struct ctx *c)
         return -1;
     if (o->valid && !c->vb.has_vocab)
         nmt_warn("%s: stream has no vocab fingerprint; cannot check it against the vocabulary", c->vb.name);
-    struct nmt_backend_opts bo = {sizeof bo, o->threads, 0};
+    /* one GPU a rank: the rank's index on its machine (the cpu backend ignores it) */
+    struct nmt_backend_opts bo = {sizeof bo, o->threads, comm_local_rank(c->comm)};
     if (!(c->be = backend_open(o->backend, &bo)))
         return -1;
+    const char *gpu = gpu_comm_choose(o->gpu_comm, c->be->ops.name, comm_size(c->comm));
+    if (!gpu || (!strcmp(gpu, "nccl") && gpu_comm_open(c->comm, bo.device, &c->gpu) < 0))
+        return -1;
+    if (c->gpu && !o->quiet)
+        fprintf(stderr, "%s: gradients reduced on the GPUs through %s\n", nmt_progname(), gpu_comm_description(c->gpu));
     c->m = model_new(c->be, &c->cfg, 1);
     if (!c->m || model_init(c->m, o->seed) < 0)
         return -1;
@@ -685,7 +700,7 @@ static int setup_training(struct ctx *c)
         c->epochs = 1;
     settle_lr(c);
     struct trainer_opts to = {c->epochs,   o->update_freq, o->seed, o->warmup,        o->lr, o->clip, o->shuffle,
-                              c->vb.n && !o->valid_every, c->comm, o->reduce_fast, o->overlap};
+                              c->vb.n && !o->valid_every, c->comm, o->reduce_fast, o->overlap, c->gpu};
     if (trainer_init(&c->t, c->m, &c->cfg, &c->tb, &to, &s) < 0)
         return -1;
     uint64_t update_freq = o->update_freq * (uint64_t)comm_size(c->comm);
@@ -983,6 +998,7 @@ static int run(struct opts *o)
     batch_file_close(&c.tb);
     batch_file_close(&c.vb);
     model_free(c.m);
+    gpu_comm_close(c.gpu);
     backend_close(c.be);
     st_free(c.ck);
     vocab_free(c.voc);

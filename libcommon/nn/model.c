@@ -221,6 +221,11 @@ const struct model_config *model_config(const struct model *m)
     return &m->c;
 }
 
+struct backend *model_backend(const struct model *m)
+{
+    return m->be;
+}
+
 size_t model_num_params(const struct model *m)
 {
     return m->np;

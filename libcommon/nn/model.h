@@ -66,6 +66,8 @@ struct model *model_new(struct backend *be, const struct model_config *c, int tr
 void model_free(struct model *m);
 /* Returns M's configuration. */
 const struct model_config *model_config(const struct model *m);
+/* Returns the backend M runs on (not owned by M). */
+struct backend *model_backend(const struct model *m);
 /* Returns the number of parameter floats (P). */
 size_t model_num_params(const struct model *m);
 /* Returns the number of parameter tensors and sets *PARAMS to the layout table (owned by M). */

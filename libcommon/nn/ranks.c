@@ -114,6 +114,17 @@ void comm_close(struct comm *c)
 
 int comm_rank(const struct comm *c) { return c ? c->rank : 0; }
 int comm_size(const struct comm *c) { return c ? c->size : 1; }
+int comm_local_rank(const struct comm *c)
+{
+    if (!c)
+        return 0;
+    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!v || !*v)
+        v = getenv("MPI_LOCALRANKID");
+    long r = v && *v ? strtol(v, NULL, 10) : 0;
+    return r > 0 && r < 1 << 20 ? (int)r : 0;
+}
+
 int comm_local_threads(const struct comm *c)
 {
     if (comm_size(c) < 2)

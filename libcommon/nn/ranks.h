@@ -25,6 +25,9 @@ void comm_close(struct comm *c);
 /* This rank (0 for NULL) and the number of ranks (1 for NULL). */
 int comm_rank(const struct comm *c);
 int comm_size(const struct comm *c);
+/* This rank's index among the ranks on its machine (OMPI_COMM_WORLD_LOCAL_RANK or MPI_LOCALRANKID;
+ * the GPU a cuda rank uses); 0 for NULL or when the launcher does not say. */
+int comm_local_rank(const struct comm *c);
 /* The threads a rank uses by default: the online cores divided by the ranks on this machine
  * (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS), at least 1; 0 (all cores) for one process. */
 int comm_local_threads(const struct comm *c);

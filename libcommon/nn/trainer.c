@@ -36,11 +36,13 @@ int trainer_init(struct trainer *t, struct model *m, const struct model_config *
     if (!reduced(t))
         return 0;
     size_t np = model_num_params(m);
+    if (o->gpu)
+        return o->reduce_fast ? 0 : gpu_sum_init(&t->gsum, o->gpu, model_backend(m), np);
     if (!(t->grads = nmt_malloc(np * sizeof(float) + 1)))
         return -1;
     if (t->o.reduce_fast)
         return 0;
-    t->overlap = o->overlap && comm_size(o->comm) > 1 && comm_can_start(o->comm);
+    t->overlap = o->overlap && !o->gpu && comm_size(o->comm) > 1 && comm_can_start(o->comm);
     const size_t *ranges = NULL;
     int nb = t->overlap ? model_grad_buckets(m, &ranges) : 0;
     return comm_sum_init(&t->sum, t->o.comm, np, ranges, nb);
@@ -50,6 +52,7 @@ void trainer_free(struct trainer *t)
 {
     batch_record_free(&t->br);
     comm_sum_free(&t->sum);
+    gpu_sum_free(&t->gsum);
     free(t->grads);
     t->grads = NULL;
 }
@@ -193,7 +196,9 @@ static int round_step(struct trainer *t, uint64_t k, int *count, struct trainer_
     int ordered = !t->o.reduce_fast && reduced(t);
     double t0 = seconds();
     /* every rank starts every bucket before the next collective (the losses' all-gather) */
-    if (ordered && post_round(t, mine, out) < 0)
+    if (ordered && !t->o.gpu && post_round(t, mine, out) < 0)
+        return -1;
+    if (ordered && t->o.gpu && gpu_sum_add(&t->gsum, t->o.gpu, model_grad_data(t->m), *count) < 0)
         return -1;
     out->reduce_s += seconds() - t0;
     if (add_round_losses(t, &L, *count, out) < 0)
@@ -201,7 +206,7 @@ static int round_step(struct trainer *t, uint64_t k, int *count, struct trainer_
     if (!ordered)
         return 0;
     t0 = seconds();
-    if (comm_sum_round(&t->sum, t->o.comm, *count) < 0)
+    if (!t->o.gpu && comm_sum_round(&t->sum, t->o.comm, *count) < 0)
         return -1;
     out->reduce_s += seconds() - t0;
     out->reduce_wait_s += seconds() - t0;
@@ -214,6 +219,13 @@ static int finish_reduction(struct trainer *t, struct trainer_step *out)
     if (!reduced(t))
         return 0;
     double t0 = seconds();
+    if (t->o.gpu) { /* on the device: no host copy */
+        int rc = t->o.reduce_fast ? gpu_comm_allreduce_f32(t->o.gpu, model_grad_data(t->m), model_num_params(t->m))
+                                  : gpu_sum_result(&t->gsum, t->o.gpu, model_grad_data(t->m));
+        out->reduce_s += seconds() - t0;
+        out->reduce_wait_s += seconds() - t0;
+        return rc;
+    }
     if (t->o.reduce_fast) {
         if (model_get_grads(t->m, t->grads) < 0 ||
             comm_allreduce_f32(t->o.comm, t->grads, model_num_params(t->m)) < 0)
@@ -234,6 +246,7 @@ int trainer_step(struct trainer *t, struct trainer_step *out)
     if (model_zero_grad(t->m) < 0)
         return -1;
     comm_sum_reset(&t->sum);
+    gpu_sum_reset(&t->gsum);
     uint64_t micro_max = t->o.update_freq * (uint64_t)comm_size(t->o.comm);
     while (out->micro < micro_max && !out->data_end) {
         int count;

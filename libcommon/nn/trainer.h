@@ -15,7 +15,10 @@
  * the ordered sum is cut into the model's gradient buckets (model_grad_buckets: a layer each), and
  * a bucket's all-to-all starts as soon as the backward pass has finished it, polled (MPI_Test) as
  * each later bucket finishes, so the communication of the last layers runs while the first ones
- * are computed. The sums are those of the unbucketed reduction, bit for bit. */
+ * are computed. The sums are those of the unbucketed reduction, bit for bit.
+ *
+ * GPU ranks (opts.gpu): the same rounds, with the gradient buffer reduced on the device
+ * (nn/gpu_comm.h) instead of through host copies. */
 #ifndef NMT_TRAINER_H
 #define NMT_TRAINER_H
 
@@ -23,6 +26,7 @@
 
 #include "data/batch_file.h"
 #include "nn/checkpoint.h"
+#include "nn/gpu_comm.h"
 #include "nn/model.h"
 #include "nn/ranks.h"
 
@@ -36,6 +40,9 @@ struct trainer_opts {
     struct comm *comm;         /* the ranks (NULL: one process) */
     int reduce_fast;           /* one all-reduce per step in the library's order (not reproducible) */
     int overlap;               /* start each bucket's reduction during the backward pass (see above) */
+    struct gpu_comm *gpu;      /* not NULL: gradients reduced on the device through it (NCCL): the
+                                * ordered sum as gpu_sum, or with reduce_fast NCCL's all-reduce;
+                                * not overlapped */
 };
 
 /* What one call of trainer_step did. */
@@ -65,6 +72,7 @@ struct trainer {
     struct train_state s;
     struct batch_record br;
     struct comm_sum sum;       /* the ordered gradient sum (when used) */
+    struct gpu_sum gsum;       /* the same on the device (with opts.gpu)  */
     float *grads;              /* host copy of the gradients (when reduced) */
     int overlap;               /* the ordered sum is bucketed and overlapped (opts.overlap, when possible) */
     struct trainer_step *cur;  /* the step in progress (for the bucket hook's counts) */
