@@ -5,7 +5,7 @@
 # after the line "Allowed dependencies:" lists each layer and the layers it may include, one line a
 # layer ("nn: base io"). Rules: a file in libcommon/L/ includes libcommon headers by their layer
 # path ("io/stream.h"), only from L or a layer L may use; libcommon/nn alone includes the plugin ABI
-# ("../../plugins/backend.h"); a plugin includes only its own folder's headers and ../backend.h;
+# ("../../plugins/backend.h", comm.h, devcomm.h); a plugin includes only its own folder's headers and ../backend.h, ../comm.h or ../devcomm.h;
 # no two headers under libcommon/ and plugins/ share a file name. Prints one line per violation
 # (FILE:LINE: what) and exits 1 if there is any.
 set -u -o pipefail
