@@ -259,8 +259,9 @@ int comm_sum_init(struct comm_sum *s, struct comm *c, size_t n, const size_t *ra
         b->off = ranges[2 * i];
         b->len = ranges[2 * i + 1];
         if (b->off > n || b->len > n - b->off) {
+            nmt_seterr("bucket %d (%zu floats at %zu) lies outside the %zu floats", i, b->len, b->off, n);
             comm_sum_free(s);
-            return nmt_seterr("bucket %d (%zu floats at %zu) lies outside the %zu floats", i, b->len, b->off, n);
+            return -1;
         }
         b->slice = (b->len + p - 1) / p;
         b->acc_off = s->acc_len;
