@@ -62,10 +62,21 @@ ifneq ($(NVCC),)
   endif
 endif
 
+# The NCCL device communication module (plugins/comm-nccl/, ABI plugins/devcomm.h): built with the
+# cuda plugin, from C, against nccl.h (NCCL_INC, by default the CUDA toolkit's include folder). It
+# opens libnccl.so.2 and libcuda.so.1 with dlopen, so it links neither and loads anywhere.
+NCCL_INC ?= $(if $(NVCC),$(abspath $(dir $(NVCC))/../include))
+ifneq ($(HAVE_CUDA),)
+  ifneq ($(wildcard $(NCCL_INC)/nccl.h),)
+    COMMS += $(BIN)/nmt-comm-nccl.so
+    HAVE_NCCL := 1
+  endif
+endif
+
 comma := ,
 .PHONY: layers lint mutants valgrind bench-built all check test test-san fuzz install clean deps bench demo tests-built
 all: $(TOOLS) $(PLUGINS) $(COMMS) $(if $(HAVE_CUDA),$(BIN)/nmt-backend-cuda.so)
-	@echo "nmt: built $(words $(TOOLS)) tools and $(words $(PLUGINS) $(if $(HAVE_CUDA),cuda)) plugin(s) in $(BIN)/; CUDA: $(if $(NVCC),nvcc found ($(NVCC)),nvcc not found)$(if $(HAVE_CUDA),$(comma) cuda plugin built,$(comma) cuda plugin skipped); MPI: $(if $(MPICC),nmt-comm-mpi.so built,mpicc not found: one process only)"
+	@echo "nmt: built $(words $(TOOLS)) tools and $(words $(PLUGINS) $(if $(HAVE_CUDA),cuda)) plugin(s) in $(BIN)/; CUDA: $(if $(NVCC),nvcc found ($(NVCC)),nvcc not found)$(if $(HAVE_CUDA),$(comma) cuda plugin built,$(comma) cuda plugin skipped)$(if $(HAVE_CUDA),$(if $(HAVE_NCCL),$(comma) nmt-comm-nccl.so built,$(comma) no nccl.h in $(NCCL_INC): nmt-comm-nccl.so skipped)); MPI: $(if $(MPICC),nmt-comm-mpi.so built,mpicc not found: one process only)"
 
 $(OBJ)/%.o: %.c
 	@mkdir -p $(@D)
@@ -101,6 +112,14 @@ $(OBJ)/plugins/comm-mpi/%.o: plugins/comm-mpi/%.c
 $(BIN)/nmt-comm-mpi.so: $(patsubst %.c,$(OBJ)/%.o,$(wildcard plugins/comm-mpi/*.c))
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -shared $^ $(shell $(MPICC) --showme:link) -o $@
+
+$(OBJ)/plugins/comm-nccl/%.o: plugins/comm-nccl/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -isystem $(NCCL_INC) $(WFLAGS) $(CFLAGS) -fvisibility=hidden -MMD -MP -fPIC -c $< -o $@
+
+$(BIN)/nmt-comm-nccl.so: $(patsubst %.c,$(OBJ)/%.o,$(wildcard plugins/comm-nccl/*.c))
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -shared $^ -ldl -o $@
 
 # The cuda plugin: every .cu file under plugins/cuda/, compiled by nvcc for the GPUs in CUDA_ARCH
 # (sm_80 code runs on every 8.x GPU, sm_90 on H100/H200, and the compute_90 PTX is compiled by the

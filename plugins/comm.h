@@ -13,7 +13,14 @@
  *   last_error() set; a module never exits the process, except abort, which ends every rank.
  *   Sizes are in bytes and may exceed INT_MAX (the module splits them). Buffers are host memory.
  *   Collectives move bytes and never combine them, except allreduce_f32, whose summation order is
- *   the library's own (fast, not reproducible across rank counts). */
+ *   the library's own (fast, not reproducible across rank counts).
+ *
+ * NON-BLOCKING COLLECTIVES (ABI 1.1)
+ *   ialltoall starts what alltoall does and returns at once with a request; the buffers belong to
+ *   the module until test reports the request done or wait returns. Started collectives count in
+ *   the collective order like blocking ones: every rank starts them in the same order, and a
+ *   blocking collective may follow them before they complete. Open MPI makes no progress on its own
+ *   (no progress thread by default): the caller polls with test between pieces of its work. */
 #ifndef NMT_COMM_H
 #define NMT_COMM_H
 
@@ -21,9 +28,11 @@
 #include <stdint.h>
 
 #define NMT_COMM_ABI_MAJOR 1
-#define NMT_COMM_ABI_MINOR 0
+#define NMT_COMM_ABI_MINOR 1
 
 typedef struct nmt_cctx nmt_cctx;
+/* A collective started and not yet completed (ABI 1.1). */
+typedef struct nmt_creq nmt_creq;
 
 struct nmt_comm {
     /* ---- header: present in every ABI version ---- */
@@ -55,6 +64,15 @@ struct nmt_comm {
     int (*allreduce_f32)(nmt_cctx *ctx, float *buf, size_t n);
     /* Ends every rank of the job with exit status CODE (MPI_Abort); does not return. */
     void (*abort)(nmt_cctx *ctx, int code);
+
+    /* ---- ABI 1.1 (the host checks abi_minor >= 1 before calling these) ---- */
+    /* Starts the all-to-all of alltoall; *REQ receives the request. 0, or -1 (nothing started). */
+    int (*ialltoall)(nmt_cctx *ctx, const void *send, void *recv, size_t bytes, nmt_creq **req);
+    /* Progresses communication; *DONE becomes 1 when REQ has completed (REQ is then freed and must
+     * not be used again), else 0. 0, or -1 (REQ freed: the collective failed). */
+    int (*test)(nmt_cctx *ctx, nmt_creq *req, int *done);
+    /* Waits until REQ completes and frees it. 0, or -1 (REQ freed: the collective failed). */
+    int (*wait)(nmt_cctx *ctx, nmt_creq *req);
     /* New slots are appended here, bumping NMT_COMM_ABI_MINOR. */
 };
 

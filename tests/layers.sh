@@ -5,7 +5,7 @@
 # after the line "Allowed dependencies:" lists each layer and the layers it may include, one line a
 # layer ("nn: base io"). Rules: a file in libcommon/L/ includes libcommon headers by their layer
 # path ("io/stream.h"), only from L or a layer L may use; libcommon/nn alone includes the plugin ABI
-# ("../../plugins/backend.h"); a plugin includes only its own folder's headers and ../backend.h;
+# ("../../plugins/backend.h", comm.h, devcomm.h); a plugin includes only its own folder's headers and ../backend.h, ../comm.h or ../devcomm.h;
 # no two headers under libcommon/ and plugins/ share a file name. Prints one line per violation
 # (FILE:LINE: what) and exits 1 if there is any.
 set -u -o pipefail
@@ -30,7 +30,7 @@ for f in libcommon/*/*.c libcommon/*/*.h; do
     fi
     while IFS=: read -r line inc; do
         case $inc in
-        ../../plugins/backend.h|../../plugins/comm.h)
+        ../../plugins/backend.h|../../plugins/comm.h|../../plugins/devcomm.h)
             [ "$layer" = nn ] || report "$f:$line: includes the plugin ABI (only libcommon/nn may)";;
         */*)
             dep=${inc%%/*}
@@ -48,9 +48,9 @@ for f in plugins/*/*.c plugins/*/*.h plugins/*/*.cu; do
     dir=$(dirname "$f")
     grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" | while IFS=: read -r line text; do
         inc=$(echo "$text" | sed 's/.*"\(.*\)".*/\1/')
-        case $inc in ../backend.h|../comm.h) continue;; esac
+        case $inc in ../backend.h|../comm.h|../devcomm.h) continue;; esac
         [ -f "$dir/$inc" ] && [ "${inc#*/}" = "$inc" ] ||
-            echo "$f:$line: a plugin includes only its own headers and ../backend.h or ../comm.h, not \"$inc\""
+            echo "$f:$line: a plugin includes only its own headers and ../backend.h, ../comm.h or ../devcomm.h, not \"$inc\""
     done | grep . && bad=1
 done
 dups=$(find libcommon plugins -name '*.h' -printf '%f\n' | sort | uniq -d)

@@ -74,6 +74,10 @@ static void usage(void)
            "      --comm NAME         auto (default: MPI when started by mpirun with N > 1), mpi, none\n"
            "      --reduce MODE       ordered (default: the model of one process with --update-freq\n"
            "                          N x K, bit for bit) or fast (the MPI library's all-reduce)\n"
+           "      --overlap on|off    reduce each layer's gradient while the backward pass goes on\n"
+           "                          (default on; ordered reduction; the same bits either way)\n"
+           "      --gpu-comm NAME     auto (default: NCCL for --backend cuda with N > 1), nccl (also\n"
+           "                          for one rank), mpi (gradients through host memory)\n"
            "Validation, checkpoints, logs:\n"
            "      --valid-every N     validate every N steps (default: end of each epoch)\n"
            "      --valid-bleu        also translate the validation sources and score them with BLEU\n"
@@ -108,12 +112,12 @@ enum {
     OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
     OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
     OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR, OPT_FORCE, OPT_VALID_BLEU, OPT_VALID_BEAM, OPT_CONFIG,
-    OPT_DUMP_CONFIG, OPT_PRECISION
+    OPT_DUMP_CONFIG, OPT_PRECISION, OPT_OVERLAP, OPT_GPU_COMM
 };
 
 struct opts {
-    const char *input, *valid, *output, *vocab, *backend, *log, *preset, *comm;
-    int resume, threads, quiet, shuffle, preset_set, reduce_fast;
+    const char *input, *valid, *output, *vocab, *backend, *log, *preset, *comm, *gpu_comm;
+    int resume, threads, quiet, shuffle, preset_set, reduce_fast, overlap;
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip, progress_every, peak_lr;
     int lr_set, force, valid_bleu, valid_beam, dump_config;
@@ -157,7 +161,8 @@ struct ctx {
     FILE *log;
     int log_csv, tty;
     /* the loop's bookkeeping */
-    double t0, last_prog, train_time, reduce_time;
+    double t0, last_prog, train_time, reduce_time, reduce_wait_time;
+    uint64_t buckets, buckets_early, buckets_early_done;
     uint64_t bad_run, start_step, saved_step, epochs;
     double log_loss, log_time, last_lr, last_gn, log_flops;
     uint64_t log_tok, log_n;
@@ -165,6 +170,7 @@ struct ctx {
     char *config;              /* the effective configuration (--dump-config's text) */
     int lock;                  /* the output's lock, held for the run */
     struct comm *comm;         /* the ranks (NULL: one process) */
+    struct gpu_comm *gpu;      /* the GPUs' NCCL job (NULL: gradients through the host) */
     int root;                  /* this process writes the checkpoints, the log and the messages */
 };
 
@@ -291,7 +297,9 @@ static const struct option long_options[] = {
 {"progress-every", required_argument, NULL, OPT_PROGRESS},
 {"quiet", no_argument, NULL, 'q'},                {"help", no_argument, NULL, 'h'},
 {"version", no_argument, NULL, OPT_VERSION},      {"comm", required_argument, NULL, OPT_COMM},
-{"reduce", required_argument, NULL, OPT_REDUCE}, {"peak-lr", required_argument, NULL, OPT_PEAK_LR},
+{"reduce", required_argument, NULL, OPT_REDUCE}, {"overlap", required_argument, NULL, OPT_OVERLAP},
+{"gpu-comm", required_argument, NULL, OPT_GPU_COMM},
+{"peak-lr", required_argument, NULL, OPT_PEAK_LR},
 {"force", no_argument, NULL, OPT_FORCE},          {"valid-bleu", no_argument, NULL, OPT_VALID_BLEU},
 {"valid-beam", required_argument, NULL, OPT_VALID_BEAM},
 {"precision", required_argument, NULL, OPT_PRECISION},
@@ -377,6 +385,16 @@ static int parse_option(int ch, struct opts *o)
             return nmt_usage_error("invalid --reduce '%s' (expected ordered or fast)", optarg), -1;
         o->reduce_fast = !strcmp(optarg, "fast");
         break;
+    case OPT_OVERLAP:
+        if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+            return nmt_usage_error("invalid --overlap '%s' (expected on or off)", optarg), -1;
+        o->overlap = !strcmp(optarg, "on");
+        break;
+    case OPT_GPU_COMM:
+        if (strcmp(optarg, "auto") && strcmp(optarg, "nccl") && strcmp(optarg, "mpi"))
+            return nmt_usage_error("invalid --gpu-comm '%s' (expected auto, nccl or mpi)", optarg), -1;
+        o->gpu_comm = optarg;
+        break;
     case OPT_LOG_EVERY: if (opt_u64("--log-every", optarg, 1, BIG, &o->log_every) < 0) return -1; break;
     case OPT_PROGRESS: if (opt_double("--progress-every", optarg, 0, 1e9, 0, &o->progress_every) < 0) return -1; break;
     default:
@@ -401,7 +419,7 @@ static int log_name_ok(const char *log)
 /* Parses and checks the options into O: GO_ON, or the exit status (help, version, usage error). */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){.input = "-", .preset = "small", .shuffle = 1, .update_freq = 1, .seed = 1, .max_bad = 5,
+    *o = (struct opts){.input = "-", .preset = "small", .shuffle = 1, .overlap = 1, .update_freq = 1, .seed = 1, .max_bad = 5,
                        .log_every = 1, .progress_every = 30, .valid_beam = 1, .lr = 1, .warmup = 4000, .pre_norm = -1, .ls = -1, .dropout = -1,
                        .att_dropout = -1, .act_dropout = -1};
     o->layers = o->enc_layers = o->dec_layers = o->d_model = o->heads = o->ff = o->max_len = -1;
@@ -454,7 +472,7 @@ static void write_config(FILE *f, const struct opts *o)
     model_preset(&m, o->preset);
     apply_overrides(o, &m);
     const char *str[][2] = {{"input", o->input},   {"valid", o->valid}, {"output", o->output}, {"vocab", o->vocab},
-                            {"backend", o->backend}, {"comm", o->comm}, {"log", o->log},       {"preset", o->preset}};
+                            {"backend", o->backend}, {"comm", o->comm}, {"gpu-comm", o->gpu_comm}, {"log", o->log},       {"preset", o->preset}};
     for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
         fprintf(f, str[i][1] ? "%s: %s\n" : "# %s:\n", str[i][0], str[i][1] ? str[i][1] : "");
     const struct { const char *k; uint64_t v; } num[] = {
@@ -484,6 +502,7 @@ static void write_config(FILE *f, const struct opts *o)
         fprintf(f, "%s: %s\n", flag[i].k, flag[i].v ? "true" : "false");
     fprintf(f, "reduce: %s\n", o->reduce_fast ? "fast" : "ordered");
     fprintf(f, "precision: %s\n", o->bf16 ? "bf16" : "float32");
+    fprintf(f, "overlap: %s\n", o->overlap ? "on" : "off");
 }
 
 /* The text of write_config (malloc'd), or NULL with the error set. */
@@ -680,9 +699,15 @@ static int setup_training(struct ctx *c)
         return -1;
     if (o->valid && !c->vb.has_vocab)
         nmt_warn("%s: stream has no vocab fingerprint; cannot check it against the vocabulary", c->vb.name);
-    struct nmt_backend_opts bo = {sizeof bo, o->threads, 0};
+    /* one GPU a rank: the rank's index on its machine (the cpu backend ignores it) */
+    struct nmt_backend_opts bo = {sizeof bo, o->threads, comm_local_rank(c->comm)};
     if (!(c->be = backend_open(o->backend, &bo)))
         return -1;
+    const char *gpu = gpu_comm_choose(o->gpu_comm, c->be->ops.name, comm_size(c->comm));
+    if (!gpu || (!strcmp(gpu, "nccl") && gpu_comm_open(c->comm, bo.device, &c->gpu) < 0))
+        return -1;
+    if (c->gpu && !o->quiet)
+        fprintf(stderr, "%s: gradients reduced on the GPUs through %s\n", nmt_progname(), gpu_comm_description(c->gpu));
     c->m = model_new(c->be, &c->cfg, 1);
     if (!c->m || model_init(c->m, o->seed) < 0)
         return -1;
@@ -700,7 +725,7 @@ static int setup_training(struct ctx *c)
         c->epochs = 1;
     settle_lr(c);
     struct trainer_opts to = {c->epochs,   o->update_freq, o->seed, o->warmup,        o->lr, o->clip, o->shuffle,
-                              c->vb.n && !o->valid_every, c->comm, o->reduce_fast};
+                              c->vb.n && !o->valid_every, c->comm, o->reduce_fast, o->overlap, c->gpu};
     if (trainer_init(&c->t, c->m, &c->cfg, &c->tb, &to, &s) < 0)
         return -1;
     uint64_t update_freq = o->update_freq * (uint64_t)comm_size(c->comm);
@@ -747,6 +772,8 @@ static int after_step(struct ctx *c, const struct trainer_step *st, double dt)
     c->train_time += dt;
     c->log_loss += st->loss, c->log_tok += st->tokens, c->log_time += dt, c->log_n++, c->log_flops += st->flops;
     c->reduce_time += st->reduce_s;
+    c->reduce_wait_time += st->reduce_wait_s;
+    c->buckets += st->buckets, c->buckets_early += st->buckets_early, c->buckets_early_done += st->buckets_early_done;
     c->last_lr = st->lr, c->last_gn = st->grad_norm;
     if (s->step % o->log_every == 0 &&
         log_row(c, c->log_loss / (double)c->log_n, st->lr, c->log_tok, c->log_tok / c->log_time, st->grad_norm,
@@ -893,10 +920,15 @@ static int finish(struct ctx *c, const char *stop)
                       sig, (unsigned long long)s->step, c->o->output);
         return NMT_EXIT_DATA;
     }
-    char red[96] = "";
+    char red[256] = "";
     if (c->reduce_time > 0)
-        snprintf(red, sizeof red, ", %.1f s of it reducing gradients (%.0f%%)", c->reduce_time,
-                 c->train_time > 0 ? 100 * c->reduce_time / c->train_time : 0);
+        snprintf(red, sizeof red, ", %.1f s of it reducing gradients (%.0f%%, %.1f s after the backward passes)",
+                 c->reduce_time, c->train_time > 0 ? 100 * c->reduce_time / c->train_time : 0, c->reduce_wait_time);
+    if (comm_size(c->comm) > 1 && c->buckets)
+        snprintf(red + strlen(red), sizeof red - strlen(red),
+                 "; %llu gradient buckets sent, %llu of them during the backward pass (%llu done before its end)",
+                 (unsigned long long)c->buckets, (unsigned long long)c->buckets_early,
+                 (unsigned long long)c->buckets_early_done);
     if (!c->o->quiet)
         fprintf(stderr, "%s: %s: %llu steps, epoch %llu, %llu target tokens, %.1f s training (%.0f tokens/s)%s%s\n",
                 nmt_progname(), stop, (unsigned long long)s->step, (unsigned long long)s->epoch + (s->pos > 0),
@@ -926,8 +958,9 @@ static int setup(struct ctx *c)
         return nmt_seterr("'%s' exists: continue its training with --resume, or start afresh and replace it with "
                           "--force", o->output);
     if (comm_size(c->comm) > 1 && !o->quiet)
-        fprintf(stderr, "%s: %d ranks (%s), %s reduction\n", nmt_progname(), comm_size(c->comm),
-                comm_description(c->comm), o->reduce_fast ? "fast" : "ordered");
+        fprintf(stderr, "%s: %d ranks (%s), %s reduction%s\n", nmt_progname(), comm_size(c->comm),
+                comm_description(c->comm), o->reduce_fast ? "fast" : "ordered",
+                !o->reduce_fast && o->overlap && comm_can_start(c->comm) ? " overlapped with the backward pass" : "");
     int stale = c->root ? out_remove_stale(o->output) : 0;
     if (stale)
         nmt_warn("removed %d temporary file%s left beside '%s' by an interrupted save", stale, stale > 1 ? "s" : "",
@@ -988,6 +1021,7 @@ static int run(struct opts *o)
     batch_file_close(&c.tb);
     batch_file_close(&c.vb);
     model_free(c.m);
+    gpu_comm_close(c.gpu);
     backend_close(c.be);
     st_free(c.ck);
     vocab_free(c.voc);

@@ -212,11 +212,21 @@ struct model {
     int lse;                   // attention through the backend's attention_*_lse slots (no P kept)
     uint32_t precision;        // of the matrix products: NMT_DTYPE_F32 or NMT_DTYPE_BF16
     void *wbf;                 // device, (P) bfloat16 copy of params (bf16 precision), else NULL
+    size_t *buckets;           // (nbuckets, 2) gradient buckets: offset, length (model_grad_buckets)
+    int nbuckets;
+    model_grad_ready_fn grad_ready;  // told as each bucket of the backward pass is final
+    void *grad_ready_arg;
+    int next_bucket;           // the bucket the backward pass finishes next
 };
 
 const struct model_config *model_config(const struct model *m)
 {
     return &m->c;
+}
+
+struct backend *model_backend(const struct model *m)
+{
+    return m->be;
 }
 
 size_t model_num_params(const struct model *m)
@@ -259,6 +269,7 @@ void model_free(struct model *m)
     free(m->tab);
     free(m->host_ints);
     free(m->save_args);
+    free(m->buckets);
     free(m);
 }
 
@@ -269,6 +280,31 @@ static float *dalloc(struct model *m, size_t n, const char *what)
         nmt_seterr("cannot allocate %s (%zu MB) on backend %s: %s", what, n * sizeof(float) >> 20, m->k->name,
                    m->k->last_error(m->ctx));
     return p;
+}
+
+/* Fills m->buckets in the order the backward pass finishes them (see model_grad_buckets). 0 or -1. */
+static int make_buckets(struct model *m)
+{
+    const struct model_config *c = &m->c;
+    const struct model_weights *w = &m->w;
+    size_t D = (size_t)c->d_model;
+    m->nbuckets = c->dec_layers + c->enc_layers + 1 + (c->pre_norm ? 2 : 0);
+    if (!(m->buckets = calloc((size_t)m->nbuckets * 2, sizeof *m->buckets)))
+        return nmt_seterr("out of memory");
+    size_t *b = m->buckets;
+    /* a range from tensor FIRST to the end of tensor LAST (of LEN floats), as offsets */
+#define RANGE(first, last, len) (*b++ = (size_t)((first) - m->params), *b++ = (size_t)((last) - (first)) + (len))
+    if (c->pre_norm)
+        RANGE(w->dec_ln_g, w->dec_ln_b, D);
+    for (int l = c->dec_layers - 1; l >= 0; l--)
+        RANGE(w->dec[l].sqkv_w, w->dec[l].ln3_b, D);
+    if (c->pre_norm)
+        RANGE(w->enc_ln_g, w->enc_ln_b, D);
+    for (int l = c->enc_layers - 1; l >= 0; l--)
+        RANGE(w->enc[l].qkv_w, w->enc[l].ln2_b, D);
+    RANGE(w->emb, w->emb, (size_t)c->vocab * D);
+#undef RANGE
+    return 0;
 }
 
 struct model *model_new(struct backend *be, const struct model_config *c, int training)
@@ -304,6 +340,8 @@ struct model *model_new(struct backend *be, const struct model_config *c, int tr
             !(m->adam_v = dalloc(m, m->np, "Adam moments")))
             goto fail;
         model_weights_layout(c, m->grads, NULL, &m->g, NULL);
+        if (make_buckets(m) < 0)
+            goto fail;
     }
     return m;
 fail:
@@ -419,6 +457,40 @@ int model_get_grads(struct model *m, float *host)
     if (!m->grads)
         return nmt_seterr("model has no gradients (not created for training)");
     return nn_bk(&m->run, m->k->download(m->ctx, host, m->grads, m->np * sizeof(float)), "download");
+}
+
+int model_get_grads_range(struct model *m, float *host, size_t off, size_t n)
+{
+    if (!m->grads)
+        return nmt_seterr("model has no gradients (not created for training)");
+    if (off > m->np || n > m->np - off)
+        return nmt_seterr("gradient range of %zu floats at %zu lies outside the %zu", n, off, m->np);
+    return nn_bk(&m->run, m->k->download(m->ctx, host, m->grads + off, n * sizeof(float)), "download");
+}
+
+float *model_grad_data(struct model *m)
+{
+    return m->grads;
+}
+
+int model_grad_buckets(const struct model *m, const size_t **ranges)
+{
+    *ranges = m->buckets;
+    return m->nbuckets;
+}
+
+void model_set_grad_ready(struct model *m, model_grad_ready_fn fn, void *arg)
+{
+    m->grad_ready = fn;
+    m->grad_ready_arg = arg;
+}
+
+/* The backward pass has finished the next bucket (in model_grad_buckets' order): tells the
+ * caller's function. 0 or -1. */
+static int bucket_done(struct model *m)
+{
+    int b = m->next_bucket++;
+    return m->grad_ready ? m->grad_ready(m->grad_ready_arg, b) : 0;
 }
 
 int model_set_grads(struct model *m, const float *host)
@@ -932,6 +1004,8 @@ static int decoder_bwd(struct model *m, const float *mem, float *dmem)
                                                              w->dec_ln_g, Nt, D),
                              "layernorm_backward") < 0)
         return -1;
+    if (c->pre_norm && bucket_done(m) < 0)
+        return -1;
     if (nn_bk(&m->run, m->k->memset_zero(m->ctx, dmem, Ns_ * (size_t)D * sizeof(float)), "memset") < 0)
         return -1;
     float *dsub;
@@ -956,7 +1030,8 @@ static int decoder_bwd(struct model *m, const float *mem, float *dmem)
         if (res_end_bwd(m, &da->sa, dx, a->sa, &dsub, gw->ln1_g, gw->ln1_b, dw->ln1_g, Nt) < 0 ||
             self_att_bwd(m, &da->sa, a->sb, dsub, sin, dw->sqkv_w, gw->sqkv_w, gw->sqkv_b, dw->so_w, gw->so_w, gw->so_b,
                          T, a->tgt_len, 1) < 0 ||
-            res_begin_bwd(m, &da->sa, dx, a->sb, xin, gw->ln1_g, gw->ln1_b, dw->ln1_g, Nt) < 0)
+            res_begin_bwd(m, &da->sa, dx, a->sb, xin, gw->ln1_g, gw->ln1_b, dw->ln1_g, Nt) < 0 ||
+            bucket_done(m) < 0)
             return -1;
     }
     if (drop_bwd(m, dx, dx, Nt_ * (size_t)D, c->dropout, a->xt_off) < 0 ||
@@ -980,6 +1055,8 @@ static int encoder_bwd(struct model *m, float *dx)
                                                              a->e.fl_rstd, w->enc_ln_g, Ns, D),
                              "layernorm_backward") < 0)
         return -1;
+    if (c->pre_norm && bucket_done(m) < 0)
+        return -1;
     float *dsub;
     for (int l = c->enc_layers - 1; l >= 0; l--) {
         const struct enc_layer_weights *ew = &w->enc[l];
@@ -996,7 +1073,8 @@ static int encoder_bwd(struct model *m, float *dx)
         if (res_end_bwd(m, &ea->sa, dx, a->sa, &dsub, gw->ln1_g, gw->ln1_b, ew->ln1_g, Ns) < 0 ||
             self_att_bwd(m, &ea->sa, a->sb, dsub, sin, ew->qkv_w, gw->qkv_w, gw->qkv_b, ew->o_w, gw->o_w, gw->o_b, S,
                          a->src_len, 0) < 0 ||
-            res_begin_bwd(m, &ea->sa, dx, a->sb, xin, gw->ln1_g, gw->ln1_b, ew->ln1_g, Ns) < 0)
+            res_begin_bwd(m, &ea->sa, dx, a->sb, xin, gw->ln1_g, gw->ln1_b, ew->ln1_g, Ns) < 0 ||
+            bucket_done(m) < 0)
             return -1;
     }
     if (drop_bwd(m, dx, dx, (size_t)Ns * (size_t)D, c->dropout, a->e.x_drop_off) < 0 ||
@@ -1035,9 +1113,10 @@ static int step_impl(struct model *m, const struct batch_record *br, int train, 
         return -1;
     if (!backward)
         return 0;
-    if (decoder_bwd(m, mem, a->dxs) < 0)
+    m->next_bucket = 0;
+    if (decoder_bwd(m, mem, a->dxs) < 0 || encoder_bwd(m, a->dxs) < 0)
         return -1;
-    return encoder_bwd(m, a->dxs);
+    return bucket_done(m); /* the embedding: the encoder's embedding backward was the last to add */
 }
 
 int model_params_finite(struct model *m)

@@ -66,6 +66,8 @@ struct model *model_new(struct backend *be, const struct model_config *c, int tr
 void model_free(struct model *m);
 /* Returns M's configuration. */
 const struct model_config *model_config(const struct model *m);
+/* Returns the backend M runs on (not owned by M). */
+struct backend *model_backend(const struct model *m);
 /* Returns the number of parameter floats (P). */
 size_t model_num_params(const struct model *m);
 /* Returns the number of parameter tensors and sets *PARAMS to the layout table (owned by M). */
@@ -98,6 +100,25 @@ int model_set_params(struct model *m, const float *host);
 /* Copies the gradient buffer (P floats) to HOST / from HOST. 0 or -1. */
 int model_get_grads(struct model *m, float *host);
 int model_set_grads(struct model *m, const float *host);
+
+/* Copies N gradient floats starting OFF floats into the gradient buffer to HOST. 0 or -1. */
+int model_get_grads_range(struct model *m, float *host, size_t off, size_t n);
+/* Returns the device pointer of the gradient buffer (P floats, laid out as the parameters), or
+ * NULL when M was not created for training. */
+float *model_grad_data(struct model *m);
+
+/* Gradient buckets: one per layer, the embedding, and (pre-norm) each final layer norm. Returns
+ * their number and sets *RANGES (owned by M) to their (offset, length) pairs in floats, in the
+ * order the backward pass finishes them: the decoder's final layer norm, the decoder layers from
+ * the last, the encoder's final layer norm, the encoder layers from the last, the embedding (whose
+ * gradient the output projection and both embeddings add to). They cover the P floats once each. */
+int model_grad_buckets(const struct model *m, const size_t **ranges);
+/* Called by model_step's backward pass with B = 0, 1, ... as bucket B's gradient becomes final
+ * (written by every kernel that adds to it); returns 0, or -1 with the error set, which fails the
+ * model_step. */
+typedef int (*model_grad_ready_fn)(void *arg, int b);
+/* Makes model_step call FN(ARG, b) as each bucket's gradient becomes final (FN NULL: no calls). */
+void model_set_grad_ready(struct model *m, model_grad_ready_fn fn, void *arg);
 
 /* Result of one forward (and backward) pass over a batch. */
 struct model_loss {

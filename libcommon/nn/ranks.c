@@ -114,6 +114,17 @@ void comm_close(struct comm *c)
 
 int comm_rank(const struct comm *c) { return c ? c->rank : 0; }
 int comm_size(const struct comm *c) { return c ? c->size : 1; }
+int comm_local_rank(const struct comm *c)
+{
+    if (!c)
+        return 0;
+    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!v || !*v)
+        v = getenv("MPI_LOCALRANKID");
+    long r = v && *v ? strtol(v, NULL, 10) : 0;
+    return r > 0 && r < 1 << 20 ? (int)r : 0;
+}
+
 int comm_local_threads(const struct comm *c)
 {
     if (comm_size(c) < 2)
@@ -206,70 +217,187 @@ void comm_abort(struct comm *c, int code)
         c->k->abort(c->ctx, code);
 }
 
-int comm_sum_init(struct comm_sum *s, struct comm *c, size_t n)
+int comm_can_start(const struct comm *c)
+{
+    return c && c->k->abi_minor >= 1 && c->k->ialltoall && c->k->test && c->k->wait;
+}
+
+int comm_ialltoall(struct comm *c, const void *send, void *recv, size_t bytes, struct comm_req **req)
+{
+    if (!comm_can_start(c))
+        return nmt_seterr("the communication module cannot start collectives");
+    nmt_creq *q = NULL;
+    if (check(c, c->k->ialltoall(c->ctx, send, recv, bytes, &q), "all-to-all") < 0)
+        return -1;
+    *req = (struct comm_req *)q;
+    return 0;
+}
+
+int comm_test(struct comm *c, struct comm_req *req, int *done)
+{
+    return check(c, c->k->test(c->ctx, (nmt_creq *)req, done), "all-to-all (test)");
+}
+
+int comm_wait(struct comm *c, struct comm_req *req)
+{
+    return check(c, c->k->wait(c->ctx, (nmt_creq *)req), "all-to-all (wait)");
+}
+
+int comm_sum_init(struct comm_sum *s, struct comm *c, size_t n, const size_t *ranges, int nb)
 {
     memset(s, 0, sizeof *s);
-    size_t p = (size_t)comm_size(c);
+    size_t whole[2] = {0, n}, p = (size_t)comm_size(c);
+    if (!ranges)
+        ranges = whole, nb = 1;
     s->n = n;
-    s->slice = (n + p - 1) / p;
-    s->acc = nmt_calloc(s->slice + 1, sizeof(float));
-    s->send = nmt_calloc(n == s->slice * p ? 1 : s->slice * p + 1, sizeof(float));
-    s->recv = nmt_calloc(s->slice * p + 1, sizeof(float));
-    if (!s->acc || !s->send || !s->recv) {
+    s->nb = nb;
+    if (nb < 1 || !(s->b = nmt_calloc((size_t)nb, sizeof *s->b)))
+        return nb < 1 ? nmt_seterr("an ordered sum needs a bucket") : -1;
+    size_t covered = 0;
+    for (int i = 0; i < nb; i++) {
+        struct comm_bucket *b = &s->b[i];
+        b->off = ranges[2 * i];
+        b->len = ranges[2 * i + 1];
+        if (b->off > n || b->len > n - b->off) {
+            nmt_seterr("bucket %d (%zu floats at %zu) lies outside the %zu floats", i, b->len, b->off, n);
+            comm_sum_free(s);
+            return -1;
+        }
+        b->slice = (b->len + p - 1) / p;
+        b->acc_off = s->acc_len;
+        s->acc_len += b->slice;
+        covered += b->len;
+    }
+    if (covered != n) {
+        comm_sum_free(s);
+        return nmt_seterr("the buckets cover %zu floats, not %zu", covered, n);
+    }
+    for (int i = 0; i < nb; i++) /* N floats in all: no two buckets may share one */
+        for (int j = i + 1; j < nb; j++)
+            if (s->b[i].len && s->b[j].len && s->b[i].off < s->b[j].off + s->b[j].len &&
+                s->b[j].off < s->b[i].off + s->b[i].len) {
+                comm_sum_free(s);
+                return nmt_seterr("buckets %d and %d overlap", i, j);
+            }
+    s->acc = nmt_calloc(s->acc_len + 1, sizeof(float));
+    s->stage = nmt_calloc(s->acc_len * p + 1, sizeof(float));
+    s->recv = nmt_calloc(s->acc_len * p + 1, sizeof(float));
+    if (!s->acc || !s->stage || !s->recv) {
         comm_sum_free(s);
         return -1;
+    }
+    for (int i = 0; i < nb; i++) {
+        s->b[i].stage = s->stage + s->b[i].acc_off * p;
+        s->b[i].recv = s->recv + s->b[i].acc_off * p;
     }
     return 0;
 }
 
 void comm_sum_free(struct comm_sum *s)
 {
+    free(s->b);
     free(s->acc);
-    free(s->send);
+    free(s->stage);
     free(s->recv);
     memset(s, 0, sizeof *s);
 }
 
 void comm_sum_reset(struct comm_sum *s) { s->started = 0; }
 
+float *comm_sum_stage(struct comm_sum *s, int b) { return s->b[b].stage; }
+
+int comm_sum_post(struct comm_sum *s, struct comm *c, int i)
+{
+    struct comm_bucket *b = &s->b[i];
+    if (b->posted)
+        return nmt_seterr("bucket %d posted twice in one round", i);
+    b->posted = 1;
+    size_t bytes = b->slice * sizeof(float);
+    if (!c) { /* one rank: its contribution is the round's */
+        b->done = 1;
+        return 0;
+    }
+    if (!comm_can_start(c)) {
+        b->done = 1;
+        return check(c, c->k->alltoall(c->ctx, b->stage, b->recv, bytes), "all-to-all");
+    }
+    return comm_ialltoall(c, b->stage, b->recv, bytes, &b->req);
+}
+
+int comm_sum_poll(struct comm_sum *s, struct comm *c, int *done)
+{
+    int n = 0;
+    for (int i = 0; i < s->nb; i++) {
+        struct comm_bucket *b = &s->b[i];
+        if (b->posted && !b->done) {
+            int rc = comm_test(c, b->req, &b->done);
+            if (rc < 0 || b->done)
+                b->req = NULL;
+            if (rc < 0)
+                return -1;
+        }
+        n += b->done;
+    }
+    if (done)
+        *done = n;
+    return 0;
+}
+
+int comm_sum_round(struct comm_sum *s, struct comm *c, int count)
+{
+    size_t p = (size_t)comm_size(c), me = (size_t)comm_rank(c);
+    int rc = 0;
+    for (int i = 0; i < s->nb; i++)
+        if (!s->b[i].posted && comm_sum_post(s, c, i) < 0)
+            rc = -1;
+    for (int i = 0; i < s->nb; i++) { /* every started request is completed, even after an error */
+        struct comm_bucket *b = &s->b[i];
+        if (b->posted && !b->done && b->req && comm_wait(c, b->req) < 0)
+            rc = -1;
+        b->req = NULL;
+        b->posted = b->done = 0;
+    }
+    if (rc < 0)
+        return -1;
+    for (int i = 0; i < s->nb; i++) {
+        const struct comm_bucket *b = &s->b[i];
+        size_t lo = me * b->slice, len = lo >= b->len ? 0 : b->len - lo < b->slice ? b->len - lo : b->slice;
+        float *acc = s->acc + b->acc_off;
+        const float *in = c ? b->recv : b->stage;
+        for (int r = 0; r < count && (size_t)r < p; r++) {
+            const float *v = in + (size_t)r * b->slice;
+            if (!s->started && r == 0)
+                memcpy(acc, v, len * sizeof(float));
+            else
+                for (size_t j = 0; j < len; j++)
+                    acc[j] += v[j];
+        }
+    }
+    if (count > 0)
+        s->started = 1;
+    return 0;
+}
+
 int comm_sum_add(struct comm_sum *s, struct comm *c, const float *x, int count)
 {
-    size_t p = (size_t)comm_size(c), sl = s->slice, me = (size_t)comm_rank(c);
-    const float *in = s->recv;
-    if (c) {
-        const float *send = x;
-        if (s->n != sl * p) { /* the last slice is padded */
-            memcpy(s->send, x, s->n * sizeof(float));
-            send = s->send;
-        }
-        if (check(c, c->k->alltoall(c->ctx, send, s->recv, sl * sizeof(float)), "all-to-all") < 0)
-            return -1;
-    } else {
-        in = x;
-    }
-    size_t lo = me * sl, len = lo >= s->n ? 0 : s->n - lo < sl ? s->n - lo : sl;
-    for (int r = 0; r < count && (size_t)r < p; r++) {
-        const float *v = in + (size_t)r * sl;
-        if (!s->started)
-            memcpy(s->acc, v, len * sizeof(float));
-        else
-            for (size_t i = 0; i < len; i++)
-                s->acc[i] += v[i];
-        s->started = 1;
-    }
-    return 0;
+    for (int i = 0; i < s->nb; i++)
+        memcpy(s->b[i].stage, x + s->b[i].off, s->b[i].len * sizeof(float));
+    return comm_sum_round(s, c, count);
 }
 
 int comm_sum_result(struct comm_sum *s, struct comm *c, float *out)
 {
+    size_t p = (size_t)comm_size(c);
     if (!s->started)
-        memset(s->acc, 0, s->slice * sizeof(float));
-    if (!c) {
-        memcpy(out, s->acc, s->n * sizeof(float));
-        return 0;
-    }
-    if (comm_allgather(c, s->acc, s->recv, s->slice * sizeof(float)) < 0)
+        memset(s->acc, 0, s->acc_len * sizeof(float));
+    if (comm_allgather(c, s->acc, s->recv, s->acc_len * sizeof(float)) < 0)
         return -1;
-    memcpy(out, s->recv, s->n * sizeof(float));
+    for (int i = 0; i < s->nb; i++) {
+        const struct comm_bucket *b = &s->b[i];
+        for (size_t r = 0; r < p; r++) {
+            size_t lo = r * b->slice, len = lo >= b->len ? 0 : b->len - lo < b->slice ? b->len - lo : b->slice;
+            memcpy(out + b->off + lo, s->recv + r * s->acc_len + b->acc_off, len * sizeof(float));
+        }
+    }
     return 0;
 }

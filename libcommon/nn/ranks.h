@@ -25,6 +25,9 @@ void comm_close(struct comm *c);
 /* This rank (0 for NULL) and the number of ranks (1 for NULL). */
 int comm_rank(const struct comm *c);
 int comm_size(const struct comm *c);
+/* This rank's index among the ranks on its machine (OMPI_COMM_WORLD_LOCAL_RANK or MPI_LOCALRANKID;
+ * the GPU a cuda rank uses); 0 for NULL or when the launcher does not say. */
+int comm_local_rank(const struct comm *c);
 /* The threads a rank uses by default: the online cores divided by the ranks on this machine
  * (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS), at least 1; 0 (all cores) for one process. */
 int comm_local_threads(const struct comm *c);
@@ -44,21 +47,66 @@ int comm_sum_i64(struct comm *c, int64_t *v, int count);
 /* Ends every rank with status CODE when C has more than one rank; returns otherwise. */
 void comm_abort(struct comm *c, int code);
 
-/* An ordered sum of N floats over rounds of contributions. */
-struct comm_sum {
-    size_t n, slice;           /* floats in all; per rank (n rounded up to ranks, / ranks) */
-    float *acc;                /* this rank's slice of the sum */
-    float *send, *recv;        /* slice x ranks each */
-    int started;
+/* Non-blocking collectives (modules of ABI 1.1; without them, comm_can_start is 0). */
+struct comm_req;
+/* 1 when C can start collectives and let them run while the caller works (comm_ialltoall), else 0
+ * (NULL, or a module of ABI 1.0). */
+int comm_can_start(const struct comm *c);
+/* Starts the all-to-all of plugins/comm.h's alltoall: rank r's SEND[j x BYTES ..] reaches rank j's
+ * RECV[r x BYTES ..]; *REQ receives the request. 0, or -1 with the error set. */
+int comm_ialltoall(struct comm *c, const void *send, void *recv, size_t bytes, struct comm_req **req);
+/* Progresses communication; *DONE becomes 1 when REQ has completed (REQ is then freed), else 0.
+ * 0, or -1 with the error set (REQ freed). */
+int comm_test(struct comm *c, struct comm_req *req, int *done);
+/* Waits until REQ completes and frees it. 0, or -1 with the error set. */
+int comm_wait(struct comm *c, struct comm_req *req);
+
+/* An ordered sum of N floats over rounds of contributions, cut into buckets (contiguous ranges of
+ * the N floats) that travel apart: each bucket is cut into one slice per rank, so a bucket's
+ * all-to-all may start as soon as its floats are final (the backward pass finishes a layer) while
+ * the rest are still being computed. Every element is still added in rank order, so the buckets do
+ * not change the bits of the sum. */
+struct comm_bucket {
+    size_t off, len;           /* floats [off, off + len) of the N */
+    size_t slice;              /* floats per rank: len rounded up to a multiple of the ranks, / ranks */
+    size_t acc_off;            /* floats before this bucket's slice in acc (and in a rank's all-gather row) */
+    float *stage;              /* (ranks, slice) this rank's contribution, padded (in s->stage) */
+    float *recv;               /* (ranks, slice) every rank's piece of this rank's slice (in s->recv) */
+    struct comm_req *req;      /* the round's all-to-all while it runs */
+    int posted, done;          /* in this round: started; completed */
 };
 
-/* Prepares S for sums of N floats. 0, or -1 (out of memory). */
-int comm_sum_init(struct comm_sum *s, struct comm *c, size_t n);
+struct comm_sum {
+    size_t n;                  /* floats in all */
+    size_t acc_len;            /* floats of this rank's slices, all buckets */
+    int nb;                    /* buckets */
+    struct comm_bucket *b;     /* (nb) */
+    float *acc;                /* (acc_len) this rank's slices of the sum, bucket after bucket */
+    float *stage, *recv;       /* (ranks x acc_len) each */
+    int started;               /* a contribution has been added since the last reset */
+};
+
+/* Prepares S for sums of N floats in NB buckets: RANGES holds NB (offset, length) pairs that cover
+ * [0, N) once each, in the order they will be posted; RANGES NULL (NB ignored) makes one bucket of
+ * all N. 0, or -1 with the error set (out of memory, ranges that do not cover N). */
+int comm_sum_init(struct comm_sum *s, struct comm *c, size_t n, const size_t *ranges, int nb);
 void comm_sum_free(struct comm_sum *s);
-/* Starts a new sum (the next add sets it rather than adds). */
+/* Starts a new sum (the next round sets it rather than adds). */
 void comm_sum_reset(struct comm_sum *s);
-/* Adds one round: the N floats X of each of the first COUNT ranks (rank order); every rank calls it
- * (a rank >= COUNT passes any X, which is ignored). 0, or -1 with the error set. */
+/* Where this rank's contribution to bucket B (its len floats) is written before comm_sum_post. */
+float *comm_sum_stage(struct comm_sum *s, int b);
+/* Starts bucket B's all-to-all for the current round (every rank posts the buckets of a round in
+ * the same order; a bucket is posted once a round). Waits for it when the module cannot start
+ * collectives. 0, or -1 with the error set. */
+int comm_sum_post(struct comm_sum *s, struct comm *c, int b);
+/* Lets the posted all-to-alls progress (MPI_Test), without waiting; *DONE (when not NULL) receives
+ * the number of this round's buckets whose all-to-all has completed. 0, or -1 with the error set. */
+int comm_sum_poll(struct comm_sum *s, struct comm *c, int *done);
+/* Ends a round: posts the buckets not yet posted (with whatever their stage holds), waits for every
+ * bucket and adds the contributions of the first COUNT ranks in rank order. 0, or -1. */
+int comm_sum_round(struct comm_sum *s, struct comm *c, int count);
+/* One whole round: copies X (N floats) to the stages, then comm_sum_round. Every rank calls it; a
+ * rank >= COUNT passes any X, which is ignored. 0, or -1 with the error set. */
 int comm_sum_add(struct comm_sum *s, struct comm *c, const float *x, int count);
 /* Writes the sum (N floats) to OUT on every rank. 0, or -1 with the error set. */
 int comm_sum_result(struct comm_sum *s, struct comm *c, float *out);

@@ -36,15 +36,23 @@ int trainer_init(struct trainer *t, struct model *m, const struct model_config *
     if (!reduced(t))
         return 0;
     size_t np = model_num_params(m);
+    if (o->gpu)
+        return o->reduce_fast ? 0 : gpu_sum_init(&t->gsum, o->gpu, model_backend(m), np);
     if (!(t->grads = nmt_malloc(np * sizeof(float) + 1)))
         return -1;
-    return t->o.reduce_fast ? 0 : comm_sum_init(&t->sum, t->o.comm, np);
+    if (t->o.reduce_fast)
+        return 0;
+    t->overlap = o->overlap && !o->gpu && comm_size(o->comm) > 1 && comm_can_start(o->comm);
+    const size_t *ranges = NULL;
+    int nb = t->overlap ? model_grad_buckets(m, &ranges) : 0;
+    return comm_sum_init(&t->sum, t->o.comm, np, ranges, nb);
 }
 
 void trainer_free(struct trainer *t)
 {
     batch_record_free(&t->br);
     comm_sum_free(&t->sum);
+    gpu_sum_free(&t->gsum);
     free(t->grads);
     t->grads = NULL;
 }
@@ -111,6 +119,46 @@ static int add_round_losses(struct trainer *t, const struct model_loss *mine, in
     return 0;
 }
 
+/* model_step's bucket hook under overlap: copies bucket B's final gradient to its stage, starts
+ * its all-to-all and lets the earlier ones progress. 0 or -1. */
+static int on_grad_ready(void *arg, int b)
+{
+    struct trainer *t = arg;
+    struct trainer_step *out = t->cur;
+    const size_t *ranges;
+    int nb = model_grad_buckets(t->m, &ranges), done = 0;
+    double t0 = seconds();
+    /* the last bucket is final when the backward pass ends: what completed before it, overlapped */
+    if (b == nb - 1) {
+        if (comm_sum_poll(&t->sum, t->o.comm, &done) < 0)
+            return -1;
+        out->buckets_early_done += (uint64_t)done;
+    }
+    if (model_get_grads_range(t->m, comm_sum_stage(&t->sum, b), ranges[2 * b], ranges[2 * b + 1]) < 0 ||
+        comm_sum_post(&t->sum, t->o.comm, b) < 0 || (b < nb - 1 && comm_sum_poll(&t->sum, t->o.comm, NULL) < 0))
+        return -1;
+    out->buckets++;
+    out->buckets_early += b < nb - 1;
+    out->reduce_s += seconds() - t0;
+    return 0;
+}
+
+/* Copies this rank's gradient (when MINE) to the ordered sum's stages and starts every bucket's
+ * all-to-all of the round not started yet. 0 or -1. */
+static int post_round(struct trainer *t, int mine, struct trainer_step *out)
+{
+    for (int b = 0; b < t->sum.nb; b++) {
+        if (t->sum.b[b].posted)
+            continue;
+        if (mine && model_get_grads_range(t->m, comm_sum_stage(&t->sum, b), t->sum.b[b].off, t->sum.b[b].len) < 0)
+            return -1;
+        if (comm_sum_post(&t->sum, t->o.comm, b) < 0)
+            return -1;
+        out->buckets++;
+    }
+    return 0;
+}
+
 /* One round of up to N micro-batches (the step's K-th onwards): each rank trains its own; with the
  * ordered sum, the round's gradients are added to it. Sets *COUNT to the micro-batches the round
  * had; 0 or -1. */
@@ -130,8 +178,14 @@ static int round_step(struct trainer *t, uint64_t k, int *count, struct trainer_
         }
         out->flops += model_step_flops(t->cfg, &t->br);
         if (*count == me) {
-            if ((!t->o.reduce_fast && reduced(t) && model_zero_grad(t->m) < 0) ||
-                train_batch(t, k + (uint64_t)*count, &L) < 0)
+            int ordered = !t->o.reduce_fast && reduced(t);
+            if (ordered && model_zero_grad(t->m) < 0)
+                return -1;
+            if (ordered && t->overlap)
+                model_set_grad_ready(t->m, on_grad_ready, t);
+            int trained = train_batch(t, k + (uint64_t)*count, &L);
+            model_set_grad_ready(t->m, NULL, NULL);
+            if (trained < 0)
                 return -1;
             mine = 1;
         }
@@ -139,14 +193,23 @@ static int round_step(struct trainer *t, uint64_t k, int *count, struct trainer_
     }
     if (*count == 0)
         return 0;
-    if (add_round_losses(t, &L, *count, out) < 0)
-        return -1;
-    if (t->o.reduce_fast || !reduced(t))
-        return 0;
+    int ordered = !t->o.reduce_fast && reduced(t);
     double t0 = seconds();
-    if ((mine && model_get_grads(t->m, t->grads) < 0) || comm_sum_add(&t->sum, t->o.comm, t->grads, *count) < 0)
+    /* every rank starts every bucket before the next collective (the losses' all-gather) */
+    if (ordered && !t->o.gpu && post_round(t, mine, out) < 0)
+        return -1;
+    if (ordered && t->o.gpu && gpu_sum_add(&t->gsum, t->o.gpu, model_grad_data(t->m), *count) < 0)
         return -1;
     out->reduce_s += seconds() - t0;
+    if (add_round_losses(t, &L, *count, out) < 0)
+        return -1;
+    if (!ordered)
+        return 0;
+    t0 = seconds();
+    if (!t->o.gpu && comm_sum_round(&t->sum, t->o.comm, *count) < 0)
+        return -1;
+    out->reduce_s += seconds() - t0;
+    out->reduce_wait_s += seconds() - t0;
     return 0;
 }
 
@@ -156,6 +219,13 @@ static int finish_reduction(struct trainer *t, struct trainer_step *out)
     if (!reduced(t))
         return 0;
     double t0 = seconds();
+    if (t->o.gpu) { /* on the device: no host copy */
+        int rc = t->o.reduce_fast ? gpu_comm_allreduce_f32(t->o.gpu, model_grad_data(t->m), model_num_params(t->m))
+                                  : gpu_sum_result(&t->gsum, t->o.gpu, model_grad_data(t->m));
+        out->reduce_s += seconds() - t0;
+        out->reduce_wait_s += seconds() - t0;
+        return rc;
+    }
     if (t->o.reduce_fast) {
         if (model_get_grads(t->m, t->grads) < 0 ||
             comm_allreduce_f32(t->o.comm, t->grads, model_num_params(t->m)) < 0)
@@ -165,15 +235,18 @@ static int finish_reduction(struct trainer *t, struct trainer_step *out)
     }
     int rc = model_set_grads(t->m, t->grads);
     out->reduce_s += seconds() - t0;
+    out->reduce_wait_s += seconds() - t0;
     return rc;
 }
 
 int trainer_step(struct trainer *t, struct trainer_step *out)
 {
     memset(out, 0, sizeof *out);
+    t->cur = out;
     if (model_zero_grad(t->m) < 0)
         return -1;
     comm_sum_reset(&t->sum);
+    gpu_sum_reset(&t->gsum);
     uint64_t micro_max = t->o.update_freq * (uint64_t)comm_size(t->o.comm);
     while (out->micro < micro_max && !out->data_end) {
         int count;

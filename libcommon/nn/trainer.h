@@ -9,7 +9,16 @@
  * (comm_sum), so N ranks with --update-freq F train bit for bit the model of one process with
  * --update-freq N x F (and one process with F > 1 sums its micro-batches the same way). With
  * reduce_fast, each rank accumulates its micro-batches and one all-reduce of the library's own
- * order ends the step. Token counts are summed exactly; losses in micro-batch order. */
+ * order ends the step. Token counts are summed exactly; losses in micro-batch order.
+ *
+ * Overlap (opts.overlap, with several ranks, the ordered sum and a module that starts collectives):
+ * the ordered sum is cut into the model's gradient buckets (model_grad_buckets: a layer each), and
+ * a bucket's all-to-all starts as soon as the backward pass has finished it, polled (MPI_Test) as
+ * each later bucket finishes, so the communication of the last layers runs while the first ones
+ * are computed. The sums are those of the unbucketed reduction, bit for bit.
+ *
+ * GPU ranks (opts.gpu): the same rounds, with the gradient buffer reduced on the device
+ * (nn/gpu_comm.h) instead of through host copies. */
 #ifndef NMT_TRAINER_H
 #define NMT_TRAINER_H
 
@@ -17,6 +26,7 @@
 
 #include "data/batch_file.h"
 #include "nn/checkpoint.h"
+#include "nn/gpu_comm.h"
 #include "nn/model.h"
 #include "nn/ranks.h"
 
@@ -29,6 +39,10 @@ struct trainer_opts {
     int valid_at_epoch_end;    /* end a step early at an epoch's end, so that validation can run */
     struct comm *comm;         /* the ranks (NULL: one process) */
     int reduce_fast;           /* one all-reduce per step in the library's order (not reproducible) */
+    int overlap;               /* start each bucket's reduction during the backward pass (see above) */
+    struct gpu_comm *gpu;      /* not NULL: gradients reduced on the device through it (NCCL): the
+                                * ordered sum as gpu_sum, or with reduce_fast NCCL's all-reduce;
+                                * not overlapped */
 };
 
 /* What one call of trainer_step did. */
@@ -39,7 +53,15 @@ struct trainer_step {
     double loss;               /* mean loss per target token */
     uint64_t tokens;           /* target tokens */
     double lr, grad_norm, flops;
-    double reduce_s;           /* seconds in the gradient reduction (copies and communication) */
+    /* Measurement hooks of the reduction (this rank's view): */
+    double reduce_s;           /* seconds in the gradient reduction (copies, communication, sums), in
+                                * all; with overlap, including the bucket copies and polls made
+                                * inside the backward pass */
+    double reduce_wait_s;      /* seconds of reduce_s spent after the backward passes, waiting for
+                                * the communication to end and adding the contributions */
+    uint64_t buckets;          /* gradient buckets this rank sent (all-to-alls started) */
+    uint64_t buckets_early;    /* of them, started while its backward pass was still running */
+    uint64_t buckets_early_done; /* of those, completed before that backward pass ended */
 };
 
 struct trainer {
@@ -50,7 +72,10 @@ struct trainer {
     struct train_state s;
     struct batch_record br;
     struct comm_sum sum;       /* the ordered gradient sum (when used) */
+    struct gpu_sum gsum;       /* the same on the device (with opts.gpu)  */
     float *grads;              /* host copy of the gradients (when reduced) */
+    int overlap;               /* the ordered sum is bucketed and overlapped (opts.overlap, when possible) */
+    struct trainer_step *cur;  /* the step in progress (for the bucket hook's counts) */
 };
 
 /* Makes T train M (configuration CFG) on TRAIN from state S; 0, or -1 (out of memory). */

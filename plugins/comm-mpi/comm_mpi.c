@@ -162,6 +162,51 @@ static int comm_allreduce_f32(nmt_cctx *c, float *buf, size_t n)
     return 0;
 }
 
+struct nmt_creq {
+    MPI_Request r;
+};
+
+static int comm_ialltoall(nmt_cctx *c, const void *send, void *recv, size_t bytes, nmt_creq **req)
+{
+    MPI_Datatype t;
+    int n, owned;
+    nmt_creq *q = malloc(sizeof *q);
+    if (!q) {
+        snprintf(c->err, sizeof c->err, "out of memory");
+        return -1;
+    }
+    if (byte_type(c, bytes, &t, &n, &owned) < 0) {
+        free(q);
+        return -1;
+    }
+    int rc = MPI_Ialltoall(send, n, t, recv, n, t, MPI_COMM_WORLD, &q->r);
+    if (owned) /* freed when the pending collective no longer needs it */
+        MPI_Type_free(&t);
+    if (rc != MPI_SUCCESS) {
+        free(q);
+        return fail(c, "MPI_Ialltoall", rc);
+    }
+    *req = q;
+    return 0;
+}
+
+static int comm_test(nmt_cctx *c, nmt_creq *q, int *done)
+{
+    int flag = 0;
+    int rc = MPI_Test(&q->r, &flag, MPI_STATUS_IGNORE);
+    *done = rc == MPI_SUCCESS && flag;
+    if (rc != MPI_SUCCESS || flag)
+        free(q);
+    return rc == MPI_SUCCESS ? 0 : fail(c, "MPI_Test", rc);
+}
+
+static int comm_wait(nmt_cctx *c, nmt_creq *q)
+{
+    int rc = MPI_Wait(&q->r, MPI_STATUS_IGNORE);
+    free(q);
+    return rc == MPI_SUCCESS ? 0 : fail(c, "MPI_Wait", rc);
+}
+
 static void comm_abort(nmt_cctx *c, int code)
 {
     (void)c;
@@ -185,6 +230,9 @@ static struct nmt_comm table = {
     .recv = comm_recv,
     .allreduce_f32 = comm_allreduce_f32,
     .abort = comm_abort,
+    .ialltoall = comm_ialltoall,
+    .test = comm_test,
+    .wait = comm_wait,
 };
 
 __attribute__((visibility("default"))) const struct nmt_comm *nmt_comm_entry(void)

@@ -66,6 +66,28 @@ setup() {
     same_model one.ckpt two.ckpt
 }
 
+@test "--overlap: each layer's gradient sent during the backward pass, the checkpoint of --overlap off" {
+    # 2 layers: buckets dec.1, dec.0, enc.1, enc.0, emb; rank 0 trains a micro-batch in each of the
+    # 10 x 2 rounds, sending 5 buckets, 4 of them before its backward pass ends
+    local V=(nmt-train --preset tiny --d-model 32 --ff 64 --heads 2 --layers 2 --threads 1 --warmup 20 --lr 2
+             --vocab "$D/v.txt" -i "$D/tr.b" --max-steps 10)
+    run "${MPI[@]}" -np 3 "${V[@]}" --update-freq 2 -o on.ckpt
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"ordered reduction overlapped with the backward pass"* ]]
+    [[ "$output" == *"; 100 gradient buckets sent, 80 of them during the backward pass ("* ]]
+    run "${MPI[@]}" -np 3 "${V[@]}" --update-freq 2 --overlap off -o off.ckpt
+    [ "$status" -eq 0 ]
+    [[ "$output" != *"overlapped"* ]]
+    [[ "$output" == *"; 20 gradient buckets sent, 0 of them during the backward pass ("* ]]
+    same_model on.ckpt off.ckpt
+    run "${V[@]}" -q --update-freq 6 -o one.ckpt
+    [ "$status" -eq 0 ]
+    same_model one.ckpt on.ckpt
+    run nmt-train --overlap maybe -o x.ckpt --vocab "$D/v.txt"
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"invalid --overlap 'maybe'"* ]]
+}
+
 @test "--reduce fast trains with the library's all-reduce (same tokens, close losses)" {
     run "${MPI[@]}" -np 2 "${T[@]}" --max-steps 20 --reduce fast -o fast.ckpt --log fast.csv
     [ "$status" -eq 0 ]

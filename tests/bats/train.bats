@@ -37,7 +37,7 @@ losses() { cut -d, -f1,3 "$1"; }
              --clip-norm --update-freq --seed --label-smoothing --dropout --attention-dropout --activation-dropout \
              --no-shuffle --max-bad --valid-every --patience --save-every --keep --log --log-every --quiet --help \
              --version --valid-bleu --valid-beam --config --dump-config --peak-lr --force --comm --reduce \
-             --precision; do
+             --precision --overlap --gpu-comm; do
         [[ "$output" == *"$o"* ]] || { echo "missing $o"; return 1; }
     done
 }
@@ -337,7 +337,7 @@ losses() { cut -d, -f1,3 "$1"; }
     for k in input valid output vocab backend comm log preset threads epochs max-steps max-time enc-layers dec-layers \
              d-model heads ff max-len warmup update-freq seed max-bad valid-every valid-beam patience save-every keep \
              log-every lr clip-norm label-smoothing dropout attention-dropout activation-dropout progress-every \
-             pre-norm no-shuffle valid-bleu quiet reduce; do
+             pre-norm no-shuffle valid-bleu quiet reduce overlap; do
         grep -Eq "^(# )?$k:" full.conf || { echo "no $k"; return 1; }
     done
     grep -qx 'seed: 7' full.conf

@@ -9,7 +9,9 @@
 #      losses within 1% (relative) of cpu's bf16 run (the same bf16 rounding, other sum orders)
 #      and within 2% of cuda's float32 run
 #   4. when nmt-decode exists: greedy translations identical on cpu and cuda (NMT_GPU_DECODE_ARGS)
-#   5. the op test under compute-sanitizer: memcheck (with leak check), racecheck, synccheck
+#   5. with bin/nmt-comm-nccl.so: one NCCL rank against the cpu plugin's losses; with 2 GPUs or
+#      more and mpirun, one rank per GPU against one process (NMT_GPU_TRAIN_ARGS)
+#   6. the op test under compute-sanitizer: memcheck (with leak check), racecheck, synccheck
 #      (each limited to NMT_GPU_SANITIZER_TIMEOUT seconds, default 900)
 # Usage: tests/gpu/run_gpu_tests.sh [OUTDIR]   (logs go to OUTDIR, default /tmp/nmt-gpu-tests)
 # NMT_GPU_NO_BUILD=1 uses the binaries already in bin/ (built elsewhere, e.g. on a machine with the
@@ -135,6 +137,55 @@ else
         pass "same greedy translations"
     else
         fail "decoding differs or failed (see $out/decode-*)"
+    fi
+fi
+
+echo "== NCCL: one rank against the cpu plugin's losses; every GPU against one process"
+# Gradients reduced on the device (nn/gpu_comm.h, bin/nmt-comm-nccl.so). One rank: --gpu-comm nccl
+# with --update-freq 2 (the ordered sum runs through NCCL and the device adds) against the cpu
+# plugin's --update-freq 2, losses within 1e-3. With G >= 2 GPUs and mpirun: G ranks (one GPU each)
+# against one cuda process with --update-freq G, losses identical (the ordered sum's promise).
+losses_close() { # $1 $2 jsonl logs, $3 tolerance
+    /usr/bin/python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"loss"' in l]
+worst = max((abs(x - y) for x, y in zip(a, b)), default=float("inf"))
+print("steps compared: %d, largest loss difference %.3g" % (min(len(a), len(b)), worst))
+sys.exit(0 if len(a) == len(b) and len(a) > 0 and worst <= float(sys.argv[3]) else 1)
+PY
+}
+if [ ! -f bin/nmt-comm-nccl.so ] || [ ! -x bin/nmt-train ]; then
+    skip "bin/nmt-comm-nccl.so or bin/nmt-train not built (nccl.h missing?)"
+elif [ -z "${NMT_GPU_TRAIN_ARGS:-}" ]; then
+    skip "set NMT_GPU_TRAIN_ARGS (see the training step)"
+else
+    # shellcheck disable=SC2086
+    if bin/nmt-train --backend cpu $NMT_GPU_TRAIN_ARGS --update-freq 2 --force -o "$out/nccl-cpu.ckpt" \
+            --log "$out/nccl-cpu.jsonl" > "$out/nccl-cpu.out" 2>&1 &&
+        bin/nmt-train --backend cuda --gpu-comm nccl $NMT_GPU_TRAIN_ARGS --update-freq 2 --force -o "$out/nccl-1.ckpt" \
+            --log "$out/nccl-1.jsonl" > "$out/nccl-1.out" 2>&1 &&
+        grep -q 'gradients reduced on the GPUs through NCCL' "$out/nccl-1.out" &&
+        losses_close "$out/nccl-cpu.jsonl" "$out/nccl-1.jsonl" 1e-3; then
+        pass "1 NCCL rank: losses within 1e-3 of the cpu plugin's"
+    else
+        fail "1 NCCL rank (see $out/nccl-cpu.out, $out/nccl-1.out)"
+    fi
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    if [ "${gpus:-0}" -lt 2 ] || ! command -v mpirun > /dev/null; then
+        skip "NCCL across ranks: ${gpus:-0} GPU(s) here, or no mpirun (one rank only)"
+    else
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+        # shellcheck disable=SC2086
+        if bin/nmt-train --backend cuda $NMT_GPU_TRAIN_ARGS --update-freq "$gpus" --force -o "$out/nccl-one.ckpt" \
+                --log "$out/nccl-one.jsonl" > "$out/nccl-one.out" 2>&1 &&
+            mpirun --bind-to none -np "$gpus" bin/nmt-train --backend cuda $NMT_GPU_TRAIN_ARGS --force \
+                -o "$out/nccl-n.ckpt" --log "$out/nccl-n.jsonl" > "$out/nccl-n.out" 2>&1 &&
+            grep -q 'through NCCL' "$out/nccl-n.out" && losses_close "$out/nccl-one.jsonl" "$out/nccl-n.jsonl" 0; then
+            pass "$gpus NCCL ranks: the losses of one process with --update-freq $gpus, exactly"
+        else
+            fail "$gpus NCCL ranks (see $out/nccl-one.out, $out/nccl-n.out)"
+        fi
     fi
 fi
 

@@ -6,6 +6,7 @@
 #include "test.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -439,6 +440,74 @@ static void check_bf16(void)
     model_free(mf), model_free(mb), model_free(m3), model_free(m4);
 }
 
+/* What the bucket hook saw: each bucket's gradient at the moment it was declared final. */
+struct bucket_log {
+    struct model *m;
+    float *seen;     /* (P) */
+    int calls, in_order;
+};
+
+static int log_bucket(void *arg, int b)
+{
+    struct bucket_log *l = arg;
+    const size_t *r;
+    model_grad_buckets(l->m, &r);
+    l->in_order &= b == l->calls++;
+    return model_get_grads_range(l->m, l->seen + r[2 * b], r[2 * b], r[2 * b + 1]);
+}
+
+static int fail_bucket(void *arg, int b)
+{
+    (void)arg;
+    return b == 1 ? nmt_seterr("stop at bucket 1") : 0;
+}
+
+/* The gradient buckets cover the parameters once, in the backward pass's order, and each is final
+ * (unchanged by the rest of the pass) when the hook is told; a failing hook fails the step. */
+static void check_buckets(int pre_norm)
+{
+    struct model_config c;
+    tiny_config(&c, pre_norm);
+    struct model *m = model_new(be, &c, 1);
+    model_init(m, 5);
+    const size_t *r;
+    int nb = model_grad_buckets(m, &r);
+    size_t P = model_num_params(m), sum = 0, prev_end = SIZE_MAX;
+    int order = 1;
+    for (int b = 0; b < nb; b++) {
+        sum += r[2 * b + 1];
+        if (r[2 * b + 1] == 2 * (size_t)c.d_model) /* a final layer norm (pre-norm), at the end of the layout */
+            continue;
+        order &= b == nb - 1 ? r[2 * b] == 0 : r[2 * b] + r[2 * b + 1] <= prev_end; /* layers from the last */
+        prev_end = r[2 * b];
+    }
+    /* pre-norm: the decoder's final layer norm first, the encoder's after the decoder layers */
+    order &= !pre_norm || (r[0] == P - 2 * (size_t)c.d_model && r[2 * 3] == P - 4 * (size_t)c.d_model);
+    test_ok(nb == 5 + 2 * pre_norm && sum == P && order, "%s: %d buckets, the layers from the last, emb last",
+            pre_norm ? "pre-norm" : "post-norm", nb);
+    struct batch_record br = {0};
+    fixed_batch(&br, c.vocab);
+    float *g = malloc(P * sizeof *g);
+    struct bucket_log l = {m, calloc(P, sizeof(float)), 0, 1};
+    struct model_loss L;
+    model_set_grad_ready(m, log_bucket, &l);
+    model_zero_grad(m);
+    test_ok(model_step(m, &br, 1, 1, 3, &L, NULL) == 0 && model_get_grads(m, g) == 0, "a step with the hook");
+    test_ok(l.calls == nb && l.in_order, "the hook hears of each bucket once, in order (%d calls)", l.calls);
+    test_ok(!memcmp(l.seen, g, P * sizeof *g), "each bucket's gradient was final when the hook heard of it");
+    l.calls = 0;
+    model_step(m, &br, 0, 0, 0, &L, NULL);
+    test_ok(l.calls == 0, "no calls without a backward pass");
+    model_set_grad_ready(m, fail_bucket, NULL);
+    test_ok(model_step(m, &br, 1, 1, 3, &L, NULL) == -1 && strstr(nmt_errmsg(), "stop at bucket 1"),
+            "a failing hook fails the step: %s", nmt_errmsg());
+    model_set_grad_ready(m, NULL, NULL);
+    free(l.seen);
+    free(g);
+    batch_record_free(&br);
+    model_free(m);
+}
+
 int main(void)
 {
     struct nmt_backend_opts o = {sizeof o, 2, 0};
@@ -457,6 +526,8 @@ int main(void)
     check_misc();
     check_layout(0);
     check_layout(1);
+    check_buckets(0);
+    check_buckets(1);
     check_fixture("post");
     check_fixture("pre");
     check_score(0);

@@ -1,6 +1,6 @@
 /* test_ranks: nn/ranks.h on one rank (the ordered sum adds rounds in order, bit for bit as a
  * sequential sum; collectives copy) and the packing of search results between ranks (round trip,
- * truncation and malformed counts are errors). Several ranks are tested through mpirun in
+ * truncation and malformed counts are errors), and the bucketed sum of the overlapped reduction. Several ranks are tested through mpirun in
  * tests/bats/mpi.bats. */
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +33,7 @@ static void test_ordered_sum(void)
     enum { N = 1001, ROUNDS = 5 };
     struct comm_sum s;
     float *x = malloc(N * sizeof *x), *out = malloc(N * sizeof *out), *ref = calloc(N, sizeof *ref);
-    test_ok(comm_sum_init(&s, NULL, N) == 0, "init");
+    test_ok(comm_sum_init(&s, NULL, N, NULL, 0) == 0, "init");
     unsigned seed = 12345;
     for (int round = 0; round < ROUNDS; round++) {
         for (int i = 0; i < N; i++) {
@@ -58,6 +58,54 @@ static void test_ordered_sum(void)
     free(x);
     free(out);
     free(ref);
+}
+
+/* Buckets in any order (here the reverse of their offsets, as the backward pass finishes layers)
+ * give the bits of one bucket; ranges that do not cover the floats once are refused. */
+static void test_bucketed_sum(void)
+{
+    enum { N = 1000, ROUNDS = 4 };
+    const size_t ranges[] = {700, 300, 250, 450, 0, 250};
+    struct comm_sum one, bk;
+    float *x = malloc(N * sizeof *x), *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b);
+    test_ok(comm_sum_init(&one, NULL, N, NULL, 0) == 0 && comm_sum_init(&bk, NULL, N, ranges, 3) == 0 &&
+                bk.nb == 3 && bk.acc_len == N,
+            "three buckets");
+    unsigned seed = 777;
+    int posted_ok = 1;
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int i = 0; i < N; i++) {
+            seed = seed * 1103515245u + 12345u;
+            x[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * (float)(1 << (round * 5));
+        }
+        comm_sum_add(&one, NULL, x, 1);
+        for (int i = 2; i >= 0; i--) { /* staged and posted one by one, the last bucket first */
+            memcpy(comm_sum_stage(&bk, i), x + ranges[2 * i], ranges[2 * i + 1] * sizeof *x);
+            int done = -1;
+            posted_ok &= comm_sum_post(&bk, NULL, i) == 0 && comm_sum_poll(&bk, NULL, &done) == 0 && done == 3 - i;
+        }
+        posted_ok &= comm_sum_post(&bk, NULL, 1) == -1 && strstr(nmt_errmsg(), "posted twice") != NULL;
+        posted_ok &= comm_sum_round(&bk, NULL, 1) == 0;
+    }
+    test_ok(posted_ok, "each bucket posts once a round and counts as done on one rank");
+    test_ok(comm_sum_result(&one, NULL, a) == 0 && comm_sum_result(&bk, NULL, b) == 0 && !memcmp(a, b, N * sizeof *a),
+            "the bucketed sum has the bits of the whole one");
+    comm_sum_free(&one);
+    comm_sum_free(&bk);
+    const size_t gap[] = {0, 500, 600, 400}, overlap[] = {0, 600, 500, 500}, outside[] = {0, 500, 500, 501},
+                 shared[] = {0, 600, 400, 400};
+    test_ok(comm_sum_init(&bk, NULL, N, gap, 2) == -1 && strstr(nmt_errmsg(), "cover 900 floats, not 1000"),
+            "a gap is refused: %s", nmt_errmsg());
+    test_ok(comm_sum_init(&bk, NULL, N, overlap, 2) == -1 && strstr(nmt_errmsg(), "cover 1100"),
+            "overlapping buckets are refused: %s", nmt_errmsg());
+    test_ok(comm_sum_init(&bk, NULL, N, shared, 2) == -1 && strstr(nmt_errmsg(), "buckets 0 and 1 overlap"),
+            "buckets that share floats are refused though their lengths add up: %s", nmt_errmsg());
+    test_ok(comm_sum_init(&bk, NULL, N, outside, 2) == -1 && strstr(nmt_errmsg(), "lies outside"),
+            "a bucket past the end is refused: %s", nmt_errmsg());
+    test_ok(comm_sum_init(&bk, NULL, N, gap, 0) == -1, "no bucket is refused");
+    free(x);
+    free(a);
+    free(b);
 }
 
 static void test_pack(void)
@@ -95,6 +143,7 @@ int main(void)
 {
     test_one_rank();
     test_ordered_sum();
+    test_bucketed_sum();
     test_pack();
     return test_done();
 }
