@@ -20,6 +20,10 @@ peer=${PEER:-$top/../shared/bench/torch_peer/train.py}
 use_peer=0
 [ -f "$peer" ] && /usr/bin/python3 -c 'import torch' 2> /dev/null && use_peer=1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# NMT_CPU_ISA=avx2 stands for a CPU without AVX-512: the peer gets the same CPU, its OpenBLAS kernels
+# for Haswell/Zen (OPENBLAS_CORETYPE) and PyTorch's AVX2 kernels (ATEN_CPU_CAPABILITY).
+peer_env=(env)
+[ "${NMT_CPU_ISA:-}" = avx2 ] && peer_env=(env OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2)
 precs="float32 int8 int8-all"
 grep -qw avx512_bf16 /proc/cpuinfo && precs="$precs bf16 bf16-all"
 "$B/nmt-tokenize" --vocab "$vocab" < "$src" > "$tmp/src.ids" || exit 1
@@ -46,7 +50,7 @@ for r in $(seq "$rounds"); do
             done
             [ $use_peer = 1 ] || continue
             out=$(LD_LIBRARY_PATH=${PEER_BLAS-/usr/lib/x86_64-linux-gnu/openblas-openmp} /usr/bin/time -f "%e %M" \
-                -o "$tmp/time" /usr/bin/python3 "$top/bench/peer_decode.py" --peer "$peer" --ckpt "$ckpt" \
+                -o "$tmp/time" "${peer_env[@]}" /usr/bin/python3 "$top/bench/peer_decode.py" --peer "$peer" --ckpt "$ckpt" \
                 --ids "$tmp/src.txt" --beam $1 --batch $2 --alpha 0.6 --threads $th --out "$tmp/b$1.t$th.peer.ids") || exit 1
             read -r s kb < "$tmp/time"
             echo "$out" | sed 's/^DECODE //' | /usr/bin/python3 -c "

@@ -11,13 +11,18 @@
 # ids to hyp stream, checkpoint load included; peer: its decoding loop only, as its `decode` reports).
 # Needs /usr/bin/python3 with python3-torch, the peer (PEER=../shared/bench/torch_peer/train.py), and
 # libopenblas0-openmp for the peer's OpenBLAS (its README; PEER_BLAS=DIR picks another directory for
-# the peer's LD_LIBRARY_PATH, PEER_BLAS= the system default). Run alone: the machine has 2 cores.
+# the peer's LD_LIBRARY_PATH, PEER_BLAS= the system default). NMT_CPU_ISA=avx2 emulates a CPU without
+# AVX-512 on both sides (the peer's OpenBLAS and PyTorch kernels too). Run alone: the machine has 2 cores.
 set -u
-[ $# -ge 3 ] || { sed -n 2,14p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,15p "$0" >&2; exit 2; }
 ckpt=$1 vocab=$2 src=$3 rounds=${4:-2} threads=${THREADS:-2}
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 peer=${PEER:-$top/../shared/bench/torch_peer/train.py}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# NMT_CPU_ISA=avx2 stands for a CPU without AVX-512: the peer gets the same CPU, its OpenBLAS kernels
+# for Haswell/Zen (OPENBLAS_CORETYPE) and PyTorch's AVX2 kernels (ATEN_CPU_CAPABILITY).
+peer_env=(env)
+[ "${NMT_CPU_ISA:-}" = avx2 ] && peer_env=(env OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2)
 "$B/nmt-tokenize" --vocab "$vocab" < "$src" > "$tmp/src.ids" || exit 1
 "$B/nmt-tokenize" --vocab "$vocab" --text=ids < "$src" > "$tmp/src.txt" || exit 1
 n=$(wc -l < "$tmp/src.txt")
@@ -36,7 +41,7 @@ for r in $(seq "$rounds"); do
             printf "round %d beam %d nmt  (max-tokens %d): %.2f s, %.1f sentences/s, %.0f target tokens/s, peak RSS %d MB\n",
                    '"$r"', b, mt, s, n / s, t / s, kb / 1024 }' | tee -a "$tmp/rows"
         out=$(LD_LIBRARY_PATH=${PEER_BLAS-/usr/lib/x86_64-linux-gnu/openblas-openmp} /usr/bin/time -f "%e %M" -o "$tmp/time" \
-            /usr/bin/python3 "$top/bench/peer_decode.py" --peer "$peer" --ckpt "$ckpt" --ids "$tmp/src.txt" \
+            "${peer_env[@]}" /usr/bin/python3 "$top/bench/peer_decode.py" --peer "$peer" --ckpt "$ckpt" --ids "$tmp/src.txt" \
             --beam $1 --batch $2 --alpha 0.6 --threads "$threads" --out "$tmp/peer.txt") || exit 1
         read -r s kb < "$tmp/time"
         same=$(paste "$tmp/ours.txt" "$tmp/peer.txt" | awk -F'\t' '$1 == $2' | wc -l)
