@@ -43,7 +43,8 @@ PLUGINS  := $(PLUGIN_NAMES:%=$(BIN)/nmt-backend-%.so)
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNITS    := $(patsubst tests/unit/%.c,$(OBJ)/tests/%,$(UNIT_SRC))
-BENCH_SRC := $(wildcard bench/*.c)
+# bench/onednn_bench.c needs libdnnl-dev and is built by bench/onednn.sh, not here.
+BENCH_SRC := $(filter-out bench/onednn_bench.c,$(wildcard bench/*.c))
 BENCHES  := $(patsubst bench/%.c,$(OBJ)/bench/%,$(BENCH_SRC))
 HELPER_SRC := $(wildcard tests/helpers/*.c)
 HELPERS  := $(patsubst tests/helpers/%.c,$(OBJ)/tests/helpers/%,$(HELPER_SRC))
