@@ -67,8 +67,9 @@ int main(int argc, char **argv)
             float *A = be->ops.alloc(be->ctx, (size_t)M * K * sizeof(float));
             float *W = be->ops.alloc(be->ctx, (size_t)N * K * sizeof(float));
             float *C = be->ops.alloc(be->ctx, (size_t)M * N * sizeof(float));
-            float *h = malloc((size_t)N * K * sizeof *h);
-            for (size_t i = 0; i < (size_t)N * K; i++)
+            size_t rows = (size_t)(M > N ? M : N); /* h fills both W (N rows) and A (M rows) */
+            float *h = malloc(rows * K * sizeof *h);
+            for (size_t i = 0; i < rows * K; i++)
                 h[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
             be->ops.upload(be->ctx, W, h, (size_t)N * K * sizeof *h);
             be->ops.upload(be->ctx, A, h, (size_t)M * K * sizeof *h);
