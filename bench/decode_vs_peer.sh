@@ -8,7 +8,9 @@
 # --max-tokens = 64 (or 32) times the mean source length. Each round runs nmt then the peer in each
 # mode; prints sentences/s, target tokens/s and peak RSS (/usr/bin/time), and how many outputs agree,
 # then per mode the median sentences/s of each side and their ratio (nmt: the whole command, from
-# ids to hyp stream, checkpoint load included; peer: its decoding loop only, as its `decode` reports).
+# ids to hyp stream, checkpoint load included; peer: its decoding loop only, as its `decode` reports),
+# and the ratio of like scopes: nmt's decoding only, the whole command less the same command on an
+# empty input (process start, checkpoint load, plugin set-up), timed in each round.
 # Needs /usr/bin/python3 with python3-torch, the peer (PEER=../shared/bench/torch_peer/train.py), and
 # libopenblas0-openmp for the peer's OpenBLAS (its README; PEER_BLAS=DIR picks another directory for
 # the peer's LD_LIBRARY_PATH, PEER_BLAS= the system default). NMT_CPU_ISA=avx2 emulates a CPU without
@@ -25,6 +27,7 @@ peer_env=(env)
 [ "${NMT_CPU_ISA:-}" = avx2 ] && peer_env=(env OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2)
 "$B/nmt-tokenize" --vocab "$vocab" < "$src" > "$tmp/src.ids" || exit 1
 "$B/nmt-tokenize" --vocab "$vocab" --text=ids < "$src" > "$tmp/src.txt" || exit 1
+"$B/nmt-tokenize" --vocab "$vocab" < /dev/null > "$tmp/empty.ids" || exit 1
 n=$(wc -l < "$tmp/src.txt")
 mean=$(awk '{t += NF + 1} END {printf "%.2f", t / NR}' "$tmp/src.txt")
 echo "$n sentences, mean source length $mean tokens (EOS included); $threads threads; NMT_CPU_ISA=${NMT_CPU_ISA:-(widest)}; load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -36,10 +39,14 @@ for r in $(seq "$rounds"); do
             --alpha 0.6 --max-tokens "$mt" -i "$tmp/src.ids" -o "$tmp/ours.hyp" || exit 1
         "$B/nmt-cat" "$tmp/ours.hyp" | cut -f4 > "$tmp/ours.txt"
         read -r s kb < "$tmp/time"
+        /usr/bin/time -f "%e" -o "$tmp/time0" "$B/nmt-decode" -m "$ckpt" --in ids --out hyp --threads "$threads" --beam $1 \
+            --alpha 0.6 --max-tokens "$mt" -i "$tmp/empty.ids" -o "$tmp/empty.hyp" || exit 1
+        read -r s0 < "$tmp/time0"
         tok=$(awk '{t += NF} END {print t}' "$tmp/ours.txt")
-        awk -v s="$s" -v kb="$kb" -v n="$n" -v t="$tok" -v b="$1" -v mt="$mt" 'BEGIN {
-            printf "round %d beam %d nmt  (max-tokens %d): %.2f s, %.1f sentences/s, %.0f target tokens/s, peak RSS %d MB\n",
-                   '"$r"', b, mt, s, n / s, t / s, kb / 1024 }' | tee -a "$tmp/rows"
+        awk -v s="$s" -v s0="$s0" -v kb="$kb" -v n="$n" -v t="$tok" -v b="$1" -v mt="$mt" 'BEGIN {
+            d = s - s0 > 0.01 ? s - s0 : 0.01
+            printf "round %d beam %d nmt  (max-tokens %d): %.2f s, %.1f sentences/s, %.0f target tokens/s, peak RSS %d MB; empty input %.2f s, decoding only %.1f decoding-sentences/s\n",
+                   '"$r"', b, mt, s, n / s, t / s, kb / 1024, s0, n / d }' | tee -a "$tmp/rows"
         out=$(LD_LIBRARY_PATH=${PEER_BLAS-/usr/lib/x86_64-linux-gnu/openblas-openmp} /usr/bin/time -f "%e %M" -o "$tmp/time" \
             "${peer_env[@]}" /usr/bin/python3 "$top/bench/peer_decode.py" --peer "$peer" --ckpt "$ckpt" --ids "$tmp/src.txt" \
             --beam $1 --batch $2 --alpha 0.6 --threads "$threads" --out "$tmp/peer.txt") || exit 1
@@ -55,7 +62,8 @@ for b in 1 4; do
     awk -v b="$b" '
         function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
                                         return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-        $4 == b { for (i = 1; i < NF; i++) if ($(i + 1) == "sentences/s,") v = $i
-                  if ($5 == "nmt") x[++nx] = v; else y[++ny] = v }
-        END { if (nx && ny) printf "beam %d: median sentences/s nmt %g, peer %g; ratio %.2fx (%d rounds)\n", b, med(x, nx), med(y, ny), med(x, nx) / med(y, ny), nx }' "$tmp/rows"
+        $4 == b { for (i = 1; i < NF; i++) { if ($(i + 1) == "sentences/s,") v = $i; if ($(i + 1) == "decoding-sentences/s") w = $i }
+                  if ($5 == "nmt") { x[++nx] = v; z[nx] = w } else y[++ny] = v }
+        END { if (nx && ny) printf "beam %d: median sentences/s nmt %g, peer %g; ratio %.2fx (%d rounds); nmt decoding only %g: %.2fx\n",
+                                   b, med(x, nx), med(y, ny), med(x, nx) / med(y, ny), nx, med(z, nx), med(z, nx) / med(y, ny) }' "$tmp/rows"
 done

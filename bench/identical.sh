@@ -3,7 +3,8 @@
 #   bash bench/identical.sh BIN OUTDIR [STEPS]
 # BIN: a bin/ folder (tools and plugins); OUTDIR: where the outputs go (created). Writes the BPE
 # vocabulary, the tok, ids and batch streams, for the presets tiny and small the per-step losses of
-# STEPS (default 200) training steps and the checkpoint bytes after them, the greedy and beam-4
+# STEPS (default 200) training steps and the checkpoint bytes after them (and a hash of the tensor
+# bytes alone, for builds that store other metadata), the greedy and beam-4
 # translations of test_2016_flickr by the small model, and nmt-bleu's output (BLEU, chrF++, TER) on
 # every vector of ../shared/testdata/bleu. Compare two runs with `diff -r` or `sha256sum`:
 #   bash bench/identical.sh before/bin /tmp/a; bash bench/identical.sh bin /tmp/b; diff -r /tmp/a /tmp/b
@@ -34,6 +35,13 @@ for preset in tiny small; do
 import csv, sys
 for row in csv.DictReader(open(sys.argv[1])):
     print(' '.join(f'{k}={v}' for k, v in row.items() if k not in ('elapsed', 'gflop_s', 'tok_s', 'tokens_per_s', 'time', 'wall', 'tgt_tok_s', 'src_tok_s')))
+EOF
+    # the tensor bytes alone (after the safetensors header, whose metadata holds the run's
+    # configuration and so changes when an option is added)
+    python3 - "$out/$preset.ckpt" > "$out/$preset.tensors.sha256" <<'EOF'
+import hashlib, struct, sys
+b = open(sys.argv[1], 'rb').read()
+print(hashlib.sha256(b[8 + struct.unpack('<Q', b[:8])[0]:]).hexdigest())
 EOF
 done
 nmt-decode -m "$out/small.ckpt" --threads 2 --beam 1 < "$tmp/test.en" > "$out/test.greedy.de"
