@@ -56,6 +56,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "cli/cli.h"
+#include "cpu/quant_row.h"
 #include "nn/backend_loader.h"
 
 static double now(void)
@@ -84,78 +85,13 @@ static void *xalloc(size_t n)
         }                                                                                                             \
     } while (0)
 
-/* ---- nmt's quantisation, copied from plugins/cpu/linear_q.c (same bits on every path) ---- */
-
-static float quant_scale(float amax, int finite, float *inv)
-{
-    *inv = 127.0f / amax;
-    if (!finite)
-        return NAN;
-    if (amax == 0 || !(*inv <= 3.40282347e38f))
-        return 0.0f;
-    return amax / 127.0f;
-}
-
-static float quant_row_plain(int8_t *q, const float *x, int K)
-{
-    float amax = 0, inv;
-    int finite = 1;
-    for (int k = 0; k < K; k++) {
-        float a = fabsf(x[k]);
-        finite &= a <= 3.40282347e38f;
-        amax = a > amax ? a : amax;
-    }
-    float s = quant_scale(amax, finite, &inv);
-    for (int k = 0; k < K; k++) {
-        float r = s > 0 ? rintf(x[k] * inv) : 0.0f;
-        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
-        q[k] = (int8_t)r;
-    }
-    return s;
-}
-
-__attribute__((target("avx2,fma"))) static float quant_row_avx2(int8_t *q, const float *x, int K)
-{
-    __m256 mx = _mm256_setzero_ps(), big = _mm256_set1_ps(3.40282347e38f);
-    __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    int bad = 0, k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + k), sign);
-        bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));
-        mx = _mm256_max_ps(a, mx);
-    }
-    float lane[8], amax = 0, inv;
-    _mm256_storeu_ps(lane, mx);
-    for (int l = 0; l < 8; l++)
-        amax = lane[l] > amax ? lane[l] : amax;
-    for (; k < K; k++) {
-        float a = fabsf(x[k]);
-        bad |= !(a <= 3.40282347e38f);
-        amax = a > amax ? a : amax;
-    }
-    float s = quant_scale(amax, !bad, &inv);
-    __m256 vinv = _mm256_set1_ps(inv);
-    __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
-    k = 0;
-    for (; s > 0 && k + 8 <= K; k += 8) {
-        __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
-        r = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
-        __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-        _mm_storel_epi64((__m128i *)(q + k), _mm_packs_epi16(w, w));
-    }
-    for (; k < K; k++) {
-        float r = s > 0 ? rintf(x[k] * inv) : 0.0f;
-        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
-        q[k] = (int8_t)r;
-    }
-    return s;
-}
+/* ---- nmt's quantisation (plugins/cpu/quant_row.h, the cpu plugin's own code) ---- */
 
 static int have_avx2;
 
 static float quant_one(int8_t *q, const float *x, int K)
 {
-    return have_avx2 ? quant_row_avx2(q, x, K) : quant_row_plain(q, x, K);
+    return have_avx2 ? quant_row_avx2(q, x, K, K) : quant_row_plain(q, x, K, K);
 }
 
 /* Quantises the M rows of A (M,K) into Q and their scales into S, rows split over the OpenMP
@@ -334,7 +270,7 @@ static void onednn_open(int threads)
 static void quant_weights(int8_t *wq, float *sw, const float *W, int N, int K)
 {
     for (int j = 0; j < N; j++)
-        sw[j] = quant_row_plain(wq + (size_t)j * K, W + (size_t)j * K, K);
+        sw[j] = quant_row_plain(wq + (size_t)j * K, W + (size_t)j * K, K, K);
 }
 
 static double timeit(void (*f)(void *), void *arg, double secs)
@@ -525,7 +461,7 @@ static int check(int threads)
         mm_blocks(C, iq, 1, M, M, N, K, wq, sw, A);
         mm_blocks(Cf, ifl, 0, M, M, N, K, W, NULL, A);
         for (int i = 0; i < M; i++)
-            sa[i] = quant_row_plain(aq + (size_t)i * K, A + (size_t)i * K, K);
+            sa[i] = quant_row_plain(aq + (size_t)i * K, A + (size_t)i * K, K, K);
         long exact = 0;
         double qerr = 0, ferr = 0, qvsf = 0;
         for (int i = 0; i < M; i++)

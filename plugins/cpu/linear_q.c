@@ -35,6 +35,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "quant_row.h"
 
 #define PW 16             /* columns per panel */
 #define GROUP 4           /* panels per column group of the thread split */
@@ -48,38 +49,6 @@ size_t cpu_linear_q_bytes(int N, int K)
 {
     size_t np = (size_t)pad16(N);
     return np * (sizeof(float) + sizeof(int32_t)) + np * (size_t)pad4(K);
-}
-
-/* The scale of the K values X: 0 for a zero row (or one so small that 127 / max overflows), NaN
- * for a row with a non-finite value, else max |x| / 127; *INV receives 127 / max. Each path finds
- * the same max (a max is exact), so they agree. */
-static float quant_scale(float amax, int finite, float *inv)
-{
-    *inv = 127.0f / amax;
-    if (!finite)
-        return NAN;
-    if (amax == 0 || !(*inv <= 3.40282347e38f))
-        return 0.0f;
-    return amax / 127.0f;
-}
-
-/* Quantises the K values X into Q (Kp bytes, zeros past K); returns the scale (quant_scale). */
-static float quant_row_plain(int8_t *q, const float *x, int K, int Kp)
-{
-    float amax = 0, inv;
-    int finite = 1;
-    for (int k = 0; k < K; k++) {
-        float a = fabsf(x[k]);
-        finite &= a <= 3.40282347e38f; /* false for NaN and infinities */
-        amax = a > amax ? a : amax;
-    }
-    float s = quant_scale(amax, finite, &inv);
-    for (int k = 0; k < Kp; k++) {
-        float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f; /* to nearest even */
-        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
-        q[k] = (int8_t)r;
-    }
-    return s;
 }
 
 #define AVX512Q __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
@@ -109,46 +78,6 @@ AVX512Q static float quant_row_avx512(int8_t *q, const float *x, int K, int Kp, 
         r = _mm512_min_epi32(_mm512_max_epi32(r, lo), hi);
         __m128i b = _mm512_cvtepi32_epi8(r);
         _mm_mask_storeu_epi8(q + k, st, flip ? _mm_xor_si128(b, _mm_set1_epi8((char)0x80)) : b);
-    }
-    return s;
-}
-
-#define AVX2Q __attribute__((target("avx2,fma")))
-
-/* quant_row_plain with AVX2 on blocks of 8 values, the tail in C: the same bits. */
-AVX2Q static float quant_row_avx2(int8_t *q, const float *x, int K, int Kp)
-{
-    __m256 mx = _mm256_setzero_ps(), big = _mm256_set1_ps(3.40282347e38f);
-    __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    int bad = 0, k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + k), sign);
-        bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));
-        mx = _mm256_max_ps(a, mx);
-    }
-    float lane[8], amax = 0, inv;
-    _mm256_storeu_ps(lane, mx);
-    for (int l = 0; l < 8; l++)
-        amax = lane[l] > amax ? lane[l] : amax;
-    for (; k < K; k++) {
-        float a = fabsf(x[k]);
-        bad |= !(a <= 3.40282347e38f);
-        amax = a > amax ? a : amax;
-    }
-    float s = quant_scale(amax, !bad, &inv);
-    __m256 vinv = _mm256_set1_ps(inv);
-    __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
-    k = 0;
-    for (; s > 0 && k + 8 <= K; k += 8) {
-        __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
-        r = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
-        __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-        _mm_storel_epi64((__m128i *)(q + k), _mm_packs_epi16(w, w));
-    }
-    for (; k < Kp; k++) {
-        float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f;
-        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
-        q[k] = (int8_t)r;
     }
     return s;
 }
