@@ -24,3 +24,11 @@ model_view() {
 same_model() {
     cmp <(model_view "$1") <(model_view "$2")
 }
+
+# The names of the programs in $NMT_BIN (nmt and the nmt-* tools, not the plugins), one a line.
+nmt_tools() {
+    for t in "$NMT_BIN"/nmt "$NMT_BIN"/nmt-*; do
+        [ -x "$t" ] && [ "${t%.so}" = "$t" ] && basename "$t"
+    done
+    return 0
+}

@@ -5,14 +5,8 @@ load common
 
 setup() { cd "$NMT_SRCDIR"; }
 
-tools() {
-    for t in "$NMT_BIN"/nmt "$NMT_BIN"/nmt-*; do
-        [ -x "$t" ] && [ "${t%.so}" = "$t" ] && basename "$t"
-    done
-}
-
 @test "every tool has a man page" {
-    for t in $(tools); do
+    for t in $(nmt_tools); do
         [ -f "man/$t.1" ] || { echo "missing man/$t.1"; return 1; }
     done
 }
@@ -30,7 +24,7 @@ tools() {
 }
 
 @test "every option in --help is documented in the tool's man page" {
-    for t in $(tools); do
+    for t in $(nmt_tools); do
         page=$(sed 's/\\-/-/g; s/\\f[BIRP]//g' "man/$t.1")
         for opt in $("$NMT_BIN/$t" --help | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u); do
             grep -qF -- "$opt" <<< "$page" || { echo "$t: $opt is not in man/$t.1"; return 1; }

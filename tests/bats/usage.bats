@@ -6,12 +6,6 @@ load common
 
 setup() { cd "$BATS_TEST_TMPDIR"; }
 
-tools() {
-    for t in "$NMT_BIN"/nmt "$NMT_BIN"/nmt-*; do
-        [ -x "$t" ] && [ "${t%.so}" = "$t" ] && basename "$t"
-    done
-}
-
 # Fails unless the last `run` was a usage error of tool $1 whose message matches the regex $2:
 # status 2, "TOOL: ..." (the tool's name, however it was started), then the --help hint, nothing more.
 usage_error() {
@@ -23,18 +17,18 @@ usage_error() {
 }
 
 @test "usage: the tools are all found (nmt and the nine nmt-* programs)" {
-    [ "$(tools | tr '\n' ' ')" = "nmt nmt-avg nmt-backends nmt-batch nmt-bleu nmt-cat nmt-decode nmt-tokenize nmt-train nmt-vocab " ]
+    [ "$(nmt_tools | tr '\n' ' ')" = "nmt nmt-avg nmt-backends nmt-batch nmt-bleu nmt-cat nmt-decode nmt-tokenize nmt-train nmt-vocab " ]
 }
 
 @test "usage: an unknown long option exits 2 in every tool, naming it, with the --help hint" {
-    for t in $(tools); do
+    for t in $(nmt_tools); do
         run "$NMT_BIN/$t" --no-such-option < /dev/null
         usage_error "$t" "option.*'--no-such-option'"
     done
 }
 
 @test "usage: an unknown short option exits 2 in every tool, naming it, with the --help hint" {
-    for t in $(tools); do
+    for t in $(nmt_tools); do
         run "$NMT_BIN/$t" -Z < /dev/null
         usage_error "$t" "option.*'-?Z'"
     done
@@ -42,7 +36,7 @@ usage_error() {
 
 @test "usage: every option that takes a value exits 2 without one, in every tool" {
     n=0
-    for t in $(tools); do
+    for t in $(nmt_tools); do
         for opt in $("$NMT_BIN/$t" --help | grep -oE -- '--[a-z][a-z0-9-]* [A-Z]' | cut -d' ' -f1 | sort -u); do
             run "$NMT_BIN/$t" "$opt" < /dev/null
             usage_error "$t" "'$opt'.*(argument|value)"
@@ -53,7 +47,7 @@ usage_error() {
 }
 
 @test "usage: a value given to an option that takes none exits 2" {
-    for t in $(tools); do
+    for t in $(nmt_tools); do
         [ "$t" = nmt ] && continue # the dispatcher takes no such options
         run "$NMT_BIN/$t" --help=x < /dev/null
         usage_error "$t" "'--help"
@@ -61,7 +55,7 @@ usage_error() {
 }
 
 @test "usage: a short option means the same long option in every tool that has it (nmt-bleu: sacreBLEU's)" {
-    for t in $(tools); do
+    for t in $(nmt_tools); do
         [ "$t" = nmt-bleu ] && continue
         "$NMT_BIN/$t" --help | grep -oE -- '^ +-[a-zA-Z], --[a-z][a-z0-9-]*' | sed "s/^ *//; s/,//; s/$/ $t/"
     done > shorts.txt
@@ -72,7 +66,7 @@ usage_error() {
     grep -qx -- '-v --vocab nmt-train' shorts.txt
     grep -qx -- '-v --vocab nmt-tokenize' shorts.txt
     # and a tool accepts no short option its help does not list: each letter of another tool is unknown
-    for t in $(tools); do
+    for t in $(nmt_tools); do
         [ "$t" = nmt-bleu ] && continue
         for s in $(cut -d' ' -f1 shorts.txt | sort -u); do
             grep -q -- "^$s .* $t\$" shorts.txt && continue
