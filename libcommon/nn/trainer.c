@@ -200,7 +200,8 @@ static int round_step(struct trainer *t, uint64_t k, int *count, struct trainer_
         return -1;
     if (ordered && t->o.gpu && gpu_sum_add(&t->gsum, t->o.gpu, model_grad_data(t->m), *count) < 0)
         return -1;
-    out->reduce_s += seconds() - t0;
+    if (ordered) /* nothing is reduced otherwise: no time to count */
+        out->reduce_s += seconds() - t0;
     if (add_round_losses(t, &L, *count, out) < 0)
         return -1;
     if (!ordered)
