@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
-# `make demo` (pipelines/multi30k demo) on a slice of the bundled data: bounded by steps, it says
-# how long training will take, honours OUT=, and a run shorter than the first periodic checkpoint
+# `make demo` (pipelines/multi30k demo, and the top-level target) on a slice of the bundled data:
+# bounded by steps, it says how long training will take, honours OUT=, and a run shorter than the first periodic checkpoint
 # still averages, translates and scores.
 
 load common
@@ -32,6 +32,18 @@ setup_file() {
     [[ "$output" == *"== training curves: $D/demo/train.svg"* ]]
     grep -q '<svg' "$D/demo/train.svg"
     grep -q 'validation BLEU' "$D/demo/train.svg"
+}
+
+@test "demo: the top-level make demo honours OUT= given on its command line" {
+    # the top-level Makefile builds and runs the plain build's tools; the first test covers ASan
+    [[ "$NMT_BIN" != */san/bin ]] || skip "the top-level demo runs the plain build"
+    run env NMT_NO_DEPS=1 make -s -C "$NMT_SRCDIR" demo DATA="$D/data" OUT="$D/top" DEMO_STEPS=2
+    [ "$status" -eq 0 ] || { echo "$output"; return 1; }
+    [[ "$output" == *"== training 2 steps: about "* ]]
+    [ -s "$D/top/model.avg.ckpt" ]
+    [ "$(wc -l < "$D/top/test_2016_flickr.hyp")" -eq 20 ]
+    [ "$(tail -n 1 "$D/top/train.csv" | cut -d, -f1 | tr -d '"')" = 2 ]
+    [ ! -e "$NMT_SRCDIR/out/demo/train.csv" ] || [ "$NMT_SRCDIR/out/demo/train.csv" -ot "$D/top/train.csv" ]
 }
 
 @test "demo: reproducible: a second run, with a busy loop taking a core, prints the same scores and translations" {
