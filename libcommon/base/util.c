@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static _Thread_local char err_buf[1024];
 
@@ -27,6 +28,19 @@ void *nmt_malloc(size_t n)
     void *p = malloc(n ? n : 1);
     if (!p)
         nmt_seterr("out of memory (%zu bytes)", n);
+    return p;
+}
+
+void *nmt_malloc_large(size_t n)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (n < 2 * huge || n > SIZE_MAX - huge)
+        return nmt_malloc(n);
+    size_t len = (n + huge - 1) & ~(huge - 1);
+    void *p = aligned_alloc(huge, len);
+    if (!p)
+        return nmt_seterr("out of memory (%zu bytes)", n), NULL;
+    madvise(p, len, MADV_HUGEPAGE); /* advice only: without huge pages the buffer works the same */
     return p;
 }
 

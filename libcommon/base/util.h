@@ -24,6 +24,10 @@ const char *nmt_errmsg(void);
  * set, so callers still check. Provided to give a uniform "out of memory" message. */
 void *nmt_malloc(size_t n);
 void *nmt_realloc(void *p, size_t n);
+/* nmt_malloc for a large buffer about to be filled (a file read whole): from 4 MiB on, aligned to
+ * 2 MiB and backed by transparent huge pages where the kernel grants them on request, so that it
+ * takes one page fault per 2 MiB rather than per 4 KiB. Freed with free(). */
+void *nmt_malloc_large(size_t n);
 void *nmt_calloc(size_t n, size_t size);
 /* Returns a malloc'ed copy of S, or NULL with the error set. */
 char *nmt_strdup(const char *s);

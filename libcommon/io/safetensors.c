@@ -530,7 +530,7 @@ struct st_file *st_read(const char *path)
         return NULL;
     }
     size_t len = (size_t)sb.st_size;
-    unsigned char *buf = malloc(len ? len : 1);
+    unsigned char *buf = nmt_malloc_large(len);
     if (!buf) {
         nmt_seterr("cannot read '%s': out of memory (%zu bytes)", path, len);
         close(fd);

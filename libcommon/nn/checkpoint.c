@@ -95,18 +95,34 @@ struct vocab *checkpoint_vocab(const struct st_file *f, const char *name)
     return vocab_parse(vt->data, (size_t)vt->nbytes, name);
 }
 
+/* Whether the N float32 values at P (little-endian) include an infinity or a NaN: with every
+ * exponent bit set, (bits & 0x7F800000) + 0x00800000 reaches bit 31, which nothing else does; a
+ * branch-free OR over the block, so the scan runs at memory speed. */
+static int block_nonfinite(const unsigned char *p, size_t n)
+{
+    uint32_t acc = 0;
+    for (size_t k = 0; k < n; k++)
+        acc |= (nmt_le32(p + 4 * k) & 0x7F800000u) + 0x00800000u;
+    return (acc & 0x80000000u) != 0;
+}
+
 int checkpoint_check_finite(const struct st_file *f, const char *name)
 {
+    const size_t block = 4096;
     for (size_t i = 0; i < f->nt; i++) {
         const struct st_tensor *t = &f->t[i];
         if (t->dtype != ST_F32)
             continue;
         const unsigned char *p = t->data;
-        for (uint64_t k = 0; k < t->nbytes / 4; k++) {
-            uint32_t bits = nmt_le32(p + 4 * k);
-            if ((bits & 0x7F800000u) == 0x7F800000u) /* all exponent bits: infinity or NaN */
-                return nmt_seterr("'%s': tensor '%s' holds a non-finite value (element %llu): a diverged or damaged "
-                                  "model", name, t->name, (unsigned long long)k);
+        uint64_t n = t->nbytes / 4;
+        for (uint64_t b = 0; b < n; b += block) {
+            size_t m = n - b < block ? (size_t)(n - b) : block;
+            if (!block_nonfinite(p + 4 * b, m))
+                continue;
+            for (uint64_t k = b;; k++) /* the first bad element of this block */
+                if (block_nonfinite(p + 4 * k, 1))
+                    return nmt_seterr("'%s': tensor '%s' holds a non-finite value (element %llu): a diverged or "
+                                      "damaged model", name, t->name, (unsigned long long)k);
         }
     }
     return 0;

@@ -225,25 +225,37 @@ setup_file() {
     [ "$(printf '%s\n' "$output" | grep -c 'invalid --beam')" -eq 1 ]
 }
 
-# Writes a copy of checkpoint $1 to $2 with the first element of its first F32 tensor set to NaN.
+# Writes a copy of checkpoint $1 to $2 with element $3 (default 0) of its first F32 tensor that has
+# one set to $4 (default nan); prints that tensor's name.
 poison() {
-    python3 - "$1" "$2" <<'PY'
+    python3 - "$1" "$2" "${3:-0}" "${4:-nan}" <<'PY'
 import json, struct, sys
 b = bytearray(open(sys.argv[1], 'rb').read())
+e = int(sys.argv[3])
 n = struct.unpack('<Q', b[:8])[0]
 h = json.loads(b[8:8 + n])
-t = next(v for k, v in h.items() if k != '__metadata__' and v['dtype'] == 'F32')
-b[8 + n + t['data_offsets'][0]:8 + n + t['data_offsets'][0] + 4] = struct.pack('<f', float('nan'))
+k, t = next((k, v) for k, v in h.items() if k != '__metadata__' and v['dtype'] == 'F32'
+            and v['data_offsets'][1] - v['data_offsets'][0] > 4 * e)
+o = 8 + n + t['data_offsets'][0] + 4 * e
+b[o:o + 4] = struct.pack('<f', float(sys.argv[4]))
 open(sys.argv[2], 'wb').write(b)
+print(k)
 PY
 }
 
 @test "hostile: a checkpoint with a non-finite weight is refused by nmt-decode, nmt-avg and nmt-train --resume" {
     nmt-train -i "$D/a.batches" --vocab "$D/v1" -o "$D/ok.ckpt" --preset tiny --max-steps 1 -q --threads 1
-    poison "$D/ok.ckpt" "$D/nan.ckpt"
+    poison "$D/ok.ckpt" "$D/nan.ckpt" > /dev/null
     run nmt-decode -m "$D/nan.ckpt" -i "$D/a.en" --threads 1
     [ "$status" -eq 1 ]
     [[ "$output" == *"'$D/nan.ckpt': tensor '"*"' holds a non-finite value (element 0): a diverged or damaged model"* ]]
+    # deep inside a large tensor (the scan goes by blocks of 4096 values), an infinity, then -inf
+    for v in inf -inf; do
+        t=$(poison "$D/ok.ckpt" "$D/inf.ckpt" 5001 $v)
+        run nmt-decode -m "$D/inf.ckpt" -i "$D/a.en" --threads 1
+        [ "$status" -eq 1 ]
+        [[ "$output" == *"'$D/inf.ckpt': tensor '$t' holds a non-finite value (element 5001): a diverged"* ]]
+    done
     run nmt-avg -o "$D/avg.ckpt" "$D/ok.ckpt" "$D/nan.ckpt"
     [ "$status" -eq 1 ]
     [[ "$output" == *"holds a non-finite value"* ]]
