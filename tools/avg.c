@@ -5,9 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/safetensors.h"
-#include "nn/checkpoint.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
+#include "data/batch_file.h"
+#include "io/safetensors.h"
+#include "nn/backend_loader.h"
+#include "nn/checkpoint.h"
+#include "nn/model.h"
+#include "nn/quantize.h"
 
 static void usage(FILE *f)
 {
@@ -17,27 +22,32 @@ static void usage(FILE *f)
             "Vocabulary and configuration come from the last CHECKPOINT; optimizer moments and training\n"
             "state are left out, so OUT cannot be resumed from.\n"
             "\n"
-            "  -o, --output FILE   checkpoint to write (atomically)\n"
-            "      --quantize      store the weights of the linear layers (not the embedding) in int8 with\n"
-            "                      a float32 scale a row: a smaller file, which nmt-decode reads as float32\n"
-            "  -h, --help          show this help and exit\n"
-            "      --version       show version information and exit\n"
+            "  -o, --output FILE     checkpoint to write (atomically)\n"
+            "      --quantize        store the weights of the linear layers (not the embedding) in int8 with\n"
+            "                        a float32 scale a row: a smaller file, which nmt-decode reads as float32\n"
+            "      --calibrate FILE  with --quantize: round the int8 weights by GPTQ, fitted to the inputs\n"
+            "                        the layers get on FILE's batches (nmt-batch, the model's vocabulary;\n"
+            "                        say the validation set), instead of to nearest\n"
+            "      --backend NAME    compute backend of the calibration (default: $NMT_BACKEND, else auto)\n"
+            "      --threads N       its threads (default: all cores)\n"
+            "  -h, --help            show this help and exit\n"
+            "      --version         show version information and exit\n"
             "\n"
             "Exit status: 0 success, 1 unreadable or mismatched checkpoints, 2 usage error.\n");
 }
+
+struct opts {
+    const char *out;
+    int quantize;
+    const char *calibrate;  /* batches for GPTQ, or NULL: round to nearest */
+    const char *backend;
+    int threads;
+};
 
 /* Tensors that describe training state rather than the model. */
 static int is_training_state(const char *name)
 {
     return strncmp(name, "optim.", 6) == 0 || strncmp(name, CKPT_TRAIN_PREFIX, strlen(CKPT_TRAIN_PREFIX)) == 0;
-}
-
-/* Whether --quantize stores tensor T in int8: the weights of the linear layers (matrices named
- * *.weight), not the embedding, which is also the output projection. */
-static int quantized_here(const struct st_tensor *t)
-{
-    size_t n = strlen(t->name);
-    return t->ndim == 2 && n > 7 && !strcmp(t->name + n - 7, ".weight") && strcmp(t->name, "emb.weight") != 0;
 }
 
 /* Refuses an input whose weights are stored in int8: averages need the float32 values. */
@@ -50,105 +60,202 @@ static int check_float(const struct st_file *f, const char *path)
     return 0;
 }
 
-/* Averages the inputs into OUT, the linear layers' weights in int8 when QUANTIZE; returns 0 or -1
- * with the error set. */
-static int avg_checkpoints(char **paths, int n, const char *out, int quantize)
+/* Reads the N checkpoints PATHS into IN (N, NULL-filled): finite, float32, with the model
+ * configuration and vocabulary of the last one. 0, or -1 with the error set. */
+static int read_inputs(char **paths, int n, struct st_file **in)
 {
-    struct st_file **in = nmt_calloc((size_t)n, sizeof *in);
-    if (!in)
-        return -1;
-    struct st_writer *w = NULL;
-    void **bufs = NULL;
-    size_t nbufs = 0;
-    int rc = -1;
     for (int i = 0; i < n; i++)
         if (!(in[i] = st_read(paths[i])) || checkpoint_check_finite(in[i], paths[i]) < 0 ||
             check_float(in[i], paths[i]) < 0)
-            goto done;
+            return -1;
     const struct st_file *last = in[n - 1];
-    /* the model configuration must agree */
     for (int i = 0; i < n - 1; i++)
         for (size_t k = 0; k < last->nmeta; k++) {
             const char *key = last->meta_key[k];
             if (strncmp(key, CKPT_MODEL_PREFIX, strlen(CKPT_MODEL_PREFIX)) != 0 && strcmp(key, CKPT_VOCAB_FINGERPRINT) != 0)
                 continue;
             const char *v = st_meta(in[i], key);
-            if (!v || strcmp(v, last->meta_val[k]) != 0) {
-                nmt_seterr("%s: %s is %s, but %s in %s", paths[i], key, v ? v : "absent", last->meta_val[k],
-                           paths[n - 1]);
-                goto done;
-            }
+            if (!v || strcmp(v, last->meta_val[k]) != 0)
+                return nmt_seterr("%s: %s is %s, but %s in %s", paths[i], key, v ? v : "absent", last->meta_val[k],
+                                  paths[n - 1]);
         }
-    w = st_writer_new();
-    bufs = nmt_calloc(3 * last->nt, sizeof *bufs);
-    if (!w || !bufs)
-        goto done;
-    for (size_t k = 0; k < last->nmeta; k++)
-        if (strncmp(last->meta_key[k], CKPT_TRAIN_PREFIX, strlen(CKPT_TRAIN_PREFIX)) != 0 && st_writer_meta(w, last->meta_key[k], last->meta_val[k]) < 0)
-            goto done;
-    char count[32];
-    snprintf(count, sizeof count, "%d", n);
-    if (st_writer_meta(w, CKPT_AVG_COUNT, count) < 0 || (quantize && st_writer_meta(w, CKPT_QUANTIZED, "int8") < 0))
-        goto done;
-    size_t nparams = 0;
-    for (size_t t = 0; t < last->nt; t++) {
-        const struct st_tensor *lt = &last->t[t];
-        if (is_training_state(lt->name))
-            continue;
-        if (lt->dtype != ST_F32) {
-            if (st_writer_add(w, lt->name, lt->dtype, lt->ndim, lt->shape, lt->data) < 0)
-                goto done;
-            continue;
-        }
-        uint64_t count_el = lt->nbytes / 4;
-        double *acc = nmt_calloc(count_el ? count_el : 1, sizeof *acc);
-        float *tmp = nmt_malloc((count_el ? count_el : 1) * sizeof *tmp);
-        bufs[nbufs++] = tmp;
-        if (!acc || !tmp) {
-            free(acc);
-            goto done;
-        }
-        for (int i = 0; i < n; i++) {
-            const struct st_tensor *it = st_find(in[i], lt->name);
-            int same = it && it->dtype == ST_F32 && it->ndim == lt->ndim &&
-                       memcmp(it->shape, lt->shape, sizeof it->shape[0] * (size_t)lt->ndim) == 0;
-            if (!same) {
+    return 0;
+}
+
+/* DST (the elements of LT, a float32 tensor of the last input) receives the mean of that tensor
+ * over the N inputs IN, summed in double. 0, or -1 with the error set. */
+static int average_tensor(struct st_file **in, char **paths, int n, const struct st_tensor *lt, float *dst)
+{
+    uint64_t count = lt->nbytes / 4;
+    double *acc = nmt_calloc(count ? count : 1, sizeof *acc);
+    if (!acc)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        const struct st_tensor *it = st_find(in[i], lt->name);
+        int same = it && it->dtype == ST_F32 && it->ndim == lt->ndim &&
+                   memcmp(it->shape, lt->shape, sizeof it->shape[0] * (size_t)lt->ndim) == 0;
+        if (!same || st_get(in[i], lt->name, ST_F32, dst, count) < 0) {
+            if (!same)
                 nmt_seterr("%s: tensor %s is %s in %s", paths[i], lt->name, it ? "of another shape or type" : "missing",
                            paths[i]);
-                free(acc);
-                goto done;
-            }
-            if (st_get(in[i], lt->name, ST_F32, tmp, count_el) < 0) {
-                free(acc);
-                goto done;
-            }
-            for (uint64_t e = 0; e < count_el; e++)
-                acc[e] += tmp[e];
+            free(acc);
+            return -1;
         }
-        for (uint64_t e = 0; e < count_el; e++)
-            tmp[e] = (float)(acc[e] / n);
-        free(acc);
-        if (quantize && quantized_here(lt)) {
-            int8_t *q = bufs[nbufs++] = nmt_malloc(count_el ? count_el : 1);
-            float *sc = bufs[nbufs++] = nmt_malloc((size_t)lt->shape[0] * sizeof *sc + 1);
-            if (!q || !sc || checkpoint_put_int8(w, lt->name, lt->shape[0], lt->shape[1], tmp, q, sc) < 0)
-                goto done;
-        } else if (st_writer_add(w, lt->name, ST_F32, lt->ndim, lt->shape, tmp) < 0) {
+        for (uint64_t e = 0; e < count; e++)
+            acc[e] += dst[e];
+    }
+    for (uint64_t e = 0; e < count; e++)
+        dst[e] = (float)(acc[e] / n);
+    free(acc);
+    return 0;
+}
+
+/* The calibration run of --calibrate: a model on a backend with the averaged weights, and the
+ * statistics of its linear layers' inputs on the calibration batches. */
+struct calib_run {
+    struct backend *be;
+    struct model *m;
+    struct quant_calib *qc;
+};
+
+static void calib_run_free(struct calib_run *r)
+{
+    quant_calib_free(r->qc);
+    model_free(r->m);
+    if (r->be)
+        backend_close(r->be);
+}
+
+/* Loads the averaged tensors AVG (one per tensor of LAST, NULL where not float32) into a model of
+ * LAST's configuration, on the backend of O. 0, or -1 with the error set. */
+static int calib_model(struct calib_run *r, const struct st_file *last, float **avg, const struct opts *o)
+{
+    struct model_config cfg;
+    struct nmt_backend_opts bo = {sizeof bo, o->threads, 0};
+    if (model_config_load(&cfg, last) < 0 || !(r->be = backend_open(o->backend, &bo)) ||
+        !(r->m = model_new(r->be, &cfg, 0)))
+        return -1;
+    const struct model_param *tab;
+    size_t np = model_params(r->m, &tab);
+    float *host = nmt_malloc(model_num_params(r->m) * sizeof *host);
+    if (!host)
+        return -1;
+    for (size_t p = 0; p < np; p++) {
+        const struct st_tensor *t = st_find(last, tab[p].name);
+        size_t i = t ? (size_t)(t - last->t) : 0;
+        if (!t || !avg[i] || t->nbytes != tab[p].size * sizeof(float)) {
+            free(host);
+            return nmt_seterr("tensor '%s' %s", tab[p].name, t ? "is not of the model's shape" : "missing");
+        }
+        memcpy(host + tab[p].offset, avg[i], tab[p].size * sizeof *host);
+    }
+    int rc = model_set_params(r->m, host);
+    free(host);
+    return rc;
+}
+
+/* Runs the averaged model over the batches of O->calibrate (no dropout), gathering the inputs of
+ * its linear layers. 0, or -1 with the error set (naming the file and batch). */
+static int calibrate(struct calib_run *r, const struct st_file *last, float **avg, const struct opts *o)
+{
+    if (calib_model(r, last, avg, o) < 0 || !(r->qc = quant_calib_new(r->m)))
+        return -1;
+    struct batch_file bf;
+    struct batch_record br = {0};
+    int rc = batch_file_open(&bf, o->calibrate, 0, st_meta(last, CKPT_VOCAB_FINGERPRINT));
+    for (uint64_t i = 0; rc == 0; i++) {
+        int got = batch_file_get(&bf, 0, i, 0, 0, &br);
+        if (got == REC_END)
+            break;
+        if (got < 0 || model_reserve(r->m, &br) < 0 || quant_calib_batch(r->qc, &br) < 0)
+            rc = nmt_seterr("%s: batch %llu: %s", o->calibrate, (unsigned long long)i, nmt_errmsg());
+    }
+    batch_record_free(&br);
+    batch_file_close(&bf);
+    return rc;
+}
+
+/* Adds the averaged float32 tensor LT (values X) to W: in int8 when O->quantize and it is a linear
+ * weight, rounded by GPTQ when QC has its inputs, else to nearest; buffers it needs go to BUFS. */
+static int put_tensor(struct st_writer *w, const struct st_tensor *lt, float *x, const struct opts *o,
+                      const struct quant_calib *qc, void **bufs, size_t *nbufs)
+{
+    if (!o->quantize || !quant_is_linear_weight(lt->name, lt->ndim))
+        return st_writer_add(w, lt->name, ST_F32, lt->ndim, lt->shape, x);
+    uint64_t rows = lt->shape[0], cols = lt->shape[1], seen = 0;
+    int8_t *q = bufs[(*nbufs)++] = nmt_malloc(rows * cols + 1);
+    float *sc = bufs[(*nbufs)++] = nmt_malloc(rows * sizeof *sc + 1);
+    if (!q || !sc)
+        return -1;
+    const double *h = qc ? quant_calib_sum(qc, lt->name, &seen) : NULL;
+    if (h && seen > 0) {
+        if (quant_int8_gptq(x, (int)rows, (int)cols, h, q, sc) < 0)
+            return nmt_seterr("%s: %s", lt->name, nmt_errmsg());
+    } else {
+        quant_int8_rtn(x, rows, cols, q, sc);
+    }
+    return checkpoint_put_int8(w, lt->name, rows, cols, q, sc);
+}
+
+/* Averages the N checkpoints PATHS into O->out (see usage). 0, or -1 with the error set. */
+static int avg_checkpoints(char **paths, int n, const struct opts *o)
+{
+    struct st_file **in = nmt_calloc((size_t)n, sizeof *in);
+    struct st_writer *w = NULL;
+    struct calib_run cr = {0};
+    float **avg = NULL;
+    void **bufs = NULL;
+    size_t nbufs = 0, nt = 0, nparams = 0;
+    int rc = -1;
+    if (!in || read_inputs(paths, n, in) < 0)
+        goto done;
+    const struct st_file *last = in[n - 1];
+    nt = last->nt;
+    if (!(w = st_writer_new()) || !(avg = nmt_calloc(nt, sizeof *avg)) || !(bufs = nmt_calloc(2 * nt, sizeof *bufs)))
+        goto done;
+    for (size_t t = 0; t < nt; t++) {
+        const struct st_tensor *lt = &last->t[t];
+        if (lt->dtype != ST_F32 || is_training_state(lt->name))
+            continue;
+        if (!(avg[t] = nmt_malloc(lt->nbytes + 1)) || average_tensor(in, paths, n, lt, avg[t]) < 0)
             goto done;
-        }
-        nparams += count_el;
+        nparams += lt->nbytes / 4;
     }
     if (nparams == 0) {
         nmt_seterr("%s: no float32 parameters to average", paths[n - 1]);
         goto done;
     }
-    rc = st_writer_write(w, out);
+    if (o->calibrate && calibrate(&cr, last, avg, o) < 0)
+        goto done;
+    for (size_t k = 0; k < last->nmeta; k++)
+        if (strncmp(last->meta_key[k], CKPT_TRAIN_PREFIX, strlen(CKPT_TRAIN_PREFIX)) != 0 &&
+            st_writer_meta(w, last->meta_key[k], last->meta_val[k]) < 0)
+            goto done;
+    char count[32];
+    snprintf(count, sizeof count, "%d", n);
+    if (st_writer_meta(w, CKPT_AVG_COUNT, count) < 0 ||
+        (o->quantize && (st_writer_meta(w, CKPT_QUANTIZED, "int8") < 0 ||
+                         st_writer_meta(w, CKPT_QUANT_ROUNDING, o->calibrate ? "gptq" : "nearest") < 0)))
+        goto done;
+    for (size_t t = 0; t < nt; t++) {
+        const struct st_tensor *lt = &last->t[t];
+        if (is_training_state(lt->name))
+            continue;
+        if (lt->dtype != ST_F32 ? st_writer_add(w, lt->name, lt->dtype, lt->ndim, lt->shape, lt->data) < 0
+                                : put_tensor(w, lt, avg[t], o, cr.qc, bufs, &nbufs) < 0)
+            goto done;
+    }
+    rc = st_writer_write(w, o->out);
 done:
+    calib_run_free(&cr);
     for (size_t b = 0; b < nbufs; b++)
         free(bufs[b]);
     free(bufs);
+    for (size_t t = 0; avg && t < nt; t++)
+        free(avg[t]);
+    free(avg);
     st_writer_free(w);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; in && i < n; i++)
         st_free(in[i]);
     free(in);
     return rc;
@@ -157,28 +264,39 @@ done:
 int main(int argc, char **argv)
 {
     nmt_start(argv);
-    const char *out = NULL;
-    int quantize = 0;
+    struct opts o = {0};
+    enum { OPT_CALIBRATE = 256, OPT_BACKEND, OPT_THREADS };
     static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
                                              {"quantize", no_argument, NULL, 'Q'},
+                                             {"calibrate", required_argument, NULL, OPT_CALIBRATE},
+                                             {"backend", required_argument, NULL, OPT_BACKEND},
+                                             {"threads", required_argument, NULL, OPT_THREADS},
                                              {"help", no_argument, NULL, 'h'},
                                              {"version", no_argument, NULL, 'V'},
                                              {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'o': out = optarg; break;
-        case 'Q': quantize = 1; break;
+        case 'o': o.out = optarg; break;
+        case 'Q': o.quantize = 1; break;
+        case OPT_CALIBRATE: o.calibrate = optarg; break;
+        case OPT_BACKEND: o.backend = optarg; break;
+        case OPT_THREADS:
+            if (opt_int("--threads", optarg, 0, 1024, &o.threads) < 0)
+                return nmt_usage_error("%s", nmt_errmsg());
+            break;
         case 'h': usage(stdout); return nmt_close_stdout() == 0 ? 0 : 1;
         case 'V': nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
         default: return nmt_usage_hint();
         }
     }
-    if (!out)
+    if (!o.out)
         return nmt_usage_error("missing -o OUT");
     if (optind >= argc)
         return nmt_usage_error("no checkpoints to average");
-    if (avg_checkpoints(argv + optind, argc - optind, out, quantize) < 0) {
+    if (o.calibrate && !o.quantize)
+        return nmt_usage_error("--calibrate rounds int8 weights: it needs --quantize");
+    if (avg_checkpoints(argv + optind, argc - optind, &o) < 0) {
         nmt_error("%s", nmt_errmsg());
         return NMT_EXIT_DATA;
     }

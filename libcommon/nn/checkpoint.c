@@ -128,24 +128,12 @@ int checkpoint_check_finite(const struct st_file *f, const char *name)
     return 0;
 }
 
-int checkpoint_put_int8(struct st_writer *w, const char *name, uint64_t rows, uint64_t cols, const float *x,
-                        int8_t *q, float *scale)
+int checkpoint_put_int8(struct st_writer *w, const char *name, uint64_t rows, uint64_t cols, const int8_t *q,
+                        const float *scale)
 {
     char sname[256];
     if (snprintf(sname, sizeof sname, "%s%s", name, CKPT_SCALE_SUFFIX) >= (int)sizeof sname)
         return nmt_seterr("tensor name '%s' too long", name);
-    for (uint64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;
-        float amax = 0;
-        for (uint64_t c = 0; c < cols; c++)
-            amax = fabsf(xr[c]) > amax ? fabsf(xr[c]) : amax;
-        float inv = amax > 0 ? 127.0f / amax : 0.0f;
-        scale[r] = amax > 0 && inv <= 3.40282347e38f ? amax / 127.0f : 1.0f;
-        for (uint64_t c = 0; c < cols; c++) {
-            float v = amax > 0 && inv <= 3.40282347e38f ? rintf(xr[c] * inv) : 0.0f;
-            q[r * cols + c] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-        }
-    }
     uint64_t shape[2] = {rows, cols};
     if (st_writer_add(w, name, ST_I8, 2, shape, q) < 0 || st_writer_add(w, sname, ST_F32, 1, shape, scale) < 0)
         return -1;

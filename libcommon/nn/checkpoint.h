@@ -19,6 +19,7 @@
 #define CKPT_TRAIN_CONFIG "train.config"           /* metadata: nmt-train's configuration (--dump-config) */
 #define CKPT_AVG_COUNT "avg.checkpoints"           /* metadata: how many checkpoints were averaged */
 #define CKPT_QUANTIZED "quantized"                 /* metadata: "int8" when linear weights are stored so */
+#define CKPT_QUANT_ROUNDING "quantized.rounding"   /* metadata: "nearest", or "gptq" (nmt-avg --calibrate) */
 #define CKPT_SCALE_SUFFIX ".scale"                 /* tensor NAME.scale: the row scales of int8 NAME */
 
 /* Where training stands: what a checkpoint holds besides the model, and all a resume needs. */
@@ -51,12 +52,11 @@ struct vocab *checkpoint_vocab(const struct st_file *f, const char *name);
 /* Checks that every float tensor of F (read from NAME) is finite; 0, or -1 with the error set
  * naming the tensor and element (a checkpoint of a diverged or damaged model). */
 int checkpoint_check_finite(const struct st_file *f, const char *name);
-/* Adds the 2-D float32 tensor NAME (ROWS, COLS) of X to W in int8 (formats/checkpoint.md): Q (ROWS *
- * COLS) receives round-to-nearest-even(x * 127 / max |row|), SCALE (ROWS) max |row| / 127 (1 for a
- * zero row), as tensors NAME (I8) and NAME.scale (F32); Q and SCALE must live until W is written.
- * X must be finite. 0, or -1 with the error set. */
-int checkpoint_put_int8(struct st_writer *w, const char *name, uint64_t rows, uint64_t cols, const float *x,
-                        int8_t *q, float *scale);
+/* Adds the int8 matrix NAME (ROWS, COLS) of values Q and row scales SCALE (ROWS) to W as tensors
+ * NAME (I8) and NAME.scale (F32) (formats/checkpoint.md; nn/quantize.h chooses them); Q and SCALE
+ * must live until W is written. 0, or -1 with the error set. */
+int checkpoint_put_int8(struct st_writer *w, const char *name, uint64_t rows, uint64_t cols, const int8_t *q,
+                        const float *scale);
 /* Checks every int8 tensor of F (read from NAME: 2-D, values in -127..127, with NAME.scale: F32, one
  * positive finite scale a row) and replaces it in F by its float32 values q * scale. 0, or -1 with
  * the error set naming the tensor. */

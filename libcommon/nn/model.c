@@ -217,6 +217,8 @@ struct model {
     model_grad_ready_fn grad_ready;  // told as each bucket of the backward pass is final
     void *grad_ready_arg;
     int next_bucket;           // the bucket the backward pass finishes next
+    model_linear_seen_fn linear_seen;  // told of each linear layer's input (model_set_linear_observer)
+    void *linear_seen_arg;
 };
 
 const struct model_config *model_config(const struct model *m)
@@ -483,6 +485,23 @@ void model_set_grad_ready(struct model *m, model_grad_ready_fn fn, void *arg)
 {
     m->grad_ready = fn;
     m->grad_ready_arg = arg;
+}
+
+/* nn_linear_gemm after telling the observer of M (E's owner) of the layer's input. */
+static int observed_linear(struct nn_exec *e, float *y, const float *x, const float *W, const float *bias, int relu,
+                           int N, int out, int in)
+{
+    struct model *m = e->owner;
+    if (m->linear_seen(m->linear_seen_arg, W, x, N, out, in) < 0)
+        return -1;
+    return nn_linear_gemm(e, y, x, W, bias, relu, N, out, in);
+}
+
+void model_set_linear_observer(struct model *m, model_linear_seen_fn fn, void *arg)
+{
+    m->linear_seen = fn;
+    m->linear_seen_arg = arg;
+    m->run.linear = fn ? observed_linear : nn_linear_gemm;
 }
 
 /* The backward pass has finished the next bucket (in model_grad_buckets' order): tells the

@@ -120,6 +120,14 @@ typedef int (*model_grad_ready_fn)(void *arg, int b);
 /* Makes model_step call FN(ARG, b) as each bucket's gradient becomes final (FN NULL: no calls). */
 void model_set_grad_ready(struct model *m, model_grad_ready_fn fn, void *arg);
 
+/* Called by the forward pass before each linear layer of the encoder and decoder (not the output
+ * projection) with the layer's weight W (device, (out, in), inside model_param_data), its input X
+ * (device, N rows of IN floats, ready to read) and OUT; returns 0, or -1 with the error set, which
+ * fails the forward pass. */
+typedef int (*model_linear_seen_fn)(void *arg, const float *W, const float *x, int N, int out, int in);
+/* Makes the forward passes of M call FN(ARG, ...) before each linear layer (FN NULL: no calls). */
+void model_set_linear_observer(struct model *m, model_linear_seen_fn fn, void *arg);
+
 /* Result of one forward (and backward) pass over a batch. */
 struct model_loss {
     double loss;           /* summed label-smoothed cross-entropy over target tokens */

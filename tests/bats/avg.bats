@@ -183,3 +183,66 @@ PY
     run nmt-decode -m "$D/q.ckpt" -i "$D/src"
     [ "$status" -eq 0 ]
 }
+
+@test "--calibrate: GPTQ-rounded int8 weights on the grid of --quantize, closer to float32 on the calibration pairs" {
+    nmt-avg -o "$D/f.ckpt" "$D/m.ckpt"
+    nmt-avg --quantize -o "$D/q.ckpt" "$D/m.ckpt"
+    nmt-avg --quantize --calibrate "$D/b" --threads 1 -o "$D/g.ckpt" "$D/m.ckpt"
+    python3 - "$D/g.ckpt" "$D/q.ckpt" <<'PY'
+import array, json, struct, sys
+def load(p):
+    b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; return b, n, json.loads(b[8:8 + n])
+def t(f, k, code):
+    b, n, h = f; o = h[k]['data_offsets']; a = array.array(code); a.frombytes(b[8 + n + o[0]:8 + n + o[1]]); return a
+g, q = load(sys.argv[1]), load(sys.argv[2])
+assert g[2]['__metadata__']['quantized'] == 'int8' and g[2]['__metadata__']['quantized.rounding'] == 'gptq'
+assert q[2]['__metadata__']['quantized.rounding'] == 'nearest'
+names = [k for k, v in g[2].items() if k != '__metadata__' and v['dtype'] == 'I8']
+assert sorted(names) == sorted(k for k, v in q[2].items() if k != '__metadata__' and v['dtype'] == 'I8')
+moved = 0
+for k in names:
+    assert t(g, k + '.scale', 'f') == t(q, k + '.scale', 'f'), k
+    qg, qq = t(g, k, 'b'), t(q, k, 'b'); rows, cols = g[2][k]['shape']
+    for r in range(rows):
+        assert max(abs(x) for x in qg[r * cols:(r + 1) * cols]) == 127, (k, r)
+    moved += sum(a != b for a, b in zip(qg, qq))
+assert moved > 0
+PY
+    # log-probabilities of the calibration pairs: GPTQ's weights stray less from float32's
+    sed -n 1,200p "$D/en" > "$D/cal.en"
+    sed -n 1,200p "$D/de" > "$D/cal.de"
+    for m in f q g; do
+        nmt-decode -m "$D/$m.ckpt" --score --src "$D/cal.en" --tgt "$D/cal.de" > "$D/score.$m"
+        [ "$(wc -l < "$D/score.$m")" -eq 200 ]
+    done
+    dq=$(paste "$D/score.f" "$D/score.q" | awk '{d = $1 - $2; s += d < 0 ? -d : d} END {print s}')
+    dg=$(paste "$D/score.f" "$D/score.g" | awk '{d = $1 - $2; s += d < 0 ? -d : d} END {print s}')
+    echo "sum |lp - lp float32|: nearest $dq, GPTQ $dg"
+    awk -v q="$dq" -v g="$dg" 'BEGIN {exit !(g < q)}'
+    nmt-decode -m "$D/g.ckpt" --precision int8 --max-len-b 5 -i "$D/cal.en" > "$D/out.g"
+    [ "$(wc -l < "$D/out.g")" -eq 200 ]
+}
+
+@test "--calibrate: needs --quantize; bad calibration data is refused by name and nothing is written" {
+    run nmt-avg --calibrate "$D/b" -o "$D/c.ckpt" "$D/m.ckpt"
+    [ "$status" -eq 2 ]
+    [[ "${lines[0]}" == "nmt-avg: --calibrate rounds int8 weights: it needs --quantize" ]]
+    run nmt-avg --quantize --calibrate "$D/none.b" -o "$D/c.ckpt" "$D/m.ckpt"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-avg: "*"$D/none.b"* ]]
+    run nmt-avg --quantize --calibrate "$D/en" -o "$D/c.ckpt" "$D/m.ckpt"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-avg: "*"$D/en"*"plain text"* ]]
+    nmt-tokenize --src "$D/en" --tgt "$D/de" | nmt-vocab --size 500 -o "$D/v2.bpe"
+    nmt-tokenize --vocab "$D/v2.bpe" --src "$D/en" --tgt "$D/de" | nmt-batch --max-tokens 1024 > "$D/b2" 2> /dev/null
+    run nmt-avg --quantize --calibrate "$D/b2" -o "$D/c.ckpt" "$D/m.ckpt"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-avg: $D/b2: vocab fingerprint "*" differs from the model's ("*")" ]]
+    nmt-tokenize --vocab "$D/v.bpe" < /dev/null | nmt-batch > "$D/empty.b" 2> /dev/null
+    run nmt-avg --quantize --calibrate "$D/empty.b" -o "$D/c.ckpt" "$D/m.ckpt"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-avg: $D/empty.b: no batches"* ]]
+    run nmt-avg --quantize --calibrate "$D/b" --threads x -o "$D/c.ckpt" "$D/m.ckpt"
+    [ "$status" -eq 2 ]
+    [ ! -e "$D/c.ckpt" ]
+}
