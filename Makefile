@@ -201,9 +201,14 @@ test: tests-built
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZERS  := $(patsubst tests/fuzz/%.c,fuzz-build/%,$(FUZZ_SRC))
 FUZZ_SECONDS ?= 40
-fuzz-build/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard libcommon/*/*.h)
+# libcommon compiled once for all the fuzzers (coverage-instrumented, ASan+UBSan), each linked to it
+FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=address,undefined
+FUZZ_LIB_OBJ := $(patsubst %.c,fuzz-build/obj/%.o,$(LIB_SRC))
+$(FUZZ_LIB_OBJ): fuzz-build/obj/%.o: %.c $(wildcard libcommon/*/*.h)
 	@mkdir -p $(@D)
-	clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) $(LIBS) -o $@
+	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(FUZZERS): fuzz-build/%: tests/fuzz/%.c $(FUZZ_LIB_OBJ)
+	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) $(LIBS) -o $@
 
 fuzz: $(FUZZERS)
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS) .check-counts $(FUZZERS)
