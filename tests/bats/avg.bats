@@ -146,6 +146,26 @@ PY
     [ "$(wc -l < "$D/out.q32")" -eq 20 ]
 }
 
+@test "--quantize: with --precision bf16 (on AVX512-BF16) the int8 values are what is rounded: the bytes of their float32 copy" {
+    [[ " $(grep -m1 '^flags' /proc/cpuinfo) " == *" avx512_bf16 "* ]] || skip "this CPU lacks AVX512-BF16"
+    nmt-avg --quantize -o "$D/q.ckpt" "$D/m.ckpt"
+    rewrite "$D/q.ckpt" "$D/dq.ckpt" "
+import array
+for k in [k for k in h if k != '__metadata__' and h[k]['dtype'] == 'I8']:
+    q = array.array('b', bytes(t[k])); s = array.array('f', bytes(t.pop(k + '.scale'))); del h[k + '.scale']
+    cols = h[k]['shape'][1]
+    t[k] = bytearray(array.array('f', [q[i] * s[i // cols] for i in range(len(q))]).tobytes()); h[k]['dtype'] = 'F32'
+for m in ('quantized', 'quantized.rounding'):
+    h['__metadata__'].pop(m, None)"
+    head -20 "$D/en" > "$D/src"
+    nmt-decode -m "$D/q.ckpt" --precision bf16 --scores --max-len-b 5 -i "$D/src" > "$D/out.q"
+    nmt-decode -m "$D/dq.ckpt" --precision bf16 --scores --max-len-b 5 -i "$D/src" > "$D/out.dq"
+    nmt-decode -m "$D/m.ckpt" --precision bf16 --scores --max-len-b 5 -i "$D/src" > "$D/out.f"
+    [ "$(wc -l < "$D/out.q")" -eq 20 ]
+    cmp "$D/out.q" "$D/out.dq"
+    ! cmp -s "$D/out.q" "$D/out.f" # the scores show the int8 weights' rounding
+}
+
 @test "--quantize: an int8 checkpoint is not averaged again" {
     nmt-avg --quantize -o "$D/q.ckpt" "$D/m.ckpt"
     run nmt-avg -o "$D/qq.ckpt" "$D/q.ckpt"
