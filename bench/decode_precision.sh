@@ -6,14 +6,15 @@
 # (batches of 64 sentences) and beam 4 (alpha 0.6, batches of 32), with 1 and 2 threads, each
 # precision in turn (bf16 only where the CPU has AVX512-BF16): the whole command (checkpoint load and
 # weight packing included, ids in, hyp stream out) under /usr/bin/time. Prints one row per run, then
-# per configuration the medians (sentences/s, target tokens/s, peak RSS), the ratio to float32, the
+# per configuration the medians (sentences/s, target tokens/s, peak RSS), the ratio to float32 (of
+# the medians, and of the fastest rounds: the steadier of the two where other work shares the CPU), the
 # translations identical to float32's and, with REFERENCE, the BLEU scores (nmt-bleu, sacreBLEU's
 # defaults). Where /usr/bin/python3 has torch, the PyTorch peer decodes in the same rounds, same
 # batches and threads, with the same weights (bench/peer_decode.py; PEER=../shared/bench/torch_peer/
 # train.py; its OpenMP OpenBLAS as bench/decode_vs_peer.sh): its row "peer" gives its decoding loop
-# only. Run alone: the machine's load changes the figures.
+# only (PEER=none: no peer). Run alone: the machine's load changes the figures.
 set -u
-[ $# -ge 3 ] || { sed -n 2,13p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,15p "$0" >&2; exit 2; }
 ckpt=$1 vocab=$2 src=$3 ref=${4:-} rounds=${5:-3}
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 peer=${PEER:-$top/../shared/bench/torch_peer/train.py}
@@ -60,8 +61,8 @@ print('round $r beam $1 threads $th peer: %.2f s, %.1f sentences/s, %.0f target 
         done
     done
 done
-echo "| mode | threads | precision | sentences/s | target tokens/s | peak RSS | x float32 | translations identical to float32's |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| mode | threads | precision | sentences/s | target tokens/s | peak RSS | x float32 | x float32, best rounds | translations identical to float32's |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for b in 1 4; do
     for th in 1 2; do
         for p in $precs $([ $use_peer = 1 ] && echo peer); do
@@ -73,8 +74,9 @@ for b in 1 4; do
                 function num(w) { for (i = 1; i < NF; i++) if ($(i + 1) == w) return $i }
                 $4 == b && $6 == th && $7 == "float32:" { f[++nf] = num("sentences/s,") }
                 $4 == b && $6 == th && $7 == p ":" { x[++nx] = num("sentences/s,"); y[++ny] = num("target"); m[++nm] = num("MB") }
-                END { printf "| %s | %d | %s | %.1f | %.0f | %.0f MB | %.2fx | %d/%d (%.1f%%) |\n", b == 1 ? "greedy" : "beam 4", th, p,
-                             med(x, nx), med(y, ny), med(m, nm), med(x, nx) / med(f, nf), same, n, 100 * same / n }' "$tmp/rows"
+                function best(a, k,   i, t) { t = a[1]; for (i = 2; i <= k; i++) if (a[i] > t) t = a[i]; return t }
+                END { printf "| %s | %d | %s | %.1f | %.0f | %.0f MB | %.2fx | %.2fx | %d/%d (%.1f%%) |\n", b == 1 ? "greedy" : "beam 4", th, p,
+                             med(x, nx), med(y, ny), med(m, nm), med(x, nx) / med(f, nf), best(x, nx) / best(f, nf), same, n, 100 * same / n }' "$tmp/rows"
         done
     done
 done
