@@ -10,7 +10,9 @@ computes them. The simulated `w8a8` is that layer: it agrees with `nmt-decode --
 within a few sentences (the simulation's float32 sums are not the plugin's integer sums).
 
 Schemes, one per argument, FORM[:OPTION...]:
-  w8a8, w8a32, w32a8, w32a32   which of weights (w) and activations (a) are rounded to int8
+  w8a8, w8a32, w32a8, w32a32   which of weights (w) and activations (a) are rounded to int8;
+  w8a12, w8a16                 activations rounded to 12 or 16 bits instead (-2047..2047,
+                               -32767..32767: integer products summed in int32 with int16 inputs)
   wgN, agN                     scales per group of N input columns instead of per row
   sqALPHA                      SmoothQuant (Xiao et al. 2022): inputs divided per column by
                                s = amax(x)^ALPHA / amax(w)^(1 - ALPHA), weights multiplied by it;
@@ -33,10 +35,11 @@ from peer_decode import load_checkpoint  # noqa: E402
 
 
 def parse_scheme(text):
-    m = re.fullmatch(r"w(8|32)a(8|32)((?::[a-z]+[0-9.]*)*)", text)
+    m = re.fullmatch(r"w(8|32)a(8|12|16|32)((?::[a-z]+[0-9.]*)*)", text)
     if not m:
         sys.exit(f"quant_sim: bad scheme '{text}'")
-    s = dict(name=text, w=m.group(1) == "8", a=m.group(2) == "8", wg=0, ag=0, sq=None, asym=False, dither=None)
+    abits = int(m.group(2))
+    s = dict(name=text, w=m.group(1) == "8", a=abits < 32, amax=(1 << (abits - 1)) - 1, wg=0, ag=0, sq=None, asym=False, dither=None)
     for opt in filter(None, m.group(3).split(":")):
         k, v = re.fullmatch(r"([a-z]+)([0-9.]*)", opt).groups()
         if k in ("wg", "ag") and v.isdigit():
@@ -77,18 +80,19 @@ class Sim:
         for n, m in self.linears.items():
             m.forward = self.forward_of(n, m)
 
-    def q8(self, x, group, gen=None):
-        """x rounded per row (last dimension), or per GROUP columns of it, to the symmetric int8 grid."""
+    def q8(self, x, group, gen=None, top=127):
+        """x rounded per row (last dimension), or per GROUP columns of it, to the symmetric grid
+        -TOP..TOP (int8: 127)."""
         torch = self.torch
         shape = x.shape
         if group and shape[-1] % group == 0:
             x = x.reshape(*shape[:-1], shape[-1] // group, group)
         m = x.abs().amax(-1, keepdim=True)
-        s = torch.where(m > 0, m / 127, torch.ones_like(m))
+        s = torch.where(m > 0, m / top, torch.ones_like(m))
         y = x / s
         if gen is not None:
             y = y + (torch.rand(y.shape, generator=gen) - 0.5) * 0.3
-        return (torch.clamp(torch.round(y), -127, 127) * s).reshape(shape)
+        return (torch.clamp(torch.round(y), -top, top) * s).reshape(shape)
 
     def q8_asym(self, x):
         torch = self.torch
@@ -108,7 +112,7 @@ class Sim:
             if name in self.smooth:
                 x = x / self.smooth[name]
             if self.scheme and self.scheme["a"]:
-                x = self.q8_asym(x) if self.scheme["asym"] else self.q8(x, self.scheme["ag"])
+                x = self.q8_asym(x) if self.scheme["asym"] else self.q8(x, self.scheme["ag"], top=self.scheme["amax"])
             return F.linear(x, mod.weight, mod.bias)
         return forward
 
