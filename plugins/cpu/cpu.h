@@ -74,8 +74,8 @@ struct lin_hdr {
 };
 #define LIN_MAGIC 0x504d4e4eu /* "NNMP" */
 #define LIN_HDR sizeof(struct lin_hdr)
-/* The largest K of the int8 layer: 255 * 127 * K stays below 2^31 (linear_q.c). */
-#define LIN_Q_MAXK 65536
+/* The largest K of the int8 layer: 2047 * 127 * K stays below 2^31 (linear_q.c). */
+#define LIN_Q_MAXK 8192
 
 /* int8 weights (linear_q.c): bytes after the header for W (N,K); packs W into DATA (after the
  * header; 0, or -1 with the error set: a non-finite weight, K too large); the int8 linear layer

@@ -1,34 +1,36 @@
 /* linear_q.c: the cpu backend's int8 linear layer for inference (linear_pack_q with NMT_DTYPE_INT8,
- * then linear_rowinv; see plugins/backend.h).
+ * then linear_rowinv; see plugins/backend.h): int8 weights, activations on a 12-bit grid.
  *
  * Quantisation. A weight row j (an output channel) gets the scale s_j = max_k |W[j,k]| / 127 and
- * the values q = rint(W[j,k] * (127 / max_k |W[j,k]|)) in [-127, 127] (round to nearest even);
- * each row i of A is quantised the same way when the layer runs (scale a_i, values in
- * [-127, 127]; a row with a non-finite value gets the scale NaN, so its outputs are NaN as in
- * float32). A row whose largest magnitude is 0, or so small that 127 / max overflows, is all zeros
- * with scale 0. -128 is never used, which keeps the AVX2 products below exact (see there).
+ * the values q = rint(W[j,k] * (127 / max_k |W[j,k]|)) in [-127, 127] (round to nearest even;
+ * quant_row.h). Each row i of A is quantised when the layer runs, the same way on a 12-bit grid:
+ * scale a_i = max_k |A[i,k]| / 2047, values rint(A[i,k] * (2047 / max)) in [-2047, 2047], held as
+ * int16 (a row with a non-finite value gets the scale NaN, so its outputs are NaN as in float32;
+ * a row whose largest magnitude is 0, or so small that 2047 / max overflows, is all zeros with
+ * scale 0). Twelve bits rather than eight for the activations: on the Multi30k recipe's model,
+ * 8-bit activations alone change about 4.5% of the greedy translations, 12-bit ones almost none
+ * (bench/RESULTS.md, bench/quant_sim.py).
  *
  * Result. C[i,j] = ((float)S * s_j) * a_i, + bias[j], then max(., 0) if asked, where
- * S = sum_k qA[i,k] * qW[j,k] is an exact 32-bit integer sum (|S| <= 127 * 127 * K < 2^31 for
- * K <= LIN_Q_MAXK; the VNNI path's offset form below stays below 255 * 127 * K < 2^31). Integer
- * sums do not depend on their order, and the float epilogue is the same sequence of operations on
- * every path, so every path (AVX-512 VNNI, AVX2, portable) gives the same bits, and a row's bits
- * depend only on that row, never on M, the other rows or the thread count.
+ * S = sum_k qA[i,k] * qW[j,k] is an exact 32-bit integer sum (|S| <= 2047 * 127 * K < 2^31 for
+ * K <= LIN_Q_MAXK). Integer sums do not depend on their order, and the float epilogue is the same
+ * sequence of operations on every path, so every path (AVX-512 VNNI, AVX2, portable) gives the
+ * same bits, and a row's bits depend only on that row, never on M, the other rows or the thread
+ * count.
  *
  * Packed layout after the header (struct lin_hdr), for Np = N rounded up to 16 columns and
- * Kp = K rounded up to 4: float s[Np] (0 past N); int32 colsum[Np] (sum_k qW[j,k], for the VNNI
- * path); then panel p (columns 16p..16p+15) as Kp/4 groups of 64 bytes: group g holds, for
- * c = 0..15, the 4 bytes qW[16p+c][4g..4g+3] (zeros past N and K). One group is what one vpdpbusd
- * multiplies by 4 broadcast bytes of a row of A; its two halves are the AVX2 path's two vectors.
+ * Kp = K rounded up to 4: float s[Np] (0 past N); then panel p (columns 16p..16p+15) as Kp/4
+ * groups of 64 bytes: group g holds, for c = 0..15, the 4 bytes qW[16p+c][4g..4g+3] (zeros past N
+ * and K). The quantised rows of A hold each group of 4 columns in the order 0, 2, 1, 3, so that
+ * one 32-bit word of A pairs with the even bytes of a weight word and the next with the odd ones.
  *
- * Paths:
- *   VNNI (AVX512-VNNI): vpdpbusd multiplies unsigned by signed bytes, so the activations are
- *     stored offset, as qA + 128 in [1, 255] (a byte XOR 0x80), and 128 * colsum[j] is subtracted
- *     at the end.
- *     Tiles of up to 6 rows by 4 panels.
- *   AVX2: vpmaddubsw on |qA| (unsigned, <= 127) and qW with the sign of qA (vpsignb): each int16
- *     pair sum is at most 2 * 127 * 127 = 32258 < 32767, so it never saturates; vpmaddwd by ones
- *     widens the pairs to int32. Tiles of up to 4 rows by one panel.
+ * Paths (per group of 4 columns, each 32-bit lane of a weight vector being one output column):
+ *   VNNI (AVX512-VNNI): the weight bytes sign-extended in place to 16 bits, even bytes
+ *     (shift left then arithmetic shift right by 8) and odd bytes (arithmetic shift by 8), and
+ *     two vpdpwssd against the broadcast activation pairs (a0, a2) and (a1, a3). Tiles of up to
+ *     6 rows by 4 panels.
+ *   AVX2: the same with vpmaddwd and vpaddd (no saturation: each pair sum is at most
+ *     2 * 2047 * 127). Tiles of up to 4 rows by one panel.
  *   portable: int32 multiply-adds in C. */
 #include <immintrin.h>
 #include <math.h>
@@ -48,59 +50,98 @@ static int pad4(int k) { return (k + 3) / 4 * 4; }
 size_t cpu_linear_q_bytes(int N, int K)
 {
     size_t np = (size_t)pad16(N);
-    return np * (sizeof(float) + sizeof(int32_t)) + np * (size_t)pad4(K);
+    return np * sizeof(float) + np * (size_t)pad4(K);
 }
 
-#define AVX512Q __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+#define QA_MAX 2047 /* the activations' grid: -2047..2047 */
 
-/* quant_row_plain with AVX-512: the same max, product and rounding (vcvtps2dq rounds to nearest
- * even, the default mode), so the same bits; with FLIP each byte is stored XOR 0x80, i.e. as the
- * unsigned q + 128 that vpdpbusd takes. */
-AVX512Q static float quant_row_avx512(int8_t *q, const float *x, int K, int Kp, int flip)
+/* The scale of a row of A whose largest magnitude is AMAX (quant_scale's rules with QA_MAX). */
+static inline float act_scale(float amax, int finite, float *inv)
 {
-    __m512 mx = _mm512_setzero_ps(), big = _mm512_set1_ps(3.40282347e38f);
-    __mmask16 bad = 0;
-    for (int k = 0; k < K; k += 16) {
-        __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
-        __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + k));
-        bad |= _mm512_mask_cmp_ps_mask(m, a, big, _CMP_NLE_UQ); /* NaN or above FLT_MAX */
-        mx = _mm512_max_ps(a, mx);
+    *inv = (float)QA_MAX / amax;
+    if (!finite)
+        return NAN;
+    if (amax == 0 || !(*inv <= 3.40282347e38f))
+        return 0.0f;
+    return amax / (float)QA_MAX;
+}
+
+/* Where column k of a row of A is held: each group of 4 in the order 0, 2, 1, 3 (an involution). */
+static inline int act_pos(int k) { return (k & ~3) | ((k & 1) << 1) | ((k & 2) >> 1); }
+
+/* Quantises the K values X into Q (Kp int16, zeros past K, in act_pos order); returns the scale. */
+static float quant_act_plain(int16_t *q, const float *x, int K, int Kp)
+{
+    float amax = 0, inv;
+    int finite = 1;
+    for (int k = 0; k < K; k++) {
+        float a = fabsf(x[k]);
+        finite &= a <= 3.40282347e38f; /* false for NaN and infinities */
+        amax = a > amax ? a : amax;
     }
-    float inv, s = quant_scale(_mm512_reduce_max_ps(mx), !bad, &inv);
-    __m512 vinv = _mm512_set1_ps(inv);
-    __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-    for (int k = 0; k < Kp; k += 16) {
-        __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : K > k ? (__mmask16)((1u << (K - k)) - 1) : 0;
-        __mmask16 st = Kp - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (Kp - k)) - 1);
-        if (!(s > 0))
-            m = 0;
-        __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), vinv));
-        r = _mm512_min_epi32(_mm512_max_epi32(r, lo), hi);
-        __m128i b = _mm512_cvtepi32_epi8(r);
-        _mm_mask_storeu_epi8(q + k, st, flip ? _mm_xor_si128(b, _mm_set1_epi8((char)0x80)) : b);
+    float s = act_scale(amax, finite, &inv);
+    for (int k = 0; k < Kp; k++) {
+        float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f; /* to nearest even */
+        r = r > (float)QA_MAX ? (float)QA_MAX : r < -(float)QA_MAX ? -(float)QA_MAX : r;
+        q[act_pos(k)] = (int16_t)r;
     }
     return s;
 }
 
-/* Quantises the K values X into Q (Kp bytes), on the widest path this CPU has; for the VNNI
- * path as unsigned q + 128. */
-static float quant_row(int8_t *q, const float *x, int K, int Kp, int isa)
+/* quant_act_plain with AVX2 on blocks of 8 values, the tail in C: the same max, products and
+ * rounding (vcvtps2dq rounds to nearest even, the default mode), so the same bits. */
+__attribute__((target("avx2,fma"))) static float quant_act_avx2(int16_t *q, const float *x, int K, int Kp)
 {
-    return isa >= CPU_ISA_AVX512 ? quant_row_avx512(q, x, K, Kp, isa == CPU_ISA_VNNI)
-           : isa == CPU_ISA_AVX2 ? quant_row_avx2(q, x, K, Kp)
-                                 : quant_row_plain(q, x, K, Kp);
+    __m256 mx = _mm256_setzero_ps(), big = _mm256_set1_ps(3.40282347e38f);
+    __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    int bad = 0, k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + k), sign);
+        bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));
+        mx = _mm256_max_ps(a, mx);
+    }
+    float lane[8], amax = 0, inv;
+    _mm256_storeu_ps(lane, mx);
+    for (int l = 0; l < 8; l++)
+        amax = lane[l] > amax ? lane[l] : amax;
+    for (; k < K; k++) {
+        float a = fabsf(x[k]);
+        bad |= !(a <= 3.40282347e38f);
+        amax = a > amax ? a : amax;
+    }
+    float s = act_scale(amax, !bad, &inv);
+    __m256 vinv = _mm256_set1_ps(inv);
+    __m256i lo = _mm256_set1_epi32(-QA_MAX), hi = _mm256_set1_epi32(QA_MAX);
+    k = 0;
+    for (; s > 0 && k + 8 <= K; k += 8) {
+        __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
+        r = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
+        r = _mm256_shuffle_epi32(r, 0xD8); /* each group of 4 as 0, 2, 1, 3 */
+        _mm_storeu_si128((__m128i *)(q + k), _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+    }
+    for (; k < Kp; k++) {
+        float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f;
+        r = r > (float)QA_MAX ? (float)QA_MAX : r < -(float)QA_MAX ? -(float)QA_MAX : r;
+        q[act_pos(k)] = (int16_t)r;
+    }
+    return s;
+}
+
+/* Quantises the K values X into Q (Kp int16), on the widest path this CPU has. */
+static float quant_act(int16_t *q, const float *x, int K, int Kp, int isa)
+{
+    return isa >= CPU_ISA_AVX2 ? quant_act_avx2(q, x, K, Kp) : quant_act_plain(q, x, K, Kp);
 }
 
 int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw)
 {
     int np = pad16(N), kp = pad4(K);
     float *s = data;
-    int32_t *csum = (int32_t *)(s + np);
-    uint8_t *panels = (uint8_t *)(csum + np);
+    uint8_t *panels = (uint8_t *)(s + np);
     int8_t *row = malloc((size_t)kp);
     if (!row)
         return cpu_err(ctx, "out of memory");
-    memset(s, 0, (size_t)np * (sizeof *s + sizeof *csum));
+    memset(s, 0, (size_t)np * sizeof *s);
     memset(panels, 0, (size_t)np * (size_t)kp);
     for (int j = 0; j < N; j++) {
         s[j] = quant_row_plain(row, W + (size_t)j * (size_t)ldw, K, kp);
@@ -108,13 +149,9 @@ int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, i
             free(row);
             return cpu_err(ctx, "linear_pack_q: row %d of the weight has a non-finite value", j);
         }
-        int32_t sum = 0;
         uint8_t *pj = panels + (size_t)(j / PW) * (size_t)kp * PW + (size_t)(j % PW) * 4;
-        for (int k = 0; k < kp; k++) {
-            sum += row[k];
+        for (int k = 0; k < kp; k++)
             pj[(size_t)(k / 4) * 64 + (size_t)(k % 4)] = (uint8_t)row[k];
-        }
-        csum[j] = sum;
     }
     free(row);
     return 0;
@@ -122,10 +159,9 @@ int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, i
 
 /* The operands of one call. */
 struct qlin {
-    const int8_t *A;     /* (M, ldq) quantised rows */
+    const int16_t *A;    /* (M, ldq) quantised rows, in act_pos order */
     const float *sa;     /* (M) their scales */
     const float *sw;     /* (Np) weight scales */
-    const int32_t *csum; /* (Np) */
     const uint8_t *Wp;   /* the panels */
     const float *bias;
     float *C;
@@ -155,49 +191,56 @@ static inline float qfinish(const struct qlin *g, int32_t S, int i, int j)
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 #define MRV 6
 
-/* One accumulator per (row r, panel c) as a named variable: GCC 12 keeps an array of vpdpbusd
+/* The even and the odd bytes of each 16-bit half of W, sign-extended to 16 bits. */
+#define EVEN16(w) _mm512_srai_epi16(_mm512_slli_epi16((w), 8), 8)
+#define ODD16(w) _mm512_srai_epi16((w), 8)
+
+/* One accumulator per (row r, panel c) as a named variable: GCC 12 keeps an array of vpdpwssd
  * accumulators in memory (stored every step); named ones stay in registers. The rows and panels
- * past MR and NV (constants after inlining) are dropped by the compiler. */
-#define QSTEP(r)                                                                                                       \
+ * past MR and NV (constants after inlining) are dropped by the compiler. HALF 0 takes the pair
+ * (a0, a2) against the even weight bytes, HALF 1 the pair (a1, a3) against the odd ones. */
+#define QSTEP(r, half)                                                                                                 \
     if (mr > r) {                                                                                                      \
-        int32_t a4;                                                                                                    \
-        memcpy(&a4, a + (size_t)(r) * ldq + (size_t)k, 4);                                                             \
-        __m512i av = _mm512_set1_epi32(a4); /* qA + 128, unsigned (quant_row) */                                       \
-        a##r##0 = _mm512_dpbusd_epi32(a##r##0, av, w0);                                                                \
+        int32_t a2;                                                                                                    \
+        memcpy(&a2, a + (size_t)(r) * ldq + (size_t)k + 2 * (half), 4);                                                \
+        __m512i av = _mm512_set1_epi32(a2);                                                                            \
+        a##r##0 = _mm512_dpwssd_epi32(a##r##0, av, w0);                                                                \
         if (nv > 1)                                                                                                    \
-            a##r##1 = _mm512_dpbusd_epi32(a##r##1, av, w1);                                                            \
+            a##r##1 = _mm512_dpwssd_epi32(a##r##1, av, w1);                                                            \
         if (nv > 2)                                                                                                    \
-            a##r##2 = _mm512_dpbusd_epi32(a##r##2, av, w2);                                                            \
+            a##r##2 = _mm512_dpwssd_epi32(a##r##2, av, w2);                                                            \
         if (nv > 3)                                                                                                    \
-            a##r##3 = _mm512_dpbusd_epi32(a##r##3, av, w3);                                                            \
+            a##r##3 = _mm512_dpwssd_epi32(a##r##3, av, w3);                                                            \
     }
 
 static inline __attribute__((always_inline)) VNNI void qtile16(const struct qlin *g, int i, int p, int mr, int nv,
                                                                 __mmask16 last)
 {
     size_t ldq = (size_t)g->ldq, pstride = (size_t)g->Kp * PW;
-    const int8_t *a = g->A + (size_t)i * ldq;
+    const int16_t *a = g->A + (size_t)i * ldq;
     const uint8_t *w = qpanel(g, p, 0);
     const __m512i z = _mm512_setzero_si512();
     __m512i a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z, a20 = z, a21 = z, a22 = z, a23 = z;
     __m512i a30 = z, a31 = z, a32 = z, a33 = z, a40 = z, a41 = z, a42 = z, a43 = z, a50 = z, a51 = z, a52 = z, a53 = z;
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
-        __m512i w0 = _mm512_loadu_si512((const void *)w);
-        __m512i w1 = nv > 1 ? _mm512_loadu_si512((const void *)(w + pstride)) : z;
-        __m512i w2 = nv > 2 ? _mm512_loadu_si512((const void *)(w + 2 * pstride)) : z;
-        __m512i w3 = nv > 3 ? _mm512_loadu_si512((const void *)(w + 3 * pstride)) : z;
-        QSTEP(0) QSTEP(1) QSTEP(2) QSTEP(3) QSTEP(4) QSTEP(5)
+        __m512i x0 = _mm512_loadu_si512((const void *)w);
+        __m512i x1 = nv > 1 ? _mm512_loadu_si512((const void *)(w + pstride)) : z;
+        __m512i x2 = nv > 2 ? _mm512_loadu_si512((const void *)(w + 2 * pstride)) : z;
+        __m512i x3 = nv > 3 ? _mm512_loadu_si512((const void *)(w + 3 * pstride)) : z;
+        __m512i w0 = EVEN16(x0), w1 = EVEN16(x1), w2 = EVEN16(x2), w3 = EVEN16(x3);
+        QSTEP(0, 0) QSTEP(1, 0) QSTEP(2, 0) QSTEP(3, 0) QSTEP(4, 0) QSTEP(5, 0)
+        w0 = ODD16(x0), w1 = ODD16(x1), w2 = ODD16(x2), w3 = ODD16(x3);
+        QSTEP(0, 1) QSTEP(1, 1) QSTEP(2, 1) QSTEP(3, 1) QSTEP(4, 1) QSTEP(5, 1)
     }
     const __m512i acc[MRV][GROUP] = { { a00, a01, a02, a03 }, { a10, a11, a12, a13 }, { a20, a21, a22, a23 },
                                       { a30, a31, a32, a33 }, { a40, a41, a42, a43 }, { a50, a51, a52, a53 } };
     for (int c = 0; c < nv; c++) {
         int j = (p + c) * PW;
         __mmask16 m = c == nv - 1 ? last : (__mmask16)0xFFFF;
-        __m512i corr = _mm512_slli_epi32(_mm512_loadu_si512((const void *)(g->csum + j)), 7);
         __m512 sw = _mm512_loadu_ps(g->sw + j);
         __m512 b = g->bias ? _mm512_maskz_loadu_ps(m, g->bias + j) : _mm512_setzero_ps();
         for (int r = 0; r < mr; r++) {
-            __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][c], corr));
+            __m512 v = _mm512_cvtepi32_ps(acc[r][c]);
             v = _mm512_mul_ps(v, sw);
             v = _mm512_mul_ps(v, _mm512_set1_ps(g->sa[i + r]));
             if (g->bias)
@@ -228,6 +271,8 @@ VNNI static void qtile16_any(const struct qlin *g, int i, int p, int mr, int nv,
 #undef QT
 }
 #undef QSTEP
+#undef EVEN16
+#undef ODD16
 
 /* ---------------- AVX2: tiles of up to 4 rows by one panel (two vectors of 8 columns) ---------------- */
 
@@ -239,22 +284,25 @@ static const int32_t lane_tab[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0
 static inline __attribute__((always_inline)) AVX2 void qtile8(const struct qlin *g, int i, int p, int mr, int n)
 {
     size_t ldq = (size_t)g->ldq;
-    const int8_t *a = g->A + (size_t)i * ldq;
+    const int16_t *a = g->A + (size_t)i * ldq;
     const uint8_t *w = qpanel(g, p, 0);
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256i acc[MR8][2];
     for (int r = 0; r < mr; r++)
         acc[r][0] = acc[r][1] = _mm256_setzero_si256();
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
-        __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)w), x1 = _mm256_loadu_si256((const __m256i *)(w + 32));
+        /* the even and the odd bytes of each 16-bit half, sign-extended to 16 bits */
+        __m256i e0 = _mm256_srai_epi16(_mm256_slli_epi16(x0, 8), 8), o0 = _mm256_srai_epi16(x0, 8);
+        __m256i e1 = _mm256_srai_epi16(_mm256_slli_epi16(x1, 8), 8), o1 = _mm256_srai_epi16(x1, 8);
         for (int r = 0; r < mr; r++) {
-            int32_t a4;
-            memcpy(&a4, a + (size_t)r * ldq + (size_t)k, 4);
-            __m256i av = _mm256_set1_epi32(a4), aa = _mm256_abs_epi8(av);
-            __m256i p0 = _mm256_maddubs_epi16(aa, _mm256_sign_epi8(w0, av));
-            __m256i p1 = _mm256_maddubs_epi16(aa, _mm256_sign_epi8(w1, av));
-            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(p0, ones));
-            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(p1, ones));
+            int32_t p02, p13;
+            memcpy(&p02, a + (size_t)r * ldq + (size_t)k, 4);     /* (a0, a2) */
+            memcpy(&p13, a + (size_t)r * ldq + (size_t)k + 2, 4); /* (a1, a3) */
+            __m256i v02 = _mm256_set1_epi32(p02), v13 = _mm256_set1_epi32(p13);
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(e0, v02));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(e1, v02));
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(o0, v13));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(o1, v13));
         }
     }
     for (int h = 0; h < 2; h++) {
@@ -298,10 +346,10 @@ static void qtile_plain(const struct qlin *g, int i, int p, int mr)
     for (int k = 0; k < g->Kp; k += 4) {
         const uint8_t *wk = qpanel(g, p, k);
         for (int r = 0; r < mr; r++) {
-            const int8_t *a = g->A + (size_t)(i + r) * (size_t)g->ldq + (size_t)k;
+            const int16_t *a = g->A + (size_t)(i + r) * (size_t)g->ldq + (size_t)k;
             for (int c = 0; c < PW; c++)
                 for (int t = 0; t < 4; t++)
-                    acc[r][c] += (int32_t)a[t] * (int32_t)(int8_t)wk[4 * c + t];
+                    acc[r][c] += (int32_t)a[act_pos(t)] * (int32_t)(int8_t)wk[4 * c + t];
         }
     }
     for (int r = 0; r < mr; r++)
@@ -314,7 +362,7 @@ static void qtile_plain(const struct qlin *g, int i, int p, int mr)
 struct qlin_job {
     struct qlin g;
     const float *Af; /* (M, lda) the float rows, quantised into qa and qs (= g.A and g.sa) */
-    int8_t *qa;
+    int16_t *qa;
     float *qs;
     int lda, K, isa;
 };
@@ -324,7 +372,7 @@ static void quant_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
     struct qlin_job *job = arg;
     for (int64_t i = lo; i < hi; i++)
-        job->qs[i] = quant_row(job->qa + i * job->g.ldq, job->Af + i * job->lda, job->K, job->g.Kp, job->isa);
+        job->qs[i] = quant_act(job->qa + i * job->g.ldq, job->Af + i * job->lda, job->K, job->g.Kp, job->isa);
 }
 
 /* Column groups [lo, hi) of GROUP panels, each swept by every row tile of A. */
@@ -372,14 +420,14 @@ int cpu_qbuf_reserve(nmt_bctx *ctx, size_t bytes)
 int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data,
                      const float *bias, int relu, float *C, int ldc)
 {
-    int np = pad16(N), kp = pad4(K), ldq = (kp + 63) & ~63;
-    if (cpu_qbuf_reserve(ctx, (size_t)M * (size_t)ldq + (size_t)M * sizeof(float)) < 0)
+    int np = pad16(N), kp = pad4(K), ldq = (kp + 31) & ~31; /* int16 rows of 64-byte multiples */
+    size_t qbytes = (size_t)M * (size_t)ldq * sizeof(int16_t);
+    if (cpu_qbuf_reserve(ctx, qbytes + (size_t)M * sizeof(float)) < 0)
         return -1;
     const float *sw = data;
-    const int32_t *csum = (const int32_t *)(sw + np);
-    int8_t *qa = ctx->qbuf;
-    float *qs = (float *)(qa + (size_t)M * (size_t)ldq);
-    struct qlin_job job = { { qa, qs, sw, csum, (const uint8_t *)(csum + np), bias, C, M, N, kp, ldq, ldc, relu != 0 },
+    int16_t *qa = ctx->qbuf;
+    float *qs = (float *)((char *)ctx->qbuf + qbytes);
+    struct qlin_job job = { { qa, qs, sw, (const uint8_t *)(sw + np), bias, C, M, N, kp, ldq, ldc, relu != 0 },
                             A, qa, qs, lda, K, cpu_isa() };
     pool_for(ctx->pool, M, (QGRAIN + K - 1) / K, quant_body, &job);
     int64_t groups = (N + GROUP * PW - 1) / (GROUP * PW), per = (int64_t)M * kp * GROUP * PW;
