@@ -7,7 +7,8 @@
  * each parallel region, never compete with nmt's pool):
  *   nmt     linear_rowinv through the cpu plugin exactly as rowinv_bench does: the weight packed
  *           once by linear_pack (float32) and linear_pack_q (int8); the int8 figure includes the
- *           per-row activation quantisation, which linear_rowinv does inside. NMT_CPU_ISA=avx2 forces
+ *           per-row activation quantisation, which linear_rowinv does inside (to 12 bits, int16
+ *           products with vpdpwssd / vpmaddwd, where oneDNN's s8 below multiplies 8-bit ones). NMT_CPU_ISA=avx2 forces
  *           the AVX2 path. Columns: f32, int8.
  *   onednn  oneDNN matmul (oneDNN 2.x C API): s8 activations x s8 weights -> f32, the weights
  *           quantised per output channel exactly as nmt does (symmetric, scale max|w|/127, round to

@@ -313,9 +313,9 @@ struct nmt_backend {
      * bytes, 64-byte aligned) in DTYPE; the packed copy records its precision, and linear_rowinv
      * computes with it. INT8: symmetric per output row j, scale s_j = max_k |W[j,k]| / 127 and
      * q = round-to-nearest-even(W * (127 / max_k |W[j,k]|)) in [-127, 127]; linear_rowinv then
-     * quantises each row i of
-     * A the same way (scale max_k |A[i,k]| / 127, values in [-127, 127]), sums the integer products
-     * exactly in 32 bits and returns sum * s_j * a_i + bias. So a row's result still depends only
+     * quantises each row i of A the same way on a 12-bit grid (scale a_i = max_k |A[i,k]| / 2047,
+     * values in [-2047, 2047]), sums the integer products exactly in 32 bits (so K <= 8192) and
+     * returns sum * s_j * a_i + bias. So a row's result still depends only
      * on that row (the linear_rowinv contract holds), and it is the same on every code path of a
      * plugin. BF16: W and each row of A rounded to bfloat16 (to nearest even), products summed in
      * float32 in a fixed order. 0 or negative (DTYPE not supported, bad shape, non-finite weight). */

@@ -1,6 +1,6 @@
-/* quant_row.h: the per-row int8 quantisation of the cpu plugin's int8 linear layer (linear_q.c, which
- * states the scheme), shared with bench/onednn_bench.c so that its oneDNN figures include the same
- * quantisation. Header-only: static inline functions, the AVX2 one compiled for AVX2 by attribute
+/* quant_row.h: the per-row int8 quantisation of the cpu plugin's int8 weights (linear_q.c, which
+ * states the scheme; its activations have 12 bits), shared with bench/onednn_bench.c, whose oneDNN
+ * figures quantise activations with it to 8 bits. Header-only: static inline functions, the AVX2 one compiled for AVX2 by attribute
  * (call it only where the CPU has AVX2). Every path gives the same bits. */
 #ifndef NMT_CPU_QUANT_ROW_H
 #define NMT_CPU_QUANT_ROW_H
