@@ -55,31 +55,14 @@ size_t cpu_linear_q_bytes(int N, int K)
 
 #define QA_MAX 2047 /* the activations' grid: -2047..2047 */
 
-/* The scale of a row of A whose largest magnitude is AMAX (quant_scale's rules with QA_MAX). */
-static inline float act_scale(float amax, int finite, float *inv)
-{
-    *inv = (float)QA_MAX / amax;
-    if (!finite)
-        return NAN;
-    if (amax == 0 || !(*inv <= 3.40282347e38f))
-        return 0.0f;
-    return amax / (float)QA_MAX;
-}
-
 /* Where column k of a row of A is held: each group of 4 in the order 0, 2, 1, 3 (an involution). */
 static inline int act_pos(int k) { return (k & ~3) | ((k & 1) << 1) | ((k & 2) >> 1); }
 
 /* Quantises the K values X into Q (Kp int16, zeros past K, in act_pos order); returns the scale. */
 static float quant_act_plain(int16_t *q, const float *x, int K, int Kp)
 {
-    float amax = 0, inv;
-    int finite = 1;
-    for (int k = 0; k < K; k++) {
-        float a = fabsf(x[k]);
-        finite &= a <= 3.40282347e38f; /* false for NaN and infinities */
-        amax = a > amax ? a : amax;
-    }
-    float s = act_scale(amax, finite, &inv);
+    int finite;
+    float amax = row_absmax_plain(x, K, &finite), inv, s = quant_scale_top(amax, finite, (float)QA_MAX, &inv);
     for (int k = 0; k < Kp; k++) {
         float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f; /* to nearest even */
         r = r > (float)QA_MAX ? (float)QA_MAX : r < -(float)QA_MAX ? -(float)QA_MAX : r;
@@ -92,27 +75,10 @@ static float quant_act_plain(int16_t *q, const float *x, int K, int Kp)
  * rounding (vcvtps2dq rounds to nearest even, the default mode), so the same bits. */
 __attribute__((target("avx2,fma"))) static float quant_act_avx2(int16_t *q, const float *x, int K, int Kp)
 {
-    __m256 mx = _mm256_setzero_ps(), big = _mm256_set1_ps(3.40282347e38f);
-    __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    int bad = 0, k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + k), sign);
-        bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));
-        mx = _mm256_max_ps(a, mx);
-    }
-    float lane[8], amax = 0, inv;
-    _mm256_storeu_ps(lane, mx);
-    for (int l = 0; l < 8; l++)
-        amax = lane[l] > amax ? lane[l] : amax;
-    for (; k < K; k++) {
-        float a = fabsf(x[k]);
-        bad |= !(a <= 3.40282347e38f);
-        amax = a > amax ? a : amax;
-    }
-    float s = act_scale(amax, !bad, &inv);
+    int finite, k = 0;
+    float amax = row_absmax_avx2(x, K, &finite), inv, s = quant_scale_top(amax, finite, (float)QA_MAX, &inv);
     __m256 vinv = _mm256_set1_ps(inv);
     __m256i lo = _mm256_set1_epi32(-QA_MAX), hi = _mm256_set1_epi32(QA_MAX);
-    k = 0;
     for (; s > 0 && k + 8 <= K; k += 8) {
         __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
         r = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);

@@ -9,30 +9,62 @@
 #include <math.h>
 #include <stdint.h>
 
-/* The scale of the K values X: 0 for a zero row (or one so small that 127 / max overflows), NaN
- * for a row with a non-finite value, else max |x| / 127; *INV receives 127 / max. Each path finds
- * the same max (a max is exact), so they agree. */
-static inline float quant_scale(float amax, int finite, float *inv)
+/* The scale of K values whose largest magnitude is AMAX on the grid -TOP..TOP: 0 for a zero row
+ * (or one so small that TOP / max overflows), NaN for a row with a non-finite value, else
+ * max / TOP; *INV receives TOP / max. Each path finds the same max (a max is exact), so they agree. */
+static inline float quant_scale_top(float amax, int finite, float top, float *inv)
 {
-    *inv = 127.0f / amax;
+    *inv = top / amax;
     if (!finite)
         return NAN;
     if (amax == 0 || !(*inv <= 3.40282347e38f))
         return 0.0f;
-    return amax / 127.0f;
+    return amax / top;
+}
+
+/* quant_scale_top on the int8 grid, -127..127. */
+static inline float quant_scale(float amax, int finite, float *inv) { return quant_scale_top(amax, finite, 127.0f, inv); }
+
+/* The largest |x| of the K values X; *FINITE becomes 0 when one is NaN or infinite. */
+static inline float row_absmax_plain(const float *x, int K, int *finite)
+{
+    float amax = 0;
+    int ok = 1;
+    for (int k = 0; k < K; k++) {
+        float a = fabsf(x[k]);
+        ok &= a <= 3.40282347e38f; /* false for NaN and infinities */
+        amax = a > amax ? a : amax;
+    }
+    *finite = ok;
+    return amax;
+}
+
+/* row_absmax_plain with AVX2 on blocks of 8 values, the tail in C: the same max. */
+__attribute__((target("avx2,fma"))) static inline float row_absmax_avx2(const float *x, int K, int *finite)
+{
+    __m256 mx = _mm256_setzero_ps(), big = _mm256_set1_ps(3.40282347e38f);
+    __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    int bad = 0, k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + k), sign);
+        bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));
+        mx = _mm256_max_ps(a, mx);
+    }
+    float lane[8], amax = 0;
+    _mm256_storeu_ps(lane, mx);
+    for (int l = 0; l < 8; l++)
+        amax = lane[l] > amax ? lane[l] : amax;
+    int ok;
+    float tail = row_absmax_plain(x + k, K - k, &ok);
+    *finite = ok && !bad;
+    return tail > amax ? tail : amax;
 }
 
 /* Quantises the K values X into Q (Kp bytes, zeros past K); returns the scale (quant_scale). */
 static inline float quant_row_plain(int8_t *q, const float *x, int K, int Kp)
 {
-    float amax = 0, inv;
-    int finite = 1;
-    for (int k = 0; k < K; k++) {
-        float a = fabsf(x[k]);
-        finite &= a <= 3.40282347e38f; /* false for NaN and infinities */
-        amax = a > amax ? a : amax;
-    }
-    float s = quant_scale(amax, finite, &inv);
+    int finite;
+    float amax = row_absmax_plain(x, K, &finite), inv, s = quant_scale(amax, finite, &inv);
     for (int k = 0; k < Kp; k++) {
         float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f; /* to nearest even */
         r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
@@ -44,27 +76,10 @@ static inline float quant_row_plain(int8_t *q, const float *x, int K, int Kp)
 /* quant_row_plain with AVX2 on blocks of 8 values, the tail in C: the same bits. */
 __attribute__((target("avx2,fma"))) static inline float quant_row_avx2(int8_t *q, const float *x, int K, int Kp)
 {
-    __m256 mx = _mm256_setzero_ps(), big = _mm256_set1_ps(3.40282347e38f);
-    __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    int bad = 0, k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + k), sign);
-        bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));
-        mx = _mm256_max_ps(a, mx);
-    }
-    float lane[8], amax = 0, inv;
-    _mm256_storeu_ps(lane, mx);
-    for (int l = 0; l < 8; l++)
-        amax = lane[l] > amax ? lane[l] : amax;
-    for (; k < K; k++) {
-        float a = fabsf(x[k]);
-        bad |= !(a <= 3.40282347e38f);
-        amax = a > amax ? a : amax;
-    }
-    float s = quant_scale(amax, !bad, &inv);
+    int finite, k = 0;
+    float amax = row_absmax_avx2(x, K, &finite), inv, s = quant_scale(amax, finite, &inv);
     __m256 vinv = _mm256_set1_ps(inv);
     __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
-    k = 0;
     for (; s > 0 && k + 8 <= K; k += 8) {
         __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
         r = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
