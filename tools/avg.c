@@ -13,6 +13,7 @@
 #include "nn/checkpoint.h"
 #include "nn/model.h"
 #include "nn/quantize.h"
+#include "nn/shortlist.h"
 
 static void usage(FILE *f)
 {
@@ -28,6 +29,11 @@ static void usage(FILE *f)
             "      --calibrate FILE  with --quantize: round the int8 weights by GPTQ, fitted to the inputs\n"
             "                        the layers get on FILE's batches (nmt-batch, the model's vocabulary;\n"
             "                        say the validation set), instead of to nearest\n"
+            "      --shortlist FILE  add a vocabulary shortlist for nmt-decode --shortlist, counted on the\n"
+            "                        pairs of FILE's batches (nmt-batch, the model's vocabulary; the\n"
+            "                        training set)\n"
+            "      --shortlist-targets N  target pieces listed for each source piece (default 50)\n"
+            "      --shortlist-frequent N the most frequent target pieces, always candidates (default 100)\n"
             "      --backend NAME    compute backend of the calibration (default: $NMT_BACKEND, else auto)\n"
             "      --threads N       its threads (default: all cores)\n"
             "  -h, --help            show this help and exit\n"
@@ -40,14 +46,17 @@ struct opts {
     const char *out;
     int quantize;
     const char *calibrate;  /* batches for GPTQ, or NULL: round to nearest */
+    const char *shortlist;  /* batches to count the shortlist on, or NULL: none */
+    int sl_targets, sl_frequent;
     const char *backend;
     int threads;
 };
 
-/* Tensors that describe training state rather than the model. */
-static int is_training_state(const char *name)
+/* Tensors that describe training state rather than the model, and a shortlist that --shortlist replaces. */
+static int left_out(const char *name, const struct opts *o)
 {
-    return strncmp(name, "optim.", 6) == 0 || strncmp(name, CKPT_TRAIN_PREFIX, strlen(CKPT_TRAIN_PREFIX)) == 0;
+    return strncmp(name, "optim.", 6) == 0 || strncmp(name, CKPT_TRAIN_PREFIX, strlen(CKPT_TRAIN_PREFIX)) == 0 ||
+           (o->shortlist && (!strcmp(name, CKPT_SHORTLIST_TABLE) || !strcmp(name, CKPT_SHORTLIST_FREQUENT)));
 }
 
 /* Refuses an input whose weights are stored in int8: averages need the float32 values. */
@@ -175,6 +184,42 @@ static int calibrate(struct calib_run *r, const struct st_file *last, float **av
     return rc;
 }
 
+/* Counts the pairs of the batches of O->shortlist (vocabulary of LAST) into a new shortlist *SL.
+ * 0, or -1 with the error set (naming the file and batch). */
+static int count_shortlist(const struct st_file *last, const struct opts *o, struct shortlist **sl)
+{
+    const char *vs = st_meta(last, CKPT_MODEL_PREFIX "vocab");
+    long V = vs ? strtol(vs, NULL, 10) : 0;
+    if (V < 4 || V > INT32_MAX)
+        return nmt_seterr("%s: model.vocab missing or invalid", o->shortlist);
+    struct shortlist_counts *c = shortlist_counts_new((int)V);
+    struct batch_file bf;
+    struct batch_record br = {0};
+    int rc = c ? batch_file_open(&bf, o->shortlist, 0, st_meta(last, CKPT_VOCAB_FINGERPRINT)) : -1;
+    for (uint64_t i = 0; rc == 0; i++) {
+        int got = batch_file_get(&bf, 0, i, 0, 0, &br);
+        if (got == REC_END)
+            break;
+        for (uint32_t b = 0; got >= 0 && b < br.B; b++) /* the rows end with EOS */
+            if (shortlist_counts_add(c, br.src + (size_t)b * br.S, (int)br.src_len[b] - 1,
+                                     br.tgt + (size_t)b * br.T, (int)br.tgt_len[b] - 1) < 0)
+                got = -1;
+        if (got < 0)
+            rc = nmt_seterr("%s: batch %llu: %s", o->shortlist, (unsigned long long)i, nmt_errmsg());
+    }
+    if (c)
+        batch_file_close(&bf);
+    batch_record_free(&br);
+    if (rc == 0 && shortlist_counts_pairs(c) == 0)
+        rc = nmt_seterr("%s: no pairs to count a shortlist on", o->shortlist);
+    if (rc == 0 && o->sl_frequent > V)
+        rc = nmt_seterr("--shortlist-frequent %d exceeds the vocabulary of %ld pieces", o->sl_frequent, V);
+    if (rc == 0 && !(*sl = shortlist_build(c, o->sl_targets, o->sl_frequent)))
+        rc = -1;
+    shortlist_counts_free(c);
+    return rc;
+}
+
 /* Adds the averaged float32 tensor LT (values X) to W: in int8 when O->quantize and it is a linear
  * weight, rounded by GPTQ when QC has its inputs, else to nearest; buffers it needs go to BUFS. */
 static int put_tensor(struct st_writer *w, const struct st_tensor *lt, float *x, const struct opts *o,
@@ -203,6 +248,7 @@ static int avg_checkpoints(char **paths, int n, const struct opts *o)
     struct st_file **in = nmt_calloc((size_t)n, sizeof *in);
     struct st_writer *w = NULL;
     struct calib_run cr = {0};
+    struct shortlist *sl = NULL;
     float **avg = NULL;
     void **bufs = NULL;
     size_t nbufs = 0, nt = 0, nparams = 0;
@@ -215,7 +261,7 @@ static int avg_checkpoints(char **paths, int n, const struct opts *o)
         goto done;
     for (size_t t = 0; t < nt; t++) {
         const struct st_tensor *lt = &last->t[t];
-        if (lt->dtype != ST_F32 || is_training_state(lt->name))
+        if (lt->dtype != ST_F32 || left_out(lt->name, o))
             continue;
         if (!(avg[t] = nmt_malloc(lt->nbytes + 1)) || average_tensor(in, paths, n, lt, avg[t]) < 0)
             goto done;
@@ -225,7 +271,7 @@ static int avg_checkpoints(char **paths, int n, const struct opts *o)
         nmt_seterr("%s: no float32 parameters to average", paths[n - 1]);
         goto done;
     }
-    if (o->calibrate && calibrate(&cr, last, avg, o) < 0)
+    if ((o->calibrate && calibrate(&cr, last, avg, o) < 0) || (o->shortlist && count_shortlist(last, o, &sl) < 0))
         goto done;
     for (size_t k = 0; k < last->nmeta; k++)
         if (strncmp(last->meta_key[k], CKPT_TRAIN_PREFIX, strlen(CKPT_TRAIN_PREFIX)) != 0 &&
@@ -239,14 +285,17 @@ static int avg_checkpoints(char **paths, int n, const struct opts *o)
         goto done;
     for (size_t t = 0; t < nt; t++) {
         const struct st_tensor *lt = &last->t[t];
-        if (is_training_state(lt->name))
+        if (left_out(lt->name, o))
             continue;
         if (lt->dtype != ST_F32 ? st_writer_add(w, lt->name, lt->dtype, lt->ndim, lt->shape, lt->data) < 0
                                 : put_tensor(w, lt, avg[t], o, cr.qc, bufs, &nbufs) < 0)
             goto done;
     }
+    if (sl && shortlist_put(w, sl) < 0)
+        goto done;
     rc = st_writer_write(w, o->out);
 done:
+    shortlist_free(sl);
     calib_run_free(&cr);
     for (size_t b = 0; b < nbufs; b++)
         free(bufs[b]);
@@ -264,22 +313,33 @@ done:
 int main(int argc, char **argv)
 {
     nmt_start(argv);
-    struct opts o = {0};
-    enum { OPT_CALIBRATE = 256, OPT_BACKEND, OPT_THREADS };
+    struct opts o = {.sl_targets = 50, .sl_frequent = 100};
+    enum { OPT_CALIBRATE = 256, OPT_BACKEND, OPT_THREADS, OPT_SHORTLIST, OPT_SL_TARGETS, OPT_SL_FREQUENT };
     static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
                                              {"quantize", no_argument, NULL, 'Q'},
                                              {"calibrate", required_argument, NULL, OPT_CALIBRATE},
+                                             {"shortlist", required_argument, NULL, OPT_SHORTLIST},
+                                             {"shortlist-targets", required_argument, NULL, OPT_SL_TARGETS},
+                                             {"shortlist-frequent", required_argument, NULL, OPT_SL_FREQUENT},
                                              {"backend", required_argument, NULL, OPT_BACKEND},
                                              {"threads", required_argument, NULL, OPT_THREADS},
                                              {"help", no_argument, NULL, 'h'},
                                              {"version", no_argument, NULL, 'V'},
                                              {NULL, 0, NULL, 0}};
-    int c;
+    int c, sl_opts = 0;
     while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'o': o.out = optarg; break;
         case 'Q': o.quantize = 1; break;
         case OPT_CALIBRATE: o.calibrate = optarg; break;
+        case OPT_SHORTLIST: o.shortlist = optarg; break;
+        case OPT_SL_TARGETS:
+        case OPT_SL_FREQUENT:
+            if (opt_int(c == OPT_SL_TARGETS ? "--shortlist-targets" : "--shortlist-frequent", optarg,
+                        c == OPT_SL_TARGETS ? 1 : 0, 1 << 20, c == OPT_SL_TARGETS ? &o.sl_targets : &o.sl_frequent) < 0)
+                return nmt_usage_error("%s", nmt_errmsg());
+            sl_opts = 1;
+            break;
         case OPT_BACKEND: o.backend = optarg; break;
         case OPT_THREADS:
             if (opt_int("--threads", optarg, 0, 1024, &o.threads) < 0)
@@ -294,6 +354,8 @@ int main(int argc, char **argv)
         return nmt_usage_error("missing -o OUT");
     if (optind >= argc)
         return nmt_usage_error("no checkpoints to average");
+    if (sl_opts && !o.shortlist)
+        return nmt_usage_error("--shortlist-targets and --shortlist-frequent go with --shortlist FILE");
     if (o.calibrate && !o.quantize)
         return nmt_usage_error("--calibrate rounds int8 weights: it needs --quantize");
     if (avg_checkpoints(argv + optind, argc - optind, &o) < 0) {

@@ -22,6 +22,7 @@
 #include "io/records.h"
 #include "io/safetensors.h"
 #include "nn/search.h"
+#include "nn/shortlist.h"
 #include "text/tokenizer.h"
 #include "cli/cli.h"
 #include "cli/opt.h"
@@ -57,6 +58,9 @@ static void usage(void)
            "                          output projection, attention and layer norms stay float32), bf16\n"
            "                          (on CPUs with AVX512-BF16: bf16 products, float32 sums), or int8-all,\n"
            "                          bf16-all: the output projection in that precision too\n"
+           "      --shortlist         the output layer computes only each sentence's candidates in the\n"
+           "                          first model's vocabulary shortlist (nmt-avg --shortlist): faster;\n"
+           "                          the softmax is over them, so scores and some translations change\n"
            "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
            "      --threads N         worker threads in all (default: all cores)\n"
            "      --jobs N            batches decoded at once, each by its own copy of the model with\n"
@@ -77,7 +81,8 @@ static void usage(void)
 
 enum {
     OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK, OPT_MAXLINE,
-    OPT_INTER, OPT_VARIANT, OPT_PRECISION, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION, OPT_SHARD, OPT_COMM
+    OPT_INTER, OPT_VARIANT, OPT_PRECISION, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION, OPT_SHARD, OPT_COMM,
+    OPT_SHORTLIST
 };
 
 #define MAX_MODELS 16
@@ -86,7 +91,7 @@ struct opts {
     const char *model[MAX_MODELS];
     int nmodels;
     const char *input, *output, *src, *tgt, *backend, *comm;
-    int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs;
+    int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs, shortlist;
     uint32_t precision;        /* --precision (infer_new's) */
     uint64_t shard_k, shard_n;  /* --shard K/N (K from 1; N 0: no sharding) */
     long max_tokens;
@@ -130,6 +135,7 @@ struct state {
     struct rec_writer *w;
     struct nmt_buf rec;
     struct comm *comm;         /* the ranks sharing the batches (NULL: one process) */
+    struct shortlist *sl;      /* --shortlist: the first model's */
 };
 
 static void sent_free(struct sent *s)
@@ -423,7 +429,7 @@ static int engine_load(struct state *st, struct engine *e)
         if (model_load(e->m[i], st->ckpt[i], 0) < 0)
             return nmt_seterr("'%s': %s", o->model[i], nmt_errmsg());
         e->in[i] = infer_new(e->be, e->m[i], !o->variant, o->precision);
-        if (!e->in[i])
+        if (!e->in[i] || infer_set_shortlist(e->in[i], st->sl) < 0)
             return -1;
     }
     e->loaded = 1;
@@ -799,7 +805,8 @@ static int load_ckpt(struct state *st, const struct opts *o, int i, struct vocab
  * backend context, with its share of the threads. */
 static int load(struct state *st, const struct opts *o)
 {
-    if (load_ckpt(st, o, 0, &st->v) < 0)
+    if (load_ckpt(st, o, 0, &st->v) < 0 ||
+        (o->shortlist && !(st->sl = shortlist_read(st->ckpt[0], o->model[0], st->cfg[0].vocab))))
         return -1;
     st->max_len = st->cfg[0].max_len;
     for (int i = 1; i < o->nmodels; i++) {
@@ -862,6 +869,8 @@ static int check_args(const struct opts *o)
         return nmt_usage_error("--score takes no --beam, --nbest or --scores");
     if (o->out_hyp && o->scores)
         return nmt_usage_error("--scores is for text output (hyp records carry the score)");
+    if (o->shortlist && o->score)
+        return nmt_usage_error("--score scores over the whole vocabulary: it does not go with --shortlist");
     if (o->shard_n && o->interactive)
         return nmt_usage_error("--shard reads the whole input: it does not go with --interactive");
     return GO_ON;
@@ -895,7 +904,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         {"src", required_argument, 0, OPT_SRC},     {"tgt", required_argument, 0, OPT_TGT},
         {"max-tokens", required_argument, 0, OPT_MAXTOK}, {"interactive", no_argument, 0, OPT_INTER},
         {"batch-variant", no_argument, 0, OPT_VARIANT}, {"backend", required_argument, 0, OPT_BACKEND},
-        {"precision", required_argument, 0, OPT_PRECISION},
+        {"precision", required_argument, 0, OPT_PRECISION}, {"shortlist", no_argument, 0, OPT_SHORTLIST},
         {"threads", required_argument, 0, OPT_THREADS}, {"jobs", required_argument, 0, OPT_JOBS},
         {"max-line-bytes", required_argument, 0, OPT_MAXLINE}, {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, OPT_VERSION},
@@ -940,6 +949,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         case OPT_MAXLINE: bad = opt_u64("--max-line-bytes", optarg, 1, SIZE_MAX / 2, &o->max_line); break;
         case OPT_INTER: o->interactive = 1, *inter_set = 1; break;
         case OPT_VARIANT: o->variant = 1; break;
+        case OPT_SHORTLIST: o->shortlist = 1; break;
         case OPT_PRECISION:
             if (infer_precision_parse(optarg, &o->precision) < 0)
                 return nmt_usage_error("%s", nmt_errmsg());
@@ -1111,6 +1121,7 @@ int main(int argc, char **argv)
     engines_close(&st);
     free(st.eng);
     ckpts_free(&st);
+    shortlist_free(st.sl);
     tokenizer_free(&st.tok);
     vocab_free(st.v);
     nmt_buf_free(&st.rec);

@@ -21,6 +21,8 @@
 #define CKPT_QUANTIZED "quantized"                 /* metadata: "int8" when linear weights are stored so */
 #define CKPT_QUANT_ROUNDING "quantized.rounding"   /* metadata: "nearest", or "gptq" (nmt-avg --calibrate) */
 #define CKPT_SCALE_SUFFIX ".scale"                 /* tensor NAME.scale: the row scales of int8 NAME */
+#define CKPT_SHORTLIST_TABLE "shortlist.table"       /* tensor (I32): each source piece's targets (nn/shortlist.h) */
+#define CKPT_SHORTLIST_FREQUENT "shortlist.frequent" /* tensor (I32): the most frequent target pieces */
 
 /* Where training stands: what a checkpoint holds besides the model, and all a resume needs. */
 struct train_state {

@@ -6,6 +6,7 @@
 #include "base/util.h"
 #include "nn/blocks.h"
 #include "nn/params.h"
+#include "nn/shortlist.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -62,6 +63,34 @@ struct infer {
     int32_t *at_idx;
     float *at_val;
     size_t at_cap;
+
+    /* the vocabulary shortlist (infer_set_shortlist): the output layer of a step computes each live
+     * sentence's candidates only; its K rows' logits lie at in->logits + K * (candidates of the live
+     * sentences before it), one row of its candidates each */
+    const struct shortlist *sl;
+    int32_t *cand;                   /* host: sentence b's candidates at cand + coff[b], increasing */
+    size_t *coff;                    /* (B + 1) */
+    size_t *woff;                    /* (B) offset of sentence b's output weights in sl_w */
+    int *live;                       /* (B) live sentence -> sentence of the batch */
+    size_t *loff;                    /* (B + 1) offset of each live sentence's logits in in->logits */
+    size_t cand_cap, sent_cap;
+    unsigned char *mark;             /* (V) shortlist_candidates' scratch */
+    char *sl_w;                      /* device: the output weights of each sentence, packed as the
+                                      * model's output projection, or its gathered rows */
+    size_t sl_wcap;
+    float *sl_rows;                  /* device (V, D): one sentence's rows of the embedding */
+    int32_t *sl_ids;                 /* device (V) */
+    float *host_logits;              /* host (sum of the live rows' candidates): infer_logits(_at) */
+    size_t host_logits_cap;
+    /* the batch's union of candidates, when one product over it is cheaper than one a sentence */
+    int union_n;                     /* its size; 0: a product a sentence */
+    int32_t *union_ids;              /* host (V) its ids, increasing */
+    int32_t *union_at;               /* host (V) an id's position in it */
+    int32_t *upos;                   /* host: cand[i]'s position in it */
+    float *sl_u;                     /* device (R, union_n) logits of the union */
+    int32_t *sl_flat;                /* device: where each live row's candidates lie in sl_u */
+    int32_t *flat_host;              /* host: the same */
+    size_t sl_ucap, sl_flatcap;
 };
 
 void infer_free(struct infer *in)
@@ -73,7 +102,23 @@ void infer_free(struct infer *in)
         in->k->free(in->ctx, in->wt_buf);
         in->k->free(in->ctx, in->at_idx);
         in->k->free(in->ctx, in->at_val);
+        in->k->free(in->ctx, in->sl_w);
+        in->k->free(in->ctx, in->sl_rows);
+        in->k->free(in->ctx, in->sl_ids);
+        in->k->free(in->ctx, in->sl_u);
+        in->k->free(in->ctx, in->sl_flat);
     }
+    free(in->cand);
+    free(in->coff);
+    free(in->woff);
+    free(in->live);
+    free(in->loff);
+    free(in->mark);
+    free(in->host_logits);
+    free(in->union_ids);
+    free(in->union_at);
+    free(in->upos);
+    free(in->flat_host);
     free(in->wts);
     free(in->enc.layer);
     free(in->ckv);
@@ -394,6 +439,294 @@ static int infer_linear(struct nn_exec *e, float *y, const float *x, const float
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * the vocabulary shortlist */
+
+int infer_set_shortlist(struct infer *in, const struct shortlist *sl)
+{
+    const struct nmt_backend *k = in->k;
+    int V = in->c.vocab, D = in->c.d_model;
+    if (sl && sl->vocab != V)
+        return nmt_seterr("shortlist of a vocabulary of %d pieces for a model of %d", sl->vocab, V);
+    in->sl = sl;
+    in->ns = in->R = 0; /* no batch is under way until the next infer_encode */
+    if (!sl || in->mark)
+        return 0;
+    in->mark = nmt_calloc((size_t)V, 1);
+    in->union_ids = in->mark ? nmt_malloc((size_t)V * sizeof *in->union_ids) : NULL;
+    in->union_at = in->union_ids ? nmt_malloc((size_t)V * sizeof *in->union_at) : NULL;
+    if (!in->union_at)
+        return -1;
+    in->sl_rows = in->mark ? k->alloc(in->ctx, (size_t)V * (size_t)D * sizeof(float)) : NULL;
+    in->sl_ids = in->sl_rows ? k->alloc(in->ctx, (size_t)V * sizeof(int32_t)) : NULL;
+    if (!in->sl_ids)
+        return in->mark ? nmt_seterr("backend %s: alloc: %s", k->name, k->last_error(in->ctx)) : -1;
+    return 0;
+}
+
+/* Grows the host arrays of the shortlist to B sentences and CANDS candidates in all. 0 or -1. */
+static int short_grow(struct infer *in, int B, size_t cands)
+{
+    if ((size_t)B > in->sent_cap) {
+        size_t n = (size_t)B;
+        free(in->coff);
+        free(in->woff);
+        free(in->live);
+        free(in->loff);
+        in->coff = nmt_malloc((n + 1) * sizeof *in->coff);
+        in->woff = nmt_malloc(n * sizeof *in->woff);
+        in->live = nmt_malloc(n * sizeof *in->live);
+        in->loff = nmt_malloc((n + 1) * sizeof *in->loff);
+        in->sent_cap = in->coff && in->woff && in->live && in->loff ? n : 0;
+        if (!in->sent_cap)
+            return -1;
+    }
+    if (cands > in->cand_cap) {
+        free(in->cand);
+        free(in->upos);
+        in->cand = nmt_malloc(cands * sizeof *in->cand);
+        in->upos = nmt_malloc(cands * sizeof *in->upos);
+        in->cand_cap = in->cand && in->upos ? cands : 0;
+        if (!in->cand_cap)
+            return -1;
+    }
+    return 0;
+}
+
+static int short_n(const struct infer *in, int s);
+
+/* The output weights of N candidates, as the model's output projection keeps them. */
+static struct wt_entry short_entry(const struct infer *in, int n)
+{
+    return (struct wt_entry){in->sl_rows, NULL, n, in->c.d_model, in->out_precision};
+}
+
+/* Bytes of the output weights of N candidates in sl_w (packed, or gathered rows), 64-aligned. */
+static size_t short_wbytes(const struct infer *in, int n)
+{
+    struct wt_entry e = short_entry(in, n);
+    size_t b = in->nwt ? wt_bytes(in, &e) : (size_t)n * (size_t)in->c.d_model * sizeof(float);
+    return (b + 63) & ~(size_t)63;
+}
+
+/* Grows device buffer *P of *CAP bytes to at least N, doubling (few buffers, whose pages are
+ * faulted in once). 0, or -1 with the error set. */
+static int short_dev_grow(struct infer *in, void **p, size_t *cap, size_t n, const char *what)
+{
+    if (n <= *cap)
+        return 0;
+    size_t want = n > 2 * *cap ? n : 2 * *cap;
+    in->k->free(in->ctx, *p);
+    *cap = 0;
+    if (!(*p = in->k->alloc(in->ctx, want)))
+        return nmt_seterr("cannot allocate %zu MB for the shortlist's %s on backend %s: %s", want >> 20, what,
+                          in->k->name, in->k->last_error(in->ctx));
+    *cap = want;
+    return 0;
+}
+
+/* A weight read by a product costs about as many multiply-adds as this many rows do with it: the
+ * union of the batch's candidates is taken when rows x union costs less than this many rows per
+ * sentence's candidates (greedy batches: a product over the union; beams: one a sentence). */
+#define SHORT_READ_ROWS 8
+
+/* Sets the union of the B sentences' candidates (in->union_*, in->upos) and returns whether one
+ * product over it costs less than one product a sentence (only with the backend's linear layer,
+ * whose results for a column do not depend on the others: plugins/backend.h). */
+static int short_union(struct infer *in, int B)
+{
+    int V = in->c.vocab, n = 0;
+    in->union_n = 0;
+    if (!in->nwt)
+        return 0;
+    for (size_t i = 0; i < in->coff[B]; i++)
+        in->mark[in->cand[i]] = 1;
+    for (int v = 0; v < V; v++)
+        if (in->mark[v]) {
+            in->mark[v] = 0;
+            in->union_at[v] = n;
+            in->union_ids[n++] = v;
+        }
+    for (size_t i = 0; i < in->coff[B]; i++)
+        in->upos[i] = in->union_at[in->cand[i]];
+    double rows = (double)B * (double)in->K, per_sentence = (double)in->coff[B];
+    in->union_n = rows * n < per_sentence * (in->K > SHORT_READ_ROWS ? in->K : SHORT_READ_ROWS) ? n : 0;
+    return in->union_n;
+}
+
+/* Packs (or, without packed weights, gathers) into DST the embedding rows of the N ids IDS (host),
+ * as the output projection's weights. 0 or -1. */
+static int short_weights(struct infer *in, void *dst, const int32_t *ids, int n)
+{
+    const struct nmt_backend *k = in->k;
+    float *rows = in->nwt ? in->sl_rows : (float *)dst;
+    struct wt_entry e = short_entry(in, n);
+    if (nn_bk(&in->run, k->upload(in->ctx, in->sl_ids, ids, (size_t)n * sizeof(int32_t)), "upload") < 0 ||
+        nn_bk(&in->run, k->gather_rows(in->ctx, rows, in->w->emb, in->sl_ids, n, in->c.d_model), "gather_rows") < 0)
+        return -1;
+    return in->nwt ? wt_pack(in, dst, &e) : 0;
+}
+
+/* Makes the candidates of the B sentences SRC/LEN of infer_encode and the output weights of the
+ * batch: those of the union of the candidates, or of each sentence's. 0, or -1 with the error set. */
+static int short_prepare(struct infer *in, int B, const uint32_t *const *src, const int *len)
+{
+    const struct nmt_backend *k = in->k;
+    int V = in->c.vocab;
+    if (short_grow(in, B, (size_t)B * (size_t)V) < 0)
+        return -1;
+    size_t wtotal = 0;
+    in->coff[0] = 0;
+    for (int b = 0; b < B; b++) {
+        int n = shortlist_candidates(in->sl, src[b], len[b], in->topk_cap, in->cand + in->coff[b], in->mark);
+        if (n < in->topk_cap)
+            return nmt_seterr("shortlist: %d candidates, fewer than the %d best asked", n, in->topk_cap);
+        in->coff[b + 1] = in->coff[b] + (size_t)n;
+        in->live[b] = b;
+    }
+    int nu = short_union(in, B);
+    for (int b = 0; b < (nu ? 1 : B); b++) {
+        size_t wb = short_wbytes(in, nu ? nu : (int)(in->coff[b + 1] - in->coff[b]));
+        if (wb == 0)
+            return nmt_seterr("backend %s cannot pack the shortlist's weights: %s", k->name, k->last_error(in->ctx));
+        in->woff[b] = wtotal;
+        wtotal += wb;
+    }
+    if (short_dev_grow(in, (void **)&in->sl_w, &in->sl_wcap, wtotal, "weights") < 0)
+        return -1;
+    if (nu)
+        return short_dev_grow(in, (void **)&in->sl_u, &in->sl_ucap, (size_t)B * (size_t)in->K * (size_t)nu * 4,
+                              "logits") < 0 ||
+                       short_weights(in, in->sl_w, in->union_ids, nu) < 0
+                   ? -1
+                   : 0;
+    for (int b = 0; b < B; b++)
+        if (short_weights(in, in->sl_w + in->woff[b], in->cand + in->coff[b], (int)(in->coff[b + 1] - in->coff[b])) < 0)
+            return -1;
+    return 0;
+}
+
+/* The output layer over the batch's union: Y (R, D) times its weights into sl_u, then each live
+ * row's candidates gathered into its place in in->logits. 0 or -1. */
+static int short_project_union(struct infer *in, const float *y)
+{
+    struct nn_exec *e = &in->run;
+    const struct nmt_backend *k = in->k;
+    int K = in->K, R = in->R, nu = in->union_n;
+    size_t total = 0;
+    for (int s = 0; s < in->ns; s++)
+        total += (size_t)K * (size_t)short_n(in, s);
+    if (total > in->sl_flatcap / sizeof(int32_t)) {
+        free(in->flat_host);
+        if (!(in->flat_host = nmt_malloc(2 * total * sizeof *in->flat_host)) ||
+            short_dev_grow(in, (void **)&in->sl_flat, &in->sl_flatcap, 2 * total * sizeof(int32_t), "indices") < 0)
+            return -1;
+    }
+    int32_t *f = in->flat_host;
+    for (int r = 0; r < R; r++) {
+        int b = in->live[r / K];
+        for (size_t i = in->coff[b]; i < in->coff[b + 1]; i++)
+            *f++ = r * nu + in->upos[i];
+    }
+    return nn_bk(e, k->linear_rowinv(in->ctx, R, nu, in->c.d_model, y, in->c.d_model, in->sl_w, NULL, 0, in->sl_u, nu),
+                 "linear_rowinv") < 0 ||
+                   nn_bk(e, k->upload(in->ctx, in->sl_flat, in->flat_host, total * sizeof(int32_t)), "upload") < 0 ||
+                   nn_bk(e, k->gather_rows(in->ctx, in->logits, in->sl_u, in->sl_flat, (int)total, 1), "gather_rows") < 0
+               ? -1
+               : 0;
+}
+
+/* The output layer on the candidates: live sentence s's K rows of Y (R, D) times its candidates'
+ * weights into its block of in->logits. 0 or -1. */
+static int short_project(struct infer *in, const float *y)
+{
+    struct nn_exec *e = &in->run;
+    if (in->union_n)
+        return short_project_union(in, y);
+    int K = in->K, D = in->c.d_model;
+    float *out = in->logits;
+    for (int s = 0; s < in->ns; s++) {
+        int b = in->live[s], n = short_n(in, s);
+        const float *x = y + (size_t)s * (size_t)K * (size_t)D;
+        const void *w = in->sl_w + in->woff[b];
+        int rc = in->nwt ? nn_bk(e, in->k->linear_rowinv(in->ctx, K, n, D, x, D, w, NULL, 0, out, n), "linear_rowinv")
+                         : e->linear(e, out, x, (const float *)w, NULL, 0, K, n, D);
+        if (rc < 0)
+            return -1;
+        out += (size_t)K * (size_t)n;
+    }
+    return 0;
+}
+
+/* The TOPK best log-probabilities of each live row over its sentence's candidates into VALS/IDX
+ * (host, R x TOPK), as step_outputs'. 0 or -1. */
+static int short_topk(struct infer *in, int topk, float *vals, int32_t *idx)
+{
+    struct nn_exec *e = &in->run;
+    const struct nmt_backend *k = in->k;
+    int K = in->K, R = in->R;
+    const float *l = in->logits;
+    for (int s = 0; s < in->ns; s++) {
+        int n = short_n(in, s);
+        size_t o = (size_t)s * (size_t)K * (size_t)topk;
+        if (nn_bk(e, k->topk_logsoftmax(in->ctx, in->vals + o, in->idx + o, l, K, n, topk), "topk_logsoftmax") < 0)
+            return -1;
+        l += (size_t)K * (size_t)n;
+    }
+    if (nn_bk(e, k->download(in->ctx, vals, in->vals, (size_t)R * (size_t)topk * sizeof(float)), "download") < 0 ||
+        nn_bk(e, k->download(in->ctx, idx, in->idx, (size_t)R * (size_t)topk * sizeof(int32_t)), "download") < 0)
+        return -1;
+    for (int r = 0; r < R; r++) {
+        const int32_t *c = in->cand + in->coff[in->live[r / K]];
+        for (int j = 0; j < topk; j++)
+            idx[(size_t)r * (size_t)topk + (size_t)j] = c[idx[(size_t)r * (size_t)topk + (size_t)j]];
+    }
+    return 0;
+}
+
+/* The number of candidates of live sentence S. */
+static int short_n(const struct infer *in, int s)
+{
+    int b = in->live[s];
+    return (int)(in->coff[b + 1] - in->coff[b]);
+}
+
+/* Downloads the live rows' logits over their candidates into in->host_logits, live sentence s's at
+ * in->loff[s]. 0 or -1. */
+static int short_logits_host(struct infer *in)
+{
+    in->loff[0] = 0;
+    for (int s = 0; s < in->ns; s++)
+        in->loff[s + 1] = in->loff[s] + (size_t)in->K * (size_t)short_n(in, s);
+    size_t total = in->loff[in->ns];
+    if (total > in->host_logits_cap) {
+        free(in->host_logits);
+        in->host_logits = nmt_malloc(total * sizeof *in->host_logits);
+        in->host_logits_cap = in->host_logits ? total : 0;
+        if (!in->host_logits)
+            return -1;
+    }
+    return nn_bk(&in->run, in->k->download(in->ctx, in->host_logits, in->logits, total * sizeof(float)), "download");
+}
+
+/* The logit of live row R at token ID from in->host_logits (short_logits_host): -infinity for a
+ * token outside its sentence's candidates. */
+static float short_logit_at(const struct infer *in, int r, int32_t id)
+{
+    int s = r / in->K, n = short_n(in, s);
+    const int32_t *c = in->cand + in->coff[in->live[s]];
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (c[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t row = in->loff[s] + (size_t)(r % in->K) * (size_t)n;
+    return lo < n && c[lo] == id ? in->host_logits[row + (size_t)lo] : -INFINITY;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * encoder */
 
 /* Sets the batch shape the arena is laid out for. */
@@ -468,6 +801,8 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
     for (int l = 0; l < c->dec_layers; l++)
         if (infer_linear(&in->run, in->ckv[l], mem, in->w->dec[l].ckv_w, in->w->dec[l].ckv_b, 0, Ns, 2 * D, D) < 0)
             return -1;
+    if (in->sl && short_prepare(in, B, src, len) < 0)
+        return -1;
     in->ns = B;
     in->R = B * K;
     in->time = 0;
@@ -533,7 +868,12 @@ static int step_outputs(struct infer *in, int topk, float *vals, int32_t *idx, c
     const struct nmt_backend *k = in->k;
     struct nn_exec *e = &in->run;
     int R = in->R, V = in->c.vocab;
-    if (topk > 0) {
+    if (in->sl && tgt)
+        return nmt_seterr("forced decoding scores over the whole vocabulary: not with a shortlist");
+    if (topk > 0 && in->sl) {
+        if (short_topk(in, topk, vals, idx) < 0)
+            return -1;
+    } else if (topk > 0) {
         if (nn_bk(e, k->topk_logsoftmax(in->ctx, in->vals, in->idx, in->logits, R, V, topk), "topk_logsoftmax") < 0 ||
             nn_bk(e, k->download(in->ctx, vals, in->vals, (size_t)R * (size_t)topk * sizeof(float)), "download") < 0 ||
             nn_bk(e, k->download(in->ctx, idx, in->idx, (size_t)R * (size_t)topk * sizeof(int32_t)), "download") < 0)
@@ -581,7 +921,7 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
             return -1;
         y = in->t;
     }
-    if (e->linear(e, in->logits, y, in->w->emb, NULL, 0, R, V, D) < 0 ||
+    if ((in->sl ? short_project(in, y) : e->linear(e, in->logits, y, in->w->emb, NULL, 0, R, V, D)) < 0 ||
         step_outputs(in, topk, vals, idx, tgt, lp) < 0)
         return -1;
     in->time = t + 1;
@@ -592,6 +932,22 @@ int infer_logits(struct infer *in, float *logits)
 {
     if (in->time == 0 || in->R == 0)
         return nmt_seterr("no decoder step to read the logits of");
+    if (in->sl) {
+        if (short_logits_host(in) < 0)
+            return -1;
+        size_t V = (size_t)in->c.vocab;
+        for (int r = 0; r < in->R; r++) {
+            int s = r / in->K, n = short_n(in, s);
+            const int32_t *c = in->cand + in->coff[in->live[s]];
+            const float *l = in->host_logits + in->loff[s] + (size_t)(r % in->K) * (size_t)n;
+            float *o = logits + (size_t)r * V;
+            for (size_t v = 0; v < V; v++)
+                o[v] = -INFINITY;
+            for (int j = 0; j < n; j++)
+                o[c[j]] = l[j];
+        }
+        return 0;
+    }
     return nn_bk(&in->run,
                  in->k->download(in->ctx, logits, in->logits, (size_t)in->R * (size_t)in->c.vocab * sizeof(float)),
                  "download");
@@ -606,6 +962,18 @@ int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, 
         return nmt_seterr("no decoder step to read the logits of");
     if (N == 0)
         return 0;
+    if (in->sl) {
+        if (short_logits_host(in) < 0)
+            return -1;
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < n; j++) {
+                int32_t id = ids[(size_t)r * (size_t)n + (size_t)j];
+                if (id < 0 || id >= V)
+                    return nmt_seterr("token id %d outside the vocabulary of %d", id, V);
+                out[(size_t)r * (size_t)n + (size_t)j] = short_logit_at(in, r, id);
+            }
+        return 0;
+    }
     if ((size_t)R * (size_t)V > (size_t)INT32_MAX)
         return nmt_seterr("%d rows of %d logits are too many to index", R, V);
     if (N > in->at_cap) {
@@ -657,6 +1025,8 @@ int infer_reorder(struct infer *in, int ns, const int *keep, const int *parent)
     if (!same_sent) {
         for (int s = 0; s < ns; s++)
             h[s] = keep[s];
+        for (int s = 0; in->sl && s < ns; s++) /* keep increases: in place */
+            in->live[s] = in->live[keep[s]];
         if (nn_bk(&in->run, k->upload(in->ctx, in->idx, h, (size_t)ns * sizeof(int32_t)), "upload") < 0)
             return -1;
         int64_t row = (int64_t)in->S * 2 * D;

@@ -22,6 +22,7 @@
 #define INFER_BLOCK 8
 
 struct infer;
+struct shortlist;
 
 /* OR'ed into infer_new's PRECISION: the output projection in that precision too. */
 #define INFER_OUTPUT_TOO 0x10000u
@@ -40,6 +41,12 @@ struct infer *infer_new(struct backend *be, struct model *m, int invariant, uint
 int infer_precision_parse(const char *name, uint32_t *dtype);
 /* Returns the name of the precision DTYPE, as infer_precision_parse takes it. */
 const char *infer_precision_name(uint32_t dtype);
+/* Makes the output layer of the steps of the next batches compute only the candidates of each
+ * sentence that shortlist SL (nn/shortlist.h; not owned, on the model's vocabulary) gives it, the
+ * softmax over them: top-k ids, infer_logits and infer_logits_at answer in vocabulary ids, with
+ * -infinity at the others; forced decoding (infer_step's TGT) is refused. NULL: the whole
+ * vocabulary again. Ends any batch under way. 0, or -1 with the error set. */
+int infer_set_shortlist(struct infer *in, const struct shortlist *sl);
 /* Frees IN and its device buffers; infer_free(NULL) is a no-op. */
 void infer_free(struct infer *in);
 
