@@ -296,7 +296,9 @@ struct nmt_backend {
     /* Row-invariant linear layer for inference: C (M,N) = A (M,K) @ W^T + bias, then ReLU when relu
      * is non-zero; WP is W (N,K) as linear_pack (or linear_pack_q, below) left it, bias (N) or NULL, lda >= K, ldc >= N;
      * M, N, K >= 0. Contract as gemm_rowinv's: the bits of row i depend only on row i of A, on W,
-     * bias, relu, N and K; never on M, the other rows or the thread count. The result equals
+     * bias, relu, N and K; never on M, the other rows or the thread count. Moreover the bits of
+     * C[i][j] depend only on row i of A, row j of W, bias[j], relu and K, never on N or the other
+     * columns (the vocabulary shortlist computes a sentence's columns inside a batch's). The result equals
      * gemm_rowinv + bias_add + relu_forward up to rounding, not bit for bit (the host uses those
      * when these slots are absent). */
     int (*linear_rowinv)(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *Wp,

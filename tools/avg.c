@@ -33,7 +33,7 @@ static void usage(FILE *f)
             "                        pairs of FILE's batches (nmt-batch, the model's vocabulary; the\n"
             "                        training set)\n"
             "      --shortlist-targets N  target pieces listed for each source piece (default 50)\n"
-            "      --shortlist-frequent N the most frequent target pieces, always candidates (default 100)\n"
+            "      --shortlist-frequent N the most frequent target pieces, always candidates (default 300)\n"
             "      --backend NAME    compute backend of the calibration (default: $NMT_BACKEND, else auto)\n"
             "      --threads N       its threads (default: all cores)\n"
             "  -h, --help            show this help and exit\n"
@@ -313,7 +313,7 @@ done:
 int main(int argc, char **argv)
 {
     nmt_start(argv);
-    struct opts o = {.sl_targets = 50, .sl_frequent = 100};
+    struct opts o = {.sl_targets = 50, .sl_frequent = 300};
     enum { OPT_CALIBRATE = 256, OPT_BACKEND, OPT_THREADS, OPT_SHORTLIST, OPT_SL_TARGETS, OPT_SL_FREQUENT };
     static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
                                              {"quantize", no_argument, NULL, 'Q'},

@@ -266,3 +266,122 @@ PY
     [ "$status" -eq 2 ]
     [ ! -e "$D/c.ckpt" ]
 }
+
+@test "--shortlist: a table of target pieces a source piece and the most frequent ones, as I32 tensors" {
+    nmt-avg --shortlist "$D/b" --shortlist-targets 7 --shortlist-frequent 30 -o "$D/s.ckpt" "$D/m.ckpt"
+    python3 - "$D/s.ckpt" <<'PY'
+import array, json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
+def t(k):
+    o = h[k]['data_offsets']; a = array.array('i'); a.frombytes(b[8 + n + o[0]:8 + n + o[1]]); return a
+V = int(h['__metadata__']['model.vocab'])
+assert h['shortlist.table']['dtype'] == 'I32' and h['shortlist.table']['shape'] == [V, 7]
+assert h['shortlist.frequent']['dtype'] == 'I32' and h['shortlist.frequent']['shape'] == [30]
+tab, fr = t('shortlist.table'), t('shortlist.frequent')
+assert len(set(fr)) == 30 and all(0 <= x < V for x in fr)
+full = 0
+for s in range(V):
+    row = list(tab[s * 7:(s + 1) * 7]); ids = [x for x in row if x >= 0]
+    assert row == ids + [-1] * (7 - len(ids)) and len(set(ids)) == len(ids), s
+    assert not set(ids) & set(fr) and all(x < V for x in ids), s
+    full += len(ids) == 7
+assert full > 50, full
+PY
+    # the parameters are the average's, and averaging again replaces the shortlist
+    nmt-avg -o "$D/f.ckpt" "$D/m.ckpt"
+    [ "$(tensor "$D/s.ckpt" emb.weight | md5sum)" = "$(tensor "$D/f.ckpt" emb.weight | md5sum)" ]
+    nmt-avg --shortlist "$D/b" --shortlist-frequent 600 -o "$D/s2.ckpt" "$D/s.ckpt"
+    nmt-cat --header "$D/s2.ckpt" > /dev/null
+    run nmt-cat "$D/s2.ckpt"
+    [[ "$output" == *"shortlist.frequent"*"600"* ]]
+}
+
+@test "--shortlist decoding: the whole vocabulary translates as no shortlist, byte for byte; small ones are batch-invariant" {
+    head -40 "$D/en" > "$D/src"
+    nmt-avg --shortlist "$D/b" --shortlist-targets 1 --shortlist-frequent 600 -o "$D/all.ckpt" "$D/m.ckpt"
+    for p in float32 int8; do
+        for beam in 1 3; do
+            nmt-decode -m "$D/all.ckpt" --precision $p --beam $beam --scores -i "$D/src" > "$D/none.out"
+            nmt-decode -m "$D/all.ckpt" --precision $p --beam $beam --scores --shortlist -i "$D/src" > "$D/all.out"
+            cmp "$D/none.out" "$D/all.out"
+        done
+    done
+    nmt-avg --shortlist "$D/b" --shortlist-targets 4 --shortlist-frequent 12 -o "$D/s.ckpt" "$D/m.ckpt"
+    for p in float32 int8; do
+        for beam in 1 3; do
+            nmt-decode -m "$D/s.ckpt" --precision $p --beam $beam --scores --shortlist --max-tokens 1 -i "$D/src" > "$D/ref.out"
+            [ "$(wc -l < "$D/ref.out")" -eq 40 ]
+            for opts in "--max-tokens 7" "--max-tokens 64" "--max-tokens 64 --jobs 2 --threads 2"; do
+                nmt-decode -m "$D/s.ckpt" --precision $p --beam $beam --scores --shortlist $opts -i "$D/src" > "$D/b.out"
+                cmp "$D/ref.out" "$D/b.out"
+            done
+        done
+    done
+    # the softmax is over the candidates: scores change; an ensemble shares the first model's shortlist
+    nmt-decode -m "$D/s.ckpt" --scores -i "$D/src" > "$D/full.out"
+    ! cmp -s "$D/full.out" "$D/ref.out"
+    nmt-decode -m "$D/s.ckpt" -m "$D/m.ckpt" --beam 3 --shortlist --max-tokens 1 -i "$D/src" > "$D/e1.out"
+    nmt-decode -m "$D/s.ckpt" -m "$D/m.ckpt" --beam 3 --shortlist --max-tokens 64 -i "$D/src" > "$D/e2.out"
+    [ "$(wc -l < "$D/e1.out")" -eq 40 ]
+    cmp "$D/e1.out" "$D/e2.out"
+}
+
+@test "--shortlist errors: no shortlist in the model, --score, bad counting data, options without --shortlist" {
+    head -3 "$D/en" > "$D/src"
+    run nmt-decode -m "$D/m.ckpt" --shortlist -i "$D/src"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-decode: $D/m.ckpt: no vocabulary shortlist (tensor shortlist.table missing; nmt-avg --shortlist adds one)" ]]
+    nmt-avg --shortlist "$D/b" -o "$D/s.ckpt" "$D/m.ckpt"
+    run nmt-decode -m "$D/s.ckpt" --shortlist --score --src "$D/src" --tgt "$D/src"
+    [ "$status" -eq 2 ]
+    [[ "${lines[0]}" == *"--score scores over the whole vocabulary: it does not go with --shortlist" ]]
+    run nmt-avg --shortlist-targets 5 -o "$D/c.ckpt" "$D/m.ckpt"
+    [ "$status" -eq 2 ]
+    [[ "${lines[0]}" == "nmt-avg: --shortlist-targets and --shortlist-frequent go with --shortlist FILE" ]]
+    run nmt-avg --shortlist "$D/b" --shortlist-targets 0 -o "$D/c.ckpt" "$D/m.ckpt"
+    [ "$status" -eq 2 ]
+    run nmt-avg --shortlist "$D/b" --shortlist-frequent 601 -o "$D/c.ckpt" "$D/m.ckpt"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-avg: --shortlist-frequent 601 exceeds the vocabulary of 600 pieces" ]]
+    run nmt-avg --shortlist "$D/en" -o "$D/c.ckpt" "$D/m.ckpt"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-avg: "*"$D/en"*"plain text"* ]]
+    run nmt-avg --shortlist "$D/none.b" -o "$D/c.ckpt" "$D/m.ckpt"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-avg: "*"$D/none.b"* ]]
+    nmt-tokenize --vocab "$D/v.bpe" < /dev/null | nmt-batch > "$D/empty.b" 2> /dev/null
+    run nmt-avg --shortlist "$D/empty.b" -o "$D/c.ckpt" "$D/m.ckpt"
+    [ "$status" -eq 1 ]
+    [ ! -e "$D/c.ckpt" ]
+}
+
+@test "hostile shortlists are refused, naming the tensor, row and entry" {
+    head -3 "$D/en" > "$D/src"
+    nmt-avg --shortlist "$D/b" --shortlist-targets 4 --shortlist-frequent 10 -o "$D/s.ckpt" "$D/m.ckpt"
+    T=shortlist.table F=shortlist.frequent
+    check() {
+        run nmt-decode -m "$D/h.ckpt" --shortlist -i "$D/src"
+        [ "$status" -eq 1 ]
+        [[ "${lines[0]}" == "nmt-decode: $D/h.ckpt: "$1 ]]
+    }
+    rewrite "$D/s.ckpt" "$D/h.ckpt" "t['$T'][4 * 4 * 9:4 * 4 * 10] = struct.pack('<4i', 5, 600, -1, -1)"
+    check "tensor $T: row 9, entry 1: id 600 outside the vocabulary of 600"
+    rewrite "$D/s.ckpt" "$D/h.ckpt" "t['$T'][0:16] = struct.pack('<4i', 1, 2, 3, -7)"
+    check "tensor $T: row 0, entry 3: id -7 outside the vocabulary of 600"
+    rewrite "$D/s.ckpt" "$D/h.ckpt" "t['$T'][0:16] = struct.pack('<4i', 5, -1, 6, -1)"
+    check "tensor $T: row 0, entry 2: id 6 after the row's end (-1)"
+    rewrite "$D/s.ckpt" "$D/h.ckpt" "t['$T'][0:16] = struct.pack('<4i', 5, 8, 5, -1)"
+    check "tensor $T: row 0, entry 2: id 5 repeated"
+    rewrite "$D/s.ckpt" "$D/h.ckpt" "t['$F'][8:12] = t['$F'][0:4]"
+    check "tensor $F: entry 2: id * repeated"
+    rewrite "$D/s.ckpt" "$D/h.ckpt" "h['$T']['dtype'] = 'U32'"
+    check "tensor $T must be I32 of shape (600, 1..600)"
+    rewrite "$D/s.ckpt" "$D/h.ckpt" "t['$T'] = t['$T'][:-16]; h['$T']['shape'][0] -= 1"
+    check "tensor $T must be I32 of shape (600, 1..600)"
+    rewrite "$D/s.ckpt" "$D/h.ckpt" "del h['$F']; del t['$F']"
+    check "no vocabulary shortlist (tensor $F missing; nmt-avg --shortlist adds one)"
+    # the untouched file decodes, and a damaged shortlist does not matter without --shortlist
+    nmt-decode -m "$D/s.ckpt" --shortlist -i "$D/src" > /dev/null
+    rewrite "$D/s.ckpt" "$D/h.ckpt" "t['$T'][0:4] = struct.pack('<i', 600)"
+    nmt-decode -m "$D/h.ckpt" -i "$D/src" > /dev/null
+}

@@ -1,5 +1,6 @@
 /* fuzz_checkpoint.c: libFuzzer target for the safetensors reader, the checkpoint config loader and
- * the int8 weights' checks and conversion (checkpoint_dequantize). Any input must either parse into
+ * the int8 weights' checks and conversion (checkpoint_dequantize) and the vocabulary shortlist's
+ * checks (shortlist_read, then a sentence's candidates). Any input must either parse into
  * tensors that lie inside the input, or fail with an error text. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -7,6 +8,7 @@
 
 #include "nn/checkpoint.h"
 #include "nn/model.h"
+#include "nn/shortlist.h"
 #include "io/safetensors.h"
 #include "cli/cli.h"
 
@@ -44,7 +46,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (st_meta(f, f->meta_key[i]) == NULL)
             abort();
     struct model_config c;
-    (void)model_config_load(&c, f);
+    if (model_config_load(&c, f) == 0 && shortlist_present(f)) {
+        nmt_seterr("%s", "");
+        struct shortlist *sl = shortlist_read(f, "fuzz", c.vocab);
+        if (!sl && !*nmt_errmsg())
+            abort();
+        int32_t *out = sl ? malloc((size_t)c.vocab * sizeof *out) : NULL;
+        unsigned char *mark = sl ? calloc((size_t)c.vocab, 1) : NULL;
+        if (out && mark) {
+            uint32_t src[4] = {0, 3, (uint32_t)c.vocab - 1, (uint32_t)c.vocab};
+            int n = shortlist_candidates(sl, src, 4, 8, out, mark);
+            for (int i = 0; i < n; i++)
+                if (out[i] < 0 || out[i] >= c.vocab || (i && out[i] <= out[i - 1]) || mark[out[i]])
+                    abort();
+        }
+        free(out);
+        free(mark);
+        shortlist_free(sl);
+    }
     if (checkpoint_check_finite(f, "fuzz") == 0) {
         nmt_seterr("%s", "");
         if (checkpoint_dequantize(f, "fuzz") < 0 && !*nmt_errmsg())
