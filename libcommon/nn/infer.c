@@ -463,32 +463,38 @@ int infer_set_shortlist(struct infer *in, const struct shortlist *sl)
     return 0;
 }
 
-/* Grows the host arrays of the shortlist to B sentences and CANDS candidates in all. 0 or -1. */
-static int short_grow(struct infer *in, int B, size_t cands)
+/* Grows the host arrays of the shortlist to B sentences. 0 or -1. */
+static int short_grow(struct infer *in, int B)
 {
-    if ((size_t)B > in->sent_cap) {
-        size_t n = (size_t)B;
-        free(in->coff);
-        free(in->woff);
-        free(in->live);
-        free(in->loff);
-        in->coff = nmt_malloc((n + 1) * sizeof *in->coff);
-        in->woff = nmt_malloc(n * sizeof *in->woff);
-        in->live = nmt_malloc(n * sizeof *in->live);
-        in->loff = nmt_malloc((n + 1) * sizeof *in->loff);
-        in->sent_cap = in->coff && in->woff && in->live && in->loff ? n : 0;
-        if (!in->sent_cap)
-            return -1;
-    }
-    if (cands > in->cand_cap) {
-        free(in->cand);
-        free(in->upos);
-        in->cand = nmt_malloc(cands * sizeof *in->cand);
-        in->upos = nmt_malloc(cands * sizeof *in->upos);
-        in->cand_cap = in->cand && in->upos ? cands : 0;
-        if (!in->cand_cap)
-            return -1;
-    }
+    if ((size_t)B <= in->sent_cap)
+        return 0;
+    size_t n = (size_t)B;
+    free(in->coff);
+    free(in->woff);
+    free(in->live);
+    free(in->loff);
+    in->coff = nmt_malloc((n + 1) * sizeof *in->coff);
+    in->woff = nmt_malloc(n * sizeof *in->woff);
+    in->live = nmt_malloc(n * sizeof *in->live);
+    in->loff = nmt_malloc((n + 1) * sizeof *in->loff);
+    in->sent_cap = in->coff && in->woff && in->live && in->loff ? n : 0;
+    return in->sent_cap ? 0 : -1;
+}
+
+/* Makes room for N candidates in all, keeping those there (doubling). 0 or -1. */
+static int short_cand_room(struct infer *in, size_t n)
+{
+    if (n <= in->cand_cap)
+        return 0;
+    size_t want = n > 2 * in->cand_cap ? n : 2 * in->cand_cap;
+    int32_t *c = realloc(in->cand, want * sizeof *c);
+    if (c)
+        in->cand = c;
+    int32_t *u = c ? realloc(in->upos, want * sizeof *u) : NULL;
+    if (!u)
+        return nmt_seterr("out of memory");
+    in->upos = u;
+    in->cand_cap = want;
     return 0;
 }
 
@@ -549,7 +555,8 @@ static int short_union(struct infer *in, int B)
     for (size_t i = 0; i < in->coff[B]; i++)
         in->upos[i] = in->union_at[in->cand[i]];
     double rows = (double)B * (double)in->K, per_sentence = (double)in->coff[B];
-    in->union_n = rows * n < per_sentence * (in->K > SHORT_READ_ROWS ? in->K : SHORT_READ_ROWS) ? n : 0;
+    int cheaper = rows * n < per_sentence * (in->K > SHORT_READ_ROWS ? in->K : SHORT_READ_ROWS);
+    in->union_n = cheaper && rows * n <= (double)INT32_MAX ? n : 0; /* sl_u is indexed in int32 */
     return in->union_n;
 }
 
@@ -572,11 +579,13 @@ static int short_prepare(struct infer *in, int B, const uint32_t *const *src, co
 {
     const struct nmt_backend *k = in->k;
     int V = in->c.vocab;
-    if (short_grow(in, B, (size_t)B * (size_t)V) < 0)
+    if (short_grow(in, B) < 0)
         return -1;
     size_t wtotal = 0;
     in->coff[0] = 0;
     for (int b = 0; b < B; b++) {
+        if (short_cand_room(in, in->coff[b] + (size_t)V) < 0)
+            return -1;
         int n = shortlist_candidates(in->sl, src[b], len[b], in->topk_cap, in->cand + in->coff[b], in->mark);
         if (n < in->topk_cap)
             return nmt_seterr("shortlist: %d candidates, fewer than the %d best asked", n, in->topk_cap);
