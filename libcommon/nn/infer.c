@@ -78,7 +78,8 @@ struct infer {
     char *sl_w;                      /* device: the output weights of each sentence, packed as the
                                       * model's output projection, or its gathered rows */
     size_t sl_wcap;
-    float *sl_rows;                  /* device (V, D): one sentence's rows of the embedding */
+    float *sl_rows;                  /* device: rows of the embedding to pack (grown to the most asked) */
+    size_t sl_rowscap;
     int32_t *sl_ids;                 /* device (V) */
     float *host_logits;              /* host (sum of the live rows' candidates): infer_logits(_at) */
     size_t host_logits_cap;
@@ -444,7 +445,7 @@ static int infer_linear(struct nn_exec *e, float *y, const float *x, const float
 int infer_set_shortlist(struct infer *in, const struct shortlist *sl)
 {
     const struct nmt_backend *k = in->k;
-    int V = in->c.vocab, D = in->c.d_model;
+    int V = in->c.vocab;
     if (sl && sl->vocab != V)
         return nmt_seterr("shortlist of a vocabulary of %d pieces for a model of %d", sl->vocab, V);
     in->sl = sl;
@@ -456,11 +457,8 @@ int infer_set_shortlist(struct infer *in, const struct shortlist *sl)
     in->union_at = in->union_ids ? nmt_malloc((size_t)V * sizeof *in->union_at) : NULL;
     if (!in->union_at)
         return -1;
-    in->sl_rows = in->mark ? k->alloc(in->ctx, (size_t)V * (size_t)D * sizeof(float)) : NULL;
-    in->sl_ids = in->sl_rows ? k->alloc(in->ctx, (size_t)V * sizeof(int32_t)) : NULL;
-    if (!in->sl_ids)
-        return in->mark ? nmt_seterr("backend %s: alloc: %s", k->name, k->last_error(in->ctx)) : -1;
-    return 0;
+    in->sl_ids = k->alloc(in->ctx, (size_t)V * sizeof(int32_t));
+    return in->sl_ids ? 0 : nmt_seterr("backend %s: alloc: %s", k->name, k->last_error(in->ctx));
 }
 
 /* Grows the host arrays of the shortlist to B sentences. 0 or -1. */
@@ -565,6 +563,9 @@ static int short_union(struct infer *in, int B)
 static int short_weights(struct infer *in, void *dst, const int32_t *ids, int n)
 {
     const struct nmt_backend *k = in->k;
+    size_t bytes = (size_t)n * (size_t)in->c.d_model * sizeof(float);
+    if (in->nwt && short_dev_grow(in, (void **)&in->sl_rows, &in->sl_rowscap, bytes, "rows") < 0)
+        return -1;
     float *rows = in->nwt ? in->sl_rows : (float *)dst;
     struct wt_entry e = short_entry(in, n);
     if (nn_bk(&in->run, k->upload(in->ctx, in->sl_ids, ids, (size_t)n * sizeof(int32_t)), "upload") < 0 ||
