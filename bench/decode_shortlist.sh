@@ -3,6 +3,7 @@
 # machine: seconds of the whole nmt-decode command (ids in, hyp out) for each configuration, then
 # the median and fastest of each and their ratio to float32 without a shortlist.
 # usage: bench/decode_shortlist.sh MODEL.ckpt TRAIN.batches SRC.ids [ROUNDS] [THREADS...]
+# SHORTLIST="--shortlist-targets N --shortlist-frequent N" sizes the shortlist (default: nmt-avg's).
 set -euo pipefail
 model=$1 train=$2 src=$3 rounds=${4:-5}
 shift $(($# < 4 ? $# : 4))
@@ -10,7 +11,8 @@ threads=${*:-1 2}
 bin=${NMT_BIN:-$(dirname "$0")/../bin}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$bin/nmt-avg" --shortlist "$train" -o "$tmp/sl.ckpt" "$model"
+# shellcheck disable=SC2086
+"$bin/nmt-avg" --shortlist "$train" ${SHORTLIST:-} -o "$tmp/sl.ckpt" "$model"
 configs=("float32" "float32 --shortlist" "int8" "int8 --shortlist" "int8-all --shortlist")
 for t in $threads; do
     for beam in 1 4; do
