@@ -496,7 +496,12 @@ static int short_cand_room(struct infer *in, size_t n)
     return 0;
 }
 
-static int short_n(const struct infer *in, int s);
+/* The number of candidates of live sentence S. */
+static int short_n(const struct infer *in, int s)
+{
+    int b = in->live[s];
+    return (int)(in->coff[b + 1] - in->coff[b]);
+}
 
 /* The output weights of N candidates, as the model's output projection keeps them. */
 static struct wt_entry short_entry(const struct infer *in, int n)
@@ -625,11 +630,16 @@ static int short_project_union(struct infer *in, const float *y)
     size_t total = 0;
     for (int s = 0; s < in->ns; s++)
         total += (size_t)K * (size_t)short_n(in, s);
-    if (total > in->sl_flatcap / sizeof(int32_t)) {
+    if (total > in->sl_flatcap / sizeof(int32_t)) { /* the host copy has the device buffer's size */
         free(in->flat_host);
-        if (!(in->flat_host = nmt_malloc(2 * total * sizeof *in->flat_host)) ||
-            short_dev_grow(in, (void **)&in->sl_flat, &in->sl_flatcap, 2 * total * sizeof(int32_t), "indices") < 0)
+        in->flat_host = NULL;
+        if (short_dev_grow(in, (void **)&in->sl_flat, &in->sl_flatcap, 2 * total * sizeof(int32_t), "indices") < 0 ||
+            !(in->flat_host = nmt_malloc(in->sl_flatcap))) {
+            in->k->free(in->ctx, in->sl_flat);
+            in->sl_flat = NULL;
+            in->sl_flatcap = 0;
             return -1;
+        }
     }
     int32_t *f = in->flat_host;
     for (int r = 0; r < R; r++) {
@@ -691,13 +701,6 @@ static int short_topk(struct infer *in, int topk, float *vals, int32_t *idx)
             idx[(size_t)r * (size_t)topk + (size_t)j] = c[idx[(size_t)r * (size_t)topk + (size_t)j]];
     }
     return 0;
-}
-
-/* The number of candidates of live sentence S. */
-static int short_n(const struct infer *in, int s)
-{
-    int b = in->live[s];
-    return (int)(in->coff[b + 1] - in->coff[b]);
 }
 
 /* Downloads the live rows' logits over their candidates into in->host_logits, live sentence s's at
