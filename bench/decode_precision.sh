@@ -12,7 +12,9 @@
 # defaults). Where /usr/bin/python3 has torch, the PyTorch peer decodes in the same rounds, same
 # batches and threads, with the same weights (bench/peer_decode.py; PEER=../shared/bench/torch_peer/
 # train.py; its OpenMP OpenBLAS as bench/decode_vs_peer.sh): its row "peer" gives its decoding loop
-# only (PEER=none: no peer). Run alone: the machine's load changes the figures.
+# only (PEER=none: no peer). DECODE_OPTS adds options to every nmt-decode command (e.g. an untrained
+# model's fixed output length: "--max-len-a 1 --max-len-b 1"). Run alone: the machine's load changes
+# the figures.
 set -u
 [ $# -ge 3 ] || { sed -n 2,15p "$0" >&2; exit 2; }
 ckpt=$1 vocab=$2 src=$3 ref=${4:-} rounds=${5:-3}
@@ -41,7 +43,8 @@ for r in $(seq "$rounds"); do
             for p in $precs; do
                 out="$tmp/b$1.t$th.$p"
                 /usr/bin/time -f "%e %M" -o "$tmp/time" "$B/nmt-decode" -m "$ckpt" --in ids --out hyp --threads $th \
-                    --beam $1 --alpha 0.6 --max-tokens "$mt" --precision $p -i "$tmp/src.ids" -o "$out.hyp" || exit 1
+                    --beam $1 --alpha 0.6 --max-tokens "$mt" --precision $p ${DECODE_OPTS:-} -i "$tmp/src.ids" \
+                    -o "$out.hyp" || exit 1
                 "$B/nmt-cat" "$out.hyp" | cut -f4 > "$out.ids"
                 read -r s kb < "$tmp/time"
                 tok=$(awk '{t += NF} END {print t}' "$out.ids")

@@ -4,6 +4,8 @@
 # the median and fastest of each and their ratio to float32 without a shortlist.
 # usage: bench/decode_shortlist.sh MODEL.ckpt TRAIN.batches SRC.ids [ROUNDS] [THREADS...]
 # SHORTLIST="--shortlist-targets N --shortlist-frequent N" sizes the shortlist (default: nmt-avg's).
+# DECODE_OPTS adds options to every nmt-decode command (e.g. an untrained model's fixed output
+# length: "--max-len-a 1 --max-len-b 1").
 set -euo pipefail
 model=$1 train=$2 src=$3 rounds=${4:-5}
 shift $(($# < 4 ? $# : 4))
@@ -22,7 +24,7 @@ for t in $threads; do
                 set -- $c
                 s=$(date +%s.%N)
                 "$bin/nmt-decode" -m "$tmp/sl.ckpt" --in ids --out hyp --threads "$t" --beam $beam --max-tokens $mt \
-                    --precision "$@" -i "$src" > /dev/null
+                    --precision "$@" ${DECODE_OPTS:-} -i "$src" > /dev/null
                 e=$(date +%s.%N)
                 echo "$t $beam $1${2:+ $2} $(echo "$e - $s" | bc)"
             done

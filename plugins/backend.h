@@ -77,7 +77,7 @@
 #include <stdint.h>
 
 #define NMT_BACKEND_ABI_MAJOR 2
-#define NMT_BACKEND_ABI_MINOR 2
+#define NMT_BACKEND_ABI_MINOR 3
 #define NMT_BACKEND_ENTRY "nmt_backend_entry"
 
 /* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 2 kernels are F32;
@@ -361,6 +361,15 @@ struct nmt_backend {
     int (*gemm_ex)(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const void *A,
                    uint32_t a_dtype, int lda, const void *B, uint32_t b_dtype, int ldb, float beta, float *C,
                    int ldc);
+
+    /* ---- OPTIONAL, ABI 2.3: buffers read across contexts ---- */
+    /* Whether CTX's kernels may read the buffers allocated on OWNER, another open context of this
+     * plugin in this process (e.g. weights loaded and packed once for several decoding contexts):
+     * 0 when they may (the cpu plugin: always), negative with the error set when not. After 0 the
+     * host passes OWNER's buffers to CTX's kernels as inputs only, once OWNER's writes to them are
+     * done (a download or a value-returning kernel on OWNER has waited for them), never writes them
+     * again while CTX may read them, never frees them on CTX, and closes CTX before OWNER. */
+    int (*share)(nmt_bctx *ctx, nmt_bctx *owner);
     /* New slots are appended here, bumping NMT_BACKEND_ABI_MINOR. */
 };
 

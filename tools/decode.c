@@ -63,9 +63,9 @@ static void usage(void)
            "                          the softmax is over them, so scores and some translations change\n"
            "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
            "      --threads N         worker threads in all (default: all cores)\n"
-           "      --jobs N            batches decoded at once, each by its own copy of the model with\n"
-           "                          threads/N threads (default: the threads, at most 4, on the cpu;\n"
-           "                          1 on an accelerator)\n"
+           "      --jobs N            batches decoded at once, each on its own backend context with\n"
+           "                          threads/N threads, all reading one copy of the model on the cpu\n"
+           "                          (default: the threads, at most 4, on the cpu; 1 on an accelerator)\n"
            "      --max-line-bytes N  longest input line accepted (default 1 GiB); a longer one is an error\n"
            "      --shard K/N         decode only the input's lines K, K+N, K+2N, ... (K from 1); merge the N\n"
            "                          text outputs with: paste -d '\\n' out.1 ... out.N | head -n LINES\n"
@@ -109,7 +109,8 @@ struct sent {
     double lp;
 };
 
-/* One decoding context: a backend context with its own copy of the models. */
+/* One decoding context: a backend context with its inference states, over its own copy of the
+ * models or, where the backend shares buffers, over the first engine's (engines_share). */
 struct engine {
     struct backend *be;
     struct model *m[MAX_MODELS];
@@ -417,18 +418,33 @@ static int engine_open(struct state *st, struct engine *e, int threads)
     return e->be ? 0 : -1;
 }
 
-/* Loads the checkpoints' weights into open engine E and prepares its inference states; engines
- * may load at the same time. 0, or -1 with the error set (E is then half loaded: engine_close it). */
+/* Whether the engines after the first compute with the first one's weights (one copy of the
+ * models for all: backend_can_share) rather than each with its own. */
+static int engines_share(const struct state *st)
+{
+    return st->neng > 1 && backend_can_share(st->eng[1].be, st->eng[0].be);
+}
+
+/* Loads the checkpoints' weights into open engine E and prepares its inference states, or, once
+ * the first engine has loaded and the engines share, makes E's over the first engine's weights;
+ * engines may load at the same time. 0, or -1 with the error set (E is then half loaded:
+ * engine_close it). */
 static int engine_load(struct state *st, struct engine *e)
 {
     const struct opts *o = st->o;
+    const struct engine *first = &st->eng[0];
+    int share = e != first && first->loaded && engines_share(st);
     for (int i = 0; i < o->nmodels; i++) {
-        e->m[i] = model_new(e->be, &st->cfg[i], 0);
-        if (!e->m[i])
-            return -1;
-        if (model_load(e->m[i], st->ckpt[i], 0) < 0)
-            return nmt_seterr("'%s': %s", o->model[i], nmt_errmsg());
-        e->in[i] = infer_new(e->be, e->m[i], !o->variant, o->precision);
+        if (share) {
+            e->in[i] = infer_new_shared(e->be, first->in[i]);
+        } else {
+            e->m[i] = model_new(e->be, &st->cfg[i], 0);
+            if (!e->m[i])
+                return -1;
+            if (model_load(e->m[i], st->ckpt[i], 0) < 0)
+                return nmt_seterr("'%s': %s", o->model[i], nmt_errmsg());
+            e->in[i] = infer_new(e->be, e->m[i], !o->variant, o->precision);
+        }
         if (!e->in[i] || infer_set_shortlist(e->in[i], st->sl) < 0)
             return -1;
     }
@@ -468,9 +484,10 @@ static int engines_open(struct state *st, int from, int to, int n)
     return 0;
 }
 
+/* Closes the engines, the first last (the others may compute with its weights). */
 static void engines_close(struct state *st)
 {
-    for (int i = 0; i < st->neng; i++)
+    for (int i = st->neng - 1; i >= 0; i--)
         engine_close(&st->eng[i]);
     st->neng = 0;
 }
@@ -557,6 +574,12 @@ static int run_batches(struct state *st, struct sent **ord, const size_t *start,
             return -1;
     } else if (engines_open(st, st->neng, n, n) < 0) {
         return -1;
+    }
+    if (n > 1 && !st->eng[0].loaded && engines_share(st)) {
+        /* the first engine loads the models once for all; the others compute with its weights */
+        if (engine_load(st, &st->eng[0]) < 0)
+            return -1;
+        ckpts_free(st);
     }
     if (n == 1 && st->eng[0].loaded) /* nothing left to load */
         ckpts_free(st);

@@ -116,6 +116,12 @@ static void unload(struct backend *be)
 
 void backend_close(struct backend *be) { unload(be); }
 
+int backend_can_share(struct backend *be, const struct backend *owner)
+{
+    return be && owner && be != owner && be->ctx && owner->ctx && be->dl == owner->dl && be->ops.share &&
+           be->ops.share(be->ctx, owner->ctx) == 0;
+}
+
 /* Appends directory D (length N) to the list DIRS (*ND entries) unless empty; 0 or -1. */
 static int add_dir(char ***dirs, int *nd, const char *d, size_t n)
 {

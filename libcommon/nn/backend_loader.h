@@ -38,6 +38,9 @@ struct backend_info {
 struct backend *backend_open(const char *spec, const struct nmt_backend_opts *opts);
 /* Closes the context, unloads the plugin and frees BE; backend_close(NULL) is a no-op. */
 void backend_close(struct backend *be);
+/* Whether BE's kernels may read the buffers of OWNER (backend.h, share): 1 when OWNER is another
+ * open context of the same plugin file and the plugin allows it, else 0 (no error set). */
+int backend_can_share(struct backend *be, const struct backend *owner);
 
 /* Checks a plugin table read from PATH (PATH is only used in messages): 0 if the host can use it,
  * -1 with the error set (other ABI major, table too small, NULL required slot). */

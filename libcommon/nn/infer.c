@@ -34,7 +34,8 @@ struct infer {
     const struct model_weights *w;   /* the model's */
     struct wt_entry *wts;            /* (nwt) packed weights, in wt_buf */
     int nwt;
-    char *wt_buf;                    /* device buffer of the packed weights */
+    char *wt_buf;                    /* device buffer of the packed weights (NULL when shared) */
+    int shares;                      /* wts and the model are another state's (infer_new_shared) */
 
     /* device arena, laid out per batch */
     char *arena;
@@ -120,7 +121,8 @@ void infer_free(struct infer *in)
     free(in->union_at);
     free(in->upos);
     free(in->flat_host);
-    free(in->wts);
+    if (!in->shares)
+        free(in->wts);
     free(in->enc.layer);
     free(in->ckv);
     free(in->kv);
@@ -271,7 +273,9 @@ static int check_precision(const struct infer *in)
     return 0;
 }
 
-struct infer *infer_new(struct backend *be, struct model *m, int invariant, uint32_t precision)
+/* An inference state for M on BE without packed weights: what infer_new and infer_new_shared
+ * share. Returns it, or NULL with the error set. */
+static struct infer *infer_alloc(struct backend *be, struct model *m, int invariant, uint32_t precision)
 {
     struct infer *in = calloc(1, sizeof *in);
     if (!in)
@@ -290,15 +294,39 @@ struct infer *infer_new(struct backend *be, struct model *m, int invariant, uint
     in->enc.layer = calloc((size_t)Le, sizeof *in->enc.layer);
     in->ckv = calloc((size_t)Ld, sizeof *in->ckv);
     in->kv = calloc((size_t)Ld, sizeof *in->kv);
-    if (!in->enc.layer || !in->ckv || !in->kv) {
-        infer_free(in);
-        return nmt_seterr("out of memory"), NULL;
-    }
-    int pack = in->precision != NMT_DTYPE_F32 || (invariant && has_linear_rowinv(in->k));
-    if (check_precision(in) < 0 || (pack && pack_weights(in) < 0)) {
+    if (!in->enc.layer || !in->ckv || !in->kv || check_precision(in) < 0) {
+        if (!in->enc.layer || !in->ckv || !in->kv)
+            nmt_seterr("out of memory");
         infer_free(in);
         return NULL;
     }
+    return in;
+}
+
+struct infer *infer_new(struct backend *be, struct model *m, int invariant, uint32_t precision)
+{
+    struct infer *in = infer_alloc(be, m, invariant, precision);
+    if (!in)
+        return NULL;
+    int pack = in->precision != NMT_DTYPE_F32 || (invariant && has_linear_rowinv(in->k));
+    if (pack && pack_weights(in) < 0) {
+        infer_free(in);
+        return NULL;
+    }
+    return in;
+}
+
+struct infer *infer_new_shared(struct backend *be, const struct infer *owner)
+{
+    if (!backend_can_share(be, owner->be))
+        return nmt_seterr("backend %s cannot read the buffers of another of its contexts", be->ops.name), NULL;
+    uint32_t precision = owner->precision | (owner->out_precision != NMT_DTYPE_F32 ? INFER_OUTPUT_TOO : 0);
+    struct infer *in = infer_alloc(be, owner->m, owner->invariant, precision);
+    if (!in)
+        return NULL;
+    in->wts = owner->wts; /* wt_buf stays NULL: the owner's, freed by it */
+    in->nwt = owner->nwt;
+    in->shares = 1;
     return in;
 }
 

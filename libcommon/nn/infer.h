@@ -36,6 +36,11 @@ struct shortlist;
  * with the error set (a backend without the linear_pack_q slot, or one that cannot compute in
  * PRECISION on this machine). */
 struct infer *infer_new(struct backend *be, struct model *m, int invariant, uint32_t precision);
+/* Creates an inference state on BE that computes with OWNER's model and packed weights, read from
+ * OWNER's backend context (backend_can_share must allow it), as infer_new with OWNER's arguments
+ * would, without copies of them; its own decoding memory. OWNER must be freed after it. Returns it,
+ * or NULL with the error set. */
+struct infer *infer_new_shared(struct backend *be, const struct infer *owner);
 /* Sets *DTYPE to the precision named NAME: "float32", "int8" (NMT_DTYPE_INT8), "int8-all"
  * (NMT_DTYPE_INT8 | INFER_OUTPUT_TOO), "bf16" or "bf16-all" (likewise); 0, or -1 with the error set. */
 int infer_precision_parse(const char *name, uint32_t *dtype);

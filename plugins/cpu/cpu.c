@@ -304,6 +304,14 @@ static int cpu_gemm(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, 
     return cpu_gemm_f32(ctx, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+/* Device memory is this process's memory: any context's kernels may read any other's buffers. */
+static int cpu_share(nmt_bctx *ctx, nmt_bctx *owner)
+{
+    if (!ctx || !owner || ctx == owner)
+        return cpu_err(ctx, "share: two distinct open contexts are needed");
+    return 0;
+}
+
 static const struct nmt_backend cpu_table = {
     .abi_major = NMT_BACKEND_ABI_MAJOR,
     .abi_minor = NMT_BACKEND_ABI_MINOR,
@@ -351,6 +359,7 @@ static const struct nmt_backend cpu_table = {
     .set_precision = cpu_set_precision,
     .cast = cpu_cast,
     .gemm_ex = cpu_gemm_ex,
+    .share = cpu_share,
 };
 
 __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void) { return &cpu_table; }

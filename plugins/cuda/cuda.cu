@@ -600,6 +600,9 @@ static const struct nmt_backend cuda_table = {
     .set_precision = cu_set_precision,
     .cast = cu_cast,
     .gemm_ex = cu_gemm_ex,
+    /* nor share (ABI 2.3): each decoding context loads its own copy of the weights (nmt-decode
+     * runs one context on an accelerator unless --jobs says otherwise) */
+    .share = NULL,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void)

@@ -624,6 +624,43 @@ static double compare(const struct result *x, const struct result *ref)
     return worst;
 }
 
+/* share (ABI 2.3): a second context of plugin PATH computes with the first one's buffers (packed
+ * weights and inputs) the bits the first computes; a context cannot share with itself. */
+static void check_share(const char *path, const struct nmt_backend_opts *opts)
+{
+    struct backend *x = backend_open(path, opts), *y = backend_open(path, opts);
+    if (!x || !y || !x->ops.share || !x->ops.linear_rowinv) {
+        test_ok(x && y, "%s: share # SKIP optional slot absent (or no second context: %s)", path,
+                x && y ? "ok" : nmt_errmsg());
+        backend_close(y);
+        backend_close(x);
+        return;
+    }
+    test_ok(backend_can_share(y, x) && backend_can_share(x, y) && !backend_can_share(x, x),
+            "%s: share: two contexts of the plugin may read each other's buffers, not a context itself", x->ops.name);
+    static const int shapes[][3] = { { 1, 1, 1 }, { 33, 40, 64 }, { 5, 1000, 17 } };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        size_t nc = (size_t)M * (size_t)N;
+        float *A = drand(x, (size_t)M * K, -1, 1), *W = drand(x, (size_t)N * K, -1, 1), *bias = drand(x, (size_t)N, -1, 1);
+        float *Cx = drand(x, nc, -1, 1), *Cy = drand(y, nc, -1, 1);
+        void *Wp = x->ops.alloc(x->ctx, x->ops.linear_packed_bytes(x->ctx, N, K));
+        float *hx = malloc(nc * sizeof *hx), *hy = malloc(nc * sizeof *hy);
+        int rc = !Wp || !hx || !hy || OP(x, linear_pack, Wp, W, N, K, K) < 0 ||
+                 OP(x, linear_rowinv, M, N, K, A, K, Wp, bias, 1, Cx, N) < 0 ||
+                 OP(x, download, hx, Cx, nc * sizeof *hx) < 0 ||
+                 OP(y, linear_rowinv, M, N, K, A, K, Wp, bias, 1, Cy, N) < 0 ||
+                 OP(y, download, hy, Cy, nc * sizeof *hy) < 0;
+        test_ok(!rc && !memcmp(hx, hy, nc * sizeof *hx),
+                "%s: share: linear_rowinv %dx%dx%d on a second context from the first's packed weights: the same bits",
+                x->ops.name, M, N, K);
+        free(hx);
+        free(hy);
+    }
+    backend_close(y);
+    backend_close(x);
+}
+
 int main(void)
 {
     struct nmt_backend_opts opts = { .size = sizeof opts, .threads = 2 };
@@ -671,6 +708,7 @@ int main(void)
             free(rc.seg);
         }
         backend_close(x);
+        check_share(list[i].path, &opts);
     }
     test_ok(tested >= 1, "%d usable plugin(s) tested against cpu", tested);
     backend_list_free(list, n);
