@@ -427,9 +427,10 @@ static int engines_share(const struct state *st)
 
 /* Loads the checkpoints' weights into open engine E and prepares its inference states, or, once
  * the first engine has loaded and the engines share, makes E's over the first engine's weights;
- * engines may load at the same time. 0, or -1 with the error set (E is then half loaded:
- * engine_close it). */
-static int engine_load(struct state *st, struct engine *e)
+ * engines may load at the same time. LAST: no other engine reads the checkpoints, so each is freed
+ * once its weights are in E's model, before they are packed. 0, or -1 with the error set (E is
+ * then half loaded: engine_close it). */
+static int engine_load(struct state *st, struct engine *e, int last)
 {
     const struct opts *o = st->o;
     const struct engine *first = &st->eng[0];
@@ -443,6 +444,10 @@ static int engine_load(struct state *st, struct engine *e)
                 return -1;
             if (model_load(e->m[i], st->ckpt[i], 0) < 0)
                 return nmt_seterr("'%s': %s", o->model[i], nmt_errmsg());
+            if (last) {
+                st_free(st->ckpt[i]);
+                st->ckpt[i] = NULL;
+            }
             e->in[i] = infer_new(e->be, e->m[i], !o->variant, o->precision);
         }
         if (!e->in[i] || infer_set_shortlist(e->in[i], st->sl) < 0)
@@ -539,7 +544,7 @@ static void *job_run(void *arg)
 {
     struct job *j = arg;
     struct work *w = j->w;
-    if ((!j->e->loaded && engine_load(w->st, j->e) < 0) || engine_reserve(w, j->e) < 0) {
+    if ((!j->e->loaded && engine_load(w->st, j->e, 0) < 0) || engine_reserve(w, j->e) < 0) {
         snprintf(j->e->err, sizeof j->e->err, "%s", nmt_errmsg());
         j->e->rc = -1;
         atomic_store(&w->stop, 1);
@@ -577,9 +582,8 @@ static int run_batches(struct state *st, struct sent **ord, const size_t *start,
     }
     if (n > 1 && !st->eng[0].loaded && engines_share(st)) {
         /* the first engine loads the models once for all; the others compute with its weights */
-        if (engine_load(st, &st->eng[0]) < 0)
+        if (engine_load(st, &st->eng[0], 1) < 0)
             return -1;
-        ckpts_free(st);
     }
     if (n == 1 && st->eng[0].loaded) /* nothing left to load */
         ckpts_free(st);
@@ -866,9 +870,8 @@ static int load(struct state *st, const struct opts *o)
     /* one engine: load it now; several: once the batches are known, each in its job (the first
      * one's context is reopened with a larger share if there are fewer batches than jobs) */
     if (st->jobs == 1) {
-        if (engine_load(st, &st->eng[0]) < 0)
+        if (engine_load(st, &st->eng[0], 1) < 0)
             return -1;
-        ckpts_free(st);
     }
     return 0;
 }
