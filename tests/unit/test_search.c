@@ -464,6 +464,55 @@ static void run_int8(struct backend *be)
     model_free(m);
 }
 
+/* infer_new_shared: a state on a second context of the plugin over the first one's model and
+ * packed weights decodes and scores as the first one does (float32 and int8); a context of its
+ * own, or a plugin without the share slot, is refused by name. */
+static void run_shared(struct backend *be)
+{
+    struct nmt_backend_opts bo = {sizeof bo, 1, 0};
+    struct backend *be2 = backend_open("cpu", &bo);
+    const struct model_config c = {.vocab = 60, .max_len = 40};
+    struct model *m = be2 ? test_model(be, 0, c.vocab, c.max_len, 13) : NULL;
+    test_ok(m != NULL, "shared: a second context and a model: %s", m ? "" : nmt_errmsg());
+    const uint32_t *src[NS], *tgt[NS];
+    for (int b = 0; b < NS; b++)
+        src[b] = src_store[b], tgt[b] = tgt_store[b];
+    for (int q = 0; m && q < 2; q++) {
+        uint32_t prec = q ? NMT_DTYPE_INT8 : NMT_DTYPE_F32;
+        struct infer *own = infer_new(be, m, 1, prec), *sh = own ? infer_new_shared(be2, own) : NULL;
+        test_ok(own && sh, "shared (%s): infer_new_shared: %s", infer_precision_name(prec), sh ? "" : nmt_errmsg());
+        double lo[NS], ls[NS];
+        int same = own && sh && search_score(&own, 1, NS, src, slen, tgt, tlen, lo) == 0 &&
+                   search_score(&sh, 1, NS, src, slen, tgt, tlen, ls) == 0 && !memcmp(lo, ls, sizeof lo);
+        struct search_opts o = {.beam = 4, .nbest = 4, .alpha = 0.6, .len_a = 1.0, .len_b = 5};
+        struct search_result ro[NS], rs[NS];
+        int ok = same && search_batch(&own, 1, &o, NS, src, slen, ro) == 0;
+        if (ok && search_batch(&sh, 1, &o, NS, src, slen, rs) == 0) {
+            for (int b = 0; b < NS; b++) {
+                same &= same_result(&ro[b], &rs[b]);
+                search_result_free(&rs[b]);
+            }
+        } else {
+            same = 0;
+        }
+        for (int b = 0; ok && b < NS; b++)
+            search_result_free(&ro[b]);
+        test_ok(same, "shared (%s): the same scores and beam-4 results as the owner's", infer_precision_name(prec));
+        struct infer *self = own ? infer_new_shared(be, own) : NULL;
+        test_ok(!self && strstr(nmt_errmsg(), "cannot read the buffers of another"),
+                "shared (%s): not over a state of the same context: '%s'", infer_precision_name(prec), nmt_errmsg());
+        be2->ops.share = NULL;
+        struct infer *none = own ? infer_new_shared(be2, own) : NULL;
+        test_ok(!none && strstr(nmt_errmsg(), "backend cpu cannot read the buffers of another of its contexts"),
+                "shared (%s): a plugin without share is refused by name: '%s'", infer_precision_name(prec), nmt_errmsg());
+        be2->ops.share = be->ops.share;
+        infer_free(sh);
+        infer_free(own);
+    }
+    model_free(m);
+    backend_close(be2);
+}
+
 int main(void)
 {
     struct nmt_backend_opts bo = {sizeof bo, 2, 0};
@@ -477,6 +526,7 @@ int main(void)
     run(be, 1);
     run_ensemble(be);
     run_int8(be);
+    run_shared(be);
     /* the host's fallback for a backend without gemm_rowinv: products on blocks of 8 rows */
     be->ops.gemm_rowinv = NULL;
     test_ok(1, "# without gemm_rowinv (fixed row blocks)");
