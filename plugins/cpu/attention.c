@@ -123,92 +123,119 @@ static inline __attribute__((always_inline)) AVX512F __m512 sum16x16(const __m51
     return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
 }
 
-/* vexp (cpu.h) of each of the 16 lanes of X0, bit for bit: the same operations in the same order. */
-static inline __attribute__((always_inline)) AVX512F __m512 exp16(__m512 x0)
+/* The lanes of Y, and X's where X is a NaN. */
+static inline __attribute__((always_inline)) AVX512F __m512 keep_nan16(__m512 x, __m512 y)
 {
-    __m512 x = _mm512_min_ps(_mm512_max_ps(x0, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f)); /* NaN: -87 */
-    __m512 magic = _mm512_set1_ps(12582912.0f);
-    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), magic), magic);
-    __m512 r = _mm512_sub_ps(_mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693145751953125f))),
-                             _mm512_mul_ps(n, _mm512_set1_ps(1.42860682030941723e-06f)));
-    static const float c[6] = {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    for (int k = 0; k < 6; k++)
-        p = _mm512_add_ps(_mm512_set1_ps(c[k]), _mm512_mul_ps(r, p));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
-    __mmask16 ord = _mm512_cmp_ps_mask(x0, x0, _CMP_ORD_Q);
-    return _mm512_mask_blend_ps(ord, x0, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), x, y);
 }
 
-/* The softmax weights of head row QI over the N keys at KB (row stride K_LD) into S (N rounded
- * up to 16), unnormalised; returns 1 / their sum (0 without keys). */
-static inline __attribute__((always_inline)) AVX512F float scores16(float *s, const float *qi, const float *kb,
-                                                                      int64_t k_ld, int n, int nv, float scale_)
+/* MX, with the lanes below LIVE raised to SC's where larger. */
+static inline __attribute__((always_inline)) AVX512F __m512 max_live16(__m512 mx, __m512 sc, int live)
 {
-    __m512 qv[INFER_MAX_VEC];
-    for (int c = 0; c < nv; c++)
-        qv[c] = _mm512_loadu_ps(qi + 16 * c);
-    __m512 mxv = _mm512_set1_ps(-INFINITY), scale = _mm512_set1_ps(scale_);
-    for (int j0 = 0; j0 < n; j0 += 16) {
-        __m512 acc[16];
-        for (int j = 0; j < 16; j++) {
-            if (j0 + j >= n) {
-                acc[j] = _mm512_setzero_ps();
-                continue;
-            }
-            const float *kj = kb + (j0 + j) * k_ld;
-            acc[j] = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kj));
-            for (int c = 1; c < nv; c++)
-                acc[j] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + 16 * c), acc[j]);
-        }
-        __mmask16 live = n - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j0)) - 1);
-        __m512 sc = _mm512_mul_ps(sum16x16(acc), scale);
-        _mm512_storeu_ps(s + j0, sc);
-        mxv = _mm512_mask_max_ps(mxv, live, sc, mxv);
-    }
-    __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(mxv));
-    for (int j0 = 0; j0 < n; j0 += 16)
-        _mm512_storeu_ps(s + j0, exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0), mx)));
-    float sum = 0;
-    for (int j = 0; j < n; j++)
-        sum += s[j];
-    return n ? 1.0f / sum : 0.0f;
+    return _mm512_mask_max_ps(mx, live >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << live) - 1), sc, mx);
 }
 
-AVX512F static void fwd_infer_body(void *arg, int64_t lo, int64_t hi, int tid)
-{
-    struct attn *t = arg;
-    const struct nmt_attn_args *a = t->a;
-    int dh = a->dh, nv = dh / 16, G = INFER_GROUP_VECS / nv, stride = (a->Tk + 15) / 16 * 16;
-    float *s = cpu_scratch_of(t->ctx, tid); /* (G, stride) */
-    for (int64_t r = lo; r < hi; r++) {     /* r = b*Tq + i */
-        int i = (int)(r % a->Tq), b = (int)(r / a->Tq), n = visible(a, b, i);
-        for (int h0 = 0; h0 < a->H; h0 += G) {
-            int g = a->H - h0 < G ? a->H - h0 : G;
-            float inv[INFER_GROUP_VECS];
-            __m512 ov[INFER_GROUP_VECS];
-            for (int u = 0; u < g; u++) {
-                int h = h0 + u;
-                inv[u] = scores16(s + u * stride, t->q + b * a->q_bs + i * a->q_ld + h * dh,
-                                  t->k + b * a->k_bs + h * dh, a->k_ld, n, nv, a->scale);
-            }
-            for (int c = 0; c < g * nv; c++)
-                ov[c] = _mm512_setzero_ps();
-            const float *vb = t->v + b * a->v_bs + h0 * dh;
-            for (int j = 0; j < n; j++)
-                for (int u = 0; u < g; u++) {
-                    const float *vj = vb + j * a->v_ld + u * dh;
-                    __m512 p = _mm512_set1_ps(s[u * stride + j] * inv[u]);
-                    for (int c = 0; c < nv; c++)
-                        ov[u * nv + c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj + 16 * c), ov[u * nv + c]);
-                }
-            float *o = t->out + b * a->o_bs + i * a->o_ld + h0 * dh;
-            for (int u = 0; u < g; u++)
-                for (int c = 0; c < nv; c++)
-                    _mm512_storeu_ps(o + u * dh + 16 * c, ov[u * nv + c]);
-        }
+/* Templates of the inference paths' parts, one instance per vector width: VEC holds W floats,
+ * VECI W int32, PFX is the prefix of their intrinsics (_mm512, _mm256). */
+
+/* NAME(X0): vexp (cpu.h) of each lane of X0, bit for bit: the same operations in the same order
+ * (the clamps of max/min take -87 for a NaN, as vexp's comparisons do). */
+#define INFER_EXP(NAME, TARGET, VEC, VECI, PFX, AS_FLOAT, KEEP_NAN)                                     \
+    static inline __attribute__((always_inline)) TARGET VEC NAME(VEC x0)                              \
+    {                                                                                                   \
+        VEC x = PFX##_min_ps(PFX##_max_ps(x0, PFX##_set1_ps(-87.0f)), PFX##_set1_ps(88.0f));          \
+        VEC magic = PFX##_set1_ps(12582912.0f);                                                         \
+        VEC n = PFX##_sub_ps(PFX##_add_ps(PFX##_mul_ps(x, PFX##_set1_ps(1.44269504088896341f)), magic), magic); \
+        VEC r = PFX##_sub_ps(PFX##_sub_ps(x, PFX##_mul_ps(n, PFX##_set1_ps(0.693145751953125f))),       \
+                             PFX##_mul_ps(n, PFX##_set1_ps(1.42860682030941723e-06f)));                 \
+        static const float c[6] = {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};                  \
+        VEC p = PFX##_set1_ps(1.0f / 720);                                                              \
+        for (int k = 0; k < 6; k++)                                                                     \
+            p = PFX##_add_ps(PFX##_set1_ps(c[k]), PFX##_mul_ps(r, p));                                  \
+        VECI e = PFX##_slli_epi32(PFX##_add_epi32(PFX##_cvttps_epi32(n), PFX##_set1_epi32(127)), 23);   \
+        return KEEP_NAN(x0, PFX##_mul_ps(p, AS_FLOAT(e)));                                              \
     }
-}
+
+/* NAME(S, QI, KB, K_LD, N, NV, SCALE): the softmax weights of a head's query row QI (NV vectors)
+ * over the N keys at KB (row stride K_LD) into S (N rounded up to 16), unnormalised; returns 1 /
+ * their sum (0 without keys). W keys at a time: W vector dot products whose lanes SUM adds
+ * together in a fixed order; their largest (MAX_LIVE, HMAX), EXP of each minus it, their sum in
+ * key order. */
+#define INFER_SCORES(NAME, TARGET, VEC, W, MAXV, PFX, SUM, MAX_LIVE, HMAX, EXP)                         \
+    static inline __attribute__((always_inline)) TARGET float NAME(float *s, const float *qi, const float *kb, \
+                                                                   int64_t k_ld, int n, int nv, float scale_) \
+    {                                                                                                   \
+        VEC qv[MAXV];                                                                                   \
+        for (int c = 0; c < nv; c++)                                                                    \
+            qv[c] = PFX##_loadu_ps(qi + (W) * c);                                                       \
+        VEC mxv = PFX##_set1_ps(-INFINITY), scale = PFX##_set1_ps(scale_);                              \
+        for (int j0 = 0; j0 < n; j0 += (W)) {                                                           \
+            VEC acc[W];                                                                                 \
+            for (int j = 0; j < (W); j++) {                                                             \
+                if (j0 + j >= n) {                                                                      \
+                    acc[j] = PFX##_setzero_ps();                                                        \
+                    continue;                                                                           \
+                }                                                                                       \
+                const float *kj = kb + (j0 + j) * k_ld;                                                 \
+                acc[j] = PFX##_mul_ps(qv[0], PFX##_loadu_ps(kj));                                       \
+                for (int c = 1; c < nv; c++)                                                            \
+                    acc[j] = PFX##_fmadd_ps(qv[c], PFX##_loadu_ps(kj + (W) * c), acc[j]);               \
+            }                                                                                           \
+            VEC sc = PFX##_mul_ps(SUM(acc), scale);                                                     \
+            PFX##_storeu_ps(s + j0, sc);                                                                \
+            mxv = MAX_LIVE(mxv, sc, n - j0);                                                            \
+        }                                                                                               \
+        VEC mx = PFX##_set1_ps(HMAX(mxv));                                                              \
+        for (int j0 = 0; j0 < n; j0 += (W))                                                             \
+            PFX##_storeu_ps(s + j0, EXP(PFX##_sub_ps(PFX##_loadu_ps(s + j0), mx)));                    \
+        float sum = 0;                                                                                  \
+        for (int j = 0; j < n; j++)                                                                     \
+            sum += s[j];                                                                                \
+        return n ? 1.0f / sum : 0.0f;                                                                   \
+    }
+
+INFER_EXP(exp16, AVX512F, __m512, __m512i, _mm512, _mm512_castsi512_ps, keep_nan16)
+INFER_SCORES(scores16, AVX512F, __m512, 16, INFER_MAX_VEC, _mm512, sum16x16, max_live16, _mm512_reduce_max_ps, exp16)
+
+/* The body of an inference path, NAME: one query row with all its heads per work item; per group
+ * of heads, each head's softmax weights over its visible keys (SCORES, unnormalised, and 1 / their
+ * sum), then the group's weighted sums over the keys in order, their chains of fused multiply-adds
+ * side by side. VEC holds W floats; PFX is the prefix of its intrinsics (_mm512, _mm256). */
+#define INFER_BODY(NAME, TARGET, VEC, W, PFX, SCORES)                                                  \
+    TARGET static void NAME(void *arg, int64_t lo, int64_t hi, int tid)                                 \
+    {                                                                                                   \
+        struct attn *t = arg;                                                                           \
+        const struct nmt_attn_args *a = t->a;                                                           \
+        int dh = a->dh, nv = dh / (W), G = INFER_GROUP_VECS / nv, stride = (a->Tk + 15) / 16 * 16;     \
+        float *s = cpu_scratch_of(t->ctx, tid); /* (G, stride) */                                       \
+        for (int64_t r = lo; r < hi; r++) {     /* r = b*Tq + i */                                      \
+            int i = (int)(r % a->Tq), b = (int)(r / a->Tq), n = visible(a, b, i);                       \
+            for (int h0 = 0; h0 < a->H; h0 += G) {                                                      \
+                int g = a->H - h0 < G ? a->H - h0 : G;                                                  \
+                float inv[INFER_GROUP_VECS];                                                            \
+                VEC ov[INFER_GROUP_VECS];                                                               \
+                for (int u = 0; u < g; u++)                                                             \
+                    inv[u] = SCORES(s + u * stride, t->q + b * a->q_bs + i * a->q_ld + (h0 + u) * dh,   \
+                                    t->k + b * a->k_bs + (h0 + u) * dh, a->k_ld, n, nv, a->scale);      \
+                for (int c = 0; c < g * nv; c++)                                                        \
+                    ov[c] = PFX##_setzero_ps();                                                         \
+                const float *vb = t->v + b * a->v_bs + h0 * dh;                                         \
+                for (int j = 0; j < n; j++)                                                             \
+                    for (int u = 0; u < g; u++) {                                                       \
+                        const float *vj = vb + j * a->v_ld + u * dh;                                    \
+                        VEC p = PFX##_set1_ps(s[u * stride + j] * inv[u]);                              \
+                        for (int c = 0; c < nv; c++)                                                    \
+                            ov[u * nv + c] = PFX##_fmadd_ps(p, PFX##_loadu_ps(vj + (W) * c), ov[u * nv + c]); \
+                    }                                                                                   \
+                float *o = t->out + b * a->o_bs + i * a->o_ld + h0 * dh;                                \
+                for (int u = 0; u < g; u++)                                                             \
+                    for (int c = 0; c < nv; c++)                                                        \
+                        PFX##_storeu_ps(o + u * dh + (W) * c, ov[u * nv + c]);                          \
+            }                                                                                           \
+        }                                                                                               \
+    }
+
+INFER_BODY(fwd_infer_body, AVX512F, __m512, 16, _mm512, scores16)
 
 /* The same on AVX2 when dh is a multiple of 8 up to 64: 8 keys at a time, their dot products' lanes
  * summed together by a fixed tree of horizontal adds (sum8x8), exp 8 scores at a time (exp8). */
@@ -234,92 +261,27 @@ static inline __attribute__((always_inline)) AVX2F float max8(__m256 v)
     return _mm_cvtss_f32(m);
 }
 
-/* vexp (cpu.h) of each of the 8 lanes of X0, bit for bit: the same operations in the same order. */
-static inline __attribute__((always_inline)) AVX2F __m256 exp8(__m256 x0)
+/* The lanes of Y, and X's where X is a NaN. */
+static inline __attribute__((always_inline)) AVX2F __m256 keep_nan8(__m256 x, __m256 y)
 {
-    __m256 x = _mm256_min_ps(_mm256_max_ps(x0, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f)); /* NaN: -87 */
-    __m256 magic = _mm256_set1_ps(12582912.0f);
-    __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), magic), magic);
-    __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693145751953125f))),
-                             _mm256_mul_ps(n, _mm256_set1_ps(1.42860682030941723e-06f)));
-    static const float c[6] = {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    for (int k = 0; k < 6; k++)
-        p = _mm256_add_ps(_mm256_set1_ps(c[k]), _mm256_mul_ps(r, p));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
-    __m256 ord = _mm256_cmp_ps(x0, x0, _CMP_ORD_Q);
-    return _mm256_blendv_ps(x0, _mm256_mul_ps(p, _mm256_castsi256_ps(e)), ord);
+    return _mm256_blendv_ps(x, y, _mm256_cmp_ps(x, x, _CMP_ORD_Q));
 }
 
-/* scores16 with 8 keys at a time. */
-static inline __attribute__((always_inline)) AVX2F float scores8(float *s, const float *qi, const float *kb,
-                                                                   int64_t k_ld, int n, int nv, float scale_)
+/* MX, with the lanes below LIVE raised to SC's where larger. */
+static inline __attribute__((always_inline)) AVX2F __m256 max_live8(__m256 mx, __m256 sc, int live)
 {
-    __m256 qv[INFER_MAX_VEC8];
-    for (int c = 0; c < nv; c++)
-        qv[c] = _mm256_loadu_ps(qi + 8 * c);
-    __m256 mxv = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(scale_);
-    for (int j0 = 0; j0 < n; j0 += 8) {
-        __m256 acc[8];
-        for (int j = 0; j < 8; j++) {
-            if (j0 + j >= n) {
-                acc[j] = _mm256_setzero_ps();
-                continue;
-            }
-            const float *kj = kb + (j0 + j) * k_ld;
-            acc[j] = _mm256_mul_ps(qv[0], _mm256_loadu_ps(kj));
-            for (int c = 1; c < nv; c++)
-                acc[j] = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(kj + 8 * c), acc[j]);
-        }
-        __m256 sc = _mm256_mul_ps(sum8x8(acc), scale);
-        _mm256_storeu_ps(s + j0, sc);
-        __m256 live = _mm256_castsi256_ps(
-            _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-        mxv = _mm256_blendv_ps(mxv, _mm256_max_ps(sc, mxv), live);
-    }
-    __m256 mx = _mm256_set1_ps(max8(mxv));
-    for (int j0 = 0; j0 < n; j0 += 8)
-        _mm256_storeu_ps(s + j0, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j0), mx)));
-    float sum = 0;
-    for (int j = 0; j < n; j++)
-        sum += s[j];
-    return n ? 1.0f / sum : 0.0f;
+    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 m = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(live), lane));
+    return _mm256_blendv_ps(mx, _mm256_max_ps(sc, mx), m);
 }
 
-AVX2F static void fwd_infer_body8(void *arg, int64_t lo, int64_t hi, int tid)
-{
-    struct attn *t = arg;
-    const struct nmt_attn_args *a = t->a;
-    int dh = a->dh, nv = dh / 8, G = INFER_GROUP_VECS / nv, stride = (a->Tk + 15) / 16 * 16;
-    float *s = cpu_scratch_of(t->ctx, tid); /* (G, stride) */
-    for (int64_t r = lo; r < hi; r++) {     /* r = b*Tq + i */
-        int i = (int)(r % a->Tq), b = (int)(r / a->Tq), n = visible(a, b, i);
-        for (int h0 = 0; h0 < a->H; h0 += G) {
-            int g = a->H - h0 < G ? a->H - h0 : G;
-            float inv[INFER_GROUP_VECS];
-            __m256 ov[INFER_GROUP_VECS];
-            for (int u = 0; u < g; u++) {
-                int h = h0 + u;
-                inv[u] = scores8(s + u * stride, t->q + b * a->q_bs + i * a->q_ld + h * dh,
-                                 t->k + b * a->k_bs + h * dh, a->k_ld, n, nv, a->scale);
-            }
-            for (int c = 0; c < g * nv; c++)
-                ov[c] = _mm256_setzero_ps();
-            const float *vb = t->v + b * a->v_bs + h0 * dh;
-            for (int j = 0; j < n; j++)
-                for (int u = 0; u < g; u++) {
-                    const float *vj = vb + j * a->v_ld + u * dh;
-                    __m256 p = _mm256_set1_ps(s[u * stride + j] * inv[u]);
-                    for (int c = 0; c < nv; c++)
-                        ov[u * nv + c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * c), ov[u * nv + c]);
-                }
-            float *o = t->out + b * a->o_bs + i * a->o_ld + h0 * dh;
-            for (int u = 0; u < g; u++)
-                for (int c = 0; c < nv; c++)
-                    _mm256_storeu_ps(o + u * dh + 8 * c, ov[u * nv + c]);
-        }
-    }
-}
+INFER_EXP(exp8, AVX2F, __m256, __m256i, _mm256, _mm256_castsi256_ps, keep_nan8)
+INFER_SCORES(scores8, AVX2F, __m256, 8, INFER_MAX_VEC8, _mm256, sum8x8, max_live8, max8, exp8)
+#undef INFER_EXP
+#undef INFER_SCORES
+
+INFER_BODY(fwd_infer_body8, AVX2F, __m256, 8, _mm256, scores8)
+#undef INFER_BODY
 
 int cpu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, const float *k, const float *v,
                           const struct nmt_attn_args *a)
