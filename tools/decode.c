@@ -434,7 +434,8 @@ static int engine_load(struct state *st, struct engine *e, int last)
 {
     const struct opts *o = st->o;
     const struct engine *first = &st->eng[0];
-    int share = e != first && first->loaded && engines_share(st);
+    /* with sharing the first engine loaded before the others started (run_batches) */
+    int share = e != first && engines_share(st) && first->loaded;
     for (int i = 0; i < o->nmodels; i++) {
         if (share) {
             e->in[i] = infer_new_shared(e->be, first->in[i]);
