@@ -243,6 +243,26 @@ setup_file() {
     [ "${lines[0]}" = "nmt-decode: invalid precision 'fp16' (float32, int8, int8-all, bf16 or bf16-all)" ]
 }
 
+@test "--jobs: the jobs compute with one copy of the model: memory grows by their decoding buffers, not a model" {
+    [[ "$NMT_BIN" != */san/bin ]] || skip "ASan holds freed memory in quarantine: the plain build measures"
+    # 5.6 M parameters: 23 MB of weights and 23 MB packed, against a few MB of decoding buffers
+    nmt-train --vocab "$D/v.vocab" -i "$D/p.batches" -o "$D/big.ckpt" --layers 3 --d-model 256 --heads 4 --ff 1024 \
+        --max-steps 1 -q --threads 2
+    for p in float32 int8; do
+        for j in 1 2; do
+            python3 -c 'import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 0 else -1)' \
+                nmt-decode -m "$D/big.ckpt" --threads 2 --jobs $j --precision $p --max-tokens 40 --max-len-b 8 \
+                -i "$D/src.en" > "$D/rss$j"
+        done
+        one=$(cat "$D/rss1") two=$(cat "$D/rss2")
+        echo "$p: peak RSS --jobs 1 $one KB, --jobs 2 $two KB"
+        [ "$one" -gt 0 ] && [ "$two" -gt 0 ]
+        [ $((two - one)) -lt 16000 ] # a copy per job would add the weights and their packed copy
+    done
+}
+
 @test "--precision int8 and int8-all: the same bytes in batches of 1, 7 and 64 sentences, and with --jobs 1 or 2" {
     zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
     for mode in "--precision int8 --beam 1 --scores" "--precision int8 --beam 4 --scores" \
