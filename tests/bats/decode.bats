@@ -258,7 +258,8 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
         done
         one=$(cat "$D/rss1") two=$(cat "$D/rss2")
         echo "$p: peak RSS --jobs 1 $one KB, --jobs 2 $two KB"
-        [ "$one" -gt 0 ] && [ "$two" -gt 0 ]
+        [ "$one" -gt 0 ]
+        [ "$two" -gt 0 ]
         [ $((two - one)) -lt 16000 ] # a copy per job would add the weights and their packed copy
     done
 }
