@@ -128,6 +128,9 @@ static nmt_bctx *cpu_open(const struct nmt_backend_opts *opts)
     }
     if (threads > 1024)
         threads = 1024;
+    const char *isa_err = cpu_isa_env_error();
+    if (isa_err)
+        return cpu_err(NULL, "%s", isa_err), NULL;
     pthread_once(&blas_once, blas_load);
     if (!blas.sgemm)
         return cpu_err(NULL, "%s", blas.err), NULL;

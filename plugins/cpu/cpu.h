@@ -47,13 +47,16 @@ struct nmt_bctx {
 
 /* The instruction sets of the hand-written kernels (gemm_rowinv, linear_rowinv), widest last.
  * VNNI is AVX-512 with AVX512-VNNI: the float32 kernels take their AVX-512 path on it, the int8
- * linear layer its vpdpbusd path. */
-enum { CPU_ISA_PORTABLE, CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_VNNI };
-/* The widest set the CPU has, capped by NMT_CPU_ISA (portable, avx2, avx512 or avx512vnni; read per
- * call, so tests can check every path). */
+ * linear layer its vpdpwssd path. AMX is VNNI with AMX-TILE and AMX-INT8 granted by the kernel:
+ * the int8 layer's tile path (linear_q_amx.c), the rest as on VNNI. */
+enum { CPU_ISA_PORTABLE, CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_VNNI, CPU_ISA_AMX };
+/* The widest set the CPU has, capped by NMT_CPU_ISA (portable, avx2, avx512, avx512vnni or amx;
+ * read per call, so tests can check every path; cpu_isa_env_error checks its value). */
 int cpu_isa(void);
-/* The path gemm_rowinv and linear_rowinv take now: "avx512vnni", "avx512", "avx2" or "portable"
- * (see gemm.c). */
+/* NULL when NMT_CPU_ISA is unset, empty or one of the names above, else a message naming it. */
+const char *cpu_isa_env_error(void);
+/* The path gemm_rowinv and linear_rowinv take now: "amx", "avx512vnni", "avx512", "avx2" or
+ * "portable" (see gemm.c). */
 const char *cpu_rowinv_isa_name(void);
 /* linear_packed_bytes, linear_pack, linear_rowinv, linear_packed_bytes_q and linear_pack_q
  * (plugins/backend.h), in linear.c. */

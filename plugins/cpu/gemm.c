@@ -16,9 +16,12 @@
  * row-invariant. No packing: both operands are read along K, which is contiguous for A (M,K) and
  * for the weight B (N,K). */
 #include <immintrin.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu.h"
+#include "linear_q.h"
 
 #define MR 4              /* rows of A per register tile */
 #define NR 6              /* output columns per step of the driver: one AVX-512 tile, two AVX2 tiles */
@@ -233,6 +236,30 @@ static void rowinv_body(void *arg, int64_t lo, int64_t hi, int tid)
     }
 }
 
+static const char *const isa_names[] = { "portable", "avx2", "avx512", "avx512vnni", "amx" };
+
+/* The cap NMT_CPU_ISA sets: the index of its name, the widest when unset or empty, -1 when unknown. */
+static int isa_env_cap(void)
+{
+    const char *e = getenv("NMT_CPU_ISA");
+    if (!e || !*e)
+        return CPU_ISA_AMX;
+    for (int i = CPU_ISA_PORTABLE; i <= CPU_ISA_AMX; i++)
+        if (!strcmp(e, isa_names[i]))
+            return i;
+    return -1;
+}
+
+const char *cpu_isa_env_error(void)
+{
+    static char msg[160];
+    if (isa_env_cap() >= 0)
+        return NULL;
+    snprintf(msg, sizeof msg, "NMT_CPU_ISA='%.40s' is not one of portable, avx2, avx512, avx512vnni, amx",
+             getenv("NMT_CPU_ISA"));
+    return msg;
+}
+
 int cpu_isa(void)
 {
     static int cpu = -1;
@@ -242,22 +269,15 @@ int cpu_isa(void)
         int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
         int vnni = avx512 && __builtin_cpu_supports("avx512vnni");
-        cpu = vnni ? CPU_ISA_VNNI : avx512 ? CPU_ISA_AVX512 : avx2 ? CPU_ISA_AVX2 : CPU_ISA_PORTABLE;
+        int amx = vnni && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8") && cpu_amx_request();
+        cpu = amx ? CPU_ISA_AMX : vnni ? CPU_ISA_VNNI : avx512 ? CPU_ISA_AVX512 : avx2 ? CPU_ISA_AVX2 : CPU_ISA_PORTABLE;
     }
-    const char *e = getenv("NMT_CPU_ISA");
-    int cap = !e || !*e                   ? CPU_ISA_VNNI
-              : !strcmp(e, "portable")   ? CPU_ISA_PORTABLE
-              : !strcmp(e, "avx2")       ? CPU_ISA_AVX2
-              : !strcmp(e, "avx512")     ? CPU_ISA_AVX512
-                                         : CPU_ISA_VNNI;
+    int cap = isa_env_cap();
+    cap = cap < 0 ? CPU_ISA_AMX : cap; /* refused when the backend opens (cpu_isa_env_error) */
     return cpu < cap ? cpu : cap;
 }
 
-const char *cpu_rowinv_isa_name(void)
-{
-    static const char *const names[] = { "portable", "avx2", "avx512", "avx512vnni" };
-    return names[cpu_isa()];
-}
+const char *cpu_rowinv_isa_name(void) { return isa_names[cpu_isa()]; }
 
 int cpu_gemm_rowinv(nmt_bctx *ctx, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
                     float beta, float *C, int ldc)

@@ -25,6 +25,8 @@
  * one 32-bit word of A pairs with the even bytes of a weight word and the next with the odd ones.
  *
  * Paths (per group of 4 columns, each 32-bit lane of a weight vector being one output column):
+ *   AMX (AMX-TILE and AMX-INT8, where Kp is a multiple of 64; else the VNNI path): tile products
+ *     of the activations split into bytes, linear_q_amx.c. Tiles of 16 rows by 2 panels.
  *   VNNI (AVX512-VNNI): the weight bytes sign-extended in place to 16 bits, even bytes
  *     (shift left then arithmetic shift right by 8) and odd bytes (arithmetic shift by 8), and
  *     two vpdpwssd against the broadcast activation pairs (a0, a2) and (a1, a3). Tiles of up to
@@ -37,14 +39,14 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "linear_q.h"
 #include "quant_row.h"
 
-#define PW 16             /* columns per panel */
 #define GROUP 4           /* panels per column group of the thread split */
 #define WORK_GRAIN 262144 /* multiply-adds per thread chunk, at least */
 #define QGRAIN 16384      /* values quantised per thread chunk, at least */
 
-static int pad16(int n) { return (n + PW - 1) / PW * PW; }
+static int pad16(int n) { return (n + QPW - 1) / QPW * QPW; }
 static int pad4(int k) { return (k + 3) / 4 * 4; }
 
 size_t cpu_linear_q_bytes(int N, int K)
@@ -115,29 +117,12 @@ int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, i
             free(row);
             return cpu_err(ctx, "linear_pack_q: row %d of the weight has a non-finite value", j);
         }
-        uint8_t *pj = panels + (size_t)(j / PW) * (size_t)kp * PW + (size_t)(j % PW) * 4;
+        uint8_t *pj = panels + (size_t)(j / QPW) * (size_t)kp * QPW + (size_t)(j % QPW) * 4;
         for (int k = 0; k < kp; k++)
             pj[(size_t)(k / 4) * 64 + (size_t)(k % 4)] = (uint8_t)row[k];
     }
     free(row);
     return 0;
-}
-
-/* The operands of one call. */
-struct qlin {
-    const int16_t *A;    /* (M, ldq) quantised rows, in act_pos order */
-    const float *sa;     /* (M) their scales */
-    const float *sw;     /* (Np) weight scales */
-    const uint8_t *Wp;   /* the panels */
-    const float *bias;
-    float *C;
-    int M, N, Kp, ldq, ldc, relu;
-};
-
-/* The first byte of panel P's group of the bytes K..K+3. */
-static inline __attribute__((always_inline)) const uint8_t *qpanel(const struct qlin *g, int p, int k)
-{
-    return g->Wp + ((size_t)p * (size_t)g->Kp + (size_t)k) * PW;
 }
 
 /* The epilogue every path shares, for one element: C = ((float)S * s_j) * a_i + bias, ReLU. */
@@ -154,7 +139,6 @@ static inline float qfinish(const struct qlin *g, int32_t S, int i, int j)
 
 /* ---------------- AVX-512 VNNI: tiles of up to 6 rows by 4 panels ---------------- */
 
-#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 #define MRV 6
 
 /* The even and the odd bytes of each 16-bit half of W, sign-extended to 16 bits. */
@@ -179,10 +163,10 @@ static inline float qfinish(const struct qlin *g, int32_t S, int i, int j)
             a##r##3 = _mm512_dpwssd_epi32(a##r##3, av, w3);                                                            \
     }
 
-static inline __attribute__((always_inline)) VNNI void qtile16(const struct qlin *g, int i, int p, int mr, int nv,
+static inline __attribute__((always_inline)) QVNNI void qtile16(const struct qlin *g, int i, int p, int mr, int nv,
                                                                 __mmask16 last)
 {
-    size_t ldq = (size_t)g->ldq, pstride = (size_t)g->Kp * PW;
+    size_t ldq = (size_t)g->ldq, pstride = (size_t)g->Kp * QPW;
     const int16_t *a = g->A + (size_t)i * ldq;
     const uint8_t *w = qpanel(g, p, 0);
     const __m512i z = _mm512_setzero_si512();
@@ -200,26 +184,13 @@ static inline __attribute__((always_inline)) VNNI void qtile16(const struct qlin
     }
     const __m512i acc[MRV][GROUP] = { { a00, a01, a02, a03 }, { a10, a11, a12, a13 }, { a20, a21, a22, a23 },
                                       { a30, a31, a32, a33 }, { a40, a41, a42, a43 }, { a50, a51, a52, a53 } };
-    for (int c = 0; c < nv; c++) {
-        int j = (p + c) * PW;
-        __mmask16 m = c == nv - 1 ? last : (__mmask16)0xFFFF;
-        __m512 sw = _mm512_loadu_ps(g->sw + j);
-        __m512 b = g->bias ? _mm512_maskz_loadu_ps(m, g->bias + j) : _mm512_setzero_ps();
-        for (int r = 0; r < mr; r++) {
-            __m512 v = _mm512_cvtepi32_ps(acc[r][c]);
-            v = _mm512_mul_ps(v, sw);
-            v = _mm512_mul_ps(v, _mm512_set1_ps(g->sa[i + r]));
-            if (g->bias)
-                v = _mm512_add_ps(v, b);
-            if (g->relu)
-                v = _mm512_max_ps(v, _mm512_setzero_ps());
-            _mm512_mask_storeu_ps(g->C + (size_t)(i + r) * (size_t)g->ldc + (size_t)j, m, v);
-        }
-    }
+    for (int c = 0; c < nv; c++)
+        for (int r = 0; r < mr; r++)
+            qstore16(g, i + r, (p + c) * QPW, c == nv - 1 ? last : (__mmask16)0xFFFF, acc[r][c]);
 }
 
 /* mr <= 6 rows by nv <= 4 panels, through a qtile16 inlined with constant sizes */
-VNNI static void qtile16_any(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last)
+QVNNI static void qtile16_any(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last)
 {
 #define QT(R)                                                                                                          \
     case R * 8 + 4: qtile16(g, i, p, R, 4, last); break;                                                               \
@@ -272,7 +243,7 @@ static inline __attribute__((always_inline)) AVX2 void qtile8(const struct qlin 
         }
     }
     for (int h = 0; h < 2; h++) {
-        int j = p * PW + 8 * h, nh = n - 8 * h;
+        int j = p * QPW + 8 * h, nh = n - 8 * h;
         if (nh <= 0)
             break;
         __m256i m = _mm256_loadu_si256((const __m256i *)(lane_tab + 8 - (nh < 8 ? nh : 8)));
@@ -307,20 +278,20 @@ AVX2 static void qtile8_any(const struct qlin *g, int i, int p, int mr, int n)
 
 static void qtile_plain(const struct qlin *g, int i, int p, int mr)
 {
-    int32_t acc[MRP][PW] = { { 0 } };
-    int n = g->N - p * PW < PW ? g->N - p * PW : PW;
+    int32_t acc[MRP][QPW] = { { 0 } };
+    int n = g->N - p * QPW < QPW ? g->N - p * QPW : QPW;
     for (int k = 0; k < g->Kp; k += 4) {
         const uint8_t *wk = qpanel(g, p, k);
         for (int r = 0; r < mr; r++) {
             const int16_t *a = g->A + (size_t)(i + r) * (size_t)g->ldq + (size_t)k;
-            for (int c = 0; c < PW; c++)
+            for (int c = 0; c < QPW; c++)
                 for (int t = 0; t < 4; t++)
                     acc[r][c] += (int32_t)a[act_pos(t)] * (int32_t)(int8_t)wk[4 * c + t];
         }
     }
     for (int r = 0; r < mr; r++)
         for (int c = 0; c < n; c++)
-            g->C[(size_t)(i + r) * (size_t)g->ldc + (size_t)(p * PW + c)] = qfinish(g, acc[r][c], i + r, p * PW + c);
+            g->C[(size_t)(i + r) * (size_t)g->ldc + (size_t)(p * QPW + c)] = qfinish(g, acc[r][c], i + r, p * QPW + c);
 }
 
 /* ---------------- driver ---------------- */
@@ -330,15 +301,21 @@ struct qlin_job {
     const float *Af; /* (M, lda) the float rows, quantised into qa and qs (= g.A and g.sa) */
     int16_t *qa;
     float *qs;
-    int lda, K, isa;
+    uint8_t *lo; /* AMX only: the split rows (g.Alo, g.Ahi) */
+    int8_t *hi;
+    int lda, K, isa; /* isa: CPU_ISA_AMX only when Kp is a multiple of 64 */
 };
 
 /* Quantises rows [lo, hi) of A. */
 static void quant_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
     struct qlin_job *job = arg;
-    for (int64_t i = lo; i < hi; i++)
-        job->qs[i] = quant_act(job->qa + i * job->g.ldq, job->Af + i * job->lda, job->K, job->g.Kp, job->isa);
+    for (int64_t i = lo; i < hi; i++) {
+        int16_t *q = job->qa + i * job->g.ldq;
+        job->qs[i] = quant_act(q, job->Af + i * job->lda, job->K, job->g.Kp, job->isa);
+        if (job->isa == CPU_ISA_AMX)
+            cpu_q_amx_split(job->lo + i * job->g.ld8, job->hi + i * job->g.ld8, q, job->g.Kp);
+    }
 }
 
 /* Column groups [lo, hi) of GROUP panels, each swept by every row tile of A. */
@@ -346,27 +323,33 @@ static void qlinear_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
     const struct qlin_job *job = arg;
     const struct qlin *g = &job->g;
-    int panels = (g->N + PW - 1) / PW;
+    int panels = (g->N + QPW - 1) / QPW;
+    if (job->isa == CPU_ISA_AMX)
+        cpu_q_amx_begin();
     for (int64_t q = lo; q < hi; q++) {
         int p0 = (int)q * GROUP, np = panels - p0 < GROUP ? panels - p0 : GROUP;
-        int n = g->N - p0 * PW < GROUP * PW ? g->N - p0 * PW : GROUP * PW; /* columns of the group */
-        for (int i = 0; i < g->M; i += MRV) {
+        int n = g->N - p0 * QPW < GROUP * QPW ? g->N - p0 * QPW : GROUP * QPW; /* columns of the group */
+        __mmask16 last = (__mmask16)((1u << (n - QPW * (np - 1))) - 1); /* the last panel's columns */
+        for (int i = 0; job->isa == CPU_ISA_AMX && i < g->M; i += 16)
+            cpu_q_amx_rows(g, i, g->M - i < 16 ? g->M - i : 16, p0, np, last);
+        for (int i = 0; job->isa != CPU_ISA_AMX && i < g->M; i += MRV) {
             int mr = g->M - i < MRV ? g->M - i : MRV;
             if (job->isa == CPU_ISA_VNNI) {
-                int rem = n - PW * (np - 1);
-                qtile16_any(g, i, p0, mr, np, (__mmask16)((1u << rem) - 1));
+                qtile16_any(g, i, p0, mr, np, last);
                 continue;
             }
             for (int r = i; r < i + mr; r += MR8)
                 for (int p = p0; p < p0 + np; p++) {
                     int rows = i + mr - r < MR8 ? i + mr - r : MR8;
                     if (job->isa >= CPU_ISA_AVX2)
-                        qtile8_any(g, r, p, rows, n - (p - p0) * PW);
+                        qtile8_any(g, r, p, rows, n - (p - p0) * QPW);
                     else
                         qtile_plain(g, r, p, rows);
                 }
         }
     }
+    if (job->isa == CPU_ISA_AMX)
+        cpu_q_amx_end();
 }
 
 int cpu_qbuf_reserve(nmt_bctx *ctx, size_t bytes)
@@ -387,16 +370,29 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
                      const float *bias, int relu, float *C, int ldc)
 {
     int np = pad16(N), kp = pad4(K), ldq = (kp + 31) & ~31; /* int16 rows of 64-byte multiples */
-    size_t qbytes = (size_t)M * (size_t)ldq * sizeof(int16_t);
-    if (cpu_qbuf_reserve(ctx, qbytes + (size_t)M * sizeof(float)) < 0)
+    int isa = cpu_isa(), m16 = (M + 15) & ~15;
+    if (isa == CPU_ISA_AMX && kp % 64)
+        isa = CPU_ISA_VNNI;
+    /* qbuf: the int16 rows, their scales (to a 64-byte boundary), then for AMX the split rows,
+     * M rounded up to 16 (rows past M are zero) */
+    size_t qbytes = (size_t)M * (size_t)ldq * sizeof(int16_t), sbytes = ((size_t)M * sizeof(float) + 63) & ~(size_t)63;
+    size_t splitbytes = isa == CPU_ISA_AMX ? (size_t)m16 * (size_t)kp : 0;
+    if (cpu_qbuf_reserve(ctx, qbytes + sbytes + 2 * splitbytes) < 0)
         return -1;
     const float *sw = data;
     int16_t *qa = ctx->qbuf;
     float *qs = (float *)((char *)ctx->qbuf + qbytes);
-    struct qlin_job job = { { qa, qs, sw, (const uint8_t *)(sw + np), bias, C, M, N, kp, ldq, ldc, relu != 0 },
-                            A, qa, qs, lda, K, cpu_isa() };
+    uint8_t *lo = (uint8_t *)ctx->qbuf + qbytes + sbytes;
+    int8_t *hi = (int8_t *)(lo + splitbytes);
+    struct qlin_job job = { { qa, qs, sw, (const uint8_t *)(sw + np), bias, C, M, N, kp, ldq, ldc, relu != 0, lo, hi,
+                              kp },
+                            A, qa, qs, lo, hi, lda, K, isa };
+    if (splitbytes) {
+        memset(lo + (size_t)M * (size_t)kp, 0, (size_t)(m16 - M) * (size_t)kp);
+        memset(hi + (size_t)M * (size_t)kp, 0, (size_t)(m16 - M) * (size_t)kp);
+    }
     pool_for(ctx->pool, M, (QGRAIN + K - 1) / K, quant_body, &job);
-    int64_t groups = (N + GROUP * PW - 1) / (GROUP * PW), per = (int64_t)M * kp * GROUP * PW;
+    int64_t groups = (N + GROUP * QPW - 1) / (GROUP * QPW), per = (int64_t)M * kp * GROUP * QPW;
     pool_for(ctx->pool, groups, (WORK_GRAIN + per - 1) / per, qlinear_body, &job);
     return 0;
 }

@@ -304,14 +304,17 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     $DEC --precision int8 --score -i "$D/fp.tsv" | fails cmp -s "$D/i8.lp" -
 }
 
-@test "--precision int8, int8-all: NMT_CPU_ISA=avx512 (no VNNI) gives the same bytes as the default path, avx2 and portable the same translations" {
+@test "--precision int8, int8-all: NMT_CPU_ISA=avx512vnni and avx512 give the same bytes as the default path, avx2 and portable the same translations" {
     zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
     for mode in "--precision int8 --beam 1" "--precision int8 --beam 4" "--precision int8-all --beam 1"; do
         $DEC $mode --scores -i "$D/s64.en" > "$D/isa.txt"
         [ "$(wc -l < "$D/isa.txt")" -eq 64 ]
-        # on a CPU with AVX512-VNNI the default runs the vpdpbusd kernel, avx512 the AVX2 int8 kernel
-        # with the same float32 kernels around it: scores and all
-        NMT_CPU_ISA=avx512 $DEC $mode --scores -i "$D/s64.en" | cmp "$D/isa.txt" -
+        # on a CPU with AMX the default runs the tile kernel, avx512vnni the vpdpwssd kernel, avx512
+        # the AVX2 int8 kernel, all with the same float32 kernels around them: scores and all
+        for isa in avx512vnni avx512; do
+            NMT_CPU_ISA=$isa $DEC $mode --scores -i "$D/s64.en" | cmp "$D/isa.txt" - ||
+                { echo "$mode, NMT_CPU_ISA=$isa differs"; return 1; }
+        done
         # below AVX-512 the float32 attention and top-k round otherwise in the last bits (as in
         # float32 decoding), so the scores may differ there; the int8 layers give the same bits
         for isa in avx2 portable; do
@@ -341,6 +344,12 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
         echo "$p: identical greedy translations: $same of 64"
         [ "$same" -ge 56 ]
     done
+}
+
+@test "NMT_CPU_ISA naming no path: exit 1 naming the value and the paths" {
+    NMT_CPU_ISA=avx513 run $DEC -i "$D/src.en"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-decode: cannot open backend 'cpu' ("*"/nmt-backend-cpu.so): NMT_CPU_ISA='avx513' is not one of portable, avx2, avx512, avx512vnni, amx" ]]
 }
 
 @test "--precision bf16 where the CPU cannot: exit 1 naming the backend and the reason" {

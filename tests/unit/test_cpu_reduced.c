@@ -1,6 +1,6 @@
 /* test_cpu_reduced: the cpu plugin's linear layer in reduced precision. int8: the int8 linear layer (linear_pack_q with NMT_DTYPE_INT8, then
- * linear_rowinv) on every kernel path the CPU has (NMT_CPU_ISA = avx512vnni, avx512, avx2,
- * portable):
+ * linear_rowinv) on every kernel path the CPU has (NMT_CPU_ISA = amx, avx512vnni, avx512, avx2,
+ * portable; the AMX tile kernel is also checked without AMX, emulated, by test_amx):
  *   - bit for bit against the quantisation spec of plugins/cpu/linear_q.c restated here
  *     (per-channel int8 weight scales, per-row activation scales on a 12-bit grid, exact integer
  *     sums, the float epilogue ((float)S * s_j) * a_i + bias), so the paths give identical bits;
@@ -24,7 +24,7 @@ static struct backend *be, *be1; /* 2 threads, 1 thread */
 #define OPS (be->ops)
 #define CTX (be->ctx)
 
-static const char *const isas[] = { "avx512vnni", "avx512", "avx2", "portable" };
+static const char *const isas[] = { "amx", "avx512vnni", "avx512", "avx2", "portable" };
 #define NISA (int)(sizeof isas / sizeof isas[0])
 
 static uint64_t rng_state = 2024;
@@ -42,9 +42,17 @@ static float *frand(size_t n, double lo, double hi)
     return x;
 }
 
-/* 1 when this CPU has the kernel path ISA, as the plugin decides (a path it lacks is skipped). */
+/* 1 when this CPU has the kernel path ISA, as the plugin decides (a path it lacks is skipped;
+ * AMX also needs the kernel's grant, so the plugin is asked which path it takes). */
 static int cpu_has(const char *isa)
 {
+    if (!strcmp(isa, "amx")) {
+        struct nmt_backend_props pr;
+        setenv("NMT_CPU_ISA", "amx", 1);
+        int amx = OPS.props(CTX, &pr) == 0 && strstr(pr.device, ", amx,") != NULL;
+        unsetenv("NMT_CPU_ISA");
+        return amx;
+    }
     __builtin_cpu_init();
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&

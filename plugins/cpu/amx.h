@@ -1,0 +1,133 @@
+/* amx.h: the AMX tile instructions of the int8 linear layer's AMX path (linear_q_amx.c), as GCC's
+ * intrinsics; or, where CPU_AMX_EMULATE is defined, as C functions that follow the pseudo-code of
+ * Intel's instruction set reference, so that tests run the tile kernel on CPUs without AMX
+ * (tests/unit/test_amx.c). Tile numbers are constants. The emulation aborts where the hardware
+ * would fault: a tile used before a configuration is loaded, or operand shapes that do not match. */
+#ifndef NMT_CPU_AMX_H
+#define NMT_CPU_AMX_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The 64-byte operand of ldtilecfg (palette 1): each tile's bytes per row and rows. */
+struct amx_cfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+#ifndef CPU_AMX_EMULATE
+
+#define AMX_LOADCONFIG(cfg) _tile_loadconfig(cfg)
+#define AMX_RELEASE() _tile_release()
+#define AMX_ZERO(t) _tile_zero(t)
+#define AMX_LOAD(t, base, stride) _tile_loadd(t, base, stride)
+#define AMX_STORE(t, base, stride) _tile_stored(t, base, stride)
+#define AMX_DPBUSD(c, a, b) _tile_dpbusd(c, a, b)
+#define AMX_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
+
+#else
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* The tile registers of this thread: 8 tiles of 16 rows of 64 bytes, and the configuration. */
+static _Thread_local struct {
+    struct amx_cfg cfg;
+    uint8_t t[8][16][64];
+    int configured;
+} amx_emu;
+
+static void amx_emu_fail(const char *what)
+{
+    fprintf(stderr, "amx emulation: %s\n", what);
+    abort();
+}
+
+static void amx_emu_check(int t)
+{
+    if (!amx_emu.configured)
+        amx_emu_fail("tile used with no configuration loaded");
+    if (t < 0 || t > 7 || amx_emu.cfg.rows[t] == 0 || amx_emu.cfg.colsb[t] == 0)
+        amx_emu_fail("tile not configured");
+}
+
+/* ldtilecfg: palette 1 only; every tile's rows <= 16 and bytes per row <= 64; the tiles become 0. */
+static inline void amx_emu_loadconfig(const void *p)
+{
+    memcpy(&amx_emu.cfg, p, sizeof amx_emu.cfg);
+    if (amx_emu.cfg.palette != 1 || amx_emu.cfg.start_row != 0)
+        amx_emu_fail("palette other than 1, or start_row");
+    for (int t = 0; t < 8; t++)
+        if (amx_emu.cfg.rows[t] > 16 || amx_emu.cfg.colsb[t] > 64)
+            amx_emu_fail("tile larger than 16 rows of 64 bytes");
+    memset(amx_emu.t, 0, sizeof amx_emu.t);
+    amx_emu.configured = 1;
+}
+
+/* tilerelease: back to the initial state (no configuration). */
+static inline void amx_emu_release(void)
+{
+    memset(&amx_emu, 0, sizeof amx_emu);
+}
+
+static inline void amx_emu_zero(int t)
+{
+    amx_emu_check(t);
+    memset(amx_emu.t[t], 0, sizeof amx_emu.t[t]);
+}
+
+/* tileloadd: row r from base + r * stride, colsb bytes; the rest of the tile 0. */
+static inline void amx_emu_load(int t, const void *base, long stride)
+{
+    amx_emu_check(t);
+    memset(amx_emu.t[t], 0, sizeof amx_emu.t[t]);
+    for (int r = 0; r < amx_emu.cfg.rows[t]; r++)
+        memcpy(amx_emu.t[t][r], (const uint8_t *)base + (long)r * stride, amx_emu.cfg.colsb[t]);
+}
+
+/* tilestored: row r to base + r * stride, colsb bytes. */
+static inline void amx_emu_store(int t, void *base, long stride)
+{
+    amx_emu_check(t);
+    for (int r = 0; r < amx_emu.cfg.rows[t]; r++)
+        memcpy((uint8_t *)base + (long)r * stride, amx_emu.t[t][r], amx_emu.cfg.colsb[t]);
+}
+
+/* tdpbusd (a_signed 0) and tdpbssd (1): for each row m of C, each 4-byte group k of A's row m and
+ * each 32-bit column n of C, C[m][n] += the sum of the 4 products of A[m] bytes 4k..4k+3 (unsigned,
+ * or signed) with B[k] bytes 4n..4n+3 (signed), in wrapping 32-bit arithmetic. Shapes: C's rows
+ * are A's, A's groups are B's rows, C's columns are B's. */
+static inline void amx_emu_dpb(int c, int a, int b, int a_signed)
+{
+    amx_emu_check(c), amx_emu_check(a), amx_emu_check(b);
+    const struct amx_cfg *g = &amx_emu.cfg;
+    if (g->rows[c] != g->rows[a] || g->colsb[a] / 4 != g->rows[b] || g->colsb[c] != g->colsb[b] || g->colsb[c] % 4 ||
+        g->colsb[a] % 4)
+        amx_emu_fail("tdpb: operand shapes do not match");
+    for (int m = 0; m < g->rows[c]; m++)
+        for (int k = 0; k < g->colsb[a] / 4; k++)
+            for (int n = 0; n < g->colsb[c] / 4; n++) {
+                uint32_t acc;
+                memcpy(&acc, amx_emu.t[c][m] + 4 * n, 4);
+                for (int i = 0; i < 4; i++) {
+                    uint8_t x = amx_emu.t[a][m][4 * k + i], y = amx_emu.t[b][k][4 * n + i];
+                    int32_t xv = a_signed ? (int32_t)(int8_t)x : (int32_t)x;
+                    acc += (uint32_t)(xv * (int32_t)(int8_t)y);
+                }
+                memcpy(amx_emu.t[c][m] + 4 * n, &acc, 4);
+            }
+}
+
+#define AMX_LOADCONFIG(cfg) amx_emu_loadconfig(cfg)
+#define AMX_RELEASE() amx_emu_release()
+#define AMX_ZERO(t) amx_emu_zero(t)
+#define AMX_LOAD(t, base, stride) amx_emu_load(t, base, (long)(stride))
+#define AMX_STORE(t, base, stride) amx_emu_store(t, base, (long)(stride))
+#define AMX_DPBUSD(c, a, b) amx_emu_dpb(c, a, b, 0)
+#define AMX_DPBSSD(c, a, b) amx_emu_dpb(c, a, b, 1)
+
+#endif
+#endif
