@@ -77,7 +77,7 @@
 #include <stdint.h>
 
 #define NMT_BACKEND_ABI_MAJOR 2
-#define NMT_BACKEND_ABI_MINOR 3
+#define NMT_BACKEND_ABI_MINOR 4
 #define NMT_BACKEND_ENTRY "nmt_backend_entry"
 
 /* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 2 kernels are F32;
@@ -370,6 +370,14 @@ struct nmt_backend {
      * done (a download or a value-returning kernel on OWNER has waited for them), never writes them
      * again while CTX may read them, never frees them on CTX, and closes CTX before OWNER. */
     int (*share)(nmt_bctx *ctx, nmt_bctx *owner);
+
+    /* ---- OPTIONAL, ABI 2.4: memory given back ---- */
+    /* The BYTES bytes at P, inside one buffer from alloc on CTX, will not be read again before they
+     * are written: the backend may give their memory back to the system (e.g. weights whose packed
+     * copy is all that is read). Afterwards they read as unspecified values until written; writing
+     * them is allowed (their memory comes back); the rest of the buffer keeps its contents. The cpu
+     * plugin gives back the whole pages inside the range. 0, or negative with the error set. */
+    int (*discard)(nmt_bctx *ctx, void *p, size_t bytes);
     /* New slots are appended here, bumping NMT_BACKEND_ABI_MINOR. */
 };
 

@@ -443,13 +443,15 @@ static int engine_load(struct state *st, struct engine *e, int last)
             e->m[i] = model_new(e->be, &st->cfg[i], 0);
             if (!e->m[i])
                 return -1;
-            if (model_load(e->m[i], st->ckpt[i], 0) < 0)
+            if ((last ? model_load_consume(e->m[i], st->ckpt[i]) : model_load(e->m[i], st->ckpt[i], 0)) < 0)
                 return nmt_seterr("'%s': %s", o->model[i], nmt_errmsg());
             if (last) {
                 st_free(st->ckpt[i]);
                 st->ckpt[i] = NULL;
             }
-            e->in[i] = infer_new(e->be, e->m[i], !o->variant, o->precision);
+            /* the model is read only through this state (and those sharing it): once packed, the
+             * float32 copies of its layers are given back */
+            e->in[i] = infer_new(e->be, e->m[i], (o->variant ? 0 : INFER_INVARIANT) | INFER_DISCARD, o->precision);
         }
         if (!e->in[i] || infer_set_shortlist(e->in[i], st->sl) < 0)
             return -1;

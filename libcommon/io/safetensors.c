@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -516,41 +517,100 @@ fail:
     return NULL;
 }
 
-struct st_file *st_read(const char *path)
+/* Opens PATH, a regular file, for reading: its descriptor, and its size in *LEN; -1 with the error set. */
+static int open_regular(const char *path, size_t *len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        nmt_seterr("cannot open '%s': %s", path, strerror(errno));
-        return NULL;
-    }
+    if (fd < 0)
+        return nmt_seterr("cannot open '%s': %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
         nmt_seterr("cannot read '%s': %s", path, S_ISDIR(sb.st_mode) ? "is a directory" : "not a regular file");
         close(fd);
-        return NULL;
+        return -1;
     }
-    size_t len = (size_t)sb.st_size;
-    unsigned char *buf = nmt_malloc_large(len);
+    *len = (size_t)sb.st_size;
+    return fd;
+}
+
+/* Reads the N bytes at offset OFF of FD (PATH) into DST; 0, or -1 with the error set. */
+static int read_at(int fd, const char *path, unsigned char *dst, size_t n, size_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, dst + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return nmt_seterr("cannot read '%s': %s", path, r < 0 ? strerror(errno) : "file shrank while reading");
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+struct st_file *st_read(const char *path) { return st_read_skip(path, NULL); }
+
+/* Whether tensor NAME is left out by SKIP (a prefix, or NULL). */
+static int skipped(const char *name, const char *skip) { return skip && !strncmp(name, skip, strlen(skip)); }
+
+struct st_file *st_read_skip(const char *path, const char *skip)
+{
+    size_t len = 0;
+    int fd = open_regular(path, &len);
+    if (fd < 0)
+        return NULL;
+    unsigned char *buf = nmt_malloc_large(len ? len : 1);
     if (!buf) {
         nmt_seterr("cannot read '%s': out of memory (%zu bytes)", path, len);
         close(fd);
         return NULL;
     }
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, buf + got, len - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            nmt_seterr("cannot read '%s': %s", path, r < 0 ? strerror(errno) : "file shrank while reading");
-            free(buf);
-            close(fd);
-            return NULL;
-        }
-        got += (size_t)r;
+    /* the header first (st_parse checks its length against the file's), then each tensor kept */
+    size_t head = len < 8 ? len : 8;
+    int rc = read_at(fd, path, buf, head, 0);
+    if (rc == 0 && head == 8) {
+        uint64_t hlen = nmt_le64(buf);
+        rc = read_at(fd, path, buf + 8, hlen <= len - 8 ? (size_t)hlen : 0, 8);
+        head = 8 + (hlen <= len - 8 ? (size_t)hlen : 0);
     }
+    if (rc == 0 && !skip)
+        rc = read_at(fd, path, buf + head, len - head, head);
+    struct st_file *f = rc == 0 ? st_parse(buf, len, 1, path) : NULL;
+    if (rc < 0)
+        free(buf);
+    size_t kept = 0;
+    for (size_t i = 0; f && skip && i < f->nt; i++) {
+        struct st_tensor *t = &f->t[i];
+        if (skipped(t->name, skip)) { /* never read: left out of the table */
+            free(t->name);
+            continue;
+        }
+        f->t[kept++] = *t;
+        if (read_at(fd, path, (unsigned char *)t->data, (size_t)t->nbytes, (size_t)((const unsigned char *)t->data - buf)) < 0) {
+            for (size_t j = i + 1; j < f->nt; j++) /* the names not yet moved or freed */
+                free(f->t[j].name);
+            f->nt = kept;
+            st_free(f);
+            f = NULL;
+        }
+    }
+    if (f && skip)
+        f->nt = kept;
     close(fd);
-    return st_parse(buf, len, 1, path);
+    return f;
+}
+
+int st_discard(struct st_file *f, const struct st_tensor *t)
+{
+    uintptr_t base = (uintptr_t)f->buf, at = (uintptr_t)t->data;
+    if (!f->buf || at < base || at - base > f->len || t->nbytes > f->len - (at - base))
+        return nmt_seterr("st_discard: tensor '%s' is not in an image this file owns", t->name);
+    long psz = sysconf(_SC_PAGESIZE);
+    uintptr_t page = psz > 0 ? (uintptr_t)psz : 4096, lo = (at + page - 1) / page * page;
+    uintptr_t hi = (at + (uintptr_t)t->nbytes) / page * page;
+    if (hi > lo && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
+        return nmt_seterr("st_discard: tensor '%s': %s", t->name, strerror(errno));
+    return 0;
 }
 
 const struct st_tensor *st_find(const struct st_file *f, const char *name)

@@ -51,8 +51,16 @@ struct st_file {
 struct st_file *st_parse(unsigned char *buf, size_t len, int own, const char *name);
 /* Reads and parses the file at PATH. Returns a new st_file, or NULL with the error set. */
 struct st_file *st_read(const char *path);
+/* st_read, but the tensors whose names start with SKIP (NULL: none) are neither read nor listed
+ * (e.g. "optim." for a reader of the weights alone): their bytes never enter memory. */
+struct st_file *st_read_skip(const char *path, const char *skip);
 /* Frees F; st_free(NULL) is a no-op. */
 void st_free(struct st_file *f);
+/* Gives back the memory of the whole pages of tensor T's data in F's image (F must own it, as
+ * st_read's do) with madvise(MADV_DONTNEED): for a reader done with T long before F is freed (a
+ * checkpoint's weights once on the device). T's data then read as zeros in those pages; the rest
+ * of F is unchanged. 0, or -1 with the error set (T not in an image F owns). */
+int st_discard(struct st_file *f, const struct st_tensor *t);
 /* Returns the tensor called NAME, or NULL when absent. */
 const struct st_tensor *st_find(const struct st_file *f, const char *name);
 /* Returns the __metadata__ value of KEY, or NULL when absent. */

@@ -218,7 +218,7 @@ int checkpoint_dequantize(struct st_file *f, const char *name)
 int checkpoint_open_model(const char *path, struct st_file **f, struct model_config *cfg, struct vocab **v)
 {
     *v = NULL;
-    if (!(*f = st_read(path)))
+    if (!(*f = st_read_skip(path, "optim."))) /* an optimizer's state is not read */
         return nmt_seterr("cannot read checkpoint: %s", nmt_errmsg());
     if (model_config_load(cfg, *f) < 0)
         nmt_seterr("'%s': %s", path, nmt_errmsg());

@@ -63,7 +63,8 @@ int checkpoint_put_int8(struct st_writer *w, const char *name, uint64_t rows, ui
  * positive finite scale a row) and replaces it in F by its float32 values q * scale. 0, or -1 with
  * the error set naming the tensor. */
 int checkpoint_dequantize(struct st_file *f, const char *name);
-/* Reads PATH for decoding: the file (kept open for the tensors), its configuration into *CFG and its
+/* Reads PATH for decoding (without the optimizer's state, "optim." tensors, which is not read):
+ * the file (kept open for the tensors), its configuration into *CFG and its
  * vocabulary into *V, checked against each other, its weights checked finite and int8 weights turned
  * into float32 (checkpoint_dequantize). 0, or -1 with the error set (*F and *V NULL). */
 int checkpoint_open_model(const char *path, struct st_file **f, struct model_config *cfg, struct vocab **v);

@@ -177,8 +177,9 @@ static const void *wt_find(const struct infer *in, const float *w, int out)
 }
 
 /* Packs every weight the products of inference read with the backend's linear_pack, once, into
- * one device buffer. 0, or -1 with the error set. */
-static int pack_weights(struct infer *in)
+ * one device buffer; with DISCARD, gives back each float32 weight once packed (the embedding,
+ * which the input also reads, excepted). 0, or -1 with the error set. */
+static int pack_weights(struct infer *in, int discard)
 {
     const struct model_config *c = &in->c;
     const struct nmt_backend *k = in->k;
@@ -221,6 +222,8 @@ static int pack_weights(struct infer *in)
     for (int i = 0; i < in->nwt; i++) {
         struct wt_entry *e = &in->wts[i];
         if (wt_pack(in, in->wt_buf + off, e) < 0)
+            return -1;
+        if (discard && e->w != in->w->emb && model_discard_weight(in->m, e->w, (size_t)e->out * (size_t)e->kin) < 0)
             return -1;
         e->packed = in->wt_buf + off;
         off += (wt_bytes(in, e) + 63) & ~(size_t)63;
@@ -303,13 +306,17 @@ static struct infer *infer_alloc(struct backend *be, struct model *m, int invari
     return in;
 }
 
-struct infer *infer_new(struct backend *be, struct model *m, int invariant, uint32_t precision)
+struct infer *infer_new(struct backend *be, struct model *m, unsigned flags, uint32_t precision)
 {
-    struct infer *in = infer_alloc(be, m, invariant, precision);
+    if (model_weights_discarded(m))
+        return nmt_seterr("cannot decode with a model whose weights were partly given back (by an earlier "
+                          "inference state): load them again"),
+               NULL;
+    struct infer *in = infer_alloc(be, m, (flags & INFER_INVARIANT) != 0, precision);
     if (!in)
         return NULL;
-    int pack = in->precision != NMT_DTYPE_F32 || (invariant && has_linear_rowinv(in->k));
-    if (pack && pack_weights(in) < 0) {
+    int pack = in->precision != NMT_DTYPE_F32 || (in->invariant && has_linear_rowinv(in->k));
+    if (pack && pack_weights(in, (flags & INFER_DISCARD) != 0) < 0) {
         infer_free(in);
         return NULL;
     }

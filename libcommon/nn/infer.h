@@ -27,15 +27,22 @@ struct shortlist;
 /* OR'ed into infer_new's PRECISION: the output projection in that precision too. */
 #define INFER_OUTPUT_TOO 0x10000u
 
-/* Creates the inference state for model M (not owned) on its backend BE (not owned); INVARIANT
- * non-zero makes products row-invariant (see above). PRECISION is that of the linear layers of the
+/* infer_new's FLAGS. INFER_INVARIANT: products row-invariant (see above). INFER_DISCARD: once a
+ * layer's weight is packed, its float32 copy in M is given back (model_discard_weight, where the
+ * backend has the discard slot): M is then read only by this state and the states sharing it, and
+ * refuses other uses until its weights are set again. */
+#define INFER_INVARIANT 1u
+#define INFER_DISCARD 2u
+
+/* Creates the inference state for model M (not owned) on its backend BE (not owned), with FLAGS
+ * (above; M must not have weights given back). PRECISION is that of the linear layers of the
  * encoder and decoder: NMT_DTYPE_F32, NMT_DTYPE_INT8 (weights quantised per output channel when
  * packed, activations per row when the layer runs: row-invariant too, whatever INVARIANT says) or
  * NMT_DTYPE_BF16 (weights and activations rounded to bf16, float32 sums; likewise);
  * the output projection stays float32 unless INFER_OUTPUT_TOO is OR'ed in. Returns it, or NULL
  * with the error set (a backend without the linear_pack_q slot, or one that cannot compute in
  * PRECISION on this machine). */
-struct infer *infer_new(struct backend *be, struct model *m, int invariant, uint32_t precision);
+struct infer *infer_new(struct backend *be, struct model *m, unsigned flags, uint32_t precision);
 /* Creates an inference state on BE that computes with OWNER's model and packed weights, read from
  * OWNER's backend context (backend_can_share must allow it), as infer_new with OWNER's arguments
  * would, without copies of them; its own decoding memory. OWNER must be freed after it. Returns it,

@@ -212,6 +212,7 @@ struct model {
     int lse;                   // attention through the backend's attention_*_lse slots (no P kept)
     uint32_t precision;        // of the matrix products: NMT_DTYPE_F32 or NMT_DTYPE_BF16
     void *wbf;                 // device, (P) bfloat16 copy of params (bf16 precision), else NULL
+    int discarded;             // part of params given back (model_discard_weight) since last set
     size_t *buckets;           // (nbuckets, 2) gradient buckets: offset, length (model_grad_buckets)
     int nbuckets;
     model_grad_ready_fn grad_ready;  // told as each bucket of the backward pass is final
@@ -395,8 +396,33 @@ int model_init(struct model *m, uint64_t seed)
     return rc;
 }
 
+int model_discard_weight(struct model *m, const float *w, size_t n)
+{
+    uintptr_t base = (uintptr_t)m->params, at = (uintptr_t)w;
+    if (at < base || (at - base) % sizeof(float) || n > m->np || (at - base) / sizeof(float) > m->np - n)
+        return nmt_seterr("discard: %zu floats that are not all in the model's weights", n);
+    if (!m->k->discard)
+        return 0;
+    if (nn_bk(&m->run, m->k->discard(m->ctx, (void *)at, n * sizeof(float)), "discard") < 0)
+        return -1;
+    m->discarded = 1;
+    return 1;
+}
+
+int model_weights_discarded(const struct model *m) { return m->discarded; }
+
+/* 0 when all of M's weights hold their values, else -1 with the error set. */
+static int weights_whole(const struct model *m)
+{
+    if (m->discarded)
+        return nmt_seterr("the model's weights were partly given back (model_discard_weight): load or set them first");
+    return 0;
+}
+
 int model_get_params(struct model *m, float *host)
 {
+    if (weights_whole(m) < 0)
+        return -1;
     return nn_bk(&m->run, m->k->download(m->ctx, host, m->params, m->np * sizeof(float)), "download");
 }
 
@@ -412,6 +438,7 @@ int model_set_params(struct model *m, const float *host)
 {
     if (nn_bk(&m->run, m->k->upload(m->ctx, m->params, host, m->np * sizeof(float)), "upload") < 0)
         return -1;
+    m->discarded = 0;
     return wbf_refresh(m);
 }
 
@@ -1112,6 +1139,8 @@ static int step_impl(struct model *m, const struct batch_record *br, int train, 
     memset(out, 0, sizeof *out);
     if (backward && !m->training)
         return nmt_seterr("model was not created for training");
+    if (weights_whole(m) < 0)
+        return -1;
     int Nr = 0;
     int64_t nsrc = 0;
     m->run.train = train;
@@ -1141,6 +1170,8 @@ static int step_impl(struct model *m, const struct batch_record *br, int train, 
 int model_params_finite(struct model *m)
 {
     double ss;
+    if (weights_whole(m) < 0)
+        return -1;
     if (nn_bk(&m->run, m->k->sumsq(m->ctx, &ss, m->params, m->np), "sumsq") < 0)
         return -1;
     return isfinite(ss) ? 1 : 0;
@@ -1158,6 +1189,8 @@ int model_grad_sumsq(struct model *m, double *out)
 
 int model_adam(struct model *m, float lr, int64_t t, float grad_scale, float beta1, float beta2, float eps)
 {
+    if (weights_whole(m) < 0)
+        return -1;
     if (nn_bk(&m->run,
               m->k->adam_update(m->ctx, m->params, m->adam_m, m->adam_v, m->grads, m->np, lr, beta1, beta2, eps, t,
                                 grad_scale),
@@ -1203,6 +1236,8 @@ int model_save(struct model *m, struct st_writer *w, int opt)
 {
     if (opt && !m->training)
         return nmt_seterr("model has no optimizer state");
+    if (weights_whole(m) < 0)
+        return -1;
     free(m->save_args);
     m->save_args = calloc(m->ntab + 2, sizeof(struct save_arg));
     if (!m->save_args)
@@ -1228,7 +1263,15 @@ int model_save(struct model *m, struct st_writer *w, int opt)
     return 0;
 }
 
-int model_load(struct model *m, const struct st_file *f, int opt)
+/* model_load; CONSUME (F itself, or NULL) gives back each tensor's bytes once uploaded
+ * (model_load_consume). */
+static int load_impl(struct model *m, const struct st_file *f, int opt, struct st_file *consume);
+
+int model_load(struct model *m, const struct st_file *f, int opt) { return load_impl(m, f, opt, NULL); }
+
+int model_load_consume(struct model *m, struct st_file *f) { return load_impl(m, f, 0, f); }
+
+static int load_impl(struct model *m, const struct st_file *f, int opt, struct st_file *consume)
 {
     struct model_config c;
     if (model_config_load(&c, f) < 0)
@@ -1264,6 +1307,8 @@ int model_load(struct model *m, const struct st_file *f, int opt)
         if (p->size &&
             nn_bk(&m->run, m->k->upload(m->ctx, m->params + p->offset, t->data, (size_t)t->nbytes), "upload") < 0)
             goto out;
+        if (consume && st_discard(consume, t) < 0)
+            goto out;
     }
     if (opt) {
         h = malloc(m->np * sizeof *h);
@@ -1277,6 +1322,7 @@ int model_load(struct model *m, const struct st_file *f, int opt)
             nn_bk(&m->run, m->k->upload(m->ctx, m->adam_v, h, m->np * sizeof(float)), "upload") < 0)
             goto out;
     }
+    m->discarded = 0; /* every weight was uploaded */
     rc = wbf_refresh(m);
 out:
     free(h);

@@ -76,6 +76,16 @@ size_t model_params(const struct model *m, const struct model_param **params);
 float *model_param_data(struct model *m);
 /* Returns M's parameters as named fields (nn/params.h; device pointers, owned by M). */
 const struct model_weights *model_weights(const struct model *m);
+/* Gives back the memory of the N weights at W (inside M's parameters; e.g. a linear layer whose
+ * packed copy is all that inference reads) with the backend's discard slot (plugins/backend.h).
+ * Until model_set_params, model_init or model_load set all weights again, M refuses what reads
+ * them all (model_step, model_score, model_get_params, model_save, model_adam,
+ * model_params_finite), and only code that never reads those N weights may use M. 1 when given
+ * back, 0 when the backend has no discard slot (nothing changes), -1 with the error set (W not in
+ * M's parameters, the backend's error). */
+int model_discard_weight(struct model *m, const float *w, size_t n);
+/* 1 when part of M's weights were given back by model_discard_weight since they were last set. */
+int model_weights_discarded(const struct model *m);
 
 /* Returns 1 when M's backend can compute in bf16 (the set_precision, cast and gemm_ex slots of ABI
  * 2.2), else 0. */
@@ -175,6 +185,10 @@ int model_save(struct model *m, struct st_writer *w, int opt);
 /* Loads parameters (and with OPT the Adam moments) from checkpoint F, whose configuration must equal
  * M's. 0, or -1 with the error naming the first missing or mis-shaped tensor. */
 int model_load(struct model *m, const struct st_file *f, int opt);
+/* model_load without the optimizer state, for the last reader of F: each tensor's bytes in F are
+ * given back once on the device (st_discard; F must own its image), so that the file and the model
+ * are not both whole in memory. Afterwards F's model tensors read as zeros: only free F. 0 or -1. */
+int model_load_consume(struct model *m, struct st_file *f);
 
 /* Returns the matrix-product FLOPs of one training step (forward + backward = 3 x forward) on batch
  * BR, counting only non-padding tokens: with Ns/Nt the source/target tokens and s_b/t_b the lengths,

@@ -83,7 +83,7 @@ int valid_bleu(struct backend *be, struct model *m, const struct vocab *v, struc
     bleu_config cfg;
     bleu_config_init(&cfg, BLEU_METRIC_BLEU);
     int rc = tokenizer_init(&r.tok, v, 0);
-    if (rc == 0 && (!(r.metric = bleu_metric_new(&cfg)) || !(r.in = infer_new(be, m, 1, NMT_DTYPE_F32))))
+    if (rc == 0 && (!(r.metric = bleu_metric_new(&cfg)) || !(r.in = infer_new(be, m, INFER_INVARIANT, NMT_DTYPE_F32))))
         rc = -1;
     for (uint64_t i = 0; rc == 0; i++) {
         int got = batch_file_get(valid, 0, i, 0, 0, br);

@@ -1,6 +1,7 @@
 /* cpu.c: the cpu backend: context, memory, matrix products through OpenBLAS, and the table. */
 #include <cblas.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,6 +316,20 @@ static int cpu_share(nmt_bctx *ctx, nmt_bctx *owner)
     return 0;
 }
 
+/* Gives the whole pages inside [P, P + BYTES) back to the system (madvise MADV_DONTNEED: they read
+ * as zeros afterwards, a write faults a fresh page in); a range within one page gives nothing back. */
+static int cpu_discard(nmt_bctx *ctx, void *p, size_t bytes)
+{
+    if (!p && bytes)
+        return cpu_err(ctx, "discard: NULL pointer with %zu bytes", bytes);
+    long psz = sysconf(_SC_PAGESIZE);
+    uintptr_t page = psz > 0 ? (uintptr_t)psz : 4096, lo = ((uintptr_t)p + page - 1) / page * page;
+    uintptr_t hi = ((uintptr_t)p + bytes) / page * page;
+    if (hi > lo && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
+        return cpu_err(ctx, "discard: madvise of %zu bytes: %s", (size_t)(hi - lo), strerror(errno));
+    return 0;
+}
+
 static const struct nmt_backend cpu_table = {
     .abi_major = NMT_BACKEND_ABI_MAJOR,
     .abi_minor = NMT_BACKEND_ABI_MINOR,
@@ -363,6 +378,7 @@ static const struct nmt_backend cpu_table = {
     .cast = cpu_cast,
     .gemm_ex = cpu_gemm_ex,
     .share = cpu_share,
+    .discard = cpu_discard,
 };
 
 __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void) { return &cpu_table; }

@@ -603,6 +603,8 @@ static const struct nmt_backend cuda_table = {
     /* nor share (ABI 2.3): each decoding context loads its own copy of the weights (nmt-decode
      * runs one context on an accelerator unless --jobs says otherwise) */
     .share = NULL,
+    /* nor discard (ABI 2.4): device memory is given back only by free */
+    .discard = NULL,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void)

@@ -243,23 +243,34 @@ setup_file() {
     [ "${lines[0]}" = "nmt-decode: invalid precision 'fp16' (float32, int8, int8-all, bf16 or bf16-all)" ]
 }
 
-@test "--jobs: the jobs compute with one copy of the model: memory grows by their decoding buffers, not a model" {
+@test "memory: the weights once, whatever the precision and --jobs (no optimizer state read, no float32 copy of packed layers, no second model)" {
     [[ "$NMT_BIN" != */san/bin ]] || skip "ASan holds freed memory in quarantine: the plain build measures"
-    # 5.6 M parameters: 23 MB of weights and 23 MB packed, against a few MB of decoding buffers
+    # 5.6 M parameters: 23 MB of weights (W), twice that again of Adam moments in the training
+    # checkpoint; the decoding buffers at these sizes are a few MB
     nmt-train --vocab "$D/v.vocab" -i "$D/p.batches" -o "$D/big.ckpt" --layers 3 --d-model 256 --heads 4 --ff 1024 \
         --max-steps 1 -q --threads 2
-    for p in float32 int8; do
-        for j in 1 2; do
-            python3 -c 'import resource, subprocess, sys
+    nmt-avg -o "$D/big.avg.ckpt" "$D/big.ckpt"
+    W=$(($(stat -c %s "$D/big.avg.ckpt") / 1024))
+    peak() { # peak RSS in KB of nmt-decode with the given options, -1 if it failed
+        python3 -c 'import resource, subprocess, sys
 r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 0 else -1)' \
-                nmt-decode -m "$D/big.ckpt" --threads 2 --jobs $j --precision $p --max-tokens 40 --max-len-b 8 \
-                -i "$D/src.en" > "$D/rss$j"
-        done
-        one=$(cat "$D/rss1") two=$(cat "$D/rss2")
-        echo "$p: peak RSS --jobs 1 $one KB, --jobs 2 $two KB"
+            nmt-decode --threads 2 --max-tokens 40 --max-len-b 8 -i "$D/src.en" "$@"
+    }
+    for p in float32 int8; do
+        base=$(peak -m "$D/m.ckpt" --jobs 1 --precision $p) # a 0.5 M-parameter model
+        one=$(peak -m "$D/big.ckpt" --jobs 1 --precision $p)
+        two=$(peak -m "$D/big.ckpt" --jobs 2 --precision $p)
+        avg=$(peak -m "$D/big.avg.ckpt" --jobs 1 --precision $p)
+        echo "$p: W $W KB; peak RSS: small model $base KB, --jobs 1 $one KB, --jobs 2 $two KB, without the optimizer state $avg KB"
+        [ "$base" -gt 0 ]
         [ "$one" -gt 0 ]
         [ "$two" -gt 0 ]
+        [ "$avg" -gt 0 ]
+        # the file's moments (2 W) are not read; the file's copy of the weights is given back as they
+        # are loaded, and their float32 copies as they are packed: the model adds about W, not 2-4 W
+        [ $((one - base)) -lt $((W * 3 / 2)) ]
+        [ $((avg - base)) -lt $((W * 3 / 2)) ]
         [ $((two - one)) -lt 16000 ] # a copy per job would add the weights and their packed copy
     done
 }

@@ -661,6 +661,39 @@ static void check_share(const char *path, const struct nmt_backend_opts *opts)
     backend_close(x);
 }
 
+/* discard (ABI 2.4): in a large buffer (the cpu plugin's huge-page one) and a small one, a range
+ * with unaligned ends is given back; every byte outside it keeps its value, and the range holds
+ * what is written to it afterwards. */
+static void check_discard(const char *path, const struct nmt_backend_opts *opts)
+{
+    struct backend *x = backend_open(path, opts);
+    if (!x || !x->ops.discard) {
+        test_ok(x != NULL, "%s: discard # SKIP optional slot absent", path);
+        backend_close(x);
+        return;
+    }
+    static const size_t sizes[][3] = { { (size_t)9 << 20, 1000, (size_t)5 << 20 }, { 100000, 333, 50001 }, { 64, 8, 40 } };
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s][0], at = sizes[s][1], len = sizes[s][2];
+        unsigned char *d = x->ops.alloc(x->ctx, n), *h = malloc(n), *back = malloc(n);
+        for (size_t i = 0; h && i < n; i++)
+            h[i] = (unsigned char)(i * 2654435761u >> 13);
+        int rc = !d || !h || !back || OP(x, upload, d, h, n) < 0 || OP(x, discard, d + at, len) < 0 ||
+                 OP(x, download, back, d, n) < 0;
+        test_ok(!rc && !memcmp(back, h, at) && !memcmp(back + at + len, h + at + len, n - at - len),
+                "%s: discard of %zu bytes at %zu in a buffer of %zu: the bytes outside keep their values", x->ops.name,
+                len, at, n);
+        for (size_t i = at; h && i < at + len; i++)
+            h[i] = (unsigned char)~h[i];
+        rc = rc || OP(x, upload, d + at, h + at, len) < 0 || OP(x, download, back, d, n) < 0;
+        test_ok(!rc && !memcmp(back, h, n), "%s: discard: the range holds what is written to it afterwards",
+                x->ops.name);
+        free(h);
+        free(back);
+    }
+    backend_close(x);
+}
+
 int main(void)
 {
     struct nmt_backend_opts opts = { .size = sizeof opts, .threads = 2 };
@@ -709,6 +742,7 @@ int main(void)
         }
         backend_close(x);
         check_share(list[i].path, &opts);
+        check_discard(list[i].path, &opts);
     }
     test_ok(tested >= 1, "%d usable plugin(s) tested against cpu", tested);
     backend_list_free(list, n);

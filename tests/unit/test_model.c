@@ -254,6 +254,69 @@ static void check_fd(int pre_norm, int dropout)
     model_free(m);
 }
 
+/* st_read_skip: the tensors named with the prefix are neither read nor listed; the others as
+ * st_read gives them; a file cut inside a kept tensor is refused. */
+static void check_read_skip(void)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/nmt-test-skip-%d.st", (int)getpid());
+    static float a[1000], x[3000], b[7];
+    for (int i = 0; i < 3000; i++)
+        x[i] = (float)i, a[i % 1000] = (float)-i, b[i % 7] = (float)(2 * i);
+    uint64_t sa[1] = {1000}, sx[1] = {3000}, sb[1] = {7};
+    struct st_writer *w = st_writer_new();
+    int rc = !w || st_writer_add(w, "a", ST_F32, 1, sa, a) < 0 || st_writer_add(w, "optim.x", ST_F32, 1, sx, x) < 0 ||
+             st_writer_add(w, "b", ST_F32, 1, sb, b) < 0 || st_writer_write(w, path) < 0;
+    st_writer_free(w);
+    struct st_file *all = rc ? NULL : st_read(path), *some = rc ? NULL : st_read_skip(path, "optim.");
+    float ga[1000], gb[7];
+    test_ok(all && some && all->nt == 3 && some->nt == 2 && !st_find(some, "optim.x") &&
+                st_get(some, "a", ST_F32, ga, 1000) == 0 && st_get(some, "b", ST_F32, gb, 7) == 0 &&
+                !memcmp(ga, a, sizeof a) && !memcmp(gb, b, sizeof b),
+            "st_read_skip: 'optim.' tensors left out, the others read (%s)", all && some ? "" : nmt_errmsg());
+    st_free(all);
+    st_free(some);
+    /* cut inside the last tensor ("b"), and inside the skipped one */
+    FILE *fp = fopen(path, "r+b");
+    long size = fp && fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
+    if (fp)
+        fclose(fp);
+    int cut = size > 0 && truncate(path, size - 4) == 0;
+    some = cut ? st_read_skip(path, "optim.") : NULL;
+    test_ok(cut && !some && strstr(nmt_errmsg(), "tensor 'b'"), "st_read_skip: a cut file is refused: '%s'",
+            nmt_errmsg());
+    unlink(path);
+}
+
+/* model_load_consume: the same weights as model_load; the file's copies given back as they go (an
+ * image the file does not own is refused). */
+static void check_load_consume(void)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/ref/post.safetensors", test_srcdir());
+    struct st_file *f1 = st_read(path), *f2 = st_read(path);
+    struct model_config c;
+    int ok = f1 && f2 && model_config_load(&c, f1) == 0;
+    struct model *m1 = ok ? model_new(be, &c, 0) : NULL, *m2 = ok ? model_new(be, &c, 0) : NULL;
+    size_t P = m1 ? model_num_params(m1) : 0;
+    float *w1 = malloc((P ? P : 1) * sizeof *w1), *w2 = malloc((P ? P : 1) * sizeof *w2);
+    ok = m1 && m2 && w1 && w2 && model_load(m1, f1, 0) == 0 && model_load_consume(m2, f2) == 0 &&
+         model_get_params(m1, w1) == 0 && model_get_params(m2, w2) == 0;
+    test_ok(ok && !memcmp(w1, w2, P * sizeof *w1), "model_load_consume: the weights model_load gives (%s)",
+            ok ? "" : nmt_errmsg());
+    /* an image the file does not own (st_parse without OWN) cannot be given back */
+    struct st_file *borrowed = f1 ? st_parse(f1->buf, f1->len, 0, "borrowed") : NULL;
+    test_ok(borrowed && m2 && model_load_consume(m2, borrowed) < 0 && strstr(nmt_errmsg(), "not in an image this file owns"),
+            "model_load_consume: refused on a borrowed image: '%s'", nmt_errmsg());
+    st_free(borrowed);
+    free(w1);
+    free(w2);
+    model_free(m1);
+    model_free(m2);
+    st_free(f1);
+    st_free(f2);
+}
+
 static void check_misc(void)
 {
     struct model_config c;
@@ -524,6 +587,8 @@ int main(void)
         return rc;
     }
     check_misc();
+    check_load_consume();
+    check_read_skip();
     check_layout(0);
     check_layout(1);
     check_buckets(0);

@@ -513,6 +513,68 @@ static void run_shared(struct backend *be)
     backend_close(be2);
 }
 
+/* Scores and beam-4 results of IN on the test sentences into LP and R; 0 or -1. */
+static int decode_all(struct infer *in, double *lp, struct search_result *r)
+{
+    const uint32_t *src[NS], *tgt[NS];
+    for (int b = 0; b < NS; b++)
+        src[b] = src_store[b], tgt[b] = tgt_store[b];
+    struct search_opts o = {.beam = 4, .nbest = 4, .alpha = 0.6, .len_a = 1.0, .len_b = 5};
+    return search_score(&in, 1, NS, src, slen, tgt, tlen, lp) == 0 && search_batch(&in, 1, &o, NS, src, slen, r) == 0
+               ? 0
+               : -1;
+}
+
+/* INFER_DISCARD: the float32 weights of the packed layers given back as they are packed (a model
+ * with layers of many pages), the same results as without; the model then refuses what reads all
+ * its weights, until they are set again. */
+static void run_discard(struct backend *be)
+{
+    struct model_config c = {.vocab = 60, .d_model = 64, .heads = 4, .ff = 512, .enc_layers = 2, .dec_layers = 2,
+                             .max_len = 40, .ln_eps = 1e-5f};
+    struct model *m = model_new(be, &c, 0);
+    size_t P = m ? model_num_params(m) : 0;
+    float *w = malloc((P ? P : 1) * sizeof *w);
+    test_ok(m && w && model_init(m, 5) == 0 && model_get_params(m, w) == 0, "discard: a model of %zu parameters", P);
+    for (int q = 0; m && w && q < 2; q++) {
+        uint32_t prec = q ? NMT_DTYPE_INT8 : NMT_DTYPE_F32;
+        const char *pn = infer_precision_name(prec);
+        double l0[NS], l1[NS];
+        struct search_result r0[NS], r1[NS];
+        struct infer *ref = infer_new(be, m, INFER_INVARIANT, prec);
+        int ok = ref && decode_all(ref, l0, r0) == 0;
+        infer_free(ref);
+        struct infer *in = ok ? infer_new(be, m, INFER_INVARIANT | INFER_DISCARD, prec) : NULL;
+        test_ok(in && model_weights_discarded(m), "discard (%s): the packed layers' float32 weights given back: %s", pn,
+                in ? "" : nmt_errmsg());
+        int same = in && decode_all(in, l1, r1) == 0 && !memcmp(l0, l1, sizeof l0);
+        for (int b = 0; in && b < NS; b++) {
+            same &= same_result(&r0[b], &r1[b]);
+            search_result_free(&r1[b]);
+        }
+        for (int b = 0; ok && b < NS; b++)
+            search_result_free(&r0[b]);
+        test_ok(same, "discard (%s): the same scores and beam-4 results as with the weights kept", pn);
+        struct model_loss L;
+        struct infer *again = infer_new(be, m, INFER_INVARIANT, prec);
+        test_ok(!again && strstr(nmt_errmsg(), "weights were partly given back"),
+                "discard (%s): a second state over the model is refused: '%s'", pn, nmt_errmsg());
+        test_ok(model_get_params(m, w) < 0 && strstr(nmt_errmsg(), "partly given back"),
+                "discard (%s): model_get_params refused: '%s'", pn, nmt_errmsg());
+        struct batch_record br = {0};
+        test_ok(model_score(m, &br, NULL, &L) < 0 && strstr(nmt_errmsg(), "partly given back"),
+                "discard (%s): model_score refused: '%s'", pn, nmt_errmsg());
+        infer_free(in);
+        test_ok(model_init(m, 5) == 0 && !model_weights_discarded(m) && model_get_params(m, w) == 0,
+                "discard (%s): setting the weights again makes the model whole", pn);
+    }
+    test_ok(m && w && model_discard_weight(m, w, 4) < 0 && strstr(nmt_errmsg(), "not all in the model"),
+            "discard: a range outside the weights is refused: '%s'", nmt_errmsg());
+    nmt_seterr("%s", ""); /* the checks after this one print the last error */
+    free(w);
+    model_free(m);
+}
+
 int main(void)
 {
     struct nmt_backend_opts bo = {sizeof bo, 2, 0};
@@ -527,6 +589,7 @@ int main(void)
     run_ensemble(be);
     run_int8(be);
     run_shared(be);
+    run_discard(be);
     /* the host's fallback for a backend without gemm_rowinv: products on blocks of 8 rows */
     be->ops.gemm_rowinv = NULL;
     test_ok(1, "# without gemm_rowinv (fixed row blocks)");
