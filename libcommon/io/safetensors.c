@@ -586,7 +586,8 @@ struct st_file *st_read_skip(const char *path, const char *skip)
             continue;
         }
         f->t[kept++] = *t;
-        if (read_at(fd, path, (unsigned char *)t->data, (size_t)t->nbytes, (size_t)((const unsigned char *)t->data - buf)) < 0) {
+        unsigned char *dst = buf + ((const unsigned char *)t->data - buf);
+        if (read_at(fd, path, dst, (size_t)t->nbytes, (size_t)(dst - buf)) < 0) {
             for (size_t j = i + 1; j < f->nt; j++) /* the names not yet moved or freed */
                 free(f->t[j].name);
             f->nt = kept;

@@ -270,7 +270,11 @@ int cpu_isa(void)
                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
         int vnni = avx512 && __builtin_cpu_supports("avx512vnni");
         int amx = vnni && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8") && cpu_amx_request();
-        cpu = amx ? CPU_ISA_AMX : vnni ? CPU_ISA_VNNI : avx512 ? CPU_ISA_AVX512 : avx2 ? CPU_ISA_AVX2 : CPU_ISA_PORTABLE;
+        cpu = amx      ? CPU_ISA_AMX
+              : vnni   ? CPU_ISA_VNNI
+              : avx512 ? CPU_ISA_AVX512
+              : avx2   ? CPU_ISA_AVX2
+                       : CPU_ISA_PORTABLE;
     }
     int cap = isa_env_cap();
     cap = cap < 0 ? CPU_ISA_AMX : cap; /* refused when the backend opens (cpu_isa_env_error) */

@@ -672,7 +672,8 @@ static void check_discard(const char *path, const struct nmt_backend_opts *opts)
         backend_close(x);
         return;
     }
-    static const size_t sizes[][3] = { { (size_t)9 << 20, 1000, (size_t)5 << 20 }, { 100000, 333, 50001 }, { 64, 8, 40 } };
+    static const size_t sizes[][3] = { { (size_t)9 << 20, 1000, (size_t)5 << 20 }, { 100000, 333, 50001 },
+                                       { 64, 8, 40 } };
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         size_t n = sizes[s][0], at = sizes[s][1], len = sizes[s][2];
         unsigned char *d = x->ops.alloc(x->ctx, n), *h = malloc(n), *back = malloc(n);

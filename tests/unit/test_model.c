@@ -306,7 +306,8 @@ static void check_load_consume(void)
             ok ? "" : nmt_errmsg());
     /* an image the file does not own (st_parse without OWN) cannot be given back */
     struct st_file *borrowed = f1 ? st_parse(f1->buf, f1->len, 0, "borrowed") : NULL;
-    test_ok(borrowed && m2 && model_load_consume(m2, borrowed) < 0 && strstr(nmt_errmsg(), "not in an image this file owns"),
+    test_ok(borrowed && m2 && model_load_consume(m2, borrowed) < 0 &&
+                strstr(nmt_errmsg(), "not in an image this file owns"),
             "model_load_consume: refused on a borrowed image: '%s'", nmt_errmsg());
     st_free(borrowed);
     free(w1);
