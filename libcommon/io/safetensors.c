@@ -601,16 +601,16 @@ struct st_file *st_read_skip(const char *path, const char *skip)
     return f;
 }
 
-int st_discard(struct st_file *f, const struct st_tensor *t)
+int st_discard(struct st_file *f, const void *p, size_t n)
 {
-    uintptr_t base = (uintptr_t)f->buf, at = (uintptr_t)t->data;
-    if (!f->buf || at < base || at - base > f->len || t->nbytes > f->len - (at - base))
-        return nmt_seterr("st_discard: tensor '%s' is not in an image this file owns", t->name);
+    uintptr_t base = (uintptr_t)f->buf, at = (uintptr_t)p;
+    if (!f->buf || at < base || at - base > f->len || n > f->len - (at - base))
+        return nmt_seterr("st_discard: %zu bytes that are not in an image this file owns", n);
     long psz = sysconf(_SC_PAGESIZE);
     uintptr_t page = psz > 0 ? (uintptr_t)psz : 4096, lo = (at + page - 1) / page * page;
-    uintptr_t hi = (at + (uintptr_t)t->nbytes) / page * page;
+    uintptr_t hi = (at + (uintptr_t)n) / page * page;
     if (hi > lo && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
-        return nmt_seterr("st_discard: tensor '%s': %s", t->name, strerror(errno));
+        return nmt_seterr("st_discard: %s", strerror(errno));
     return 0;
 }
 

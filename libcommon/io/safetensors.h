@@ -56,11 +56,11 @@ struct st_file *st_read(const char *path);
 struct st_file *st_read_skip(const char *path, const char *skip);
 /* Frees F; st_free(NULL) is a no-op. */
 void st_free(struct st_file *f);
-/* Gives back the memory of the whole pages of tensor T's data in F's image (F must own it, as
- * st_read's do) with madvise(MADV_DONTNEED): for a reader done with T long before F is freed (a
- * checkpoint's weights once on the device). T's data then read as zeros in those pages; the rest
- * of F is unchanged. 0, or -1 with the error set (T not in an image F owns). */
-int st_discard(struct st_file *f, const struct st_tensor *t);
+/* Gives back the memory of the whole pages of the N bytes at P in F's image (F must own it, as
+ * st_read's do) with madvise(MADV_DONTNEED): for a reader done with tensors long before F is freed
+ * (a checkpoint's weights once on the device). Those pages then read as zeros; the rest of F is
+ * unchanged. 0, or -1 with the error set (bytes not in an image F owns). */
+int st_discard(struct st_file *f, const void *p, size_t n);
 /* Returns the tensor called NAME, or NULL when absent. */
 const struct st_tensor *st_find(const struct st_file *f, const char *name);
 /* Returns the __metadata__ value of KEY, or NULL when absent. */

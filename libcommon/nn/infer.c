@@ -177,8 +177,10 @@ static const void *wt_find(const struct infer *in, const float *w, int out)
 }
 
 /* Packs every weight the products of inference read with the backend's linear_pack, once, into
- * one device buffer; with DISCARD, gives back each float32 weight once packed (the embedding,
- * which the input also reads, excepted). 0, or -1 with the error set. */
+ * one device buffer; with DISCARD, gives back each float32 weight of DISCARD_MIN bytes or more once
+ * packed (the embedding, which the input also reads, excepted; a smaller one is not worth a system
+ * call and a split huge page). 0, or -1 with the error set. */
+#define DISCARD_MIN ((size_t)1 << 20)
 static int pack_weights(struct infer *in, int discard)
 {
     const struct model_config *c = &in->c;
@@ -223,7 +225,9 @@ static int pack_weights(struct infer *in, int discard)
         struct wt_entry *e = &in->wts[i];
         if (wt_pack(in, in->wt_buf + off, e) < 0)
             return -1;
-        if (discard && e->w != in->w->emb && model_discard_weight(in->m, e->w, (size_t)e->out * (size_t)e->kin) < 0)
+        size_t n = (size_t)e->out * (size_t)e->kin;
+        int give = discard && e->w != in->w->emb && n * sizeof(float) >= DISCARD_MIN;
+        if (give && model_discard_weight(in->m, e->w, n) < 0)
             return -1;
         e->packed = in->wt_buf + off;
         off += (wt_bytes(in, e) + 63) & ~(size_t)63;

@@ -28,9 +28,9 @@ struct shortlist;
 #define INFER_OUTPUT_TOO 0x10000u
 
 /* infer_new's FLAGS. INFER_INVARIANT: products row-invariant (see above). INFER_DISCARD: once a
- * layer's weight is packed, its float32 copy in M is given back (model_discard_weight, where the
- * backend has the discard slot): M is then read only by this state and the states sharing it, and
- * refuses other uses until its weights are set again. */
+ * layer's weight of 1 MiB or more is packed, its float32 copy in M is given back
+ * (model_discard_weight, where the backend has the discard slot): M is then read only by this
+ * state and the states sharing it, and refuses other uses until its weights are set again. */
 #define INFER_INVARIANT 1u
 #define INFER_DISCARD 2u
 

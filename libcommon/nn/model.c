@@ -1264,7 +1264,9 @@ int model_save(struct model *m, struct st_writer *w, int opt)
 }
 
 /* model_load; CONSUME (F itself, or NULL) gives back each tensor's bytes once uploaded
- * (model_load_consume). */
+ * (model_load_consume), in pieces of at least CONSUME_STEP bytes of adjacent tensors but the last
+ * (the caller frees F next). */
+#define CONSUME_STEP ((size_t)4 << 20)
 static int load_impl(struct model *m, const struct st_file *f, int opt, struct st_file *consume);
 
 int model_load(struct model *m, const struct st_file *f, int opt) { return load_impl(m, f, opt, NULL); }
@@ -1287,6 +1289,10 @@ static int load_impl(struct model *m, const struct st_file *f, int opt, struct s
         return nmt_seterr("model has no optimizer state");
     float *h = NULL;
     int rc = -1;
+    /* CONSUME: the file's bytes of the tensors uploaded so far that are not given back yet (one
+     * run of adjacent tensors), given back in pieces of CONSUME_STEP or more: a few system calls */
+    const unsigned char *run = NULL;
+    size_t run_len = 0;
     /* each tensor goes from the file's buffer to the backend directly (checked as st_get does) */
     for (size_t i = 0; i < m->ntab; i++) {
         const struct model_param *p = &m->tab[i];
@@ -1307,8 +1313,18 @@ static int load_impl(struct model *m, const struct st_file *f, int opt, struct s
         if (p->size &&
             nn_bk(&m->run, m->k->upload(m->ctx, m->params + p->offset, t->data, (size_t)t->nbytes), "upload") < 0)
             goto out;
-        if (consume && st_discard(consume, t) < 0)
-            goto out;
+        if (consume && run && (const unsigned char *)t->data == run + run_len) {
+            run_len += (size_t)t->nbytes;
+        } else if (consume) {
+            if (run && st_discard(consume, run, run_len) < 0)
+                goto out;
+            run = t->data, run_len = (size_t)t->nbytes;
+        }
+        if (consume && run_len >= CONSUME_STEP) {
+            if (st_discard(consume, run, run_len) < 0)
+                goto out;
+            run += run_len, run_len = 0;
+        }
     }
     if (opt) {
         h = malloc(m->np * sizeof *h);

@@ -245,9 +245,9 @@ setup_file() {
 
 @test "memory: the weights once, whatever the precision and --jobs (no optimizer state read, no float32 copy of packed layers, no second model)" {
     [[ "$NMT_BIN" != */san/bin ]] || skip "ASan holds freed memory in quarantine: the plain build measures"
-    # 5.6 M parameters: 23 MB of weights (W), twice that again of Adam moments in the training
-    # checkpoint; the decoding buffers at these sizes are a few MB
-    nmt-train --vocab "$D/v.vocab" -i "$D/p.batches" -o "$D/big.ckpt" --layers 3 --d-model 256 --heads 4 --ff 1024 \
+    # 7.6 M parameters: 30 MB of weights (W; every layer's 1 MiB or more), twice that again of Adam
+    # moments in the training checkpoint; the decoding buffers at these sizes are a few MB
+    nmt-train --vocab "$D/v.vocab" -i "$D/p.batches" -o "$D/big.ckpt" --layers 1 --d-model 512 --heads 8 --ff 2048 \
         --max-steps 1 -q --threads 2
     nmt-avg -o "$D/big.avg.ckpt" "$D/big.ckpt"
     W=$(($(stat -c %s "$D/big.avg.ckpt") / 1024))

@@ -526,11 +526,12 @@ static int decode_all(struct infer *in, double *lp, struct search_result *r)
 }
 
 /* INFER_DISCARD: the float32 weights of the packed layers given back as they are packed (a model
- * with layers of many pages), the same results as without; the model then refuses what reads all
- * its weights, until they are set again. */
+ * whose feed-forward weights and embedding have 1 MiB or more: the embedding, which is still read,
+ * must be kept), the same results as without; the model then refuses what reads all its weights,
+ * until they are set again. */
 static void run_discard(struct backend *be)
 {
-    struct model_config c = {.vocab = 60, .d_model = 64, .heads = 4, .ff = 512, .enc_layers = 2, .dec_layers = 2,
+    struct model_config c = {.vocab = 1100, .d_model = 256, .heads = 4, .ff = 1024, .enc_layers = 1, .dec_layers = 1,
                              .max_len = 40, .ln_eps = 1e-5f};
     struct model *m = model_new(be, &c, 0);
     size_t P = m ? model_num_params(m) : 0;
