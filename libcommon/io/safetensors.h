@@ -59,7 +59,8 @@ void st_free(struct st_file *f);
 /* Gives back the memory of the whole pages of the N bytes at P in F's image (F must own it, as
  * st_read's do) with madvise(MADV_DONTNEED): for a reader done with tensors long before F is freed
  * (a checkpoint's weights once on the device). Those pages then read as zeros; the rest of F is
- * unchanged. 0, or -1 with the error set (bytes not in an image F owns). */
+ * unchanged. 0, or -1 with the error set (bytes not in an image F owns; with N 0 and P F's first
+ * tensor's data, whether F owns its image). */
 int st_discard(struct st_file *f, const void *p, size_t n);
 /* Returns the tensor called NAME, or NULL when absent. */
 const struct st_tensor *st_find(const struct st_file *f, const char *name);

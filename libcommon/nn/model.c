@@ -1293,6 +1293,8 @@ static int load_impl(struct model *m, const struct st_file *f, int opt, struct s
      * run of adjacent tensors), given back in pieces of CONSUME_STEP or more: a few system calls */
     const unsigned char *run = NULL;
     size_t run_len = 0;
+    if (consume && consume->nt && st_discard(consume, consume->t[0].data, 0) < 0) /* F must own its image */
+        return -1;
     /* each tensor goes from the file's buffer to the backend directly (checked as st_get does) */
     for (size_t i = 0; i < m->ntab; i++) {
         const struct model_param *p = &m->tab[i];
