@@ -159,6 +159,18 @@ $(OBJ)/tests/plugins/%.so: $(OBJ)/tests/plugins/%.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -shared $^ -o $@
 
+# The cpu plugin with its AMX path on the tile emulation of plugins/cpu/amx.h, for the tests: an
+# AMX machine's int8 path run through nmt-decode on any CPU with AVX-512 VNNI.
+AMXEMU_OBJ := $(patsubst plugins/cpu/%.c,$(OBJ)/tests/amxemu/%.o,$(wildcard plugins/cpu/*.c))
+$(OBJ)/tests/amxemu/%.o: plugins/cpu/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -DCPU_AMX_EMULATE $(WFLAGS) $(CFLAGS) -O3 -fno-math-errno -fno-trapping-math \
+		-fvisibility=hidden -MMD -MP -fPIC -c $< -o $@
+$(OBJ)/tests/plugins/amxemu.so: $(AMXEMU_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -shared $^ -lm -ldl -lpthread -o $@
+TESTPLUGINS += $(OBJ)/tests/plugins/amxemu.so
+
 tests-built: all $(UNITS) $(TESTPLUGINS) $(HELPERS)
 
 deps:

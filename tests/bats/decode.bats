@@ -357,6 +357,27 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     done
 }
 
+@test "--precision int8, int8-all on an AMX CPU (the tile path, here on the tile emulation): the same bytes as the default path" {
+    flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
+    for f in avx512f avx512dq avx512bw avx512vl avx512_vnni; do
+        [[ "$flags" == *" $f "* ]] || skip "this CPU lacks $f: the emulated AMX path runs where the VNNI one would"
+    done
+    # the cpu plugin built with the tile instructions emulated (plugins/cpu/amx.h), which takes its
+    # AMX path on this CPU: nmt-decode through linear_q.c's AMX driver and linear_q_amx.c's kernel
+    E="$NMT_BIN/../build/tests/plugins/amxemu.so"
+    run nmt-backends --backend "$E" --threads 1
+    [ "$status" -eq 0 ]
+    grep -q '^device.*, amx, ' <<< "$output"
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
+    for mode in "--precision int8 --beam 1" "--precision int8 --beam 4" "--precision int8-all --beam 1"; do
+        $DEC $mode --scores -i "$D/s64.en" > "$D/vnni.txt"
+        [ "$(wc -l < "$D/vnni.txt")" -eq 64 ]
+        $DEC --backend "$E" $mode --scores -i "$D/s64.en" | cmp "$D/vnni.txt" - || { echo "$mode differs"; return 1; }
+        $DEC --backend "$E" $mode --scores --jobs 2 --max-tokens 60 -i "$D/s64.en" | cmp "$D/vnni.txt" - ||
+            { echo "$mode, --jobs 2 differs"; return 1; }
+    done
+}
+
 @test "NMT_CPU_ISA naming no path: exit 1 naming the value and the paths" {
     NMT_CPU_ISA=avx513 run $DEC -i "$D/src.en"
     [ "$status" -eq 1 ]
