@@ -107,18 +107,20 @@ static inline void amx_emu_dpb(int c, int a, int b, int a_signed)
     if (g->rows[c] != g->rows[a] || g->colsb[a] / 4 != g->rows[b] || g->colsb[c] != g->colsb[b] || g->colsb[c] % 4 ||
         g->colsb[a] % 4)
         amx_emu_fail("tdpb: operand shapes do not match");
-    for (int m = 0; m < g->rows[c]; m++)
-        for (int k = 0; k < g->colsb[a] / 4; k++)
-            for (int n = 0; n < g->colsb[c] / 4; n++) {
-                uint32_t acc;
-                memcpy(&acc, amx_emu.t[c][m] + 4 * n, 4);
-                for (int i = 0; i < 4; i++) {
-                    uint8_t x = amx_emu.t[a][m][4 * k + i], y = amx_emu.t[b][k][4 * n + i];
-                    int32_t xv = a_signed ? (int32_t)(int8_t)x : (int32_t)x;
-                    acc += (uint32_t)(xv * (int32_t)(int8_t)y);
-                }
-                memcpy(amx_emu.t[c][m] + 4 * n, &acc, 4);
-            }
+    int K = g->colsb[a] / 4, N = g->colsb[c] / 4;
+    for (int m = 0; m < g->rows[c]; m++) {
+        uint32_t acc[16];
+        memcpy(acc, amx_emu.t[c][m], sizeof acc);
+        for (int k = 0; k < K; k++) {
+            const uint8_t *x = amx_emu.t[a][m] + 4 * k;
+            const int8_t *y = (const int8_t *)amx_emu.t[b][k];
+            int32_t x0 = a_signed ? (int8_t)x[0] : x[0], x1 = a_signed ? (int8_t)x[1] : x[1];
+            int32_t x2 = a_signed ? (int8_t)x[2] : x[2], x3 = a_signed ? (int8_t)x[3] : x[3];
+            for (int n = 0; n < N; n++) /* the 4 products' sum is far within 32 bits; C wraps */
+                acc[n] += (uint32_t)(x0 * y[4 * n] + x1 * y[4 * n + 1] + x2 * y[4 * n + 2] + x3 * y[4 * n + 3]);
+        }
+        memcpy(amx_emu.t[c][m], acc, sizeof acc);
+    }
 }
 
 #define AMX_LOADCONFIG(cfg) amx_emu_loadconfig(cfg)

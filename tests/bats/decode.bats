@@ -368,12 +368,13 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     run nmt-backends --backend "$E" --threads 1
     [ "$status" -eq 0 ]
     grep -q '^device.*, amx, ' <<< "$output"
-    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
-    for mode in "--precision int8 --beam 1" "--precision int8 --beam 4" "--precision int8-all --beam 1"; do
-        $DEC $mode --scores -i "$D/s64.en" > "$D/vnni.txt"
-        [ "$(wc -l < "$D/vnni.txt")" -eq 64 ]
-        $DEC --backend "$E" $mode --scores -i "$D/s64.en" | cmp "$D/vnni.txt" - || { echo "$mode differs"; return 1; }
-        $DEC --backend "$E" $mode --scores --jobs 2 --max-tokens 60 -i "$D/s64.en" | cmp "$D/vnni.txt" - ||
+    # 16 sentences: the emulation is slow (under ASan a few seconds a run)
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,116p > "$D/s16.en"
+    for mode in "--precision int8 --beam 4" "--precision int8-all --beam 1"; do
+        $DEC $mode --scores -i "$D/s16.en" > "$D/vnni.txt"
+        [ "$(wc -l < "$D/vnni.txt")" -eq 16 ]
+        $DEC --backend "$E" $mode --scores -i "$D/s16.en" | cmp "$D/vnni.txt" - || { echo "$mode differs"; return 1; }
+        $DEC --backend "$E" $mode --scores --jobs 2 --max-tokens 30 -i "$D/s16.en" | cmp "$D/vnni.txt" - ||
             { echo "$mode, --jobs 2 differs"; return 1; }
     done
 }
