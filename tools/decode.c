@@ -50,6 +50,7 @@ static void usage(void)
            "                          (or --src/--tgt, or a two-sided ids stream); prints each log-probability\n"
            "      --src FILE, --tgt FILE  the two sides of --score as parallel files\n"
            "      --max-tokens N      source tokens per batch (default 4096)\n"
+           "      --max-sentences N   sentences per batch at most (default: as many as --max-tokens allows)\n"
            "      --interactive       translate and write each line as it arrives (default when the input is\n"
            "                          not a regular file)\n"
            "      --batch-variant     faster products whose results may depend on the batch neighbours\n"
@@ -80,7 +81,7 @@ static void usage(void)
 }
 
 enum {
-    OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK, OPT_MAXLINE,
+    OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK, OPT_MAXSENT, OPT_MAXLINE,
     OPT_INTER, OPT_VARIANT, OPT_PRECISION, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION, OPT_SHARD, OPT_COMM,
     OPT_SHORTLIST
 };
@@ -95,6 +96,7 @@ struct opts {
     uint32_t precision;        /* --precision (infer_new's) */
     uint64_t shard_k, shard_n;  /* --shard K/N (K from 1; N 0: no sharding) */
     long max_tokens;
+    uint64_t max_sentences;    /* --max-sentences (0: no limit) */
     uint64_t max_line;         /* --max-line-bytes */
     struct search_opts so;
 };
@@ -794,7 +796,7 @@ static int translate(struct state *st, struct input *inp)
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
         int mx = ord[i]->n[0] + 1;
-        while (j < n) {
+        while (j < n && (!o->max_sentences || j - i < o->max_sentences)) {
             int l = ord[j]->n[0] + 1;
             if ((long)(j - i + 1) * (mx > l ? mx : l) > o->max_tokens)
                 break;
@@ -932,6 +934,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         {"scores", no_argument, 0, OPT_SCORES},     {"score", no_argument, 0, OPT_SCORE},
         {"src", required_argument, 0, OPT_SRC},     {"tgt", required_argument, 0, OPT_TGT},
         {"max-tokens", required_argument, 0, OPT_MAXTOK}, {"interactive", no_argument, 0, OPT_INTER},
+        {"max-sentences", required_argument, 0, OPT_MAXSENT},
         {"batch-variant", no_argument, 0, OPT_VARIANT}, {"backend", required_argument, 0, OPT_BACKEND},
         {"precision", required_argument, 0, OPT_PRECISION}, {"shortlist", no_argument, 0, OPT_SHORTLIST},
         {"threads", required_argument, 0, OPT_THREADS}, {"jobs", required_argument, 0, OPT_JOBS},
@@ -975,6 +978,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
             o->max_tokens = (long)v;
             break;
         }
+        case OPT_MAXSENT: bad = opt_u64("--max-sentences", optarg, 1, 100000000, &o->max_sentences); break;
         case OPT_MAXLINE: bad = opt_u64("--max-line-bytes", optarg, 1, SIZE_MAX / 2, &o->max_line); break;
         case OPT_INTER: o->interactive = 1, *inter_set = 1; break;
         case OPT_VARIANT: o->variant = 1; break;

@@ -501,35 +501,79 @@ static int cu_gemm_ex(nmt_bctx *ctx, int transA, int transB, int M, int N, int K
     return gemm_mixed(ctx, "gemm_ex", transA, transB, M, N, K, alpha, A, a_dtype, lda, B, b_dtype, ldb, beta, C, ldc);
 }
 
-/* gemm_rowinv: C (M,N) = alpha * A (M,K) @ B^T + beta * C, B stored (N,K). One thread per output
- * element, 16x16 tiles staged through shared memory; each thread sums its products in increasing
- * k with fmaf (one fixed order per element), so an element's bits depend only on its row of A, its
- * row of B and K: never on M, the grid, or the other rows. */
-#define RI_TILE 16
-__global__ void k_gemm_rowinv(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
-                              float beta, float *C, int ldc)
+/* gemm_rowinv: C (M,N) = alpha * A (M,K) @ B^T + beta * C, B stored (N,K). Each element is one
+ * fixed chain: s = 0, then s = fmaf(A[i][k], B[j][k], s) for k = 0, 1, ..., K-1, then alpha * s
+ * (+ beta * C), so its bits depend only on its row of A, its row of B and K: never on M, the tile
+ * shape, the grid or the other rows. Tiles of BM x BN outputs, TM x TN a thread (rows ty + i BM/TM,
+ * columns tx + j BN/TN), K staged through shared memory BK at a time, the next slice's loads in
+ * flight while the current one is summed. The tile shape follows M (few rows: narrow tiles, more
+ * blocks); the chain, hence every bit, is the same for all of them. */
+template <int BM, int BN, int TM, int TN, int BK>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+    k_gemm_rowinv(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                  float *C, int ldc)
 {
-    __shared__ float as[RI_TILE][RI_TILE + 1], bs[RI_TILE][RI_TILE + 1];
-    int ty = threadIdx.y, tx = threadIdx.x;
-    int i = blockIdx.y * RI_TILE + ty, j = blockIdx.x * RI_TILE + tx;
-    int bj = blockIdx.x * RI_TILE + ty; /* the B row this thread stages */
-    float s = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += RI_TILE) {
-        as[ty][tx] = i < M && k0 + tx < K ? A[(size_t)i * lda + k0 + tx] : 0.0f;
-        bs[ty][tx] = bj < N && k0 + tx < K ? B[(size_t)bj * ldb + k0 + tx] : 0.0f;
+    constexpr int NT = (BM / TM) * (BN / TN), RA = BM * BK / NT, RB = BN * BK / NT;
+    static_assert(RA * NT == BM * BK && RB * NT == BN * BK, "tile loads must divide among the threads");
+    __shared__ float as[BK][BM + 1], bs[BK][BN + 1];
+    const int t = threadIdx.x, tx = t % (BN / TN), ty = t / (BN / TN);
+    const int i0 = blockIdx.y * BM, j0 = blockIdx.x * BN;
+    float ra[RA], rb[RB], acc[TM][TN];
+    for (int i = 0; i < TM; i++)
+        for (int j = 0; j < TN; j++)
+            acc[i][j] = 0.0f;
+    auto load = [&](int k0) { /* the slice k0 .. k0+BK-1 of the tile's rows of A and B, 0 outside */
+        for (int q = 0; q < RA; q++) {
+            int e = t + q * NT, r = e / BK, c = e % BK;
+            ra[q] = i0 + r < M && k0 + c < K ? A[(size_t)(i0 + r) * lda + k0 + c] : 0.0f;
+        }
+        for (int q = 0; q < RB; q++) {
+            int e = t + q * NT, r = e / BK, c = e % BK;
+            rb[q] = j0 + r < N && k0 + c < K ? B[(size_t)(j0 + r) * ldb + k0 + c] : 0.0f;
+        }
+    };
+    if (K > 0)
+        load(0);
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        for (int q = 0; q < RA; q++)
+            as[(t + q * NT) % BK][(t + q * NT) / BK] = ra[q];
+        for (int q = 0; q < RB; q++)
+            bs[(t + q * NT) % BK][(t + q * NT) / BK] = rb[q];
         __syncthreads();
-        int kn = K - k0 < RI_TILE ? K - k0 : RI_TILE;
-        for (int k = 0; k < kn; k++)
-            s = fmaf(as[ty][k], bs[tx][k], s);
+        if (k0 + BK < K)
+            load(k0 + BK);
+        const int kn = K - k0 < BK ? K - k0 : BK;
+        for (int k = 0; k < kn; k++) {
+            float a[TM], b[TN];
+            for (int i = 0; i < TM; i++)
+                a[i] = as[k][ty + i * (BM / TM)];
+            for (int j = 0; j < TN; j++)
+                b[j] = bs[k][tx + j * (BN / TN)];
+            for (int i = 0; i < TM; i++)
+                for (int j = 0; j < TN; j++)
+                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
         __syncthreads();
     }
-    if (i < M && j < N) {
-        float v = alpha * s;
-        if (beta != 0.0f)
-            v = v + beta * C[(size_t)i * ldc + j];
-        C[(size_t)i * ldc + j] = v;
+    for (int i = 0; i < TM; i++) {
+        int r = i0 + ty + i * (BM / TM);
+        for (int j = 0; j < TN; j++) {
+            int c = j0 + tx + j * (BN / TN);
+            if (r < M && c < N) {
+                float v = alpha * acc[i][j];
+                if (beta != 0.0f)
+                    v = v + beta * C[(size_t)r * ldc + c];
+                C[(size_t)r * ldc + c] = v;
+            }
+        }
     }
 }
+
+/* Launches the tile shape TILE (BM, BN, TM, TN, BK) over C. */
+#define RI_LAUNCH(BM, BN, TM, TN, BK)                                                                           \
+    k_gemm_rowinv<BM, BN, TM, TN, BK>                                                                           \
+        <<<dim3((unsigned)((N + BN - 1) / BN), (unsigned)((M + BM - 1) / BM)), (BM / TM) * (BN / TN), 0,          \
+           ctx->stream>>>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
 
 static int cu_gemm_rowinv(nmt_bctx *ctx, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                           int ldb, float beta, float *C, int ldc)
@@ -539,11 +583,14 @@ static int cu_gemm_rowinv(nmt_bctx *ctx, int M, int N, int K, float alpha, const
     if (M == 0 || N == 0)
         return 0;
     cu_enter(ctx);
-    dim3 block(RI_TILE, RI_TILE), grid((unsigned)((N + RI_TILE - 1) / RI_TILE), (unsigned)((M + RI_TILE - 1) / RI_TILE));
     if (K == 0 || alpha == 0.0f)
-        k_gemm_rowinv<<<grid, block, 0, ctx->stream>>>(M, N, 0, 0.0f, A, lda, B, ldb, beta, C, ldc);
+        K = 0, alpha = 0.0f;
+    if (M <= 8)
+        RI_LAUNCH(8, 32, 1, 1, 32);
+    else if (M <= 32)
+        RI_LAUNCH(32, 64, 2, 4, 16);
     else
-        k_gemm_rowinv<<<grid, block, 0, ctx->stream>>>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        RI_LAUNCH(64, 64, 4, 4, 16);
     return cu_launched(ctx, "gemm_rowinv");
 }
 

@@ -83,6 +83,18 @@ static inline unsigned cu_blocks(size_t n, unsigned threads)
 }
 
 #ifdef __CUDACC__
+/* Launch geometry of a ROWS x COLS loop (CU_FOR_ROWS_COLS): grid y strides the rows, grid x times
+ * THREADS the columns, so no thread divides an element index by the row length. */
+static inline dim3 cu_grid_2d(size_t rows, size_t cols, unsigned threads)
+{
+    return dim3(cu_blocks(cols, threads), rows < 65535u ? (unsigned)rows : 65535u);
+}
+/* Visits (R, C) for R < ROWS, C < COLS in a kernel launched with cu_grid_2d. */
+#define CU_FOR_ROWS_COLS(R, C, ROWS, COLS)                                                                    \
+    for (size_t R = blockIdx.y; R < (size_t)(ROWS); R += gridDim.y)                                         \
+        for (size_t C = (size_t)blockIdx.x * blockDim.x + threadIdx.x; C < (size_t)(COLS);                  \
+             C += (size_t)gridDim.x * blockDim.x)
+
 /* The normative dropout RNG of plugins/backend.h (nmt_rng_mix64, nmt_rng_uniform), for the device:
  * must stay identical to it (the op test compares masks with the cpu plugin's). */
 __device__ __forceinline__ uint64_t cu_rng_mix64(uint64_t z)

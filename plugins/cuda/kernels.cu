@@ -95,9 +95,8 @@ int cu_dropout_backward(nmt_bctx *ctx, float *dx, const float *dout, size_t n, f
 /* C (M,N) with ldc: C = beta*C, or 0 when beta == 0 (C not read). */
 __global__ void k_scale_matrix(float *C, int M, int N, int ldc, float beta)
 {
-    size_t mn = (size_t)M * N;
-    for (size_t e = gidx(); e < mn; e += gstep()) {
-        float *p = C + (int64_t)(e / N) * ldc + (int64_t)(e % N);
+    CU_FOR_ROWS_COLS(r, c, M, N) {
+        float *p = C + r * (size_t)ldc + c;
         *p = beta == 0 ? 0.0f : beta * *p;
     }
 }
@@ -107,7 +106,7 @@ int cu_scale_matrix(nmt_bctx *ctx, float *C, int M, int N, int ldc, float beta)
     size_t n = (size_t)M * N;
     if (!n || beta == 1)
         return 0;
-    k_scale_matrix<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(C, M, N, ldc, beta);
+    k_scale_matrix<<<cu_grid_2d((size_t)M, (size_t)N, THREADS), THREADS, 0, ctx->stream>>>(C, M, N, ldc, beta);
     return cu_launched(ctx, "gemm (beta scaling)");
 }
 
@@ -115,8 +114,8 @@ int cu_scale_matrix(nmt_bctx *ctx, float *C, int M, int N, int ldc, float beta)
 
 __global__ void k_bias_add(float *out, const float *bias, size_t M, int N)
 {
-    for (size_t e = gidx(); e < M * N; e += gstep())
-        out[e] += bias[e % N];
+    CU_FOR_ROWS_COLS(r, c, M, N)
+        out[r * (size_t)N + c] += bias[c];
 }
 
 int cu_bias_add(nmt_bctx *ctx, float *out, const float *bias, int M, int N)
@@ -126,7 +125,7 @@ int cu_bias_add(nmt_bctx *ctx, float *out, const float *bias, int M, int N)
     if (!M || !N)
         return 0;
     cu_enter(ctx);
-    k_bias_add<<<cu_blocks((size_t)M * N, THREADS), THREADS, 0, ctx->stream>>>(out, bias, (size_t)M, N);
+    k_bias_add<<<cu_grid_2d((size_t)M, (size_t)N, THREADS), THREADS, 0, ctx->stream>>>(out, bias, (size_t)M, N);
     return cu_launched(ctx, "bias_add");
 }
 
@@ -686,9 +685,9 @@ int cu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const flo
 
 __global__ void k_gather(float *dst, const float *src, const int32_t *idx, int N, int64_t row, struct cu_flag *flag)
 {
-    for (size_t e = gidx(); e < (size_t)N * (size_t)row; e += gstep()) {
-        size_t i = e / (size_t)row, c = e % (size_t)row;
+    CU_FOR_ROWS_COLS(i, c, N, row) {
         int id = idx[i];
+        size_t e = i * (size_t)row + c;
         if (id < 0) {
             if (c == 0)
                 cu_report(flag, CU_BAD_GATHER, (int)i, id, 0);
@@ -706,7 +705,7 @@ int cu_gather_rows(nmt_bctx *ctx, float *dst, const float *src, const int32_t *i
     if (!N || !row)
         return 0;
     cu_enter(ctx);
-    k_gather<<<cu_blocks((size_t)N * (size_t)row, THREADS), THREADS, 0, ctx->stream>>>(dst, src, idx, N, row,
+    k_gather<<<cu_grid_2d((size_t)N, (size_t)row, THREADS), THREADS, 0, ctx->stream>>>(dst, src, idx, N, row,
                                                                                         ctx->flag);
     return cu_launched(ctx, "gather_rows");
 }
@@ -714,7 +713,7 @@ int cu_gather_rows(nmt_bctx *ctx, float *dst, const float *src, const int32_t *i
 /* ---------------- casts (ABI 2.2) ---------------- */
 
 /* Element (r, c) of a ROWS x COLS matrix, LD apart in SRC, dense in DST: float32 <-> bf16 (round to
- * nearest even, exact widening) or a copy; grid-stride over ROWS * COLS. */
+ * nearest even, exact widening) or a copy; launched with cu_grid_2d. */
 template <typename D, typename S> __device__ __forceinline__ D cast_one(S x);
 template <> __device__ __forceinline__ __nv_bfloat16 cast_one(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ float cast_one(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -724,11 +723,8 @@ template <> __device__ __forceinline__ __nv_bfloat16 cast_one(__nv_bfloat16 x) {
 template <typename D, typename S>
 __global__ void k_cast_2d(D *dst, const S *src, long long rows, long long cols, long long ld)
 {
-    long long n = rows * cols;
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x) {
-        long long r = e / cols, c = e % cols;
-        dst[e] = cast_one<D, S>(src[r * ld + c]);
-    }
+    CU_FOR_ROWS_COLS(r, c, rows, cols)
+        dst[r * (size_t)cols + c] = cast_one<D, S>(src[r * (size_t)ld + c]);
 }
 
 static int dtype_ok(uint32_t t) { return t == NMT_DTYPE_F32 || t == NMT_DTYPE_BF16; }
@@ -741,8 +737,7 @@ int cu_cast_2d(nmt_bctx *ctx, void *dst, uint32_t dst_dtype, const void *src, ui
                       (unsigned)dst_dtype, NMT_DTYPE_F32, NMT_DTYPE_BF16);
     if (rows <= 0 || cols <= 0)
         return 0;
-    size_t n = (size_t)rows * (size_t)cols;
-    unsigned g = cu_blocks(n, 256);
+    dim3 g = cu_grid_2d((size_t)rows, (size_t)cols, 256);
     int db = dst_dtype == NMT_DTYPE_BF16, sb = src_dtype == NMT_DTYPE_BF16;
     if (db && !sb)
         k_cast_2d<__nv_bfloat16, float><<<g, 256, 0, ctx->stream>>>((__nv_bfloat16 *)dst, (const float *)src, rows, cols, ld);

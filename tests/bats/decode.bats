@@ -40,7 +40,7 @@ setup_file() {
 @test "usage errors exit 2" {
     for args in "" "-m x --beam 0" "-m x --beam 1.5" "-m x --nbest 3 --beam 2" "-m x --in foo" "-m x --out foo" \
                 "-m x --alpha -1" "-m x --src a" "-m x --score --src a" "-m x --score --beam 4" \
-                "-m x --max-tokens 0" "-m x --out hyp --scores" "-m x extra" "-m x --bogus" "-m x --jobs 0" \
+                "-m x --max-tokens 0" "-m x --max-sentences 0" "-m x --out hyp --scores" "-m x extra" "-m x --bogus" "-m x --jobs 0" \
                 "-m x --jobs 1.5" "-m x --jobs 257" "-m x --threads 1.5" "$(printf -- '-m x %.0s' {1..17})" \
                 "-m x --precision int4" "-m x --precision INT8" "-m x --precision int8-al" "-m x --precision" "-m x --precision ''"; do
         run nmt-decode $args
@@ -61,6 +61,10 @@ setup_file() {
     $DEC --beam 1 --scores -i "$D/src.en" > "$D/all.txt"
     $DEC --beam 1 --scores --max-tokens 40 -i "$D/src.en" > "$D/small.txt"
     cmp "$D/all.txt" "$D/small.txt"
+    for k in 1 3; do
+        $DEC --beam 1 --scores --max-sentences $k -i "$D/src.en" > "$D/k.txt"
+        cmp "$D/all.txt" "$D/k.txt"
+    done
     : > "$D/alone.txt"
     while IFS= read -r line; do
         printf '%s\n' "$line" > "$D/one.en"
@@ -74,6 +78,8 @@ setup_file() {
     $DEC --beam 4 --nbest 4 -i "$D/src.en" > "$D/b_all.txt"
     $DEC --beam 4 --nbest 4 --max-tokens 25 -i "$D/src.en" > "$D/b_small.txt"
     cmp "$D/b_all.txt" "$D/b_small.txt"
+    $DEC --beam 4 --nbest 4 --max-sentences 2 -i "$D/src.en" > "$D/b_k.txt"
+    cmp "$D/b_all.txt" "$D/b_k.txt"
     tac "$D/src.en" > "$D/rev.en"
     $DEC --beam 4 --nbest 4 -i "$D/rev.en" | awk -F'\t' -v n=24 'BEGIN{OFS="\t"} {$1 = n + 1 - $1; print}' |
         sort -t$'\t' -k1,1n -s > "$D/b_rev.txt"

@@ -10,7 +10,8 @@
 #      and within 2% of cuda's float32 run
 #   4. when nmt-decode exists: greedy translations identical on cpu and cuda (NMT_GPU_DECODE_ARGS)
 #   5. with bin/nmt-comm-nccl.so: one NCCL rank against the cpu plugin's losses; with 2 GPUs or
-#      more and mpirun, one rank per GPU against one process (NMT_GPU_TRAIN_ARGS)
+#      more and mpirun, one rank per GPU against one process (NMT_GPU_TRAIN_ARGS, without -q: this
+#      step reads nmt-train's notice that NCCL reduces the gradients)
 #   6. the op test under compute-sanitizer: memcheck (with leak check), racecheck, synccheck
 #      (each limited to NMT_GPU_SANITIZER_TIMEOUT seconds, default 900)
 # Usage: tests/gpu/run_gpu_tests.sh [OUTDIR]   (logs go to OUTDIR, default /tmp/nmt-gpu-tests)

@@ -661,6 +661,58 @@ static void check_share(const char *path, const struct nmt_backend_opts *opts)
     backend_close(x);
 }
 
+/* gemm_rowinv (optional): each row's bits are the same whether it is computed alone or among
+ * batches of any number of rows (1 to 150: every tile shape of the cuda plugin). On cuda, each
+ * element also equals its documented chain, fmaf over k in increasing order from 0, then alpha *. */
+static void check_rowinv(const char *path, const struct nmt_backend_opts *opts)
+{
+    struct backend *x = backend_open(path, opts);
+    if (!x || !x->ops.gemm_rowinv) {
+        test_ok(x != NULL, "%s: gemm_rowinv row invariance # SKIP optional slot absent", path);
+        backend_close(x);
+        return;
+    }
+    enum { M = 150, N = 333, K = 300 };
+    static const int all[] = { 1, 5, 8, 9, 31, 32, 33, 64, 65, 150 }, quick[] = { 1, 9, 33, 150 };
+    /* NMT_TEST_QUICK (valgrind, compute-sanitizer): one batch size per cuda tile shape */
+    const int *chunks = getenv("NMT_TEST_QUICK") ? quick : all;
+    size_t nchunks = getenv("NMT_TEST_QUICK") ? sizeof quick / sizeof *quick : sizeof all / sizeof *all;
+    float *A = drand(x, (size_t)M * K, -1, 1), *B = drand(x, (size_t)N * K, -1, 1), *C = drand(x, (size_t)M * N, 0, 1);
+    float *full = malloc((size_t)M * N * sizeof *full), *part = malloc((size_t)M * N * sizeof *part);
+    int rc = !full || !part || OP(x, gemm_rowinv, M, N, K, 0.7f, A, K, B, K, 0.0f, C, N) < 0 ||
+             OP(x, download, full, C, (size_t)M * N * sizeof *full) < 0;
+    for (size_t c = 0; c < nchunks && !rc; c++) {
+        OP(x, memset_zero, C, (size_t)M * N * sizeof(float));
+        for (int r = 0; r < M && !rc; r += chunks[c]) {
+            int m = M - r < chunks[c] ? M - r : chunks[c];
+            rc = OP(x, gemm_rowinv, m, N, K, 0.7f, A + (size_t)r * K, K, B, K, 0.0f, C + (size_t)r * N, N) < 0;
+        }
+        rc = rc || OP(x, download, part, C, (size_t)M * N * sizeof *part) < 0;
+        test_ok(!rc && !memcmp(full, part, (size_t)M * N * sizeof *full),
+                "%s: gemm_rowinv %dx%dx%d in batches of %d rows: the bits of one batch of %d", x->ops.name, M, N, K,
+                chunks[c], M);
+    }
+    if (!rc && !strcmp(x->ops.name, "cuda")) {
+        float *ha = host_of(x, A, (size_t)M * K), *hb = host_of(x, B, (size_t)N * K);
+        size_t bad = 0;
+        for (int i = 0; i < 20; i++)
+            for (int j = 0; j < N; j++) {
+                float sum = 0.0f;
+                for (int k = 0; k < K; k++)
+                    sum = fmaf(ha[(size_t)i * K + k], hb[(size_t)j * K + k], sum);
+                float v = 0.7f * sum;
+                bad += memcmp(&v, &full[(size_t)i * N + j], sizeof v) != 0;
+            }
+        test_ok(bad == 0, "cuda: gemm_rowinv equals its chain of fmaf in k order bit for bit (%zu of %d differ)", bad,
+                20 * N);
+        free(ha);
+        free(hb);
+    }
+    free(full);
+    free(part);
+    backend_close(x);
+}
+
 /* discard (ABI 2.4): in a large buffer (the cpu plugin's huge-page one) and a small one, a range
  * with unaligned ends is given back; every byte outside it keeps its value, and the range holds
  * what is written to it afterwards. */
@@ -743,6 +795,7 @@ int main(void)
         }
         backend_close(x);
         check_share(list[i].path, &opts);
+        check_rowinv(list[i].path, &opts);
         check_discard(list[i].path, &opts);
     }
     test_ok(tested >= 1, "%d usable plugin(s) tested against cpu", tested);
