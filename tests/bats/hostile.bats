@@ -238,6 +238,23 @@ setup_file() {
     [ ! -e "$D/pair.tok" ]
 }
 
+@test "hostile: nmt-bleu refuses a line too long in a reference, a hypothesis file or stdin" {
+    printf 'a b c\n0123456789a\n' > "$D/long.ref"
+    printf 'a b c\nd e f\n' > "$D/ok.hyp"
+    run nmt-bleu --max-line-bytes 10 "$D/long.ref" -i "$D/ok.hyp"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-bleu: $D/long.ref: line 2: longer than 10 bytes (--max-line-bytes)" ]
+    run nmt-bleu --max-line-bytes 10 "$D/ok.hyp" -i "$D/long.ref"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-bleu: $D/long.ref: line 2: longer than 10 bytes (--max-line-bytes)" ]
+    run nmt-bleu --max-line-bytes 10 "$D/ok.hyp" < "$D/long.ref"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-bleu: stdin: line 2: longer than 10 bytes (--max-line-bytes)" ]
+    run nmt-bleu --max-line-bytes 11 -m chrf -b "$D/long.ref" -i "$D/long.ref"
+    [ "$status" -eq 0 ]
+    [ "$output" = "100.0" ]
+}
+
 @test "hostile: a line that memory cannot hold is an error, not the end of the input" {
     [[ "$NMT_BIN" != */san/bin ]] || skip "address space limits do not apply under ASan"
     head -c 200000000 /dev/zero | tr '\0' a > "$D/big.txt"
