@@ -62,7 +62,6 @@ static void usage(void)
            "  -q, --quiet                 accepted for compatibility\n"
            "  -nc, --no-color             accepted for compatibility (no colours are used)\n"
            "  --full                      one JSON line per score with every value at full precision\n"
-
            "  -h, --help                  this help\n"
            "  -V, --version               version\n"
            "Environment: SACREBLEU_SEED (default 12345) seeds the bootstrap.\n"
