@@ -6,14 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/buf.h"
 #include "base/utf8.h"
 #include "eval/bleu.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
+#include "io/lines.h"
 
 #define BLEU_TOOL_VERSION "nmt-bleu-" NMT_VERSION "+sacrebleu-" BLEU_SACREBLEU_VERSION
 
@@ -28,6 +30,7 @@ static void usage(void)
            "  -nr, --num-refs N           REF is one file of N tab-separated references a line\n"
            "  -m, --metrics M...          bleu, chrf, ter (default: bleu)\n"
            "  -sl, --sentence-level       one score per line (one metric, one system)\n"
+           "  --max-line-bytes N          longest input line accepted (default 1 GiB); a longer one is an error\n"
            "BLEU:\n"
            "  -tok, --tokenize T          13a (default), intl, zh, char, none\n"
            "  -lc, --lowercase            case-insensitive BLEU\n"
@@ -67,8 +70,7 @@ static void usage(void)
 }
 
 typedef struct {
-    char *data;       /* file content (malloc'ed, or mapped when map_len > 0) */
-    size_t map_len;
+    char *data;        /* the lines, each followed by a newline (malloc'ed) */
     const char **line; /* rstripped lines (pointers into data) */
     size_t *len;
     size_t n;
@@ -76,10 +78,7 @@ typedef struct {
 
 static void lines_free(lines_t *l)
 {
-    if (l->map_len)
-        munmap(l->data, l->map_len);
-    else
-        free(l->data);
+    free(l->data);
     free(l->line);
     free(l->len);
     memset(l, 0, sizeof *l);
@@ -104,84 +103,59 @@ static int lines_push(lines_t *l, size_t *cap, const char *p, size_t len)
     return 0;
 }
 
-/* Reads PATH ("-" = stdin) into lines split on '\n', each checked for UTF-8 and rstripped as
- * Python does. Prints the error and returns -1 on failure. */
-static int read_lines(const char *path, lines_t *l)
+/* Reads PATH ("-" = stdin) into lines of at most MAX bytes split on '\n', each checked for UTF-8
+ * and rstripped as Python does. Returns 0, or -1 with the error printed. */
+static int read_lines(const char *path, size_t max, lines_t *l)
 {
     memset(l, 0, sizeof *l);
-    const char *name = nmt_path_name(path, 0);
-    int fd = nmt_open_in(path);
-    if (fd < 0) {
+    struct line_reader r;
+    if (line_reader_open(&r, path, max) < 0) {
         nmt_error("%s", nmt_errmsg());
         return -1;
     }
-    size_t cap = 1 << 16, n = 0;
+    struct nmt_buf data = {0};
+    size_t *start = NULL, scap = 0, lcap = 0, nl = 0;
     struct stat sb;
-    char *buf = NULL;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
-        /* a regular file is mapped (read-only, private), else read at once */
-        void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-        if (p != MAP_FAILED) {
-            buf = p;
-            n = (size_t)sb.st_size;
-            l->map_len = n;
-            goto have_data;
-        }
-        cap = (size_t)sb.st_size + 1; /* one read, no regrowth */
-    }
-    buf = nmt_malloc(cap);
-    if (!buf) {
-        nmt_error("%s", nmt_errmsg());
-        goto fail_fd;
-    }
-    for (;;) {
-        if (n == cap) {
-            char *b = nmt_realloc(buf, cap * 2);
-            if (!b) {
-                nmt_error("%s", nmt_errmsg());
-                free(buf);
-                goto fail_fd;
-            }
-            buf = b;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, buf + n, cap - n);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            nmt_error("cannot read '%s': %s", name, strerror(errno));
-            free(buf);
-            goto fail_fd;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-have_data:
-    if (fd != 0)
-        close(fd);
-    l->data = buf;
-    size_t lcap = 0, st = 0;
-    while (st < n) {
-        const char *nl = memchr(buf + st, '\n', n - st);
-        size_t en = nl ? (size_t)(nl - buf) : n;
+    if (fstat(fileno(r.f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0 &&
+        nmt_buf_reserve(&data, (size_t)sb.st_size + 1) < 0) /* a file's lines fit without regrowth */
+        goto fail;
+    char *line;
+    size_t len;
+    int rc;
+    while ((rc = line_next(&r, &line, &len)) == 1) {
         size_t bad;
-        if (utf8_check(buf + st, en - st, &bad) < 0) {
-            nmt_error("invalid UTF-8 in '%s' line %zu (byte offset %zu)", name, l->n + 1, st + bad);
-            lines_free(l);
-            return -1;
+        if (utf8_check(line, len, &bad) < 0) {
+            nmt_seterr("invalid UTF-8 in '%s' line %llu (byte offset %zu)", r.name, (unsigned long long)r.line,
+                       data.len + bad);
+            goto fail;
         }
-        if (lines_push(l, &lcap, buf + st, bleu_rstrip_len(buf + st, en - st)) < 0) {
+        if (NMT_GROW(start, scap, nl + 1) < 0 || nmt_buf_append(&data, line, len) < 0 ||
+            nmt_buf_append(&data, "\n", 1) < 0)
+            goto fail;
+        start[nl++] = data.len - len - 1;
+    }
+    if (rc < 0)
+        goto fail;
+    l->data = (char *)data.data;
+    for (size_t i = 0; i < nl; i++) {
+        const char *p = l->data + start[i];
+        size_t n = (i + 1 < nl ? start[i + 1] : data.len) - start[i] - 1;
+        if (lines_push(l, &lcap, p, bleu_rstrip_len(p, n)) < 0) {
+            free(start);
+            line_reader_close(&r);
             nmt_error("%s", nmt_errmsg());
             lines_free(l);
             return -1;
         }
-        st = en + 1;
     }
+    free(start);
+    line_reader_close(&r);
     return 0;
-fail_fd:
-    if (fd != 0)
-        close(fd);
+fail:
+    nmt_error("%s", nmt_errmsg());
+    free(start);
+    nmt_buf_free(&data);
+    line_reader_close(&r);
     return -1;
 }
 
@@ -286,7 +260,7 @@ static char **expand_args(int argc, char **argv, int *out_argc)
 enum {
     OPT_MAXORDER = 1000, OPT_FORCE, OPT_BETA, OPT_WS, OPT_CLC, OPT_EPS, OPT_TCS, OPT_TNP, OPT_TNORM,
     OPT_TASIAN, OPT_NR, OPT_SL, OPT_TOK, OPT_LC, OPT_SV, OPT_CC, OPT_CW, OPT_CI, OPT_CIN, OPT_PBS,
-    OPT_PBSN, OPT_SH, OPT_NC, OPT_FULL
+    OPT_PBSN, OPT_SH, OPT_NC, OPT_FULL, OPT_MAXLINE
 };
 
 /* --full: one JSON line with every value at full precision (score, BLEU counts/totals/
@@ -459,6 +433,7 @@ typedef struct {
     const char *inputs[64];
     int ninputs, use_metric[3], any_metric;
     int num_refs, sentence, ci, ci_n, pbs, pbs_n, json, width, score_only, is_short, full;
+    uint64_t max_line; /* --max-line-bytes */
     char **ref_files;
     int nref_files;
 } opts_t;
@@ -564,6 +539,8 @@ static int parse_option(run_t *r, int c)
     case 'b': o->score_only = 1; return GO_ON;
     case OPT_SH: o->is_short = 1; return GO_ON;
     case OPT_FULL: o->full = 1; return GO_ON;
+    case OPT_MAXLINE:
+        return opt_u64("--max-line-bytes", optarg, 1, SIZE_MAX / 2, &o->max_line) < 0 ? NMT_EXIT_USAGE : GO_ON;
     case 'h':
         usage();
         return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
@@ -602,7 +579,7 @@ static const struct option long_options[] = {
     {"short", no_argument, 0, OPT_SH}, {"sh", no_argument, 0, OPT_SH},
     {"quiet", no_argument, 0, 'q'}, {"no-color", no_argument, 0, OPT_NC},
     {"nc", no_argument, 0, OPT_NC}, {"full", no_argument, 0, OPT_FULL}, {"help", no_argument, 0, 'h'},
-    {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
+    {"version", no_argument, 0, 'V'}, {"max-line-bytes", required_argument, 0, OPT_MAXLINE}, {0, 0, 0, 0}};
 
 /* Parses the command line into R->o and checks the combination. Returns GO_ON, or main's exit
  * status. */
@@ -614,6 +591,7 @@ static int parse_args(run_t *r, int argc, char **argv)
     o->num_refs = 1;
     o->ci_n = o->pbs_n = 1000;
     o->json = o->width = 1;
+    o->max_line = LINES_DEFAULT_MAX;
     int eargc;
     if (!(r->eargv = expand_args(argc, argv, &eargc))) {
         nmt_error("out of memory");
@@ -654,7 +632,7 @@ static int read_refs(run_t *r)
         return NMT_EXIT_DATA;
     }
     for (int i = 0; i < o->nref_files; i++)
-        if (read_lines(o->ref_files[i], &r->reffile[i]) < 0)
+        if (read_lines(o->ref_files[i], o->max_line, &r->reffile[i]) < 0)
             return NMT_EXIT_DATA;
     if (o->num_refs == 1) {
         for (int i = 0; i < r->nrefs; i++)
@@ -678,7 +656,7 @@ static int read_refs(run_t *r)
  * them. Returns 0, or main's exit status. */
 static int read_stdin_systems(run_t *r)
 {
-    if (read_lines("-", &r->stdin_lines) < 0)
+    if (read_lines("-", r->o.max_line, &r->stdin_lines) < 0)
         return NMT_EXIT_DATA;
     lines_t in = r->stdin_lines;
     int k = in.n ? count_fields(in.line[0], in.len[0]) : 1;
@@ -741,7 +719,7 @@ static int read_file_systems(run_t *r)
             nmt_error("'%s' already used to name a system", o->inputs[s]);
             return NMT_EXIT_DATA;
         }
-        if (read_lines(o->inputs[s], &r->sys[r->nsys].l) < 0)
+        if (read_lines(o->inputs[s], o->max_line, &r->sys[r->nsys].l) < 0)
             return NMT_EXIT_DATA;
         r->sys[r->nsys++].name = o->inputs[s];
     }

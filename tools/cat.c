@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/lines.h"
 #include "io/stream.h"
 #include "io/safetensors.h"
 #include "nn/checkpoint.h"
@@ -237,19 +238,21 @@ static int cat_vocab(const char *path, const struct cat_opts *o, FILE *out, uint
     vocab_free(v);
     if (o->mode == MODE_CHECK || o->mode == MODE_COUNT)
         return 0;
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return nmt_error("cannot open '%s': %s", path, strerror(errno)), 1;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    while ((len = getline(&line, &cap, f)) > 0) {
-        if (o->mode == MODE_HEADER && !strcmp(line, "pieces\n"))
+    struct line_reader r;
+    if (line_reader_open(&r, path, 0) < 0)
+        return nmt_error("%s", nmt_errmsg()), 1;
+    char *line;
+    size_t len;
+    int rc;
+    while ((rc = line_next(&r, &line, &len)) == 1) { /* the vocabulary loaded: every line ends in a newline */
+        if (o->mode == MODE_HEADER && len == 6 && !memcmp(line, "pieces", 6))
             break;
-        fwrite(line, 1, (size_t)len, out);
+        fwrite(line, 1, len, out);
+        putc('\n', out);
     }
-    free(line);
-    fclose(f);
+    line_reader_close(&r);
+    if (rc < 0)
+        return nmt_error("%s", nmt_errmsg()), 1;
     return 0;
 }
 

@@ -292,13 +292,11 @@ out:
 /* ---- input ---- */
 
 struct input {
-    FILE *f, *f2;              /* text: lines (and the target file with --tgt) */
+    struct line_reader src;    /* text: lines */
+    struct line_reader tgt;    /* the target file with --tgt (tgt.f set) */
     struct rec_reader *r;      /* ids stream */
-    const char *name, *name2;  /* the input's and the target file's names, for messages */
+    const char *name;          /* the input's name, for messages */
     int fd;
-    uint64_t line;
-    char *buf, *buf2;
-    size_t cap, cap2;
     struct ids_record ir;
 };
 
@@ -339,45 +337,25 @@ static int next(struct state *st, struct input *inp, struct sent *s)
             clip(st, s, 1);
         return 1;
     }
-    long long n = lines_get(inp->f, inp->name, inp->line + 1, o->max_line, &inp->buf, &inp->cap);
-    if (n == LINES_ERROR)
-        return -1;
-    if (n == LINES_END) {
-        long long m = inp->f2 ? lines_get(inp->f2, inp->name2, inp->line + 1, o->max_line, &inp->buf2, &inp->cap2)
-                              : LINES_END;
-        if (m == LINES_ERROR)
-            return -1;
-        if (m != LINES_END)
-            return nmt_seterr("%s: line %llu: the target file has more lines than the source", inp->name2,
-                              (unsigned long long)inp->line + 1);
-        return 0;
-    }
-    s->index = inp->line++;
-    uint64_t ln = s->index + 1;
-    const char *a = inp->buf, *b = NULL;
-    size_t la = (size_t)n, lb = 0;
-    if (o->score) {
-        if (inp->f2) {
-            long long m = lines_get(inp->f2, inp->name2, ln, o->max_line, &inp->buf2, &inp->cap2);
-            if (m == LINES_ERROR)
-                return -1;
-            if (m == LINES_END)
-                return nmt_seterr("%s: line %llu: the target file has fewer lines than the source", inp->name2,
-                                  (unsigned long long)ln);
-            b = inp->buf2;
-            lb = (size_t)m;
-        } else {
-            char *tab = memchr(inp->buf, '\t', (size_t)n);
-            if (!tab)
-                return nmt_seterr("%s: line %llu: expected 'SOURCE<TAB>TARGET'", inp->name, (unsigned long long)ln);
-            la = (size_t)(tab - inp->buf);
-            b = tab + 1;
-            lb = (size_t)n - la - 1;
-        }
+    char *a, *b = NULL;
+    size_t la, lb = 0;
+    int rc = inp->tgt.f ? line_pair_next(&inp->src, &inp->tgt, &a, &la, &b, &lb) : line_next(&inp->src, &a, &la);
+    if (rc != 1)
+        return rc == 0 ? 0 : -1;
+    s->index = inp->src.line - 1;
+    uint64_t ln = inp->src.line;
+    size_t n = la;
+    if (o->score && !inp->tgt.f) {
+        char *tab = memchr(a, '\t', la);
+        if (!tab)
+            return nmt_seterr("%s: line %llu: expected 'SOURCE<TAB>TARGET'", inp->name, (unsigned long long)ln);
+        la = (size_t)(tab - a);
+        b = tab + 1;
+        lb = n - la - 1;
     }
     if (encode_text(st, inp->name, ln, a, la, &s->ids[0], &s->n[0]) < 0)
         return -1;
-    if (o->score && encode_text(st, inp->f2 ? inp->name2 : inp->name, ln, b, lb, &s->ids[1], &s->n[1]) < 0)
+    if (o->score && encode_text(st, inp->tgt.f ? inp->tgt.name : inp->name, ln, b, lb, &s->ids[1], &s->n[1]) < 0)
         return -1;
     s->empty = !o->score && n == 0;
     clip(st, s, 0);
@@ -1011,7 +989,6 @@ static int open_input(struct opts *o, struct input *inp, int inter_set)
 {
     const char *inpath = o->src ? o->src : o->input ? o->input : "-";
     inp->name = nmt_path_name(inpath, 0);
-    inp->name2 = o->tgt;
     inp->fd = nmt_open_in(inpath);
     if (inp->fd < 0)
         return -1;
@@ -1025,13 +1002,11 @@ static int open_input(struct opts *o, struct input *inp, int inter_set)
         inp->r = rec_reader_open(inp->fd, inp->name, "ids", NULL);
         return inp->r ? 0 : -1;
     }
-    inp->f = fdopen(inp->fd, "r");
-    if (!inp->f)
-        return nmt_seterr("cannot read '%s': %s", inp->name, strerror(errno));
-    inp->fd = -1;
-    if (o->tgt && !(inp->f2 = fopen(o->tgt, "r")))
-        return nmt_seterr("cannot open '%s': %s", o->tgt, strerror(errno));
-    return 0;
+    int fd = inp->fd;
+    inp->fd = -1; /* the reader's from here on */
+    if (line_reader_fdopen(&inp->src, fd, inp->name, o->max_line) < 0)
+        return -1;
+    return o->tgt ? line_reader_open(&inp->tgt, o->tgt, o->max_line) : 0;
 }
 
 /* An ids input must come from the models' vocabulary; 0, or -1 with the error set. */
@@ -1091,14 +1066,10 @@ static void input_close(struct input *inp)
 {
     rec_reader_free(inp->r);
     ids_record_free(&inp->ir);
-    if (inp->f)
-        fclose(inp->f);
-    if (inp->f2)
-        fclose(inp->f2);
+    line_reader_close(&inp->src);
+    line_reader_close(&inp->tgt);
     if (inp->fd >= 0 && inp->fd != STDIN_FILENO)
         close(inp->fd);
-    free(inp->buf);
-    free(inp->buf2);
 }
 
 /* Joins the ranks of an mpirun job (if any): shares stdin, and gives each rank its share of the

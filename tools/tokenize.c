@@ -1,5 +1,4 @@
 /* nmt-tokenize: raw text to token or id streams, and ids back to text (see nmt-tokenize(1)). */
-#include <csv.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -187,270 +186,111 @@ static int process(struct state *st, uint64_t index, unsigned nsides, const char
 }
 
 /* Reports a bad record: fatal without --skip-bad (returns -1), else counted (returns 0). */
-static int bad_record(struct state *st, const char *name, unsigned long line)
+static int bad_record(struct state *st, const char *name, uint64_t line)
 {
     if (!st->o->skip_bad) {
-        nmt_seterr("%s: line %lu: %s", name, line, nmt_errmsg());
+        nmt_seterr("%s: line %llu: %s", name, (unsigned long long)line, nmt_errmsg());
         return -1;
     }
     return 0;
 }
 
-/* ---- plain lines and line-aligned pairs ---- */
-struct src {
-    const char *name;
-    FILE *f;
-    unsigned long line;
-    size_t max;                /* --max-line-bytes */
-    char *buf;
-    size_t cap;
-};
-
-/* Reads the next line without its newline: 1, 0 at the end, -1 with the error set (a read error,
- * a line over --max-line-bytes or too long for memory: never taken for the end). */
-static int src_line(struct src *s, size_t *len)
-{
-    long long n = lines_get(s->f, s->name, s->line + 1, s->max, &s->buf, &s->cap);
-    if (n == LINES_END)
-        return 0;
-    if (n < 0)
-        return -1;
-    s->line++;
-    *len = (size_t)n;
-    return 1;
-}
-
-static int open_src(struct src *s, const char *path, size_t max)
-{
-    memset(s, 0, sizeof *s);
-    s->max = max;
-    s->name = nmt_path_name(path, 0);
-    int fd = nmt_open_in(path);
-    if (fd < 0)
-        return -1;
-    s->f = fd == 0 ? stdin : fdopen(fd, "r");
-    if (!s->f)
-        return nmt_seterr("cannot open '%s': %s", s->name, strerror(errno));
-    return 0;
-}
-
-static void close_src(struct src *s)
-{
-    if (s->f && s->f != stdin)
-        fclose(s->f);
-    free(s->buf);
-}
-
+/* ---- plain lines, line-aligned pairs and tables ---- */
 static int run_lines(struct state *st, const char *path)
 {
-    struct src s;
-    if (open_src(&s, path, st->o->max_line) < 0)
+    struct line_reader r;
+    if (line_reader_open(&r, path, st->o->max_line) < 0)
         return -1;
-    int rc = 0;
+    int rc;
+    char *line;
     size_t len;
-    while ((rc = src_line(&s, &len)) == 1) {
-        const char *t[1] = {s.buf};
+    while ((rc = line_next(&r, &line, &len)) == 1) {
+        const char *t[1] = {line};
         unsigned side;
-        int r = process(st, s.line - 1, 1, t, &len, &side);
-        if (r < 0 || (r == 1 && bad_record(st, s.name, s.line) < 0)) {
+        int p = process(st, r.line - 1, 1, t, &len, &side);
+        if (p < 0 || (p == 1 && bad_record(st, r.name, r.line) < 0)) {
             rc = -1;
             break;
         }
     }
-    close_src(&s);
+    line_reader_close(&r);
     return rc;
 }
 
 static int run_pairs(struct state *st)
 {
-    struct src a, b;
-    if (open_src(&a, st->o->src, st->o->max_line) < 0)
+    struct line_reader a, b;
+    if (line_reader_open(&a, st->o->src, st->o->max_line) < 0)
         return -1;
-    if (open_src(&b, st->o->tgt, st->o->max_line) < 0) {
-        close_src(&a);
+    if (line_reader_open(&b, st->o->tgt, st->o->max_line) < 0) {
+        line_reader_close(&a);
         return -1;
     }
-    int rc = 0;
-    for (;;) {
-        size_t la = 0, lb = 0;
-        int ra = src_line(&a, &la), rb = src_line(&b, &lb);
-        if (ra < 0 || rb < 0) {
-            rc = -1;
-            break;
-        }
-        if (!ra && !rb)
-            break;
-        if (ra != rb) {
-            struct src *longer = ra ? &a : &b, *shorter = ra ? &b : &a;
-            if (!st->o->skip_bad) {
-                nmt_seterr("%s: line %lu: no matching line in '%s', which has %lu lines", longer->name, longer->line,
-                           shorter->name, shorter->line);
-                rc = -1;
-                break;
-            }
+    int rc;
+    char *pa, *pb;
+    size_t l[2];
+    while ((rc = line_pair_next(&a, &b, &pa, &l[0], &pb, &l[1])) != 0) {
+        if (rc == LINES_UNPAIRED && st->o->skip_bad) {
             st->bad_unpaired++;
             continue;
         }
-        const char *t[2] = {a.buf, b.buf};
-        size_t l[2] = {la, lb};
+        if (rc != 1) {
+            rc = -1;
+            break;
+        }
+        const char *t[2] = {pa, pb};
         unsigned side = 0;
-        int r = process(st, a.line - 1, 2, t, l, &side);
-        if (r < 0 || (r == 1 && bad_record(st, side ? b.name : a.name, a.line) < 0)) {
+        int p = process(st, a.line - 1, 2, t, l, &side);
+        if (p < 0 || (p == 1 && bad_record(st, side ? b.name : a.name, a.line) < 0)) {
             rc = -1;
             break;
         }
     }
-    close_src(&a);
-    close_src(&b);
+    line_reader_close(&a);
+    line_reader_close(&b);
     return rc;
 }
 
-/* ---- CSV / TSV ---- */
-struct csvstate {
-    struct state *st;
-    const char *name;
-    unsigned long line;        /* line being parsed */
-    uint64_t row;              /* rows completed */
-    unsigned nfield;           /* fields seen in the current row */
-    struct nmt_buf field[2];
-    int fatal;
-};
-
-static void csv_cb_field(void *data, size_t len, void *arg)
+/* Handles row T of a table: 0 (written, or bad and skipped), or -1 with the error set. */
+static int table_row(struct state *st, const struct table_reader *t)
 {
-    struct csvstate *c = arg;
-    const struct opts *o = c->st->o;
-    for (unsigned k = 0; k < o->nfields; k++)
-        if (o->field[k] == c->nfield) {
-            c->field[k].len = 0;
-            if (nmt_buf_append(&c->field[k], data ? data : "", len) < 0)
-                c->fatal = 1;
-        }
-    c->nfield++;
-}
-
-static void csv_cb_row(int term, void *arg)
-{
-    struct csvstate *c = arg;
-    struct state *st = c->st;
     const struct opts *o = st->o;
-    uint64_t index = c->row++;
-    unsigned have = c->nfield;
-    c->nfield = 0;
-    if (c->fatal)
-        return;
-    unsigned need = o->field[0] > (o->nfields > 1 ? o->field[1] : 0) ? o->field[0] : o->field[1];
-    if (o->nfields == 1)
-        need = o->field[0];
-    if (have <= need) {
+    unsigned need = o->nfields > 1 && o->field[1] > o->field[0] ? o->field[1] : o->field[0];
+    if (t->n <= need) {
         st->bad_fields++;
-        nmt_seterr("row has %u field%s, --fields needs column %u", have, have == 1 ? "" : "s", need + 1);
-        if (bad_record(st, c->name, c->line) < 0)
-            c->fatal = 1;
-        return;
+        nmt_seterr("row has %zu field%s, --fields needs column %u", t->n, t->n == 1 ? "" : "s", need + 1);
+        return bad_record(st, t->lr.name, t->line);
     }
-    const char *t[2] = {(const char *)c->field[0].data, (const char *)c->field[1].data};
-    size_t l[2] = {c->field[0].len, c->field[1].len};
-    if (!t[0])
-        t[0] = "";
-    if (!t[1])
-        t[1] = "";
+    const char *text[2];
+    size_t len[2];
+    for (unsigned k = 0; k < o->nfields; k++) {
+        text[k] = t->f[o->field[k]].text;
+        len[k] = t->f[o->field[k]].len;
+    }
     unsigned side;
-    int r = process(st, index, o->nfields, t, l, &side);
-    if (r < 0 || (r == 1 && bad_record(st, c->name, c->line) < 0))
-        c->fatal = 1;
+    int r = process(st, t->row - 1, o->nfields, text, len, &side);
+    return r < 0 || (r == 1 && bad_record(st, t->lr.name, t->line) < 0) ? -1 : 0;
 }
 
-static int no_space(unsigned char ch) { return 0; } /* keep leading and trailing blanks: round trip */
-
-/* Plain TSV: each line (without its newline, and a CR before it) is split at every tab; quotes are
- * data, so a corpus line with a stray '"' is read as it is; blank lines are skipped. 0, or -1 with
- * the error set. */
-static int run_tsv(struct state *st, struct src *s, struct csvstate *c)
+/* CSV, or plain TSV (fields split at tabs, quotes are data): one record a row. */
+static int run_table(struct state *st, const char *path)
 {
-    for (;;) {
-        ssize_t n = getline(&s->buf, &s->cap, s->f);
-        if (n < 0)
-            return ferror(s->f) ? nmt_seterr("cannot read '%s': %s", s->name, strerror(errno)) : 0;
-        c->line = ++s->line;
-        if (n > 0 && s->buf[n - 1] == '\n')
-            n--;
-        if (n > 0 && s->buf[n - 1] == '\r')
-            n--;
-        if (n == 0)
-            continue; /* blank lines are skipped, as with --csv */
-        for (char *f = s->buf, *end = s->buf + n;;) {
-            char *tab = memchr(f, '\t', (size_t)(end - f));
-            csv_cb_field(f, (size_t)((tab ? tab : end) - f), c);
-            if (!tab)
-                break;
-            f = tab + 1;
-        }
-        csv_cb_row('\n', c);
-        if (c->fatal)
-            return -1;
-    }
-}
-
-static int run_csv(struct state *st, const char *path)
-{
-    struct src s;
-    if (open_src(&s, path, st->o->max_line) < 0)
+    struct table_reader t;
+    if (table_open(&t, path, st->o->tsv ? TABLE_TSV : TABLE_CSV, st->o->delim, st->o->max_line) < 0)
         return -1;
-    struct csv_parser p;
-    struct csvstate c = {.st = st, .name = s.name};
-    int rc = 0;
-    if (st->o->tsv) {
-        rc = run_tsv(st, &s, &c);
-        nmt_buf_free(&c.field[0]);
-        nmt_buf_free(&c.field[1]);
-        close_src(&s);
-        return rc;
-    }
-    if (csv_init(&p, CSV_STRICT | CSV_STRICT_FINI) != 0) {
-        close_src(&s);
-        return nmt_seterr("out of memory");
-    }
-    csv_set_delim(&p, st->o->delim);
-    csv_set_space_func(&p, no_space);
-    for (;;) {
-        ssize_t n = getline(&s.buf, &s.cap, s.f);
-        if (n < 0) {
-            if (ferror(s.f))
-                rc = nmt_seterr("cannot read '%s': %s", s.name, strerror(errno));
-            break;
-        }
-        c.line = ++s.line;
-        if (csv_parse(&p, s.buf, (size_t)n, csv_cb_field, csv_cb_row, &c) != (size_t)n) {
-            nmt_seterr("malformed CSV (%s)", csv_strerror(csv_error(&p)));
+    int rc;
+    while ((rc = table_next(&t)) != 0) {
+        if (rc == TABLE_MALFORMED) {
             st->bad_csv++;
-            if (bad_record(st, s.name, s.line) < 0) {
-                rc = -1;
-                break;
-            }
-            csv_free(&p); /* start afresh on the next line */
-            csv_init(&p, CSV_STRICT | CSV_STRICT_FINI);
-            csv_set_delim(&p, st->o->delim);
-            csv_set_space_func(&p, no_space);
-            c.nfield = 0;
+            if (st->o->skip_bad)
+                continue;
         }
-        if (c.fatal) {
+        if (rc != 1 || table_row(st, &t) < 0) {
             rc = -1;
             break;
         }
     }
-    if (rc == 0 && csv_fini(&p, csv_cb_field, csv_cb_row, &c) != 0) {
-        nmt_seterr("malformed CSV at the end (%s)", csv_strerror(csv_error(&p)));
-        st->bad_csv++;
-        if (bad_record(st, s.name, s.line) < 0)
-            rc = -1;
-    }
-    if (c.fatal)
-        rc = -1;
-    csv_free(&p);
-    nmt_buf_free(&c.field[0]);
-    nmt_buf_free(&c.field[1]);
-    close_src(&s);
+    table_close(&t);
     return rc;
 }
 
@@ -595,34 +435,35 @@ static int64_t token_id(const struct vocab *v, const char *s, size_t n, int nume
 
 static int decode_text(struct state *st, const char *path)
 {
-    struct src s;
-    if (open_src(&s, path, st->o->max_line) < 0)
+    struct line_reader r;
+    if (line_reader_open(&r, path, st->o->max_line) < 0)
         return -1;
     struct nmt_buf tmp = {0};
     uint32_t *ids = NULL, cap = 0;
     int rc = 0;
+    char *buf;
     size_t len;
-    while (rc == 0 && (rc = src_line(&s, &len)) == 1) {
+    while (rc == 0 && (rc = line_next(&r, &buf, &len)) == 1) {
         rc = 0;
         int numeric = 1; /* a line of decimal numbers only is read as ids */
         for (size_t i = 0; i < len; i++)
-            if (!(s.buf[i] >= '0' && s.buf[i] <= '9') && s.buf[i] != ' ' && s.buf[i] != '\t')
+            if (!(buf[i] >= '0' && buf[i] <= '9') && buf[i] != ' ' && buf[i] != '\t')
                 numeric = 0;
         size_t i = 0;
         for (int side = 0; rc == 0; side++) {
             size_t end = i;
-            while (end < len && s.buf[end] != '\t')
+            while (end < len && buf[end] != '\t')
                 end++;
             uint32_t n = 0;
             size_t j = i;
             while (j < end) {
                 size_t k = j;
-                while (k < end && s.buf[k] != ' ')
+                while (k < end && buf[k] != ' ')
                     k++;
                 if (k > j) {
-                    int64_t id = token_id(st->v, s.buf + j, k - j, numeric, &tmp);
+                    int64_t id = token_id(st->v, buf + j, k - j, numeric, &tmp);
                     if (id < 0) {
-                        rc = nmt_seterr("%s: line %lu: %s", s.name, s.line, nmt_errmsg());
+                        rc = nmt_seterr("%s: line %llu: %s", r.name, (unsigned long long)r.line, nmt_errmsg());
                         break;
                     }
                     if (n == cap) {
@@ -651,7 +492,7 @@ static int decode_text(struct state *st, const char *path)
     }
     free(ids);
     nmt_buf_free(&tmp);
-    close_src(&s);
+    line_reader_close(&r);
     return rc;
 }
 
@@ -898,7 +739,7 @@ static int run(struct state *st, const struct opts *o)
         return o->text ? decode_text(st, o->in) : decode_stream(st, o->in);
     if (o->src)
         return run_pairs(st);
-    return o->csv ? run_csv(st, o->in) : run_lines(st, o->in);
+    return o->csv ? run_table(st, o->in) : run_lines(st, o->in);
 }
 
 /* Warns about the bad lines --skip-bad dropped. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "io/lines.h"
 
 /* A growing argument vector. */
 struct argv_buf {
@@ -111,26 +112,23 @@ static int config_line(struct argv_buf *a, struct argv_buf *seen, const char *pa
 /* Adds the options of the file PATH to A. 0 or -1. */
 static int config_file(struct argv_buf *a, const char *path, const struct option *lo, const char *const *exclude)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
+    struct line_reader r;
+    if (line_reader_open(&r, path, 0) < 0)
         return nmt_seterr("cannot open the configuration '%s': %s", path, strerror(errno));
     struct argv_buf seen = {0};
-    char *line = NULL;
-    size_t cap = 0;
-    int rc = 0, ln = 0;
-    ssize_t len;
-    while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
-        ln++;
-        if (memchr(line, 0, (size_t)len))
-            rc = nmt_seterr("%s:%d: a NUL byte: not a configuration file", path, ln);
+    char *line;
+    size_t len;
+    int rc = 0, got;
+    while (rc == 0 && (got = line_next(&r, &line, &len)) == 1) {
+        if (memchr(line, 0, len))
+            rc = nmt_seterr("%s:%llu: a NUL byte: not a configuration file", path, (unsigned long long)r.line);
         else
-            rc = config_line(a, &seen, path, ln, line, lo, exclude);
+            rc = config_line(a, &seen, path, (int)r.line, line, lo, exclude);
     }
-    if (rc == 0 && ferror(f))
-        rc = nmt_seterr("cannot read the configuration '%s': %s", path, strerror(errno));
-    free(line);
+    if (rc == 0 && got < 0)
+        rc = nmt_seterr("cannot read the configuration: %s", nmt_errmsg());
     config_args_free(seen.n, seen.v);
-    fclose(f);
+    line_reader_close(&r);
     return rc;
 }
 

@@ -193,6 +193,66 @@ setup_file() {
     run nmt-decode -m "$D/t2.ckpt" -i "$D/long.txt" --max-line-bytes 10 --threads 1
     [ "$status" -eq 1 ]
     [[ "$output" == *"nmt-decode: $D/long.txt: line 2: longer than 10 bytes (--max-line-bytes)"* ]]
+    printf 'abc\ndef\nghi\n' > "$D/short.txt"
+    run nmt-decode -m "$D/t2.ckpt" --score --src "$D/short.txt" --tgt "$D/long.txt" --max-line-bytes 10 --threads 1
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"nmt-decode: $D/long.txt: line 2: longer than 10 bytes (--max-line-bytes)"* ]]
+}
+
+@test "hostile: a line too long in --tsv input is an error naming the file and line, --skip-bad or not" {
+    printf 'a\tb\n01234\t6789\n01234\t67890\nc\td\n' > "$D/long.tsv"
+    run nmt-tokenize --tsv --max-line-bytes 10 -i "$D/long.tsv" -o "$D/long.tsv.tok"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-tokenize: $D/long.tsv: line 3: longer than 10 bytes (--max-line-bytes)" ]
+    [ ! -e "$D/long.tsv.tok" ]
+    run nmt-tokenize --tsv --skip-bad --max-line-bytes 10 -i "$D/long.tsv" -o "$D/long.tsv.tok"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-tokenize: $D/long.tsv: line 3: longer than 10 bytes (--max-line-bytes)" ]
+    run nmt-tokenize --tsv --max-line-bytes 11 -i "$D/long.tsv" -o "$D/long.tsv.tok"
+    [ "$status" -eq 0 ]
+}
+
+@test "hostile: a line too long in --csv input is an error naming the file and line, inside a quoted field too" {
+    printf 'a,b\n"x\ny",z\n"0123456789",abc\n' > "$D/long.csv"
+    run nmt-tokenize --csv --max-line-bytes 10 -i "$D/long.csv" -o "$D/long.csv.tok"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-tokenize: $D/long.csv: line 4: longer than 10 bytes (--max-line-bytes)" ]
+    [ ! -e "$D/long.csv.tok" ]
+    printf 'a,"b\n0123456789ab\n"\n' > "$D/longq.csv"
+    run nmt-tokenize --csv --skip-bad --max-line-bytes 10 -i "$D/longq.csv" -o "$D/long.csv.tok"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-tokenize: $D/longq.csv: line 2: longer than 10 bytes (--max-line-bytes)" ]
+    run nmt-tokenize --csv --max-line-bytes 16 -i "$D/long.csv" -o "$D/long.csv.tok"
+    [ "$status" -eq 0 ]
+}
+
+@test "hostile: a line too long in either of --src/--tgt is an error naming that file and line" {
+    printf 'a\nb\nc\n' > "$D/short.en"
+    printf 'x\n0123456789a\nz\n' > "$D/long.de"
+    run nmt-tokenize --src "$D/short.en" --tgt "$D/long.de" --max-line-bytes 10 -o "$D/pair.tok"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-tokenize: $D/long.de: line 2: longer than 10 bytes (--max-line-bytes)" ]
+    run nmt-tokenize --skip-bad --src "$D/long.de" --tgt "$D/short.en" --max-line-bytes 10 -o "$D/pair.tok"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-tokenize: $D/long.de: line 2: longer than 10 bytes (--max-line-bytes)" ]
+    [ ! -e "$D/pair.tok" ]
+}
+
+@test "hostile: nmt-bleu refuses a line too long in a reference, a hypothesis file or stdin" {
+    printf 'a b c\n0123456789a\n' > "$D/long.ref"
+    printf 'a b c\nd e f\n' > "$D/ok.hyp"
+    run nmt-bleu --max-line-bytes 10 "$D/long.ref" -i "$D/ok.hyp"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-bleu: $D/long.ref: line 2: longer than 10 bytes (--max-line-bytes)" ]
+    run nmt-bleu --max-line-bytes 10 "$D/ok.hyp" -i "$D/long.ref"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-bleu: $D/long.ref: line 2: longer than 10 bytes (--max-line-bytes)" ]
+    run nmt-bleu --max-line-bytes 10 "$D/ok.hyp" < "$D/long.ref"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-bleu: stdin: line 2: longer than 10 bytes (--max-line-bytes)" ]
+    run nmt-bleu --max-line-bytes 11 -m chrf -b "$D/long.ref" -i "$D/long.ref"
+    [ "$status" -eq 0 ]
+    [ "$output" = "100.0" ]
 }
 
 @test "hostile: a line that memory cannot hold is an error, not the end of the input" {
