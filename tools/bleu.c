@@ -69,14 +69,14 @@ static void usage(void)
            nmt_progname(), BLEU_SACREBLEU_VERSION, BLEU_TOOL_VERSION);
 }
 
-typedef struct {
+struct text_lines {
     char *data;        /* the lines, each followed by a newline (malloc'ed) */
     const char **line; /* rstripped lines (pointers into data) */
     size_t *len;
     size_t n;
-} lines_t;
+};
 
-static void lines_free(lines_t *l)
+static void lines_free(struct text_lines *l)
 {
     free(l->data);
     free(l->line);
@@ -84,7 +84,7 @@ static void lines_free(lines_t *l)
     memset(l, 0, sizeof *l);
 }
 
-static int lines_push(lines_t *l, size_t *cap, const char *p, size_t len)
+static int lines_push(struct text_lines *l, size_t *cap, const char *p, size_t len)
 {
     if (l->n == *cap) {
         size_t c = *cap ? *cap * 2 : 1024;
@@ -105,7 +105,7 @@ static int lines_push(lines_t *l, size_t *cap, const char *p, size_t len)
 
 /* Reads PATH ("-" = stdin) into lines of at most MAX bytes split on '\n', each checked for UTF-8
  * and rstripped as Python does. Returns 0, or -1 with the error printed. */
-static int read_lines(const char *path, size_t max, lines_t *l)
+static int read_lines(const char *path, size_t max, struct text_lines *l)
 {
     memset(l, 0, sizeof *l);
     struct line_reader r;
@@ -162,7 +162,7 @@ fail:
 /* Splits each line of L on tabs into exactly K fields (after sacreBLEU: the line is rstripped,
  * split at most K-1 times). FIELDS[k] receives the k-th column. Returns the line number of a bad
  * line (1-based) and its field count in *GOT, or 0. */
-static size_t split_tabs(const lines_t *l, int k, lines_t *fields, int *got, int strip_fields)
+static size_t split_tabs(const struct text_lines *l, int k, struct text_lines *fields, int *got, int strip_fields)
 {
     size_t *caps = calloc((size_t)k, sizeof *caps);
     if (!caps) {
@@ -300,20 +300,20 @@ static void print_full(const bleu_score *sc, const double *sum, int nstats, int 
     printf("}\n");
 }
 
-typedef struct {
+struct system {
     const char *name;
-    lines_t l;
+    struct text_lines l;
     double *rows[3]; /* per metric */
     bleu_score score[3];
     double p[3];
     double *sum[3]; /* summed statistics per metric */
     int own_name;
-} system_t;
+};
 
 /* Statistics of lines [0, nlines) of one system summed by a worker thread with its own metric. */
 typedef struct {
     const bleu_config *cfg;
-    const lines_t *hyp, *refs;
+    const struct text_lines *hyp, *refs;
     int nrefs, ns;
     size_t nlines;
     double sum[3 * BLEU_MAX_ORDER + 2];
@@ -428,7 +428,7 @@ static void print_table(char ***cells, int rows, int cols)
 }
 
 /* What the options ask for. */
-typedef struct {
+struct opts {
     bleu_config cfg[3]; /* per metric, indexed by enum bleu_metric_kind */
     const char *inputs[64];
     int ninputs, use_metric[3], any_metric;
@@ -436,23 +436,23 @@ typedef struct {
     uint64_t max_line; /* --max-line-bytes */
     char **ref_files;
     int nref_files;
-} opts_t;
+};
 
 /* One run: options, references, systems and metrics. main keeps it in static storage, so what it
  * holds stays reachable until exit on every path. */
-typedef struct {
-    opts_t o;
+struct run {
+    struct opts o;
     char **eargv;
-    lines_t *reffile, *reflines, stdin_lines, *stdin_cols;
+    struct text_lines *reffile, *reflines, stdin_lines, *stdin_cols;
     int nrefs, nsys;
-    system_t *sys;
+    struct system *sys;
     size_t nlines;
     const char **refp; /* the references of the line being scored */
     size_t *refl;
     bleu_metric *met[3];
     uint64_t seed;
     char seedlow[64]; /* the seed as the signature writes it */
-} run_t;
+};
 
 /* Sets *OUT to the smoothing method named ARG; GO_ON, or the usage error's status. */
 static int parse_smooth(const char *arg, int *out)
@@ -499,7 +499,7 @@ static int parse_metric_option(bleu_config *cfg, int c)
 }
 
 /* Adds metric ARG ("bleu", "chrf", "ter") to O; GO_ON, or the usage error's status. */
-static int parse_metric(opts_t *o, const char *arg)
+static int parse_metric(struct opts *o, const char *arg)
 {
     static const char *names[] = {"bleu", "chrf", "ter"};
     for (int k = 0; k < 3; k++)
@@ -513,9 +513,9 @@ static int parse_metric(opts_t *o, const char *arg)
 
 /* Applies option C (with optarg) of the input, statistics and output groups to R->o. Returns
  * GO_ON, or main's exit status (usage errors, --help, --version). */
-static int parse_option(run_t *r, int c)
+static int parse_option(struct run *r, int c)
 {
-    opts_t *o = &r->o;
+    struct opts *o = &r->o;
     switch (c) {
     case 'i':
         if (o->ninputs == 64)
@@ -583,9 +583,9 @@ static const struct option long_options[] = {
 
 /* Parses the command line into R->o and checks the combination. Returns GO_ON, or main's exit
  * status. */
-static int parse_args(run_t *r, int argc, char **argv)
+static int parse_args(struct run *r, int argc, char **argv)
 {
-    opts_t *o = &r->o;
+    struct opts *o = &r->o;
     for (int k = 0; k < 3; k++)
         bleu_config_init(&o->cfg[k], k);
     o->num_refs = 1;
@@ -621,9 +621,9 @@ static int parse_args(run_t *r, int argc, char **argv)
 
 /* Reads the reference files, splitting the one file of --num-refs N into its columns. Returns
  * 0, or main's exit status (the error printed). */
-static int read_refs(run_t *r)
+static int read_refs(struct run *r)
 {
-    const opts_t *o = &r->o;
+    const struct opts *o = &r->o;
     r->nrefs = o->num_refs > 1 ? o->num_refs : o->nref_files;
     r->reflines = calloc((size_t)r->nrefs, sizeof *r->reflines);
     r->reffile = calloc((size_t)o->nref_files, sizeof *r->reffile);
@@ -654,11 +654,11 @@ static int read_refs(run_t *r)
 
 /* Reads the systems from stdin: one, or one per tab-separated column, named as sacreBLEU names
  * them. Returns 0, or main's exit status. */
-static int read_stdin_systems(run_t *r)
+static int read_stdin_systems(struct run *r)
 {
     if (read_lines("-", r->o.max_line, &r->stdin_lines) < 0)
         return NMT_EXIT_DATA;
-    lines_t in = r->stdin_lines;
+    struct text_lines in = r->stdin_lines;
     int k = in.n ? count_fields(in.line[0], in.len[0]) : 1;
     if (!(r->sys = calloc((size_t)k, sizeof *r->sys))) {
         nmt_error("out of memory");
@@ -669,7 +669,7 @@ static int read_stdin_systems(run_t *r)
         r->sys[0].l = in;
         memset(&r->stdin_lines, 0, sizeof r->stdin_lines);
     } else {
-        lines_t *cols = r->stdin_cols = calloc((size_t)k, sizeof *cols);
+        struct text_lines *cols = r->stdin_cols = calloc((size_t)k, sizeof *cols);
         int got;
         if (!cols) {
             nmt_error("out of memory");
@@ -701,9 +701,9 @@ static int read_stdin_systems(run_t *r)
 
 /* Reads the systems of the -i files (a repeated baseline is dropped under --paired-bs). Returns
  * 0, or main's exit status. */
-static int read_file_systems(run_t *r)
+static int read_file_systems(struct run *r)
 {
-    const opts_t *o = &r->o;
+    const struct opts *o = &r->o;
     if (!(r->sys = calloc((size_t)o->ninputs, sizeof *r->sys))) {
         nmt_error("out of memory");
         return NMT_EXIT_DATA;
@@ -737,9 +737,9 @@ static int read_file_systems(run_t *r)
 }
 
 /* Checks the systems against the mode and the references. Returns 0, or main's exit status. */
-static int check_systems(run_t *r)
+static int check_systems(struct run *r)
 {
-    const opts_t *o = &r->o;
+    const struct opts *o = &r->o;
     if (o->sentence && r->nsys > 1)
         return nmt_usage_error("only one system can be evaluated in sentence-level mode");
     if (o->pbs && r->nsys == 1)
@@ -765,7 +765,7 @@ static int check_systems(run_t *r)
 }
 
 /* Sets the bootstrap seed from SACREBLEU_SEED (default 12345; "none": time and process id). */
-static void read_seed(run_t *r)
+static void read_seed(struct run *r)
 {
     const char *seedstr = getenv("SACREBLEU_SEED");
     if (!seedstr)
@@ -779,7 +779,7 @@ static void read_seed(run_t *r)
 
 /* Creates the metrics asked for (in sacreBLEU's order: BLEU, chrF, TER) and the reference
  * pointers of a line. Returns 0, or main's exit status. */
-static int start_metrics(run_t *r)
+static int start_metrics(struct run *r)
 {
     r->refp = malloc((size_t)r->nrefs * sizeof *r->refp);
     r->refl = malloc((size_t)r->nrefs * sizeof *r->refl);
@@ -797,7 +797,7 @@ static int start_metrics(run_t *r)
 }
 
 /* Computes the statistics ROW of line I of system S with metric K; 0 or -1 (error set). */
-static int segment_row(run_t *r, int s, int k, size_t i, double *row)
+static int segment_row(struct run *r, int s, int k, size_t i, double *row)
 {
     for (int q = 0; q < r->nrefs; q++) {
         r->refp[q] = r->reflines[q].line[i];
@@ -808,9 +808,9 @@ static int segment_row(run_t *r, int s, int k, size_t i, double *row)
 
 /* --sentence-level: one score line per segment. Sets *ST when a line cannot be formatted.
  * Returns 0, or main's exit status. */
-static int score_sentences(run_t *r, int *st)
+static int score_sentences(struct run *r, int *st)
 {
-    const opts_t *o = &r->o;
+    const struct opts *o = &r->o;
     int k = o->use_metric[0] ? 0 : o->use_metric[1] ? 1 : 2;
     int ns = bleu_metric_nstats(r->met[k]);
     double *row = malloc((size_t)ns * sizeof *row);
@@ -841,7 +841,7 @@ static int score_sentences(run_t *r, int *st)
 /* Sums the statistics of system S with metric K into SUM (ROW as scratch) in two halves, the
  * first in a second thread: BLEU and chrF statistics are integer counts, so the halves summed
  * apart give the same sums. Returns 0, or main's exit status. */
-static int sum_in_halves(run_t *r, int s, int k, double *row, double *sum)
+static int sum_in_halves(struct run *r, int s, int k, double *row, double *sum)
 {
     int ns = bleu_metric_nstats(r->met[k]);
     half_job job = {.cfg = &r->o.cfg[k], .hyp = &r->sys[s].l, .refs = r->reflines, .nrefs = r->nrefs,
@@ -875,9 +875,9 @@ static int sum_in_halves(run_t *r, int s, int k, double *row, double *sum)
 /* Scores system S with metric K over the corpus: its statistics rows (all kept for the
  * bootstrap, else summed as they come, in the same order), their sum and the score. Returns 0,
  * or main's exit status. */
-static int score_system(run_t *r, int s, int k)
+static int score_system(struct run *r, int s, int k)
 {
-    system_t *sy = &r->sys[s];
+    struct system *sy = &r->sys[s];
     int ns = bleu_metric_nstats(r->met[k]);
     int keep = r->o.ci || r->o.pbs;
     size_t nlines = r->nlines, from = 0;
@@ -910,7 +910,7 @@ static int score_system(run_t *r, int s, int k)
 
 /* Prints the formatted scores RES[0..N) of one system: a JSON list, one per line, or text lines
  * aligned on " = ". */
-static void print_results(const opts_t *o, char **res, int n)
+static void print_results(const struct opts *o, char **res, int n)
 {
     if (o->json && n > 1 && !o->score_only) {
         fputs("[\n", stdout);
@@ -938,9 +938,9 @@ static void print_results(const opts_t *o, char **res, int n)
 
 /* One system: each metric's score (with the bootstrap interval under --confidence) with its
  * signature. Returns 0, or main's exit status. */
-static int print_one_system(run_t *r)
+static int print_one_system(struct run *r)
 {
-    const opts_t *o = &r->o;
+    const struct opts *o = &r->o;
     char *res[3];
     int nres = 0;
     for (int k = 0; k < 3; k++) {
@@ -968,9 +968,9 @@ static int print_one_system(run_t *r)
 
 /* --paired-bs: the baseline's interval and every other system's interval and p-value. Returns 0,
  * or main's exit status. */
-static int paired_bootstrap(run_t *r)
+static int paired_bootstrap(struct run *r)
 {
-    system_t *sys = r->sys;
+    struct system *sys = r->sys;
     int n = r->o.pbs_n;
     for (int k = 0; k < 3; k++) {
         if (!r->met[k])
@@ -990,7 +990,7 @@ static int paired_bootstrap(run_t *r)
 }
 
 /* Several systems as a JSON list (sacreBLEU's print_results_table with --format json). */
-static void print_systems_json(const run_t *r)
+static void print_systems_json(const struct run *r)
 {
     char num[64];
     printf("[\n");
@@ -1051,9 +1051,9 @@ static void print_pbs_note(int n, const char *baseline)
 }
 
 /* The text of table cell (ROW, metric K): the header (ROW 0) or a system's score. */
-static void table_cell(const run_t *r, int row, int k, char *buf, size_t cap)
+static void table_cell(const struct run *r, int row, int k, char *buf, size_t cap)
 {
-    const opts_t *o = &r->o;
+    const struct opts *o = &r->o;
     int w = o->width;
     const bleu_score *sc = &r->sys[row ? row - 1 : 0].score[k];
     if (row == 0)
@@ -1069,7 +1069,7 @@ static void table_cell(const run_t *r, int row, int k, char *buf, size_t cap)
 
 /* Several systems as a text table, the paired test's note and the signatures. Returns 0, or
  * main's exit status. */
-static int print_systems_table(const run_t *r)
+static int print_systems_table(const struct run *r)
 {
     int cols = 1, rows = r->nsys + 1;
     for (int k = 0; k < 3; k++)
@@ -1118,7 +1118,7 @@ static int print_systems_table(const run_t *r)
 
 /* Corpus mode: scores every system with every metric and prints the results. Returns 0, or
  * main's exit status. */
-static int score_corpus(run_t *r)
+static int score_corpus(struct run *r)
 {
     int rc;
     for (int s = 0; s < r->nsys; s++)
@@ -1143,7 +1143,7 @@ static int score_corpus(run_t *r)
 }
 
 /* Frees everything R holds. */
-static void run_free(run_t *r)
+static void run_free(struct run *r)
 {
     for (int k = 0; k < 3; k++)
         bleu_metric_free(r->met[k]);
@@ -1178,7 +1178,7 @@ static void run_free(run_t *r)
 int main(int argc, char **argv)
 {
     nmt_start(argv);
-    static run_t run; /* static: what it holds stays reachable on every early exit */
+    static struct run run; /* static: what it holds stays reachable on every early exit */
     int rc = parse_args(&run, argc, argv), st = 0;
     if (rc != GO_ON)
         return rc;

@@ -24,10 +24,10 @@ static inline int32_t intern_bytes(bleu_metric *m, const char *p, uint32_t len)
 
 /* ---- BLEU ---- */
 
-static int bleu_side_tokens(bleu_metric *m, bleu_side *sd, const char *s, size_t len)
+static int bleu_side_tokens(bleu_metric *m, struct metric_side *sd, const char *s, size_t len)
 {
     bleu_cps *t;
-    if (bleu_side_text(sd, s, len, m->cfg.lowercase, &t) < 0)
+    if (metric_side_text(sd, s, len, m->cfg.lowercase, &t) < 0)
         return -1;
     t->n = bleu_cps_rstrip(t->p, t->n);
     if (bleu_tok_apply(m->cfg.tokenize, t, &sd->txt, &m->tw) < 0)
@@ -123,7 +123,7 @@ static int bleu_match_seq(bleu_metric *m, int32_t *const *ids, const size_t *len
     return 0;
 }
 
-int bleu_segment_bleu(bleu_metric *m, const char *hyp, size_t hyp_len, const char *const *refs,
+int bleu_segment(bleu_metric *m, const char *hyp, size_t hyp_len, const char *const *refs,
                       const size_t *ref_lens, int nrefs, double *out)
 {
     int N = m->cfg.max_order;
@@ -131,7 +131,7 @@ int bleu_segment_bleu(bleu_metric *m, const char *hyp, size_t hyp_len, const cha
     int32_t **ids = m->sids;
     if (m->cfg.tokenize == BLEU_TOK_13A) { /* tokens straight from the bytes, ids 1..K */
         for (int r = 0; r <= nrefs; r++) {
-            bleu_side *sd = &m->sides[r];
+            struct metric_side *sd = &m->sides[r];
             if (bleu_tok13a_bytes(r ? refs[r - 1] : hyp, r ? ref_lens[r - 1] : hyp_len, m->cfg.lowercase, &sd->bt) < 0)
                 return -1;
             len[r] = sd->bt.n;
@@ -141,8 +141,8 @@ int bleu_segment_bleu(bleu_metric *m, const char *hyp, size_t hyp_len, const cha
             return -1;
         m->next_id = 1;
         for (int r = 0; r <= nrefs; r++) {
-            bleu_side *sd = &m->sides[r];
-            if (bleu_side_ids_reserve(sd, len[r]) < 0)
+            struct metric_side *sd = &m->sides[r];
+            if (metric_side_reserve(sd, len[r]) < 0)
                 return -1;
             for (size_t i = 0; i < len[r]; i++)
                 sd->ids[i] = intern_bytes(m, sd->bt.p[i], sd->bt.len[i]);
@@ -150,7 +150,7 @@ int bleu_segment_bleu(bleu_metric *m, const char *hyp, size_t hyp_len, const cha
         }
     } else {
         for (int r = 0; r <= nrefs; r++) {
-            bleu_side *sd = &m->sides[r];
+            struct metric_side *sd = &m->sides[r];
             if (bleu_side_tokens(m, sd, r ? refs[r - 1] : hyp, r ? ref_lens[r - 1] : hyp_len) < 0)
                 return -1;
             len[r] = sd->toks.n;
@@ -160,8 +160,8 @@ int bleu_segment_bleu(bleu_metric *m, const char *hyp, size_t hyp_len, const cha
             return -1;
         m->next_id = 1;
         for (int r = 0; r <= nrefs; r++) {
-            bleu_side *sd = &m->sides[r];
-            if (bleu_side_ids(m, sd, sd->txt.p, sd->toks.start, sd->toks.len, sd->toks.n) < 0)
+            struct metric_side *sd = &m->sides[r];
+            if (metric_side_ids(&m->intern, &m->next_id, sd, sd->txt.p, sd->toks.start, sd->toks.len, sd->toks.n) < 0)
                 return -1;
             ids[r] = sd->ids;
         }
@@ -194,7 +194,7 @@ int bleu_segment_bleu(bleu_metric *m, const char *hyp, size_t hyp_len, const cha
 
 static double my_log(double x) { return x == 0.0 ? -9999999999.0 : log(x); }
 
-void bleu_score_bleu(const bleu_config *cfg, const double *st, bleu_score *o)
+void bleu_score_stats(const bleu_config *cfg, const double *st, bleu_score *o)
 {
     int N = cfg->max_order;
     memset(o, 0, sizeof *o);

@@ -16,10 +16,10 @@ static int is_ascii_punct(int32_t c)
     return c < 0x80 && c > 0x20 && c != 0x7F && !((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'));
 }
 
-static int chrf_side(bleu_metric *m, bleu_side *sd, const char *s, size_t len)
+static int chrf_side(bleu_metric *m, struct metric_side *sd, const char *s, size_t len)
 {
     bleu_cps *t;
-    if (bleu_side_text(sd, s, len, m->cfg.chrf_lowercase, &t) < 0)
+    if (metric_side_text(sd, s, len, m->cfg.chrf_lowercase, &t) < 0)
         return -1;
     if (t->n > sd->chars_cap) {
         int32_t *p = nmt_realloc(sd->chars, t->n * sizeof *p);
@@ -72,7 +72,7 @@ static int chrf_side(bleu_metric *m, bleu_side *sd, const char *s, size_t len)
     return 0;
 }
 
-double bleu_chrf_f(const bleu_config *cfg, const double *st)
+double chrf_fscore(const bleu_config *cfg, const double *st)
 {
     const double eps = 1e-16;
     int order = cfg->char_order + cfg->word_order;
@@ -162,7 +162,7 @@ static int char_ids_reset(bleu_metric *m, size_t maxchars)
     return ngram_reset(&m->cbig, maxchars);
 }
 
-static int ensure_cids(bleu_side *sd, size_t n)
+static int ensure_cids(struct metric_side *sd, size_t n)
 {
     if (n <= sd->cids_cap)
         return 0;
@@ -176,7 +176,7 @@ static int ensure_cids(bleu_side *sd, size_t n)
 
 /* chrF characters of S[0..LEN) (valid UTF-8) as ids, whitespace dropped unless kept, without
  * lowercasing or word splitting. */
-static int chrf_side_ids(bleu_metric *m, bleu_side *sd, const char *str, size_t len)
+static int chrf_side_ids(bleu_metric *m, struct metric_side *sd, const char *str, size_t len)
 {
     if (ensure_cids(sd, len) < 0)
         return -1;
@@ -201,7 +201,7 @@ static int chrf_side_ids(bleu_metric *m, bleu_side *sd, const char *str, size_t 
 
 /* Character n-grams (orders 1..C) of reference R counted and hypothesis H matched with packed
  * keys (BITS * C <= 64); matches per order added to MATCH. */
-static int chrf_match_packed(bleu_metric *m, const bleu_side *h, const bleu_side *r, int C, int bits,
+static int chrf_match_packed(bleu_metric *m, const struct metric_side *h, const struct metric_side *r, int C, int bits,
                              double *match)
 {
     struct ngram_tab *t = &m->grams;
@@ -236,7 +236,7 @@ static int chrf_match_packed(bleu_metric *m, const bleu_side *h, const bleu_side
     return 0;
 }
 
-int bleu_segment_chrf(bleu_metric *m, const char *hyp, size_t hyp_len, const char *const *refs,
+int chrf_segment(bleu_metric *m, const char *hyp, size_t hyp_len, const char *const *refs,
                       const size_t *ref_lens, int nrefs, double *out)
 {
     int C = m->cfg.char_order, W = m->cfg.word_order, order = C + W;
@@ -249,7 +249,7 @@ int bleu_segment_chrf(bleu_metric *m, const char *hyp, size_t hyp_len, const cha
     if (char_ids_reset(m, total) < 0)
         return -1;
     for (int r = 0; r <= nrefs; r++) {
-        bleu_side *sd = &m->sides[r];
+        struct metric_side *sd = &m->sides[r];
         const char *s = r ? refs[r - 1] : hyp;
         size_t len = r ? ref_lens[r - 1] : hyp_len;
         if (direct) {
@@ -264,15 +264,15 @@ int bleu_segment_chrf(bleu_metric *m, const char *hyp, size_t hyp_len, const cha
         sd->ncids = sd->nchars;
     }
     int bits = ngram_bit_width((uint32_t)m->nchar_ids), packed = bits * C <= 64;
-    bleu_side *h = &m->sides[0];
+    struct metric_side *h = &m->sides[0];
     for (int r = 1; r <= nrefs; r++) {
-        bleu_side *sd = &m->sides[r];
+        struct metric_side *sd = &m->sides[r];
         if (W > 0) { /* word ids shared by this reference and the hypothesis */
             if (ngram_reset(&m->intern, h->nw + sd->nw) < 0)
                 return -1;
             m->next_id = 0;
-            if (bleu_side_ids(m, h, h->wbuf, h->wst, h->wlen, h->nw) < 0
-                || bleu_side_ids(m, sd, sd->wbuf, sd->wst, sd->wlen, sd->nw) < 0)
+            if (metric_side_ids(&m->intern, &m->next_id, h, h->wbuf, h->wst, h->wlen, h->nw) < 0
+                || metric_side_ids(&m->intern, &m->next_id, sd, sd->wbuf, sd->wst, sd->wlen, sd->nw) < 0)
                 return -1;
         }
         if ((!packed && ngram_reset(&m->grams, sd->ncids * (size_t)C) < 0)
@@ -299,7 +299,7 @@ int bleu_segment_chrf(bleu_metric *m, const char *hyp, size_t hyp_len, const cha
             stats[3 * i + 1] = nr;
             stats[3 * i + 2] = match[i];
         }
-        double f = bleu_chrf_f(&m->cfg, stats);
+        double f = chrf_fscore(&m->cfg, stats);
         if (f > best_f) {
             best_f = f;
             memcpy(out, stats, (size_t)(3 * order) * sizeof *out);
@@ -316,7 +316,7 @@ int bleu_segment_chrf(bleu_metric *m, const char *hyp, size_t hyp_len, const cha
 #define TER_MAX_SHIFT_CANDIDATES 1000
 #define TER_INF (1 << 28)
 
-void bleu_score_chrf(const bleu_config *c, const double *sum, bleu_score *o)
+void chrf_score_stats(const bleu_config *c, const double *sum, bleu_score *o)
 {
     memset(o, 0, sizeof *o);
     o->mean = o->ci = -1;
@@ -324,5 +324,5 @@ void bleu_score_chrf(const bleu_config *c, const double *sum, bleu_score *o)
     for (int i = 0; i < c->word_order && k + 1 < (int)sizeof o->name; i++)
         o->name[k++] = '+';
     o->name[k] = 0;
-    o->score = bleu_chrf_f(c, sum);
+    o->score = chrf_fscore(c, sum);
 }

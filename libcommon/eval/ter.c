@@ -10,7 +10,7 @@
 
 #include "base/util.h"
 
-void bleu_ter_work_free(struct ter_work *w)
+void ter_work_free(struct ter_work *w)
 {
     free(w->cost);
     free(w->op);
@@ -315,10 +315,10 @@ static int ter_pair(struct ter_work *tw, const int32_t *hyp, size_t nh, const in
     return 0;
 }
 
-static int ter_side(bleu_metric *m, bleu_side *sd, const char *s, size_t len)
+static int ter_side(bleu_metric *m, struct metric_side *sd, const char *s, size_t len)
 {
     bleu_cps *t;
-    if (bleu_side_text(sd, s, len, !m->cfg.case_sensitive, &t) < 0)
+    if (metric_side_text(sd, s, len, !m->cfg.case_sensitive, &t) < 0)
         return -1;
     t->n = bleu_cps_rstrip(t->p, t->n);
     if (m->cfg.normalized) {
@@ -346,12 +346,12 @@ static int ter_side(bleu_metric *m, bleu_side *sd, const char *s, size_t len)
     return bleu_split(sd->txt.p, sd->txt.n, &sd->toks);
 }
 
-int bleu_segment_ter(bleu_metric *m, const char *hyp, size_t hyp_len, const char *const *refs,
+int ter_segment(bleu_metric *m, const char *hyp, size_t hyp_len, const char *const *refs,
                      const size_t *ref_lens, int nrefs, double *out)
 {
     size_t want = 0;
     for (int r = 0; r <= nrefs; r++) {
-        bleu_side *sd = &m->sides[r];
+        struct metric_side *sd = &m->sides[r];
         if (ter_side(m, sd, r ? refs[r - 1] : hyp, r ? ref_lens[r - 1] : hyp_len) < 0)
             return -1;
         want += sd->toks.n;
@@ -360,8 +360,8 @@ int bleu_segment_ter(bleu_metric *m, const char *hyp, size_t hyp_len, const char
         return -1;
     m->next_id = 0;
     for (int r = 0; r <= nrefs; r++) {
-        bleu_side *sd = &m->sides[r];
-        if (bleu_side_ids(m, sd, sd->txt.p, sd->toks.start, sd->toks.len, sd->toks.n) < 0)
+        struct metric_side *sd = &m->sides[r];
+        if (metric_side_ids(&m->intern, &m->next_id, sd, sd->txt.p, sd->toks.start, sd->toks.len, sd->toks.n) < 0)
             return -1;
     }
     double ref_lengths = 0;
@@ -379,7 +379,7 @@ int bleu_segment_ter(bleu_metric *m, const char *hyp, size_t hyp_len, const char
     return 0;
 }
 
-void bleu_score_ter(const double *sum, bleu_score *o)
+void ter_score_stats(const double *sum, bleu_score *o)
 {
     memset(o, 0, sizeof *o);
     o->mean = o->ci = -1;
