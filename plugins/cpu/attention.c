@@ -104,12 +104,11 @@ CPU_VEC static void fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
  * fixed tree of shuffles and adds (sum16x16); exp 16 scores at a time (exp16); the softmax's sum
  * and the weighted sum over the keys in order. Each row and head is computed alone, as in fwd_body,
  * whose results it equals up to rounding. */
-#define AVX512F __attribute__((target("avx512f")))
 #define INFER_MAX_VEC 4
 #define INFER_GROUP_VECS 8 /* accumulators of a group's weighted sums: heads of a group x dh / 16 */
 
 /* Lane j of the result = the sum of the 16 lanes of X[j], j < 16, always in the same order. */
-static inline __attribute__((always_inline)) AVX512F __m512 sum16x16(const __m512 *x)
+static inline __attribute__((always_inline)) ISA_AVX512 __m512 sum16x16(const __m512 *x)
 {
     __m512 t[8], u[4];
     for (int p = 0; p < 8; p++) /* per 128-bit block: x2p[0]+x2p[2], x2p+1[0]+x2p+1[2], x2p[1]+x2p[3], ... */
@@ -124,13 +123,13 @@ static inline __attribute__((always_inline)) AVX512F __m512 sum16x16(const __m51
 }
 
 /* The lanes of Y, and X's where X is a NaN. */
-static inline __attribute__((always_inline)) AVX512F __m512 keep_nan16(__m512 x, __m512 y)
+static inline __attribute__((always_inline)) ISA_AVX512 __m512 keep_nan16(__m512 x, __m512 y)
 {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), x, y);
 }
 
 /* MX, with the lanes below LIVE raised to SC's where larger. */
-static inline __attribute__((always_inline)) AVX512F __m512 max_live16(__m512 mx, __m512 sc, int live)
+static inline __attribute__((always_inline)) ISA_AVX512 __m512 max_live16(__m512 mx, __m512 sc, int live)
 {
     return _mm512_mask_max_ps(mx, live >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << live) - 1), sc, mx);
 }
@@ -194,8 +193,8 @@ static inline __attribute__((always_inline)) AVX512F __m512 max_live16(__m512 mx
         return n ? 1.0f / sum : 0.0f;                                                                   \
     }
 
-INFER_EXP(exp16, AVX512F, __m512, __m512i, _mm512, _mm512_castsi512_ps, keep_nan16)
-INFER_SCORES(scores16, AVX512F, __m512, 16, INFER_MAX_VEC, _mm512, sum16x16, max_live16, _mm512_reduce_max_ps, exp16)
+INFER_EXP(exp16, ISA_AVX512, __m512, __m512i, _mm512, _mm512_castsi512_ps, keep_nan16)
+INFER_SCORES(scores16, ISA_AVX512, __m512, 16, INFER_MAX_VEC, _mm512, sum16x16, max_live16, _mm512_reduce_max_ps, exp16)
 
 /* The body of an inference path, NAME: one query row with all its heads per work item; per group
  * of heads, each head's softmax weights over its visible keys (SCORES, unnormalised, and 1 / their
@@ -235,16 +234,15 @@ INFER_SCORES(scores16, AVX512F, __m512, 16, INFER_MAX_VEC, _mm512, sum16x16, max
         }                                                                                               \
     }
 
-INFER_BODY(fwd_infer_body, AVX512F, __m512, 16, _mm512, scores16)
+INFER_BODY(fwd_infer_body, ISA_AVX512, __m512, 16, _mm512, scores16)
 
 /* The same on AVX2 when dh is a multiple of 8 up to 64: 8 keys at a time, their dot products' lanes
  * summed together by a fixed tree of horizontal adds (sum8x8), exp 8 scores at a time (exp8). */
-#define AVX2F __attribute__((target("avx2,fma")))
 #define INFER_MAX_VEC8 8
 
 /* Lane j of the result = the sum of the 8 lanes of X[j], j < 8, always in the same order:
  * ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)) by lane index of X[j]. */
-static inline __attribute__((always_inline)) AVX2F __m256 sum8x8(const __m256 *x)
+static inline __attribute__((always_inline)) ISA_AVX2 __m256 sum8x8(const __m256 *x)
 {
     __m256 t0 = _mm256_hadd_ps(x[0], x[1]), t1 = _mm256_hadd_ps(x[2], x[3]);
     __m256 t2 = _mm256_hadd_ps(x[4], x[5]), t3 = _mm256_hadd_ps(x[6], x[7]);
@@ -253,7 +251,7 @@ static inline __attribute__((always_inline)) AVX2F __m256 sum8x8(const __m256 *x
 }
 
 /* Largest of the 8 lanes of V. */
-static inline __attribute__((always_inline)) AVX2F float max8(__m256 v)
+static inline __attribute__((always_inline)) ISA_AVX2 float max8(__m256 v)
 {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -262,25 +260,25 @@ static inline __attribute__((always_inline)) AVX2F float max8(__m256 v)
 }
 
 /* The lanes of Y, and X's where X is a NaN. */
-static inline __attribute__((always_inline)) AVX2F __m256 keep_nan8(__m256 x, __m256 y)
+static inline __attribute__((always_inline)) ISA_AVX2 __m256 keep_nan8(__m256 x, __m256 y)
 {
     return _mm256_blendv_ps(x, y, _mm256_cmp_ps(x, x, _CMP_ORD_Q));
 }
 
 /* MX, with the lanes below LIVE raised to SC's where larger. */
-static inline __attribute__((always_inline)) AVX2F __m256 max_live8(__m256 mx, __m256 sc, int live)
+static inline __attribute__((always_inline)) ISA_AVX2 __m256 max_live8(__m256 mx, __m256 sc, int live)
 {
     __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256 m = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(live), lane));
     return _mm256_blendv_ps(mx, _mm256_max_ps(sc, mx), m);
 }
 
-INFER_EXP(exp8, AVX2F, __m256, __m256i, _mm256, _mm256_castsi256_ps, keep_nan8)
-INFER_SCORES(scores8, AVX2F, __m256, 8, INFER_MAX_VEC8, _mm256, sum8x8, max_live8, max8, exp8)
+INFER_EXP(exp8, ISA_AVX2, __m256, __m256i, _mm256, _mm256_castsi256_ps, keep_nan8)
+INFER_SCORES(scores8, ISA_AVX2, __m256, 8, INFER_MAX_VEC8, _mm256, sum8x8, max_live8, max8, exp8)
 #undef INFER_EXP
 #undef INFER_SCORES
 
-INFER_BODY(fwd_infer_body8, AVX2F, __m256, 8, _mm256, scores8)
+INFER_BODY(fwd_infer_body8, ISA_AVX2, __m256, 8, _mm256, scores8)
 #undef INFER_BODY
 
 int cpu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, const float *k, const float *v,

@@ -8,11 +8,7 @@
 #include <string.h>
 
 #include "../backend.h"
-
-/* Hot loops are compiled three times (AVX-512, AVX2, baseline) and picked at load time by what the CPU
- * supports (feature checks, not CPU model names, which miss newer CPUs). Without -ffast-math the
- * clones compute the same bits: only element-wise work is vectorised. */
-#define CPU_VEC __attribute__((target_clones("avx512f", "avx2", "default")))
+#include "isa.h"
 
 /* A body run by the pool on the index range [lo, hi) by worker TID (0 = the calling thread). */
 typedef void (*pool_fn)(void *arg, int64_t lo, int64_t hi, int tid);
@@ -45,19 +41,6 @@ struct nmt_bctx {
     size_t mcap;   /* floats of mbuf */
 };
 
-/* The instruction sets of the hand-written kernels (gemm_rowinv, linear_rowinv), widest last.
- * VNNI is AVX-512 with AVX512-VNNI: the float32 kernels take their AVX-512 path on it, the int8
- * linear layer its vpdpwssd path. AMX is VNNI with AMX-TILE and AMX-INT8 granted by the kernel:
- * the int8 layer's tile path (linear_q_amx.c), the rest as on VNNI. */
-enum { CPU_ISA_PORTABLE, CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_VNNI, CPU_ISA_AMX };
-/* The widest set the CPU has, capped by NMT_CPU_ISA (portable, avx2, avx512, avx512vnni or amx;
- * read per call, so tests can check every path; cpu_isa_env_error checks its value). */
-int cpu_isa(void);
-/* NULL when NMT_CPU_ISA is unset, empty or one of the names above, else a message naming it. */
-const char *cpu_isa_env_error(void);
-/* The path gemm_rowinv and linear_rowinv take now: "amx", "avx512vnni", "avx512", "avx2" or
- * "portable" (see gemm.c). */
-const char *cpu_rowinv_isa_name(void);
 /* linear_packed_bytes, linear_pack, linear_rowinv, linear_packed_bytes_q and linear_pack_q
  * (plugins/backend.h), in linear.c. */
 size_t cpu_linear_packed_bytes(nmt_bctx *ctx, int N, int K);

@@ -49,11 +49,10 @@ static inline __attribute__((always_inline)) void put(const struct ri *g, int i,
 
 /* ---------------- AVX2 + FMA ---------------- */
 
-#define AVX2 __attribute__((target("avx2,fma")))
 
 static const int32_t tail_tab[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
 
-static inline __attribute__((always_inline)) AVX2 float hsum8(__m256 v)
+static inline __attribute__((always_inline)) ISA_AVX2 float hsum8(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* l0+l4 .. l3+l7 */
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));                                      /* (0+4)+(2+6), (1+5)+(3+7) */
@@ -63,7 +62,7 @@ static inline __attribute__((always_inline)) AVX2 float hsum8(__m256 v)
 
 /* The MRxNR_AVX2 tile (mr <= MR rows from row i, nr <= NR_AVX2 columns from column j); inlined with
  * constant mr, nr so the accumulators live in registers. */
-static inline __attribute__((always_inline)) AVX2 void tile_avx2(const struct ri *g, int i, int j, int mr, int nr)
+static inline __attribute__((always_inline)) ISA_AVX2 void tile_avx2(const struct ri *g, int i, int j, int mr, int nr)
 {
     const float *a = g->A + (size_t)i * (size_t)g->lda, *b = g->B + (size_t)j * (size_t)g->ldb;
     size_t lda = (size_t)g->lda, ldb = (size_t)g->ldb;
@@ -98,7 +97,7 @@ static inline __attribute__((always_inline)) AVX2 void tile_avx2(const struct ri
             put(g, i + r, j + c, hsum8(acc[r][c]));
 }
 
-AVX2 static void tile_avx2_3(const struct ri *g, int i, int j, int mr, int nr)
+ISA_AVX2 static void tile_avx2_3(const struct ri *g, int i, int j, int mr, int nr)
 {
     switch (mr * 4 + nr) {
     case 4 * 4 + 3: tile_avx2(g, i, j, 4, 3); break;
@@ -117,7 +116,7 @@ AVX2 static void tile_avx2_3(const struct ri *g, int i, int j, int mr, int nr)
 }
 
 /* mr <= MR rows by nr <= NR columns, as tiles of up to NR_AVX2 columns */
-AVX2 static void tile_avx2_any(const struct ri *g, int i, int j, int mr, int nr)
+ISA_AVX2 static void tile_avx2_any(const struct ri *g, int i, int j, int mr, int nr)
 {
     for (int c = 0; c < nr; c += NR_AVX2)
         tile_avx2_3(g, i, j + c, mr, nr - c < NR_AVX2 ? nr - c : NR_AVX2);
@@ -125,9 +124,8 @@ AVX2 static void tile_avx2_any(const struct ri *g, int i, int j, int mr, int nr)
 
 /* ---------------- AVX-512 ---------------- */
 
-#define AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
 
-static inline __attribute__((always_inline)) AVX512 float hsum16(__m512 v)
+static inline __attribute__((always_inline)) ISA_AVX512 float hsum16(__m512 v)
 {
     __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); /* l0+l8 .. l7+l15 */
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
@@ -136,7 +134,7 @@ static inline __attribute__((always_inline)) AVX512 float hsum16(__m512 v)
     return _mm_cvtss_f32(s);
 }
 
-static inline __attribute__((always_inline)) AVX512 void tile_avx512(const struct ri *g, int i, int j, int mr, int nr)
+static inline __attribute__((always_inline)) ISA_AVX512 void tile_avx512(const struct ri *g, int i, int j, int mr, int nr)
 {
     const float *a = g->A + (size_t)i * (size_t)g->lda, *b = g->B + (size_t)j * (size_t)g->ldb;
     size_t lda = (size_t)g->lda, ldb = (size_t)g->ldb;
@@ -172,7 +170,7 @@ static inline __attribute__((always_inline)) AVX512 void tile_avx512(const struc
 }
 
 /* mr <= MR rows by nr <= NR columns: full-width tiles, or single columns at the right edge */
-AVX512 static void tile_avx512_any(const struct ri *g, int i, int j, int mr, int nr)
+ISA_AVX512 static void tile_avx512_any(const struct ri *g, int i, int j, int mr, int nr)
 {
     if (nr == NR) {
         switch (mr) {

@@ -496,10 +496,9 @@ struct topk {
 
 /* The scans of a row of logits, written out for AVX-512 and AVX2 (GCC does not vectorise the max of
  * floats or an early exit by itself); each gives the same result as the plain loop after them. */
-#define AVX512F __attribute__((target("avx512f")))
 
 /* vmax (cpu.h) of X[0..n): lane l keeps x > acc ? x : acc, as _mm512_max_ps(x, acc) does. */
-AVX512F static float max_avx512(const float *x, int64_t n)
+ISA_AVX512 static float max_avx512(const float *x, int64_t n)
 {
     __m512 acc = _mm512_set1_ps(x[0]);
     int64_t i = 0;
@@ -516,7 +515,7 @@ AVX512F static float max_avx512(const float *x, int64_t n)
 }
 
 /* The first index j >= FROM with X[j] > THR, or N. */
-AVX512F static int64_t above_avx512(const float *x, int64_t from, int64_t n, float thr)
+ISA_AVX512 static int64_t above_avx512(const float *x, int64_t from, int64_t n, float thr)
 {
     __m512 t = _mm512_set1_ps(thr);
     int64_t j = from;
@@ -530,10 +529,9 @@ AVX512F static int64_t above_avx512(const float *x, int64_t from, int64_t n, flo
     return j;
 }
 
-#define AVX2F __attribute__((target("avx2")))
 
 /* max_avx512 on AVX2: lane l keeps x > acc ? x : acc, as _mm256_max_ps(x, acc) does. */
-AVX2F static float max_avx2(const float *x, int64_t n)
+ISA_AVX2 static float max_avx2(const float *x, int64_t n)
 {
     __m256 acc = _mm256_set1_ps(x[0]);
     int64_t i = 0;
@@ -550,7 +548,7 @@ AVX2F static float max_avx2(const float *x, int64_t n)
 }
 
 /* above_avx512 on AVX2. */
-AVX2F static int64_t above_avx2(const float *x, int64_t from, int64_t n, float thr)
+ISA_AVX2 static int64_t above_avx2(const float *x, int64_t from, int64_t n, float thr)
 {
     __m256 t = _mm256_set1_ps(thr);
     int64_t j = from;

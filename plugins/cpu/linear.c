@@ -49,7 +49,7 @@ size_t cpu_linear_packed_bytes_q(nmt_bctx *ctx, int N, int K, uint32_t dtype)
     if (dtype == NMT_DTYPE_F32)
         return cpu_linear_packed_bytes(ctx, N, K);
     if (dtype == NMT_DTYPE_BF16 && !cpu_bf16())
-        return cpu_err(ctx, "bf16 needs AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off"), 0;
+        return cpu_err(ctx, "bf16 needs ISA_AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off"), 0;
     if (dtype == NMT_DTYPE_BF16)
         return N <= 0 || K <= 0 ? 0 : LIN_HDR + cpu_linear_bf16_bytes(N, K);
     if (dtype != NMT_DTYPE_INT8)
@@ -67,7 +67,7 @@ int cpu_linear_pack_q(nmt_bctx *ctx, void *dst, const float *W, int N, int K, in
         return cpu_err(ctx, "linear_pack_q: the cpu backend packs weights in float32, int8 or bf16 only (dtype %u)",
                        dtype);
     if (dtype == NMT_DTYPE_BF16 && !cpu_bf16())
-        return cpu_err(ctx, "linear_pack_q: bf16 needs AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off");
+        return cpu_err(ctx, "linear_pack_q: bf16 needs ISA_AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off");
     if (N < 0 || K < 0 || ldw < (K > 1 ? K : 1) || (dtype == NMT_DTYPE_INT8 && K > LIN_Q_MAXK))
         return cpu_err(ctx, "linear_pack_q: bad shape N=%d K=%d ldw=%d", N, K, ldw);
     struct lin_hdr h = { LIN_MAGIC, dtype, N, K, { 0 } };
@@ -95,11 +95,10 @@ int cpu_linear_pack(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int 
 
 /* ---------------- AVX-512: tiles of up to 6 rows by 4 panels ---------------- */
 
-#define AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
 #define MR16 6
 
 /* Rows i..i+mr-1, panels p..p+nv-1, of which the last keeps the lanes in LAST. */
-static inline __attribute__((always_inline)) AVX512 void tile16(const struct lin *g, int i, int p, int mr, int nv,
+static inline __attribute__((always_inline)) ISA_AVX512 void tile16(const struct lin *g, int i, int p, int mr, int nv,
                                                                  __mmask16 last)
 {
     const float *a = g->A + (size_t)i * (size_t)g->lda;
@@ -134,7 +133,7 @@ static inline __attribute__((always_inline)) AVX512 void tile16(const struct lin
 
 /* mr <= 6 rows by nv <= 4 panels, through a tile16 inlined with constant sizes (accumulators in
  * registers) */
-AVX512 static void tile16_any(const struct lin *g, int i, int p, int mr, int nv, __mmask16 last)
+ISA_AVX512 static void tile16_any(const struct lin *g, int i, int p, int mr, int nv, __mmask16 last)
 {
     switch (mr * 8 + nv) {
     case 6 * 8 + 4: tile16(g, i, p, 6, 4, last); break;
@@ -171,21 +170,20 @@ AVX512 static void tile16_any(const struct lin *g, int i, int p, int mr, int nv,
  * the panel. Fewer rows take more panels at once (3 or 2 rows: 2 panels; 1 row: 4), so that at least
  * 8 independent chains of fused multiply-adds hide their latency. The loops over rows and vectors
  * are unrolled by pragma: left to itself GCC keeps the accumulators of the masked tiles in memory. */
-#define AVX2 __attribute__((target("avx2,fma")))
 #define MR8 6
 #define NP8 4
 
 static const int32_t lane_tab[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
 
 /* The mask of the first N lanes of 8 (N clamped to 0..8). */
-static inline __attribute__((always_inline)) AVX2 __m256i lanes8(int n)
+static inline __attribute__((always_inline)) ISA_AVX2 __m256i lanes8(int n)
 {
     n = n < 0 ? 0 : n > 8 ? 8 : n;
     return _mm256_loadu_si256((const __m256i *)(lane_tab + 8 - n));
 }
 
 /* Rows i..i+mr-1, panels p..p+np-1, of which the last keeps its first LASTN columns. */
-static inline __attribute__((always_inline)) AVX2 void tile8(const struct lin *g, int i, int p, int mr, int np,
+static inline __attribute__((always_inline)) ISA_AVX2 void tile8(const struct lin *g, int i, int p, int mr, int np,
                                                               int lastn)
 {
     const float *a = g->A + (size_t)i * (size_t)g->lda;
@@ -227,7 +225,7 @@ static inline __attribute__((always_inline)) AVX2 void tile8(const struct lin *g
 
 /* mr <= 6 rows by np <= 4 panels (np as the row count asks for, or fewer at the group's end), through
  * a tile8 inlined with constant sizes (accumulators in registers) */
-AVX2 static void tile8_any(const struct lin *g, int i, int p, int mr, int np, int lastn)
+ISA_AVX2 static void tile8_any(const struct lin *g, int i, int p, int mr, int np, int lastn)
 {
     switch (mr * 8 + np) {
     case 6 * 8 + 1: tile8(g, i, p, 6, 1, lastn); break;
@@ -246,7 +244,7 @@ AVX2 static void tile8_any(const struct lin *g, int i, int p, int mr, int np, in
 
 /* Rows i..i+mr-1 (mr <= 6) of the NP panels from P0 holding N columns: as tiles of the panels a row
  * count takes at once. */
-AVX2 static void rows8(const struct lin *g, int i, int mr, int p0, int np, int n)
+ISA_AVX2 static void rows8(const struct lin *g, int i, int mr, int p0, int np, int n)
 {
     int step = mr >= 4 ? 1 : mr >= 2 ? 2 : 4;
     for (int p = p0; p < p0 + np; p += step) {

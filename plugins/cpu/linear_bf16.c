@@ -22,7 +22,6 @@
 #define CGRAIN 16384      /* values converted per thread chunk, at least */
 #define MRB 6
 
-#define BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
 
 int cpu_bf16(void)
 {
@@ -42,7 +41,7 @@ size_t cpu_linear_bf16_bytes(int N, int K)
 }
 
 /* X (K floats) as bf16 into Q (2 * Kh values, zeros past K). */
-BF16 static void to_bf16(uint16_t *q, const float *x, int K)
+ISA_AVX512_BF16 static void to_bf16(uint16_t *q, const float *x, int K)
 {
     int kp = 2 * halves(K);
     for (int k = 0; k < kp; k += 16) {
@@ -53,7 +52,7 @@ BF16 static void to_bf16(uint16_t *q, const float *x, int K)
     }
 }
 
-BF16 int cpu_linear_bf16_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw)
+ISA_AVX512_BF16 int cpu_linear_bf16_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw)
 {
     int kh = halves(K), np = (N + PW - 1) / PW * PW;
     uint16_t *row = malloc((size_t)kh * 2 * sizeof *row);
@@ -99,7 +98,7 @@ struct blin {
             a##r##3 = _mm512_dpbf16_ps(a##r##3, av, w3);                                                               \
     }
 
-static inline __attribute__((always_inline)) BF16 void btile(const struct blin *g, int i, int p, int mr, int nv,
+static inline __attribute__((always_inline)) ISA_AVX512_BF16 void btile(const struct blin *g, int i, int p, int mr, int nv,
                                                               __mmask16 last)
 {
     size_t lda2 = (size_t)g->lda2, pstride = (size_t)g->Kh * PW;
@@ -132,7 +131,7 @@ static inline __attribute__((always_inline)) BF16 void btile(const struct blin *
 #undef BSTEP
 
 /* mr <= 6 rows by nv <= 4 panels, through a btile inlined with constant sizes */
-BF16 static void btile_any(const struct blin *g, int i, int p, int mr, int nv, __mmask16 last)
+ISA_AVX512_BF16 static void btile_any(const struct blin *g, int i, int p, int mr, int nv, __mmask16 last)
 {
 #define BT(R)                                                                                                          \
     case R * 8 + 4: btile(g, i, p, R, 4, last); break;                                                                 \
@@ -182,7 +181,7 @@ int cpu_linear_bf16_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int 
                         const float *bias, int relu, float *C, int ldc)
 {
     if (!cpu_bf16())
-        return cpu_err(ctx, "linear_rowinv: a bf16 weight needs AVX512-BF16, which this CPU lacks or NMT_CPU_ISA "
+        return cpu_err(ctx, "linear_rowinv: a bf16 weight needs AVX512-ISA_AVX512_BF16, which this CPU lacks or NMT_CPU_ISA "
                             "turns off");
     int kh = halves(K), lda2 = (kh + 15) & ~15;
     if (cpu_qbuf_reserve(ctx, (size_t)M * (size_t)lda2 * 4) < 0)

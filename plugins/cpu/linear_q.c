@@ -75,7 +75,7 @@ static float quant_act_plain(int16_t *q, const float *x, int K, int Kp)
 
 /* quant_act_plain with AVX2 on blocks of 8 values, the tail in C: the same max, products and
  * rounding (vcvtps2dq rounds to nearest even, the default mode), so the same bits. */
-__attribute__((target("avx2,fma"))) static float quant_act_avx2(int16_t *q, const float *x, int K, int Kp)
+ISA_AVX2 static float quant_act_avx2(int16_t *q, const float *x, int K, int Kp)
 {
     int finite, k = 0;
     float amax = row_absmax_avx2(x, K, &finite), inv, s = quant_scale_top(amax, finite, (float)QA_MAX, &inv);
@@ -163,7 +163,7 @@ static inline float qfinish(const struct qlin *g, int32_t S, int i, int j)
             a##r##3 = _mm512_dpwssd_epi32(a##r##3, av, w3);                                                            \
     }
 
-static inline __attribute__((always_inline)) QVNNI void qtile16(const struct qlin *g, int i, int p, int mr, int nv,
+static inline __attribute__((always_inline)) ISA_AVX512_VNNI void qtile16(const struct qlin *g, int i, int p, int mr, int nv,
                                                                 __mmask16 last)
 {
     size_t ldq = (size_t)g->ldq, pstride = (size_t)g->Kp * QPW;
@@ -190,7 +190,7 @@ static inline __attribute__((always_inline)) QVNNI void qtile16(const struct qli
 }
 
 /* mr <= 6 rows by nv <= 4 panels, through a qtile16 inlined with constant sizes */
-QVNNI static void qtile16_any(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last)
+ISA_AVX512_VNNI static void qtile16_any(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last)
 {
 #define QT(R)                                                                                                          \
     case R * 8 + 4: qtile16(g, i, p, R, 4, last); break;                                                               \
@@ -213,12 +213,11 @@ QVNNI static void qtile16_any(const struct qlin *g, int i, int p, int mr, int nv
 
 /* ---------------- AVX2: tiles of up to 4 rows by one panel (two vectors of 8 columns) ---------------- */
 
-#define AVX2 __attribute__((target("avx2,fma")))
 #define MR8 4
 
 static const int32_t lane_tab[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
 
-static inline __attribute__((always_inline)) AVX2 void qtile8(const struct qlin *g, int i, int p, int mr, int n)
+static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct qlin *g, int i, int p, int mr, int n)
 {
     size_t ldq = (size_t)g->ldq;
     const int16_t *a = g->A + (size_t)i * ldq;
@@ -262,7 +261,7 @@ static inline __attribute__((always_inline)) AVX2 void qtile8(const struct qlin 
 }
 
 /* mr <= 4 rows of panel P, whose first N columns are in C */
-AVX2 static void qtile8_any(const struct qlin *g, int i, int p, int mr, int n)
+ISA_AVX2 static void qtile8_any(const struct qlin *g, int i, int p, int mr, int n)
 {
     switch (mr) {
     case 4: qtile8(g, i, p, 4, n); break;

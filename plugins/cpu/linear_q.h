@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "isa.h"
+
 #define QPW 16 /* columns per panel */
 
 /* The operands of one call. */
@@ -30,11 +32,10 @@ static inline __attribute__((always_inline)) const uint8_t *qpanel(const struct 
     return g->Wp + ((size_t)p * (size_t)g->Kp + (size_t)k) * QPW;
 }
 
-#define QVNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
 /* The epilogue of row I, columns J..J+15 (those in mask M): C = ((float)S * s_j) * a_i + bias, then
  * ReLU if asked, from the exact sums S; the same operations as the portable path's, so the same bits. */
-static inline __attribute__((always_inline)) QVNNI void qstore16(const struct qlin *g, int i, int j, __mmask16 m,
+static inline __attribute__((always_inline)) ISA_AVX512_VNNI void qstore16(const struct qlin *g, int i, int j, __mmask16 m,
                                                                   __m512i S)
 {
     __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(S), _mm512_loadu_ps(g->sw + j));

@@ -19,7 +19,6 @@
 #include "amx.h"
 #include "linear_q.h"
 
-#define AMX_FN __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
 int cpu_amx_request(void)
 {
@@ -48,13 +47,13 @@ static const struct amx_cfg amx_config = {
     .rows = { 16, 16, 16, 16, 16, 16, 16, 16 },
 };
 
-AMX_FN void cpu_q_amx_begin(void) { AMX_LOADCONFIG(&amx_config); }
+ISA_AMX void cpu_q_amx_begin(void) { AMX_LOADCONFIG(&amx_config); }
 
-AMX_FN void cpu_q_amx_end(void) { AMX_RELEASE(); }
+ISA_AMX void cpu_q_amx_end(void) { AMX_RELEASE(); }
 
 /* Rows I..I+15 by panel P and, when TWO, P + 1 (M0, M1: their columns that exist); the first MR
  * rows are stored. */
-static inline __attribute__((always_inline)) AMX_FN void amx_panels(const struct qlin *g, int i, int mr, int p,
+static inline __attribute__((always_inline)) ISA_AMX void amx_panels(const struct qlin *g, int i, int mr, int p,
                                                                      int two, __mmask16 m0, __mmask16 m1)
 {
     const uint8_t *lo = g->Alo + (size_t)i * (size_t)g->ld8;
@@ -92,7 +91,7 @@ static inline __attribute__((always_inline)) AMX_FN void amx_panels(const struct
         }
 }
 
-AMX_FN void cpu_q_amx_rows(const struct qlin *g, int i, int mr, int p, int np, __mmask16 last)
+ISA_AMX void cpu_q_amx_rows(const struct qlin *g, int i, int mr, int p, int np, __mmask16 last)
 {
     for (int c = 0; c < np; c += 2) {
         if (np - c >= 2)

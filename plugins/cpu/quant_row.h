@@ -9,6 +9,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "isa.h"
+
 /* The scale of K values whose largest magnitude is AMAX on the grid -TOP..TOP: 0 for a zero row
  * (or one so small that TOP / max overflows), NaN for a row with a non-finite value, else
  * max / TOP; *INV receives TOP / max. Each path finds the same max (a max is exact), so they agree. */
@@ -40,7 +42,7 @@ static inline float row_absmax_plain(const float *x, int K, int *finite)
 }
 
 /* row_absmax_plain with AVX2 on blocks of 8 values, the tail in C: the same max. */
-__attribute__((target("avx2,fma"))) static inline float row_absmax_avx2(const float *x, int K, int *finite)
+ISA_AVX2 static inline float row_absmax_avx2(const float *x, int K, int *finite)
 {
     __m256 mx = _mm256_setzero_ps(), big = _mm256_set1_ps(3.40282347e38f);
     __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -74,7 +76,7 @@ static inline float quant_row_plain(int8_t *q, const float *x, int K, int Kp)
 }
 
 /* quant_row_plain with AVX2 on blocks of 8 values, the tail in C: the same bits. */
-__attribute__((target("avx2,fma"))) static inline float quant_row_avx2(int8_t *q, const float *x, int K, int Kp)
+ISA_AVX2 static inline float quant_row_avx2(int8_t *q, const float *x, int K, int Kp)
 {
     int finite, k = 0;
     float amax = row_absmax_avx2(x, K, &finite), inv, s = quant_scale(amax, finite, &inv);
