@@ -46,6 +46,8 @@ static void usage(void)
            "                          longest output: A * source tokens + B, with EOS (default 1, 50)\n"
            "      --nbest N           print the N best translations as TSV rows: line, rank, score, text\n"
            "      --scores            print each translation's score before it, tab-separated\n"
+           "      --word-scores       print each output token's log-probability after the text, tab-separated:\n"
+           "                          one number per piece, the end of sentence last, separated by spaces\n"
            "      --score             score given pairs instead of translating: input lines 'SOURCE<TAB>TARGET'\n"
            "                          (or --src/--tgt, or a two-sided ids stream); prints each log-probability\n"
            "      --src FILE, --tgt FILE  the two sides of --score as parallel files\n"
@@ -83,7 +85,7 @@ static void usage(void)
 enum {
     OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK, OPT_MAXSENT, OPT_MAXLINE,
     OPT_INTER, OPT_VARIANT, OPT_PRECISION, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION, OPT_SHARD, OPT_COMM,
-    OPT_SHORTLIST
+    OPT_SHORTLIST, OPT_WSCORES
 };
 
 #define MAX_MODELS 16
@@ -92,7 +94,7 @@ struct opts {
     const char *model[MAX_MODELS];
     int nmodels;
     const char *input, *output, *src, *tgt, *backend, *comm;
-    int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs, shortlist;
+    int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs, shortlist, word_scores;
     uint32_t precision;        /* --precision (infer_new's) */
     uint64_t shard_k, shard_n;  /* --shard K/N (K from 1; N 0: no sharding) */
     long max_tokens;
@@ -215,26 +217,24 @@ static int emit(struct state *st, struct sent *s)
         }
         return 0;
     }
-    if (o->so.nbest > 1 || o->scores) {
-        for (int r = 0; r < (nh ? nh : 1); r++) {
-            const struct search_hyp *h = nh ? &s->res.hyp[r] : NULL;
-            st->tok.text.len = 0;
-            if (h && detok(st, h->ids, h->n) < 0)
-                return -1;
-            if (o->so.nbest > 1)
-                fprintf(st->out, "%llu\t%d\t", (unsigned long long)s->index + 1, r + 1);
-            fprintf(st->out, "%.6f\t", h ? (double)h->score : 0.0);
-            put_text(st);
-            putc('\n', st->out);
-            if (o->so.nbest <= 1)
-                break;
-        }
-    } else {
+    for (int r = 0; r < (nh ? nh : 1); r++) {
+        const struct search_hyp *h = nh ? &s->res.hyp[r] : NULL;
         st->tok.text.len = 0;
-        if (nh && detok(st, s->res.hyp[0].ids, s->res.hyp[0].n) < 0)
+        if (h && detok(st, h->ids, h->n) < 0)
             return -1;
+        if (o->so.nbest > 1)
+            fprintf(st->out, "%llu\t%d\t", (unsigned long long)s->index + 1, r + 1);
+        if (o->so.nbest > 1 || o->scores)
+            fprintf(st->out, "%.6f\t", h ? (double)h->score : 0.0);
         put_text(st);
+        if (o->word_scores) {
+            putc('\t', st->out);
+            for (uint32_t j = 0; h && j <= h->n; j++)
+                fprintf(st->out, j ? " %.6f" : "%.6f", (double)h->lps[j]);
+        }
         putc('\n', st->out);
+        if (o->so.nbest <= 1)
+            break;
     }
     return ferror(st->out) ? nmt_seterr("write failed: %s", strerror(errno)) : 0;
 }
@@ -878,6 +878,8 @@ static int check_args(const struct opts *o)
         return nmt_usage_error("--score takes no --beam, --nbest or --scores");
     if (o->out_hyp && o->scores)
         return nmt_usage_error("--scores is for text output (hyp records carry the score)");
+    if (o->word_scores && (o->out_hyp || o->score))
+        return nmt_usage_error("--word-scores is for translations written as text: not with --out hyp or --score");
     if (o->shortlist && o->score)
         return nmt_usage_error("--score scores over the whole vocabulary: it does not go with --shortlist");
     if (o->shard_n && o->interactive)
@@ -910,6 +912,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         {"alpha", required_argument, 0, OPT_ALPHA}, {"max-len-a", required_argument, 0, OPT_LA},
         {"max-len-b", required_argument, 0, OPT_LB}, {"nbest", required_argument, 0, 'n'},
         {"scores", no_argument, 0, OPT_SCORES},     {"score", no_argument, 0, OPT_SCORE},
+        {"word-scores", no_argument, 0, OPT_WSCORES},
         {"src", required_argument, 0, OPT_SRC},     {"tgt", required_argument, 0, OPT_TGT},
         {"max-tokens", required_argument, 0, OPT_MAXTOK}, {"interactive", no_argument, 0, OPT_INTER},
         {"max-sentences", required_argument, 0, OPT_MAXSENT},
@@ -948,6 +951,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         case OPT_LB: bad = opt_double("--max-len-b", optarg, 0, 1e6, 0, &o->so.len_b); break;
         case OPT_SCORES: o->scores = 1; break;
         case OPT_SCORE: o->score = 1; break;
+        case OPT_WSCORES: o->word_scores = 1; break;
         case OPT_SRC: o->src = optarg; break;
         case OPT_TGT: o->tgt = optarg; break;
         case OPT_MAXTOK: {

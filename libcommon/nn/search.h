@@ -33,6 +33,9 @@ struct search_hyp {
     double logprob;            /* summed log-probability, EOS included */
     uint32_t n;                /* tokens without EOS */
     uint32_t *ids;             /* (n), owned by the result */
+    float *lps;                /* (n + 1) each token's log-probability, EOS last, owned by the result: they
+                                * sum to logprob (in double, in order); an EOS forced at the length limit
+                                * has 0 */
 };
 
 struct search_result {

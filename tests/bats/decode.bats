@@ -42,6 +42,7 @@ setup_file() {
                 "-m x --alpha -1" "-m x --src a" "-m x --score --src a" "-m x --score --beam 4" \
                 "-m x --max-tokens 0" "-m x --max-sentences 0" "-m x --out hyp --scores" "-m x extra" "-m x --bogus" "-m x --jobs 0" \
                 "-m x --jobs 1.5" "-m x --jobs 257" "-m x --threads 1.5" "$(printf -- '-m x %.0s' {1..17})" \
+                "-m x --word-scores --out hyp" "-m x --word-scores --score" \
                 "-m x --precision int4" "-m x --precision INT8" "-m x --precision int8-al" "-m x --precision" "-m x --precision ''"; do
         run nmt-decode $args
         [ "$status" -eq 2 ] || { echo "args: $args: $status $output"; return 1; }
@@ -441,4 +442,28 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     run $DEC -m "$D/missing.ckpt" -i "$D/src.en"
     [ "$status" -eq 1 ]
     [[ "$output" == *"missing.ckpt"* ]]
+}
+
+@test "--word-scores: after a tab, one log-probability per output piece and the EOS; they sum to the score before the length penalty" {
+    $DEC --alpha 0 --scores --word-scores -i "$D/src.en" > "$D/ws0.txt"
+    [ "$(wc -l < "$D/ws0.txt")" -eq 24 ]
+    # --alpha 0: the score is the log-probability; line 7 (empty) has no numbers
+    awk -F'\t' 'NF != 3 { print "line " NR ": " NF " fields"; bad = 1 }
+        { n = split($3, w, " "); s = 0; for (i = 1; i <= n; i++) { if (w[i] > 0) bad = 1; s += w[i] }
+          if (NR == 7 ? n != 0 : n < 1) { print "line " NR ": " n " numbers"; bad = 1 }
+          d = s - $1; if (d < -1e-4 || d > 1e-4) { print "line " NR ": sum " s ", score " $1; bad = 1 } }
+        END { exit bad }' "$D/ws0.txt"
+    # one number per piece of the translation (its hyp record's ids) and one for the EOS
+    $DEC --out hyp -i "$D/src.en" -o "$D/ws.hyp"
+    nmt-cat "$D/ws.hyp" | awk -F'\t' '{ print split($4, x, " ") }' > "$D/ws.nids"
+    awk -F'\t' '{ print NR == 7 ? 0 : split($3, w, " ") - 1 }' "$D/ws0.txt" | cmp "$D/ws.nids" -
+    # beam 4 n-best rows: the score is the sum over ((5 + n) / 6)^0.6, n counting the EOS
+    $DEC --beam 4 --nbest 4 --word-scores -i "$D/src.en" > "$D/wsn.txt"
+    awk -F'\t' 'NF != 5 { bad = 1 } { n = split($5, w, " "); s = 0; for (i = 1; i <= n; i++) s += w[i]
+        d = s / ((5 + n) / 6) ^ 0.6 - $3; if (d < -1e-4 || d > 1e-4) { print NR ": " $0; bad = 1 } }
+        END { exit bad }' "$D/wsn.txt"
+    # the other columns are those printed without --word-scores
+    cmp <(cut -f1-2 "$D/ws0.txt") <($DEC --alpha 0 --scores -i "$D/src.en")
+    cmp <(cut -f1-4 "$D/wsn.txt") <($DEC --beam 4 --nbest 4 -i "$D/src.en")
+    cmp <(cut -f2- "$D/ws0.txt") <($DEC --alpha 0 --word-scores -i "$D/src.en")
 }
