@@ -109,9 +109,12 @@ static int fin_cmp(const void *a, const void *b)
     return x->seq - y->seq;
 }
 
-/* Checks that the NIN >= 1 members of an ensemble share one vocabulary; sets *MAX_LEN to their
- * smallest max_len. 0, or -1 with the error set. */
-static int ensemble_check(struct infer *const *in, int nin, int *max_len)
+double search_length_penalty(double alpha, int n)
+{
+    return pow((5.0 + (double)n) / 6.0, alpha);
+}
+
+int search_models_check(struct infer *const *in, int nin, int *max_len)
 {
     if (nin < 1)
         return nmt_seterr("no model to search with");
@@ -392,8 +395,8 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     z->fin = calloc(R0, sizeof *z->fin);
     z->nfin = calloc((size_t)B, sizeof *z->nfin);
     int lok = nin == 1 || ens_init(&z->ens, nin, R0, z->k2, V) == 0;
-    if (!z->tok || !z->idx || !z->vals || !z->score || !z->nscore || !z->hist || !z->nhist || !z->hlp || !z->nhlp || !z->ntlp || !z->orig || !z->keep ||
-        !z->parent || !z->ntok || !z->cd || !z->fin || !z->nfin || !lok)
+    if (!z->tok || !z->idx || !z->vals || !z->score || !z->nscore || !z->hist || !z->nhist || !z->hlp || !z->nhlp ||
+        !z->ntlp || !z->orig || !z->keep || !z->parent || !z->ntok || !z->cd || !z->fin || !z->nfin || !lok)
         return nmt_seterr("out of memory");
     for (int b = 0; b < B; b++)
         z->orig[b] = b;
@@ -462,7 +465,7 @@ static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int
 {
     int K = z->K, b = z->orig[s], forced = t >= z->ml[b] - 1;
     int nc = beam_candidates(z, s, forced);
-    if (beam_finish(z, b, nc, t, pow((5.0 + (double)(t + 1)) / 6.0, o->alpha)) < 0)
+    if (beam_finish(z, b, nc, t, search_length_penalty(o->alpha, t + 1)) < 0)
         return -1;
     int nr = 0, base = *nk * K;
     for (int j = 0; j < nc && nr < K; j++) {
@@ -539,7 +542,7 @@ int search_batch(struct infer *const *in, int nin, const struct search_opts *o, 
         out[b].nhyp = 0;
         out[b].hyp = NULL;
     }
-    if (ensemble_check(in, nin, &model_max) < 0)
+    if (search_models_check(in, nin, &model_max) < 0)
         return -1;
     struct beam z = {0};
     int rc = -1;
@@ -574,7 +577,7 @@ int search_reserve(struct infer *const *in, int nin, const struct search_opts *o
                    const int *tlen)
 {
     int model_max, S = 1, tmax = 1;
-    if (ensemble_check(in, nin, &model_max) < 0)
+    if (search_models_check(in, nin, &model_max) < 0)
         return -1;
     for (int b = 0; b < B; b++) {
         if (len[b] + 1 > S)
@@ -610,7 +613,7 @@ int search_score(struct infer *const *in, int nin, int B, const uint32_t *const 
                  const uint32_t *const *tgt, const int *tlen, double *lp)
 {
     int tmax = 1, rc = -1, model_max;
-    if (ensemble_check(in, nin, &model_max) < 0)
+    if (search_models_check(in, nin, &model_max) < 0)
         return -1;
     for (int b = 0; b < B; b++) {
         if (tlen[b] + 1 > model_max)

@@ -467,3 +467,55 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     cmp <(cut -f1-4 "$D/wsn.txt") <($DEC --beam 4 --nbest 4 -i "$D/src.en")
     cmp <(cut -f2- "$D/ws0.txt") <($DEC --alpha 0 --word-scores -i "$D/src.en")
 }
+
+@test "--sample: seeded, the same bytes in batches of 1, 7 and 64 sentences, with --jobs 2, streamed and sharded" {
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
+    for mode in "--sample --scores --word-scores" "--sample --top-k 5 --top-p 0.9 --temperature 0.7 --seed 12 --sample-beam 3"; do
+        S="$DEC $mode --jobs 1"
+        $S -i "$D/s64.en" > "$D/sm64.txt"
+        [ "$(wc -l < "$D/sm64.txt")" -ge 64 ]
+        $S --max-sentences 1 -i "$D/s64.en" | cmp "$D/sm64.txt" - || { echo "$mode: batches of 1 differ"; return 1; }
+        $S --max-sentences 7 -i "$D/s64.en" | cmp "$D/sm64.txt" - || { echo "$mode: batches of 7 differ"; return 1; }
+        $DEC $mode --jobs 2 --max-sentences 5 -i "$D/s64.en" | cmp "$D/sm64.txt" - || { echo "$mode: --jobs 2"; return 1; }
+        $S -i "$D/s64.en" | cmp "$D/sm64.txt" - # and again
+    done
+    # one line at a time from a pipe: a line's samples depend on its line number, not its batch
+    $DEC --sample --scores -i "$D/src.en" > "$D/sm.txt"
+    cat "$D/src.en" | $DEC --sample --scores | cmp "$D/sm.txt" -
+    # --shard 2/3 writes lines 2, 5, 8, ... as the whole run does
+    $DEC --sample --scores --shard 2/3 -i "$D/src.en" | cmp <(sed -n '2~3p' "$D/sm.txt") -
+    # another seed, other samples; sampling differs from greedy
+    $DEC --sample --seed 2 --scores -i "$D/src.en" | fails cmp -s "$D/sm.txt" -
+    $DEC --scores -i "$D/src.en" | fails cmp -s "$D/sm.txt" -
+}
+
+@test "--sample: --temperature 0 and --top-k 1 give the greedy translations; --sample-beam N gives N rows, the first that of N = 1" {
+    $DEC -i "$D/src.en" > "$D/greedy.txt"
+    $DEC --sample --temperature 0 -i "$D/src.en" | cmp "$D/greedy.txt" -
+    $DEC --sample --top-k 1 --seed 5 -i "$D/src.en" | cmp "$D/greedy.txt" -
+    $DEC -m "$D/m2.ckpt" -i "$D/src.en" > "$D/greedy2.txt"
+    $DEC -m "$D/m2.ckpt" --sample --temperature 0 -i "$D/src.en" | cmp "$D/greedy2.txt" -
+    $DEC --sample --sample-beam 4 --word-scores -i "$D/src.en" > "$D/sb4.txt"
+    [ "$(wc -l < "$D/sb4.txt")" -eq 93 ]   # 23 lines of 4 samples, and the empty line's one row
+    awk -F'\t' 'NF != 5 || $2 < 1 || $2 > 4 { print "bad row " NR ": " $0; bad = 1 } END { exit bad }' "$D/sb4.txt"
+    awk -F'\t' '$2 == 1 { print $4 "\t" $5 }' "$D/sb4.txt" | cmp - <($DEC --sample --word-scores -i "$D/src.en")
+    # the samples of a line differ from each other
+    [ "$(awk -F'\t' '$1 == 1 { print $4 }' "$D/sb4.txt" | sort -u | wc -l)" -gt 1 ]
+}
+
+@test "--sample: hostile values and combinations are usage errors naming them" {
+    for args in "--sample --top-p 0" "--sample --top-p 1.5" "--sample --top-p -0.1" "--sample --temperature -1" \
+                "--sample --temperature x" "--sample --top-k -1" "--sample --sample-beam 0" "--sample --seed -3" \
+                "--sample --beam 2" "--sample --nbest 2" "--sample --score" "--top-k 5" "--temperature 0.5" \
+                "--seed 3" "--sample-beam 2" "--top-p 0.9"; do
+        run $DEC $args -i "$D/src.en"
+        [ "$status" -eq 2 ] || { echo "args: $args: $status $output"; return 1; }
+        [[ "${lines[0]}" == "nmt-decode: "* ]] || { echo "args: $args: $output"; return 1; }
+    done
+    run $DEC --sample --top-p 0 -i "$D/src.en"
+    [ "${lines[0]}" = "nmt-decode: invalid --top-p '0' (expected a mass above 0, at most 1: 0 leaves no token)" ]
+    run $DEC --sample --temperature -1 -i "$D/src.en"
+    [[ "${lines[0]}" == "nmt-decode: invalid --temperature '-1'"* ]]
+    run $DEC --sample --beam 2 -i "$D/src.en"
+    [[ "${lines[0]}" == *"--sample draws its own tokens: not with --beam"* ]]
+}
