@@ -21,6 +21,7 @@
 #include "io/stream.h"
 #include "io/records.h"
 #include "io/safetensors.h"
+#include "nn/sample.h"
 #include "nn/search.h"
 #include "nn/shortlist.h"
 #include "text/tokenizer.h"
@@ -46,6 +47,16 @@ static void usage(void)
            "                          longest output: A * source tokens + B, with EOS (default 1, 50)\n"
            "      --nbest N           print the N best translations as TSV rows: line, rank, score, text\n"
            "      --scores            print each translation's score before it, tab-separated\n"
+           "      --word-scores       print each output token's log-probability after the text, tab-separated:\n"
+           "                          one number per piece, the end of sentence last, separated by spaces\n"
+           "      --sample            draw each token from the model's distribution instead of searching (for\n"
+           "                          back-translation); reproducible: a sentence's sample depends on --seed and\n"
+           "                          its line number only\n"
+           "      --temperature T     sample from p^(1/T) (default 1; 0: the most probable token)\n"
+           "      --top-k K           sample among the K most probable tokens (default 0: all)\n"
+           "      --top-p P           then among the fewest most probable tokens of mass P, 0 < P <= 1 (default 1)\n"
+           "      --seed N            seed of the samples (default 1)\n"
+           "      --sample-beam N     N samples of each sentence, printed as --nbest rows in sample order\n"
            "      --score             score given pairs instead of translating: input lines 'SOURCE<TAB>TARGET'\n"
            "                          (or --src/--tgt, or a two-sided ids stream); prints each log-probability\n"
            "      --src FILE, --tgt FILE  the two sides of --score as parallel files\n"
@@ -83,7 +94,7 @@ static void usage(void)
 enum {
     OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK, OPT_MAXSENT, OPT_MAXLINE,
     OPT_INTER, OPT_VARIANT, OPT_PRECISION, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION, OPT_SHARD, OPT_COMM,
-    OPT_SHORTLIST
+    OPT_SHORTLIST, OPT_WSCORES, OPT_SAMPLE, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_SEED, OPT_SAMPLE_BEAM
 };
 
 #define MAX_MODELS 16
@@ -92,13 +103,16 @@ struct opts {
     const char *model[MAX_MODELS];
     int nmodels;
     const char *input, *output, *src, *tgt, *backend, *comm;
-    int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs, shortlist;
+    int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs, shortlist, word_scores;
     uint32_t precision;        /* --precision (infer_new's) */
     uint64_t shard_k, shard_n;  /* --shard K/N (K from 1; N 0: no sharding) */
     long max_tokens;
     uint64_t max_sentences;    /* --max-sentences (0: no limit) */
     uint64_t max_line;         /* --max-line-bytes */
     struct search_opts so;
+    int sample;                /* --sample */
+    int sample_set;            /* a sampling option was given */
+    struct sample_opts sp;
 };
 
 /* One input sentence (or pair). */
@@ -215,26 +229,24 @@ static int emit(struct state *st, struct sent *s)
         }
         return 0;
     }
-    if (o->so.nbest > 1 || o->scores) {
-        for (int r = 0; r < (nh ? nh : 1); r++) {
-            const struct search_hyp *h = nh ? &s->res.hyp[r] : NULL;
-            st->tok.text.len = 0;
-            if (h && detok(st, h->ids, h->n) < 0)
-                return -1;
-            if (o->so.nbest > 1)
-                fprintf(st->out, "%llu\t%d\t", (unsigned long long)s->index + 1, r + 1);
-            fprintf(st->out, "%.6f\t", h ? (double)h->score : 0.0);
-            put_text(st);
-            putc('\n', st->out);
-            if (o->so.nbest <= 1)
-                break;
-        }
-    } else {
+    for (int r = 0; r < (nh ? nh : 1); r++) {
+        const struct search_hyp *h = nh ? &s->res.hyp[r] : NULL;
         st->tok.text.len = 0;
-        if (nh && detok(st, s->res.hyp[0].ids, s->res.hyp[0].n) < 0)
+        if (h && detok(st, h->ids, h->n) < 0)
             return -1;
+        if (o->so.nbest > 1)
+            fprintf(st->out, "%llu\t%d\t", (unsigned long long)s->index + 1, r + 1);
+        if (o->so.nbest > 1 || o->scores)
+            fprintf(st->out, "%.6f\t", h ? (double)h->score : 0.0);
         put_text(st);
+        if (o->word_scores) {
+            putc('\t', st->out);
+            for (uint32_t j = 0; h && j <= h->n; j++)
+                fprintf(st->out, j ? " %.6f" : "%.6f", (double)h->lps[j]);
+        }
         putc('\n', st->out);
+        if (o->so.nbest <= 1)
+            break;
     }
     return ferror(st->out) ? nmt_seterr("write failed: %s", strerror(errno)) : 0;
 }
@@ -246,9 +258,10 @@ static int run_batch(struct state *st, struct engine *e, struct sent **p, int n)
     int *len = malloc((size_t)n * sizeof *len), *tl = malloc((size_t)n * sizeof *tl);
     struct search_result *res = calloc((size_t)n, sizeof *res);
     double *lp = malloc((size_t)n * sizeof *lp);
+    uint64_t *key = malloc((size_t)n * sizeof *key);
     int rc = -1, m = 0;
     struct sent **q = malloc((size_t)n * sizeof *q);
-    if (!src || !tgt || !len || !tl || !res || !lp || !q) {
+    if (!src || !tgt || !len || !tl || !res || !lp || !key || !q) {
         nmt_seterr("out of memory");
         goto out;
     }
@@ -271,6 +284,13 @@ static int run_batch(struct state *st, struct engine *e, struct sent **p, int n)
             goto out;
         for (int i = 0; i < m; i++)
             q[i]->lp = lp[i];
+    } else if (st->o->sample) {
+        for (int i = 0; i < m; i++)
+            key[i] = q[i]->index;
+        if (sample_batch(e->in, st->o->nmodels, &st->o->so, &st->o->sp, m, src, len, key, res) < 0)
+            goto out;
+        for (int i = 0; i < m; i++)
+            q[i]->res = res[i];
     } else {
         if (search_batch(e->in, st->o->nmodels, &st->o->so, m, src, len, res) < 0)
             goto out;
@@ -285,6 +305,7 @@ out:
     free(tl);
     free(res);
     free(lp);
+    free(key);
     free(q);
     return rc;
 }
@@ -878,10 +899,17 @@ static int check_args(const struct opts *o)
         return nmt_usage_error("--score takes no --beam, --nbest or --scores");
     if (o->out_hyp && o->scores)
         return nmt_usage_error("--scores is for text output (hyp records carry the score)");
+    if (o->word_scores && (o->out_hyp || o->score))
+        return nmt_usage_error("--word-scores is for translations written as text: not with --out hyp or --score");
     if (o->shortlist && o->score)
         return nmt_usage_error("--score scores over the whole vocabulary: it does not go with --shortlist");
     if (o->shard_n && o->interactive)
         return nmt_usage_error("--shard reads the whole input: it does not go with --interactive");
+    if (o->sample_set && !o->sample)
+        return nmt_usage_error("--temperature, --top-k, --top-p, --seed and --sample-beam go with --sample");
+    if (o->sample && (o->so.beam > 1 || o->so.nbest > 1 || o->score))
+        return nmt_usage_error("--sample draws its own tokens: not with --beam, --nbest (see --sample-beam) or "
+                               "--score");
     return GO_ON;
 }
 
@@ -900,6 +928,16 @@ static int parse_shard(const char *arg, struct opts *o)
     return 0;
 }
 
+/* Parses --top-p P (0 < P <= 1) into *P; 0, or -1 after a usage error. */
+static int parse_top_p(const char *arg, double *p)
+{
+    if (opt_double("--top-p", arg, 0, 1, 0, p) < 0)
+        return -1;
+    if (*p == 0)
+        return nmt_usage_error("invalid --top-p '%s' (expected a mass above 0, at most 1: 0 leaves no token)", arg), -1;
+    return 0;
+}
+
 /* Parses the options into O (*INTER_SET: --interactive was given); GO_ON, or the exit status. */
 static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
 {
@@ -910,6 +948,10 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         {"alpha", required_argument, 0, OPT_ALPHA}, {"max-len-a", required_argument, 0, OPT_LA},
         {"max-len-b", required_argument, 0, OPT_LB}, {"nbest", required_argument, 0, 'n'},
         {"scores", no_argument, 0, OPT_SCORES},     {"score", no_argument, 0, OPT_SCORE},
+        {"word-scores", no_argument, 0, OPT_WSCORES}, {"sample", no_argument, 0, OPT_SAMPLE},
+        {"temperature", required_argument, 0, OPT_TEMP}, {"top-k", required_argument, 0, OPT_TOPK},
+        {"top-p", required_argument, 0, OPT_TOPP},  {"seed", required_argument, 0, OPT_SEED},
+        {"sample-beam", required_argument, 0, OPT_SAMPLE_BEAM},
         {"src", required_argument, 0, OPT_SRC},     {"tgt", required_argument, 0, OPT_TGT},
         {"max-tokens", required_argument, 0, OPT_MAXTOK}, {"interactive", no_argument, 0, OPT_INTER},
         {"max-sentences", required_argument, 0, OPT_MAXSENT},
@@ -948,6 +990,13 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         case OPT_LB: bad = opt_double("--max-len-b", optarg, 0, 1e6, 0, &o->so.len_b); break;
         case OPT_SCORES: o->scores = 1; break;
         case OPT_SCORE: o->score = 1; break;
+        case OPT_WSCORES: o->word_scores = 1; break;
+        case OPT_SAMPLE: o->sample = 1; break;
+        case OPT_TEMP: bad = opt_double("--temperature", optarg, 0, 1e6, 0, &o->sp.temperature); break;
+        case OPT_TOPK: bad = opt_int("--top-k", optarg, 0, 1 << 30, &o->sp.top_k); break;
+        case OPT_TOPP: bad = parse_top_p(optarg, &o->sp.top_p); break;
+        case OPT_SEED: bad = opt_u64("--seed", optarg, 0, UINT64_MAX, &o->sp.seed); break;
+        case OPT_SAMPLE_BEAM: bad = opt_int("--sample-beam", optarg, 1, 256, &o->sp.samples); break;
         case OPT_SRC: o->src = optarg; break;
         case OPT_TGT: o->tgt = optarg; break;
         case OPT_MAXTOK: {
@@ -977,6 +1026,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         }
         if (bad < 0)
             return NMT_EXIT_USAGE;
+        o->sample_set |= c == OPT_TEMP || c == OPT_TOPK || c == OPT_TOPP || c == OPT_SEED || c == OPT_SAMPLE_BEAM;
     }
     if (optind < argc)
         return nmt_usage_error("unexpected argument '%s'", argv[optind]);
@@ -1094,11 +1144,14 @@ int main(int argc, char **argv)
 {
     nmt_start(argv);
     struct opts o = {.max_tokens = 4096, .precision = NMT_DTYPE_F32, .max_line = LINES_DEFAULT_MAX,
-                     .so = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 50}};
+                     .so = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 50},
+                     .sp = {.samples = 1, .temperature = 1, .top_k = 0, .top_p = 1, .seed = 1}};
     int inter_set = 0;
     int status = parse_args(argc, argv, &o, &inter_set);
     if (status != GO_ON)
         return status;
+    if (o.sample) /* N rows per sentence (search_reserve), printed as n-best lists */
+        o.so.beam = o.so.nbest = o.sp.samples;
     struct state st;
     memset(&st, 0, sizeof st);
     st.o = &o;

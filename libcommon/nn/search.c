@@ -18,8 +18,10 @@ void search_result_free(struct search_result *r)
 {
     if (!r)
         return;
-    for (int i = 0; i < r->nhyp; i++)
+    for (int i = 0; i < r->nhyp; i++) {
         free(r->hyp[i].ids);
+        free(r->hyp[i].lps);
+    }
     free(r->hyp);
     r->hyp = NULL;
     r->nhyp = 0;
@@ -32,7 +34,8 @@ int search_result_pack(struct nmt_buf *b, const struct search_result *r)
     for (int i = 0; i < r->nhyp; i++) {
         const struct search_hyp *h = &r->hyp[i];
         if (nmt_buf_append(b, &h->score, sizeof h->score) < 0 || nmt_buf_append(b, &h->logprob, sizeof h->logprob) < 0 ||
-            nmt_buf_put32(b, h->n) < 0 || nmt_buf_append(b, h->ids, (size_t)h->n * sizeof *h->ids) < 0)
+            nmt_buf_put32(b, h->n) < 0 || nmt_buf_append(b, h->ids, (size_t)h->n * sizeof *h->ids) < 0 ||
+            nmt_buf_append(b, h->lps, ((size_t)h->n + 1) * sizeof *h->lps) < 0)
             return -1;
     }
     return 0;
@@ -64,10 +67,12 @@ int search_result_unpack(const unsigned char *p, size_t n, size_t *off, struct s
         if (take(&h->score, p, n, off, sizeof h->score) < 0 || take(&h->logprob, p, n, off, sizeof h->logprob) < 0 ||
             take(&h->n, p, n, off, sizeof h->n) < 0)
             return -1;
-        if (h->n > (n - *off) / sizeof *h->ids)
+        if (h->n > (n - *off) / (sizeof *h->ids + sizeof *h->lps))
             return nmt_seterr("packed search result: %u ids in %zu bytes", h->n, n - *off);
         if (!(h->ids = nmt_malloc((size_t)h->n * sizeof *h->ids + 1)) ||
-            take(h->ids, p, n, off, (size_t)h->n * sizeof *h->ids) < 0)
+            take(h->ids, p, n, off, (size_t)h->n * sizeof *h->ids) < 0 ||
+            !(h->lps = nmt_malloc(((size_t)h->n + 1) * sizeof *h->lps)) ||
+            take(h->lps, p, n, off, ((size_t)h->n + 1) * sizeof *h->lps) < 0)
             return -1;
     }
     return 0;
@@ -77,6 +82,7 @@ struct cand {
     double s;                  /* summed log-probability */
     int row, seq;              /* parent row, order of generation (tie break) */
     int32_t tok;
+    float lp;                  /* the token's log-probability */
 };
 
 static int cand_cmp(const void *a, const void *b)
@@ -92,6 +98,7 @@ struct fin {
     int seq;
     uint32_t n;
     uint32_t *ids;
+    float *lps;                /* (n + 1) each token's log-probability */
 };
 
 static int fin_cmp(const void *a, const void *b)
@@ -102,9 +109,12 @@ static int fin_cmp(const void *a, const void *b)
     return x->seq - y->seq;
 }
 
-/* Checks that the NIN >= 1 members of an ensemble share one vocabulary; sets *MAX_LEN to their
- * smallest max_len. 0, or -1 with the error set. */
-static int ensemble_check(struct infer *const *in, int nin, int *max_len)
+double search_length_penalty(double alpha, int n)
+{
+    return pow((5.0 + (double)n) / 6.0, alpha);
+}
+
+int search_models_check(struct infer *const *in, int nin, int *max_len)
 {
     if (nin < 1)
         return nmt_seterr("no model to search with");
@@ -314,6 +324,8 @@ struct beam {
     float *vals;               /* (R0, k2) and their log-probabilities */
     double *score, *nscore;    /* (R0) each live row's log-probability, and the next step's */
     uint32_t *hist, *nhist;    /* (R0, T) each live row's tokens, and the next step's */
+    float *hlp, *nhlp;         /* (R0, T) their log-probabilities, and the next step's */
+    float *ntlp;               /* (R0) the log-probability of each row's next token */
     int *orig, *keep, *parent; /* (B) live sentence -> batch index, (B) kept sentences, (R0) parent rows */
     struct cand *cd;           /* (K * k2) one sentence's candidates */
     struct fin *fin;           /* (B, K) finished hypotheses */
@@ -325,8 +337,10 @@ struct beam {
 static void beam_free(struct beam *z)
 {
     if (z->fin)
-        for (size_t i = 0; i < z->R0; i++)
+        for (size_t i = 0; i < z->R0; i++) {
             free(z->fin[i].ids);
+            free(z->fin[i].lps);
+        }
     free(z->ml);
     free(z->tok);
     free(z->idx);
@@ -335,6 +349,9 @@ static void beam_free(struct beam *z)
     free(z->nscore);
     free(z->hist);
     free(z->nhist);
+    free(z->hlp);
+    free(z->nhlp);
+    free(z->ntlp);
     free(z->orig);
     free(z->keep);
     free(z->parent);
@@ -369,6 +386,8 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     z->vals = malloc(R0 * k2 * sizeof *z->vals);
     z->score = malloc(R0 * sizeof *z->score), z->nscore = malloc(R0 * sizeof *z->nscore);
     z->hist = malloc(R0 * T * sizeof *z->hist), z->nhist = malloc(R0 * T * sizeof *z->nhist);
+    z->hlp = malloc(R0 * T * sizeof *z->hlp), z->nhlp = malloc(R0 * T * sizeof *z->nhlp);
+    z->ntlp = malloc(R0 * sizeof *z->ntlp);
     z->orig = malloc((size_t)B * sizeof *z->orig), z->keep = malloc((size_t)B * sizeof *z->keep);
     z->parent = malloc(R0 * sizeof *z->parent);
     z->ntok = malloc(R0 * sizeof *z->ntok);
@@ -376,8 +395,8 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     z->fin = calloc(R0, sizeof *z->fin);
     z->nfin = calloc((size_t)B, sizeof *z->nfin);
     int lok = nin == 1 || ens_init(&z->ens, nin, R0, z->k2, V) == 0;
-    if (!z->tok || !z->idx || !z->vals || !z->score || !z->nscore || !z->hist || !z->nhist || !z->orig || !z->keep ||
-        !z->parent || !z->ntok || !z->cd || !z->fin || !z->nfin || !lok)
+    if (!z->tok || !z->idx || !z->vals || !z->score || !z->nscore || !z->hist || !z->nhist || !z->hlp || !z->nhlp ||
+        !z->ntlp || !z->orig || !z->keep || !z->parent || !z->ntok || !z->cd || !z->fin || !z->nfin || !lok)
         return nmt_seterr("out of memory");
     for (int b = 0; b < B; b++)
         z->orig[b] = b;
@@ -398,13 +417,13 @@ static int beam_candidates(struct beam *z, int s, int forced)
         if (z->score[r] == -INFINITY)
             continue;
         if (forced) {
-            z->cd[nc] = (struct cand){z->score[r], r, nc, NMT_EOS};
+            z->cd[nc] = (struct cand){z->score[r], r, nc, NMT_EOS, 0.0f};
             nc++;
             continue;
         }
         for (int q = 0; q < k2; q++) {
             size_t at = (size_t)r * (size_t)k2 + (size_t)q;
-            z->cd[nc] = (struct cand){z->score[r] + (double)z->vals[at], r, nc, z->idx[at]};
+            z->cd[nc] = (struct cand){z->score[r] + (double)z->vals[at], r, nc, z->idx[at], z->vals[at]};
             nc++;
         }
     }
@@ -427,10 +446,14 @@ static int beam_finish(struct beam *z, int b, int nc, int t, double lpen)
         f->seq = z->seq++;
         f->n = (uint32_t)t;
         f->ids = malloc((t ? (size_t)t : 1) * sizeof *f->ids);
-        if (!f->ids)
+        f->lps = malloc(((size_t)t + 1) * sizeof *f->lps);
+        if (!f->ids || !f->lps)
             return nmt_seterr("out of memory");
-        if (t)
+        if (t) {
             memcpy(f->ids, z->hist + (size_t)c->row * z->T, (size_t)t * sizeof *f->ids);
+            memcpy(f->lps, z->hlp + (size_t)c->row * z->T, (size_t)t * sizeof *f->lps);
+        }
+        f->lps[t] = c->lp;
         z->nfin[b]++;
     }
     return 0;
@@ -442,7 +465,7 @@ static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int
 {
     int K = z->K, b = z->orig[s], forced = t >= z->ml[b] - 1;
     int nc = beam_candidates(z, s, forced);
-    if (beam_finish(z, b, nc, t, pow((5.0 + (double)(t + 1)) / 6.0, o->alpha)) < 0)
+    if (beam_finish(z, b, nc, t, search_length_penalty(o->alpha, t + 1)) < 0)
         return -1;
     int nr = 0, base = *nk * K;
     for (int j = 0; j < nc && nr < K; j++) {
@@ -451,6 +474,7 @@ static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int
         z->parent[base + nr] = z->cd[j].row;
         z->ntok[base + nr] = z->cd[j].tok;
         z->nscore[base + nr] = z->cd[j].s;
+        z->ntlp[base + nr] = z->cd[j].lp;
         nr++;
     }
     if (nr == 0 || forced || z->nfin[b] >= K)
@@ -459,6 +483,7 @@ static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int
         z->parent[base + nr] = s * K;
         z->ntok[base + nr] = NMT_EOS;
         z->nscore[base + nr] = -INFINITY;
+        z->ntlp[base + nr] = 0;
     }
     z->keep[(*nk)++] = s;
     return 0;
@@ -470,15 +495,21 @@ static void beam_advance(struct beam *z, int nk, int t)
     size_t T = z->T;
     for (int i = 0; i < nk * z->K; i++) {
         int r = z->parent[i];
-        if (t)
+        if (t) {
             memcpy(z->nhist + (size_t)i * T, z->hist + (size_t)r * T, (size_t)t * sizeof *z->hist);
+            memcpy(z->nhlp + (size_t)i * T, z->hlp + (size_t)r * T, (size_t)t * sizeof *z->hlp);
+        }
         z->nhist[(size_t)i * T + (size_t)t] = (uint32_t)z->ntok[i];
+        z->nhlp[(size_t)i * T + (size_t)t] = z->ntlp[i];
         z->tok[i] = z->ntok[i];
         z->score[i] = z->nscore[i];
     }
     uint32_t *th = z->hist;
     z->hist = z->nhist;
     z->nhist = th;
+    float *tl = z->hlp;
+    z->hlp = z->nhlp;
+    z->nhlp = tl;
     for (int s = 0; s < nk; s++)
         z->orig[s] = z->orig[z->keep[s]];
 }
@@ -494,8 +525,9 @@ static int beam_results(struct beam *z, const struct search_opts *o, struct sear
         if (!out[b].hyp)
             return nmt_seterr("out of memory");
         for (int i = 0; i < n; i++) {
-            out[b].hyp[i] = (struct search_hyp){(float)f[i].s, f[i].lp, f[i].n, f[i].ids};
+            out[b].hyp[i] = (struct search_hyp){(float)f[i].s, f[i].lp, f[i].n, f[i].ids, f[i].lps};
             f[i].ids = NULL;
+            f[i].lps = NULL;
         }
         out[b].nhyp = n;
     }
@@ -510,7 +542,7 @@ int search_batch(struct infer *const *in, int nin, const struct search_opts *o, 
         out[b].nhyp = 0;
         out[b].hyp = NULL;
     }
-    if (ensemble_check(in, nin, &model_max) < 0)
+    if (search_models_check(in, nin, &model_max) < 0)
         return -1;
     struct beam z = {0};
     int rc = -1;
@@ -545,7 +577,7 @@ int search_reserve(struct infer *const *in, int nin, const struct search_opts *o
                    const int *tlen)
 {
     int model_max, S = 1, tmax = 1;
-    if (ensemble_check(in, nin, &model_max) < 0)
+    if (search_models_check(in, nin, &model_max) < 0)
         return -1;
     for (int b = 0; b < B; b++) {
         if (len[b] + 1 > S)
@@ -581,7 +613,7 @@ int search_score(struct infer *const *in, int nin, int B, const uint32_t *const 
                  const uint32_t *const *tgt, const int *tlen, double *lp)
 {
     int tmax = 1, rc = -1, model_max;
-    if (ensemble_check(in, nin, &model_max) < 0)
+    if (search_models_check(in, nin, &model_max) < 0)
         return -1;
     for (int b = 0; b < B; b++) {
         if (tlen[b] + 1 > model_max)

@@ -33,6 +33,9 @@ struct search_hyp {
     double logprob;            /* summed log-probability, EOS included */
     uint32_t n;                /* tokens without EOS */
     uint32_t *ids;             /* (n), owned by the result */
+    float *lps;                /* (n + 1) each token's log-probability, EOS last, owned by the result: they
+                                * sum to logprob (in double, in order); an EOS forced at the length limit
+                                * has 0 */
 };
 
 struct search_result {
@@ -48,6 +51,11 @@ int search_result_unpack(const unsigned char *p, size_t n, size_t *off, struct s
 
 /* Returns the length limit (tokens with EOS) of a source of SRCLEN tokens (without EOS). */
 int search_max_len(const struct search_opts *o, int srclen, int model_max_len);
+/* Returns the GNMT length penalty ((5 + N) / 6)^ALPHA of a hypothesis of N tokens with EOS. */
+double search_length_penalty(double alpha, int n);
+/* Checks that the NIN >= 1 models IN share one vocabulary; sets *MAX_LEN to their smallest max_len.
+ * 0, or -1 with the error set. */
+int search_models_check(struct infer *const *in, int nin, int *max_len);
 
 /* Translates B sentences (SRC[b], LEN[b] ids without EOS) with the NIN models IN into OUT[0..B)
  * (each freed with search_result_free). Returns 0, or -1 with the error set. */

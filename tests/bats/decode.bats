@@ -42,6 +42,7 @@ setup_file() {
                 "-m x --alpha -1" "-m x --src a" "-m x --score --src a" "-m x --score --beam 4" \
                 "-m x --max-tokens 0" "-m x --max-sentences 0" "-m x --out hyp --scores" "-m x extra" "-m x --bogus" "-m x --jobs 0" \
                 "-m x --jobs 1.5" "-m x --jobs 257" "-m x --threads 1.5" "$(printf -- '-m x %.0s' {1..17})" \
+                "-m x --word-scores --out hyp" "-m x --word-scores --score" \
                 "-m x --precision int4" "-m x --precision INT8" "-m x --precision int8-al" "-m x --precision" "-m x --precision ''"; do
         run nmt-decode $args
         [ "$status" -eq 2 ] || { echo "args: $args: $status $output"; return 1; }
@@ -441,4 +442,80 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     run $DEC -m "$D/missing.ckpt" -i "$D/src.en"
     [ "$status" -eq 1 ]
     [[ "$output" == *"missing.ckpt"* ]]
+}
+
+@test "--word-scores: after a tab, one log-probability per output piece and the EOS; they sum to the score before the length penalty" {
+    $DEC --alpha 0 --scores --word-scores -i "$D/src.en" > "$D/ws0.txt"
+    [ "$(wc -l < "$D/ws0.txt")" -eq 24 ]
+    # --alpha 0: the score is the log-probability; line 7 (empty) has no numbers
+    awk -F'\t' 'NF != 3 { print "line " NR ": " NF " fields"; bad = 1 }
+        { n = split($3, w, " "); s = 0; for (i = 1; i <= n; i++) { if (w[i] > 0) bad = 1; s += w[i] }
+          if (NR == 7 ? n != 0 : n < 1) { print "line " NR ": " n " numbers"; bad = 1 }
+          d = s - $1; if (d < -1e-4 || d > 1e-4) { print "line " NR ": sum " s ", score " $1; bad = 1 } }
+        END { exit bad }' "$D/ws0.txt"
+    # one number per piece of the translation (its hyp record's ids) and one for the EOS
+    $DEC --out hyp -i "$D/src.en" -o "$D/ws.hyp"
+    nmt-cat "$D/ws.hyp" | awk -F'\t' '{ print split($4, x, " ") }' > "$D/ws.nids"
+    awk -F'\t' '{ print NR == 7 ? 0 : split($3, w, " ") - 1 }' "$D/ws0.txt" | cmp "$D/ws.nids" -
+    # beam 4 n-best rows: the score is the sum over ((5 + n) / 6)^0.6, n counting the EOS
+    $DEC --beam 4 --nbest 4 --word-scores -i "$D/src.en" > "$D/wsn.txt"
+    awk -F'\t' 'NF != 5 { bad = 1 } { n = split($5, w, " "); s = 0; for (i = 1; i <= n; i++) s += w[i]
+        d = s / ((5 + n) / 6) ^ 0.6 - $3; if (d < -1e-4 || d > 1e-4) { print NR ": " $0; bad = 1 } }
+        END { exit bad }' "$D/wsn.txt"
+    # the other columns are those printed without --word-scores
+    cmp <(cut -f1-2 "$D/ws0.txt") <($DEC --alpha 0 --scores -i "$D/src.en")
+    cmp <(cut -f1-4 "$D/wsn.txt") <($DEC --beam 4 --nbest 4 -i "$D/src.en")
+    cmp <(cut -f2- "$D/ws0.txt") <($DEC --alpha 0 --word-scores -i "$D/src.en")
+}
+
+@test "--sample: seeded, the same bytes in batches of 1, 7 and 64 sentences, with --jobs 2, streamed and sharded" {
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
+    for mode in "--sample --scores --word-scores" "--sample --top-k 5 --top-p 0.9 --temperature 0.7 --seed 12 --sample-beam 3"; do
+        S="$DEC $mode --jobs 1"
+        $S -i "$D/s64.en" > "$D/sm64.txt"
+        [ "$(wc -l < "$D/sm64.txt")" -ge 64 ]
+        $S --max-sentences 1 -i "$D/s64.en" | cmp "$D/sm64.txt" - || { echo "$mode: batches of 1 differ"; return 1; }
+        $S --max-sentences 7 -i "$D/s64.en" | cmp "$D/sm64.txt" - || { echo "$mode: batches of 7 differ"; return 1; }
+        $DEC $mode --jobs 2 --max-sentences 5 -i "$D/s64.en" | cmp "$D/sm64.txt" - || { echo "$mode: --jobs 2"; return 1; }
+        $S -i "$D/s64.en" | cmp "$D/sm64.txt" - # and again
+    done
+    # one line at a time from a pipe: a line's samples depend on its line number, not its batch
+    $DEC --sample --scores -i "$D/src.en" > "$D/sm.txt"
+    cat "$D/src.en" | $DEC --sample --scores | cmp "$D/sm.txt" -
+    # --shard 2/3 writes lines 2, 5, 8, ... as the whole run does
+    $DEC --sample --scores --shard 2/3 -i "$D/src.en" | cmp <(sed -n '2~3p' "$D/sm.txt") -
+    # another seed, other samples; sampling differs from greedy
+    $DEC --sample --seed 2 --scores -i "$D/src.en" | fails cmp -s "$D/sm.txt" -
+    $DEC --scores -i "$D/src.en" | fails cmp -s "$D/sm.txt" -
+}
+
+@test "--sample: --temperature 0 and --top-k 1 give the greedy translations; --sample-beam N gives N rows, the first that of N = 1" {
+    $DEC -i "$D/src.en" > "$D/greedy.txt"
+    $DEC --sample --temperature 0 -i "$D/src.en" | cmp "$D/greedy.txt" -
+    $DEC --sample --top-k 1 --seed 5 -i "$D/src.en" | cmp "$D/greedy.txt" -
+    $DEC -m "$D/m2.ckpt" -i "$D/src.en" > "$D/greedy2.txt"
+    $DEC -m "$D/m2.ckpt" --sample --temperature 0 -i "$D/src.en" | cmp "$D/greedy2.txt" -
+    $DEC --sample --sample-beam 4 --word-scores -i "$D/src.en" > "$D/sb4.txt"
+    [ "$(wc -l < "$D/sb4.txt")" -eq 93 ]   # 23 lines of 4 samples, and the empty line's one row
+    awk -F'\t' 'NF != 5 || $2 < 1 || $2 > 4 { print "bad row " NR ": " $0; bad = 1 } END { exit bad }' "$D/sb4.txt"
+    awk -F'\t' '$2 == 1 { print $4 "\t" $5 }' "$D/sb4.txt" | cmp - <($DEC --sample --word-scores -i "$D/src.en")
+    # the samples of a line differ from each other
+    [ "$(awk -F'\t' '$1 == 1 { print $4 }' "$D/sb4.txt" | sort -u | wc -l)" -gt 1 ]
+}
+
+@test "--sample: hostile values and combinations are usage errors naming them" {
+    for args in "--sample --top-p 0" "--sample --top-p 1.5" "--sample --top-p -0.1" "--sample --temperature -1" \
+                "--sample --temperature x" "--sample --top-k -1" "--sample --sample-beam 0" "--sample --seed -3" \
+                "--sample --beam 2" "--sample --nbest 2" "--sample --score" "--top-k 5" "--temperature 0.5" \
+                "--seed 3" "--sample-beam 2" "--top-p 0.9"; do
+        run $DEC $args -i "$D/src.en"
+        [ "$status" -eq 2 ] || { echo "args: $args: $status $output"; return 1; }
+        [[ "${lines[0]}" == "nmt-decode: "* ]] || { echo "args: $args: $output"; return 1; }
+    done
+    run $DEC --sample --top-p 0 -i "$D/src.en"
+    [ "${lines[0]}" = "nmt-decode: invalid --top-p '0' (expected a mass above 0, at most 1: 0 leaves no token)" ]
+    run $DEC --sample --temperature -1 -i "$D/src.en"
+    [[ "${lines[0]}" == "nmt-decode: invalid --temperature '-1'"* ]]
+    run $DEC --sample --beam 2 -i "$D/src.en"
+    [[ "${lines[0]}" == *"--sample draws its own tokens: not with --beam"* ]]
 }

@@ -62,7 +62,8 @@ static int same_result(const struct search_result *a, const struct search_result
     for (int i = 0; i < a->nhyp; i++) {
         const struct search_hyp *x = &a->hyp[i], *y = &b->hyp[i];
         if (x->n != y->n || memcmp(&x->score, &y->score, sizeof x->score) || x->logprob != y->logprob ||
-            (x->n && memcmp(x->ids, y->ids, x->n * sizeof *x->ids)))
+            (x->n && memcmp(x->ids, y->ids, x->n * sizeof *x->ids)) ||
+            memcmp(x->lps, y->lps, (x->n + 1) * sizeof *x->lps))
             return 0;
     }
     return 1;
@@ -190,16 +191,19 @@ static void run(struct backend *be, int pre_norm)
     o.beam = 4;
     o.nbest = 4;
     test_ok(search_batch(&in, 1, &o, NS, src, slen, bm) == 0, "beam batch: %s", nmt_errmsg());
-    int binv = 1, better = 1, sorted = 1, lpen_ok = 1, lpen_n = 0;
+    int binv = 1, better = 1, sorted = 1, lpen_ok = 1, lpen_n = 0, wsum = 1;
     for (int b = 0; b < NS; b++) {
         /* a score is the log-probability over the GNMT length penalty ((5 + length) / 6)^alpha,
-         * the length counting EOS */
+         * the length counting EOS; the tokens' log-probabilities sum to the log-probability */
         for (int i = 0; i < bm[b].nhyp; i++) {
             const struct search_hyp *h = &bm[b].hyp[i];
-            double want = h->logprob / pow((6.0 + h->n) / 6.0, o.alpha);
+            double want = h->logprob / pow((6.0 + h->n) / 6.0, o.alpha), sum = 0;
             lpen_n++;
             if (!(fabs(h->score - want) <= 1e-5 * (1 + fabs(want))))
                 lpen_ok = 0;
+            for (uint32_t j = 0; j <= h->n; j++)
+                sum += (double)h->lps[j];
+            wsum &= sum == h->logprob && h->lps[h->n] <= 0;
         }
         if (search_batch(&in, 1, &o, 1, &src[b], &slen[b], &g1) < 0 || !same_result(&bm[b], &g1))
             binv = 0;
@@ -215,6 +219,7 @@ static void run(struct backend *be, int pre_norm)
     test_ok(sorted, "pre_norm %d: n-best lists sorted by score", pre_norm);
     test_ok(lpen_ok && lpen_n >= NS, "pre_norm %d: scores are log-probabilities over ((6 + n) / 6)^0.6 (%d hypotheses)",
             pre_norm, lpen_n);
+    test_ok(wsum, "pre_norm %d: each hypothesis's token log-probabilities sum to its log-probability exactly", pre_norm);
 
     /* reserving memory for larger batches first (and in between) changes no result */
     int tl4[NS];
