@@ -36,8 +36,10 @@ static void usage(void)
            "  -i, --input FILE        training batch stream ('-' for stdin: one pass, in stream order)\n"
            "      --valid FILE        validation batch stream\n"
            "  -o, --output FILE       checkpoint to write (required); also FILE.best, FILE.step-N\n"
-           "  -v, --vocab FILE        vocabulary of the batches (required unless --resume)\n"
+           "  -v, --vocab FILE        vocabulary of the batches (required unless --resume or --init-from)\n"
            "      --resume            continue from the checkpoint at -o, exactly where it stopped\n"
+           "      --init-from CKPT    start from the weights of checkpoint CKPT (fine-tuning): its shape\n"
+           "                          and vocabulary, a fresh optimizer, schedule and step count\n"
            "      --force             start afresh even if the checkpoint at -o exists (it is replaced)\n"
            "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
            "      --threads N         worker threads of the backend (default: all cores)\n"
@@ -112,11 +114,12 @@ enum {
     OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
     OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
     OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR, OPT_FORCE, OPT_VALID_BLEU, OPT_VALID_BEAM, OPT_CONFIG,
-    OPT_DUMP_CONFIG, OPT_PRECISION, OPT_OVERLAP, OPT_GPU_COMM
+    OPT_DUMP_CONFIG, OPT_PRECISION, OPT_OVERLAP, OPT_GPU_COMM, OPT_INIT_FROM
 };
 
 struct opts {
     const char *input, *valid, *output, *vocab, *backend, *log, *preset, *comm, *gpu_comm;
+    const char *init_from;  /* --init-from: the checkpoint whose weights a new run starts from */
     int resume, threads, quiet, shuffle, preset_set, reduce_fast, overlap;
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip, progress_every, peak_lr;
@@ -150,7 +153,8 @@ struct ctx {
     struct opts *o;
     struct model_config cfg;
     struct vocab *voc;
-    struct st_file *ck;        /* the checkpoint resumed from, until loaded */
+    struct st_file *ck;        /* the checkpoint resumed or initialised from, until loaded */
+    const char *ck_path;       /* its name: -o on a resume, else --init-from */
     struct backend *be;
     struct model *m;
     struct batch_file tb, vb;
@@ -278,6 +282,7 @@ static const struct option long_options[] = {
 {"input", required_argument, NULL, 'i'},          {"output", required_argument, NULL, 'o'},
 {"valid", required_argument, NULL, OPT_VALID},    {"vocab", required_argument, NULL, 'v'},
 {"resume", no_argument, NULL, OPT_RESUME},        {"backend", required_argument, NULL, OPT_BACKEND},
+{"init-from", required_argument, NULL, OPT_INIT_FROM},
 {"threads", required_argument, NULL, OPT_THREADS}, {"epochs", required_argument, NULL, OPT_EPOCHS},
 {"max-steps", required_argument, NULL, OPT_MAX_STEPS}, {"max-time", required_argument, NULL, OPT_MAX_TIME},
 {"preset", required_argument, NULL, OPT_PRESET},  {"layers", required_argument, NULL, OPT_LAYERS},
@@ -320,6 +325,7 @@ static int parse_option(int ch, struct opts *o)
     case OPT_VALID: o->valid = optarg; break;
     case 'v': o->vocab = optarg; break;
     case OPT_RESUME: o->resume = 1; break;
+    case OPT_INIT_FROM: o->init_from = optarg; break;
     case OPT_FORCE: o->force = 1; break;
     case OPT_VALID_BLEU: o->valid_bleu = 1; break;
     case OPT_DUMP_CONFIG: o->dump_config = 1; break;
@@ -441,8 +447,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
     }
     if (!o->output || !*o->output || !strcmp(o->output, "-"))
         return nmt_usage_error("a checkpoint file is required (-o FILE)");
-    if (!o->resume && !o->vocab)
+    if (!o->resume && !o->vocab && !o->init_from)
         return nmt_usage_error("the vocabulary of the batches is required (--vocab FILE)");
+    if (o->init_from && !*o->init_from)
+        return nmt_usage_error("--init-from needs a checkpoint file");
     struct model_config tmp;
     if (model_preset(&tmp, o->preset) < 0)
         return nmt_usage_error("%s", nmt_errmsg());
@@ -465,14 +473,18 @@ static int parse_args(int argc, char **argv, struct opts *o)
 static void apply_overrides(const struct opts *o, struct model_config *c);
 
 /* Writes to F the effective configuration of O in the form --config reads: every option a line,
- * the model's shape resolved from the preset and the overrides, unset options as comments. */
-static void write_config(FILE *f, const struct opts *o)
+ * the model's shape SHAPE (NULL: resolved from the preset and the overrides), unset options as comments. */
+static void write_config(FILE *f, const struct opts *o, const struct model_config *shape)
 {
     struct model_config m;
     model_preset(&m, o->preset);
     apply_overrides(o, &m);
-    const char *str[][2] = {{"input", o->input},   {"valid", o->valid}, {"output", o->output}, {"vocab", o->vocab},
-                            {"backend", o->backend}, {"comm", o->comm}, {"gpu-comm", o->gpu_comm}, {"log", o->log},       {"preset", o->preset}};
+    if (shape) /* the model's own (from a checkpoint): written out, so that the text reads back as it */
+        m = *shape;
+    const char *str[][2] = {{"input", o->input},         {"valid", o->valid},     {"output", o->output},
+                            {"vocab", o->vocab},         {"init-from", o->init_from}, {"backend", o->backend},
+                            {"comm", o->comm},           {"gpu-comm", o->gpu_comm}, {"log", o->log},
+                            {"preset", o->preset}};
     for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
         fprintf(f, str[i][1] ? "%s: %s\n" : "# %s:\n", str[i][0], str[i][1] ? str[i][1] : "");
     const struct { const char *k; uint64_t v; } num[] = {
@@ -506,14 +518,14 @@ static void write_config(FILE *f, const struct opts *o)
 }
 
 /* The text of write_config (malloc'd), or NULL with the error set. */
-static char *config_text(const struct opts *o)
+static char *config_text(const struct opts *o, const struct model_config *shape)
 {
     char *text = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&text, &n);
     if (!f)
         return nmt_seterr("out of memory"), NULL;
-    write_config(f, o);
+    write_config(f, o, shape);
     if (fclose(f) != 0) {
         free(text);
         return nmt_seterr("out of memory"), NULL;
@@ -524,7 +536,7 @@ static char *config_text(const struct opts *o)
 /* --dump-config: prints the configuration; the exit status. */
 static int dump_config(const struct opts *o)
 {
-    write_config(stdout, o);
+    write_config(stdout, o, NULL);
     return nmt_close_stdout() < 0 ? (nmt_error("%s", nmt_errmsg()), NMT_EXIT_DATA) : 0;
 }
 
@@ -596,27 +608,24 @@ static int same_shape(const struct model_config *a, const struct model_config *b
            a->heads == b->heads && a->ff == b->ff && a->pre_norm == b->pre_norm && a->max_len == b->max_len;
 }
 
-/* Reads the vocabulary and builds the configuration: from the checkpoint at -o with --resume (whose
- * shape explicit options must agree with), else from --vocab and the options. 0, or -1 with the
- * error set. */
-static int setup_model_config(struct ctx *c)
+/* Reads the configuration and the vocabulary of the checkpoint C->ck_path (WHAT: "resume" or
+ * "start") into C, with the options' dropout and label smoothing; explicit shape options must agree
+ * with the checkpoint's. 0, or -1 with the error set. */
+static int config_from_checkpoint(struct ctx *c, const char *what)
 {
     struct opts *o = c->o;
-    if (!o->resume) {
-        if (!(c->voc = vocab_load(o->vocab)))
-            return -1;
-        build_config(o, &c->cfg, (int)c->voc->n);
-        return model_config_check(&c->cfg);
-    }
-    if (!(c->ck = st_read(o->output)))
-        return nmt_seterr("cannot resume: %s", nmt_errmsg());
-    if (checkpoint_check_finite(c->ck, o->output) < 0)
-        return nmt_seterr("cannot resume: %s", nmt_errmsg());
+    const char *path = c->ck_path;
+    /* a new run from the weights needs no optimizer state: not read */
+    c->ck = o->resume ? st_read(path) : st_read_skip(path, "optim.");
+    if (!c->ck)
+        return nmt_seterr("cannot %s: %s", what, nmt_errmsg());
+    if (checkpoint_check_finite(c->ck, path) < 0)
+        return nmt_seterr("cannot %s: %s", what, nmt_errmsg());
     if (model_config_load(&c->cfg, c->ck) < 0)
-        return nmt_seterr("cannot resume from '%s': %s", o->output, nmt_errmsg());
+        return nmt_seterr("cannot %s from '%s': %s", what, path, nmt_errmsg());
     if (!st_find(c->ck, CKPT_VOCAB_FILE))
-        return nmt_seterr("cannot resume from '%s': no vocabulary inside", o->output);
-    if (!(c->voc = checkpoint_vocab(c->ck, o->output)))
+        return nmt_seterr("cannot %s from '%s': no vocabulary inside", what, path);
+    if (!(c->voc = checkpoint_vocab(c->ck, path)))
         return -1;
     /* the checkpoint's configuration wins: options may only repeat it */
     struct model_config want = c->cfg, *cfg = &c->cfg;
@@ -624,15 +633,16 @@ static int setup_model_config(struct ctx *c)
     if (!same_shape(&want, cfg))
         return nmt_seterr("'%s' holds another model shape (d %d, heads %d, ff %d, layers %d+%d, max-len %d%s) than "
                           "the options ask for (d %d, heads %d, ff %d, layers %d+%d, max-len %d%s)",
-                          o->output, cfg->d_model, cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers, cfg->max_len,
+                          path, cfg->d_model, cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers, cfg->max_len,
                           cfg->pre_norm ? ", pre-norm" : "", want.d_model, want.heads, want.ff, want.enc_layers,
                           want.dec_layers, want.max_len, want.pre_norm ? ", pre-norm" : "");
     struct model_config preset;
     build_config(o, &preset, cfg->vocab);
     if (o->preset_set && !same_shape(&preset, cfg))
         return nmt_seterr("'%s' is not a model of --preset %s and the shape options given (d %d, heads %d, ff %d, "
-                          "layers %d+%d); on --resume the checkpoint's configuration is used: drop --preset",
-                          o->output, o->preset, cfg->d_model, cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers);
+                          "layers %d+%d); with --%s the checkpoint's configuration is used: drop --preset",
+                          path, o->preset, cfg->d_model, cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers,
+                          o->resume ? "resume" : "init-from");
     if (o->ls >= 0)
         cfg->label_smoothing = (float)o->ls;
     if (o->dropout >= 0)
@@ -644,11 +654,27 @@ static int setup_model_config(struct ctx *c)
     return 0;
 }
 
+/* Reads the vocabulary and builds the configuration: from the checkpoint at -o with --resume, or
+ * at --init-from (whose shape explicit options must agree with), else from --vocab and the options.
+ * 0, or -1 with the error set. */
+static int setup_model_config(struct ctx *c)
+{
+    struct opts *o = c->o;
+    if (o->resume || o->init_from) { /* a resume continues the run at -o: --init-from served its start */
+        c->ck_path = o->resume ? o->output : o->init_from;
+        return config_from_checkpoint(c, o->resume ? "resume" : "start");
+    }
+    if (!(c->voc = vocab_load(o->vocab)))
+        return -1;
+    build_config(o, &c->cfg, (int)c->voc->n);
+    return model_config_check(&c->cfg);
+}
+
 /* The vocabulary's fingerprint and text, checked against --vocab on a resume. 0, or -1. */
 static int setup_vocab(struct ctx *c)
 {
     vocab_fingerprint_hex(c->voc, c->fp);
-    if (c->o->resume && c->o->vocab) {
+    if (c->ck_path && c->o->vocab) {
         struct vocab *v2 = vocab_load(c->o->vocab);
         if (!v2)
             return -1;
@@ -656,7 +682,7 @@ static int setup_vocab(struct ctx *c)
         vocab_fingerprint_hex(v2, fp2);
         vocab_free(v2);
         if (strcmp(fp2, c->fp))
-            return nmt_seterr("vocabulary '%s' (%s) differs from the one in '%s' (%s)", c->o->vocab, fp2, c->o->output,
+            return nmt_seterr("vocabulary '%s' (%s) differs from the one in '%s' (%s)", c->o->vocab, fp2, c->ck_path,
                               c->fp);
     }
     return vocab_format(c->voc, &c->vocab_text);
@@ -692,11 +718,11 @@ static int setup_training(struct ctx *c)
         return nmt_seterr("with %d ranks the training batches must be a file every rank can read, not %s", comm_size(c->comm),
                           strcmp(o->input, "-") ? o->input : "stdin (it reaches rank 0 only)");
     if (batch_file_open(&c->tb, o->input, streaming, c->fp) < 0)
-        return -1;
+        return c->ck_path ? nmt_seterr("%s (the model's vocabulary is that of '%s')", nmt_errmsg(), c->ck_path) : -1;
     if (!c->tb.has_vocab)
         nmt_warn("%s: stream has no vocab fingerprint; cannot check it against the vocabulary", c->tb.name);
     if (o->valid && batch_file_open(&c->vb, o->valid, 0, c->fp) < 0)
-        return -1;
+        return c->ck_path ? nmt_seterr("%s (the model's vocabulary is that of '%s')", nmt_errmsg(), c->ck_path) : -1;
     if (o->valid && !c->vb.has_vocab)
         nmt_warn("%s: stream has no vocab fingerprint; cannot check it against the vocabulary", c->vb.name);
     /* one GPU a rank: the rank's index on its machine (the cpu backend ignores it) */
@@ -714,9 +740,14 @@ static int setup_training(struct ctx *c)
     if (o->bf16 && model_set_precision(c->m, NMT_DTYPE_BF16) < 0)
         return -1;
     struct train_state s = {.best_valid = INFINITY, .best_bleu = -INFINITY};
-    if (c->ck) {
+    if (c->ck && o->resume) {
         if (model_load(c->m, c->ck, 1) < 0 || checkpoint_train_state(c->ck, &s) < 0)
             return nmt_seterr("cannot resume from '%s': %s", o->output, nmt_errmsg());
+        st_free(c->ck);
+        c->ck = NULL;
+    } else if (c->ck) { /* the weights only: the Adam moments stay as model_init left them, zero */
+        if (model_load(c->m, c->ck, 0) < 0)
+            return nmt_seterr("cannot start from '%s': %s", o->init_from, nmt_errmsg());
         st_free(c->ck);
         c->ck = NULL;
     }
@@ -965,9 +996,8 @@ static int setup(struct ctx *c)
     if (stale)
         nmt_warn("removed %d temporary file%s left beside '%s' by an interrupted save", stale, stale > 1 ? "s" : "",
                  o->output);
-    if (!(c->config = config_text(o)))
-        return -1;
-    if (setup_model_config(c) < 0 || setup_vocab(c) < 0 || setup_training(c) < 0)
+    if (setup_model_config(c) < 0 || !(c->config = config_text(o, &c->cfg)) || setup_vocab(c) < 0 ||
+        setup_training(c) < 0)
         return -1;
     if (o->max_steps && c->t.s.step >= o->max_steps) {
         nmt_error("'%s' is already at step %llu (--max-steps %llu): nothing to do", o->output,

@@ -17,6 +17,7 @@ setup_file() {
     nmt-tokenize --src "$D/tr.en" --tgt "$D/tr.de" --vocab "$D/v.txt" -o "$D/tr.ids"
     nmt-batch -t 600 -i "$D/tr.ids" -o "$D/tr.b" 2>/dev/null
     nmt-tokenize --src "$D/va.en" --tgt "$D/va.de" --vocab "$D/v.txt" | nmt-batch -t 600 -o "$D/va.b" 2>/dev/null
+    nmt-tokenize --src "$D/va.en" --tgt "$D/va.de" --vocab "$D/v.txt" | nmt-batch -t 100000 -o "$D/one.b" 2>/dev/null
 }
 
 setup() {
@@ -37,7 +38,7 @@ losses() { cut -d, -f1,3 "$1"; }
              --clip-norm --update-freq --seed --label-smoothing --dropout --attention-dropout --activation-dropout \
              --no-shuffle --max-bad --valid-every --patience --save-every --keep --log --log-every --quiet --help \
              --version --valid-bleu --valid-beam --config --dump-config --peak-lr --force --comm --reduce \
-             --precision --overlap --gpu-comm; do
+             --precision --overlap --gpu-comm --init-from; do
         [[ "$output" == *"$o"* ]] || { echo "missing $o"; return 1; }
     done
 }
@@ -405,4 +406,78 @@ losses() { cut -d, -f1,3 "$1"; }
     [ "$status" -eq 2 ]
     [[ "$output" == *"invalid --precision 'fp16' (expected float32 or bf16)"* ]]
     [ ! -e m.ckpt ]
+}
+
+# prints the float32 tensors named after checkpoint $1 as Python lists, one a line (python3, standard library)
+tensors() {
+    python3 - "$@" <<'PY'
+import array, json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
+for k in sys.argv[2:]:
+    o = h[k]['data_offsets']; a = array.array('f'); a.frombytes(b[8 + n + o[0]:8 + n + o[1]]); print(a.tolist())
+PY
+}
+
+# the value of metadata key $2 of checkpoint $1
+meta() {
+    local out; out=$(nmt-cat "$1")
+    awk -F'\t' -v k="$2" '$1 == k { print $2 }' <<< "$out"
+}
+
+@test "--init-from keeps the weights: step 1's loss is the source model's loss on the same batch" {
+    run "${T[@]}" -o src.ckpt --max-steps 5 --valid "$D/one.b" --log src.csv
+    [ "$status" -eq 0 ]
+    want=$(tail -1 src.csv | cut -d, -f9)
+    [ -n "$want" ]
+    # the shape and the vocabulary come from the checkpoint; no dropout, so that training sees the validation's model
+    run nmt-train -q --threads 1 --init-from src.ckpt -i "$D/one.b" -o ft.ckpt --max-steps 1 --dropout 0 --log ft.csv
+    [ "$status" -eq 0 ]
+    [ "$(sed -n 2p ft.csv | cut -d, -f1,3)" = "1,$want" ]
+    [ "$(meta ft.ckpt train.step)" = 1 ]
+    [ "$(meta ft.ckpt model.d_model)" = 32 ]
+    [ "$(meta ft.ckpt vocab.fingerprint)" = "$(meta src.ckpt vocab.fingerprint)" ]
+}
+
+@test "--init-from starts a fresh optimizer: after one step the Adam moments are those of one gradient" {
+    run "${T[@]}" -o src.ckpt --max-steps 5
+    [ "$status" -eq 0 ]
+    run nmt-train -q --threads 1 --init-from src.ckpt -i "$D/tr.b" -o ft.ckpt --max-steps 1
+    [ "$status" -eq 0 ]
+    # from zero moments, step 1 leaves m = 0.1 g and v = 0.02 g^2, so v = 2 m^2; carried moments would not
+    check='import sys
+m, v = (eval(l) for l in sys.stdin)
+assert sum(x != 0 for x in m) > len(m) // 2
+bad = [i for i in range(len(m)) if abs(v[i] - 2 * m[i] * m[i]) > 1e-4 * v[i] + 1e-30]
+assert not bad, (len(bad), bad[:5])'
+    t=$(tensors ft.ckpt optim.adam_m optim.adam_v)
+    python3 -c "$check" <<< "$t"
+    t=$(tensors src.ckpt optim.adam_m optim.adam_v)
+    fails python3 -c "$check" <<< "$t" 2>/dev/null
+}
+
+@test "--init-from refuses another vocabulary by name, and needs an existing checkpoint" {
+    run "${T[@]}" -o src.ckpt --max-steps 1
+    [ "$status" -eq 0 ]
+    run nmt-train -q --init-from src.ckpt --vocab "$D/v2.txt" -i "$D/tr.b" -o ft.ckpt --max-steps 1
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"'$D/v2.txt'"*"differs from the one in 'src.ckpt'"* ]]
+    run nmt-train -q --init-from src.ckpt --d-model 64 -i "$D/tr.b" -o ft.ckpt --max-steps 1
+    [ "$status" -eq 1 ]; [[ "$output" == *"'src.ckpt' holds another model shape"* ]]
+    run nmt-train -q --init-from none.ckpt -i "$D/tr.b" -o ft.ckpt --max-steps 1
+    [ "$status" -eq 1 ]; [[ "$output" == *"cannot start"*"none.ckpt"* ]]
+    [ ! -e ft.ckpt ]
+}
+
+@test "a run started --init-from resumes bit for bit: 3 then 6 steps equal 6 steps" {
+    run "${T[@]}" -o src.ckpt --max-steps 4
+    [ "$status" -eq 0 ]
+    F=(nmt-train -q --threads 1 --init-from src.ckpt -i "$D/tr.b" --warmup 3 --lr 1 --max-steps 6)
+    run "${F[@]}" -o a.ckpt --log a.csv
+    [ "$status" -eq 0 ]
+    run "${F[@]}" -o b.ckpt --log b.csv --max-steps 3
+    [ "$status" -eq 0 ]
+    run "${F[@]}" -o b.ckpt --log b.csv --resume
+    [ "$status" -eq 0 ]
+    diff <(losses a.csv) <(losses b.csv)
+    same_model a.ckpt b.ckpt
 }
