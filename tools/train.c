@@ -63,6 +63,8 @@ static void usage(void)
            "      --lr SCALE          learning rate scale of the schedule (default 1; the paper's 1 to 2)\n"
            "      --peak-lr RATE      instead of --lr: the rate the schedule peaks at (end of warm-up)\n"
            "      --warmup N          warm-up steps (default 4000); lr = SCALE d^-0.5 min(t^-0.5, t N^-1.5)\n"
+           "      --schedule S        after the warm-up: inverse-sqrt (default: as above), constant (the\n"
+           "                          peak), or linear (down to 0 at --max-steps, which it needs)\n"
            "      --clip-norm X       clip the gradient norm to X (default 0: off)\n"
            "      --update-freq K     accumulate K batches per step (default 1)\n"
            "      --seed N            seed of initialisation, dropout and batch order (default 1)\n"
@@ -114,7 +116,7 @@ enum {
     OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
     OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
     OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR, OPT_FORCE, OPT_VALID_BLEU, OPT_VALID_BEAM, OPT_CONFIG,
-    OPT_DUMP_CONFIG, OPT_PRECISION, OPT_OVERLAP, OPT_GPU_COMM, OPT_INIT_FROM
+    OPT_DUMP_CONFIG, OPT_PRECISION, OPT_OVERLAP, OPT_GPU_COMM, OPT_INIT_FROM, OPT_SCHEDULE
 };
 
 struct opts {
@@ -125,6 +127,7 @@ struct opts {
     double max_time, lr, clip, progress_every, peak_lr;
     int lr_set, force, valid_bleu, valid_beam, dump_config;
     int bf16;               /* --precision bf16 */
+    enum model_schedule schedule;
     uint64_t warmup;
     /* model overrides; -1 = from the preset */
     int64_t layers, enc_layers, dec_layers, d_model, heads, ff, max_len;
@@ -282,7 +285,7 @@ static const struct option long_options[] = {
 {"input", required_argument, NULL, 'i'},          {"output", required_argument, NULL, 'o'},
 {"valid", required_argument, NULL, OPT_VALID},    {"vocab", required_argument, NULL, 'v'},
 {"resume", no_argument, NULL, OPT_RESUME},        {"backend", required_argument, NULL, OPT_BACKEND},
-{"init-from", required_argument, NULL, OPT_INIT_FROM},
+{"init-from", required_argument, NULL, OPT_INIT_FROM}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
 {"threads", required_argument, NULL, OPT_THREADS}, {"epochs", required_argument, NULL, OPT_EPOCHS},
 {"max-steps", required_argument, NULL, OPT_MAX_STEPS}, {"max-time", required_argument, NULL, OPT_MAX_TIME},
 {"preset", required_argument, NULL, OPT_PRESET},  {"layers", required_argument, NULL, OPT_LAYERS},
@@ -361,6 +364,10 @@ static int parse_option(int ch, struct opts *o)
     case OPT_PEAK_LR:
         if (nmt_parse_double(optarg, &o->peak_lr) < 0 || !(o->peak_lr > 0 && o->peak_lr < 1))
             return nmt_usage_error("invalid --peak-lr '%s' (expected a rate between 0 and 1, e.g. 7e-4)", optarg), -1;
+        break;
+    case OPT_SCHEDULE:
+        if (model_schedule_parse(optarg, &o->schedule) < 0)
+            return nmt_usage_error("invalid --schedule '%s' (expected inverse-sqrt, constant or linear)", optarg), -1;
         break;
     case OPT_WARMUP: if (opt_u64("--warmup", optarg, 0, BIG, &o->warmup) < 0) return -1; break;
     case OPT_CLIP:
@@ -464,6 +471,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
         return nmt_usage_error("--valid-bleu needs --valid");
     if (o->resume && o->force)
         return nmt_usage_error("--resume continues the checkpoint and --force replaces it: give one");
+    if (o->schedule == MODEL_SCHEDULE_LINEAR && o->max_steps <= (o->warmup > 1 ? o->warmup : 1))
+        return nmt_usage_error("--schedule linear decays to 0 at --max-steps: it needs --max-steps above --warmup");
     if (o->lr_set && o->peak_lr > 0)
         return nmt_usage_error("--lr (a scale of the schedule) and --peak-lr (its peak rate) exclude each other");
     return GO_ON;
@@ -484,7 +493,7 @@ static void write_config(FILE *f, const struct opts *o, const struct model_confi
     const char *str[][2] = {{"input", o->input},         {"valid", o->valid},     {"output", o->output},
                             {"vocab", o->vocab},         {"init-from", o->init_from}, {"backend", o->backend},
                             {"comm", o->comm},           {"gpu-comm", o->gpu_comm}, {"log", o->log},
-                            {"preset", o->preset}};
+                            {"preset", o->preset},       {"schedule", model_schedule_name(o->schedule)}};
     for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
         fprintf(f, str[i][1] ? "%s: %s\n" : "# %s:\n", str[i][0], str[i][1] ? str[i][1] : "");
     const struct { const char *k; uint64_t v; } num[] = {
@@ -755,13 +764,15 @@ static int setup_training(struct ctx *c)
     if (c->tb.streaming)
         c->epochs = 1;
     settle_lr(c);
-    struct trainer_opts to = {c->epochs,   o->update_freq, o->seed, o->warmup,        o->lr, o->clip, o->shuffle,
-                              c->vb.n && !o->valid_every, c->comm, o->reduce_fast, o->overlap, c->gpu};
+    struct trainer_opts to = {c->epochs, o->update_freq, o->seed, o->warmup, o->lr, o->clip, o->schedule,
+                              o->max_steps, o->shuffle, c->vb.n && !o->valid_every, c->comm, o->reduce_fast,
+                              o->overlap, c->gpu};
     if (trainer_init(&c->t, c->m, &c->cfg, &c->tb, &to, &s) < 0)
         return -1;
     uint64_t update_freq = o->update_freq * (uint64_t)comm_size(c->comm);
-    c->rec = (struct train_record){o->seed, o->warmup, update_freq, o->lr, c->fp, &c->vocab_text,
-                                   "nmt-train " NMT_VERSION, c->config};
+    c->rec = (struct train_record){o->seed, o->warmup,        update_freq,
+                                   o->lr,   model_schedule_name(o->schedule), c->fp,
+                                   &c->vocab_text, "nmt-train " NMT_VERSION,  c->config};
     if (trainer_skip_consumed(&c->t) < 0)
         return -1;
     if (batch_file_each(&c->tb, &c->t.br, reserve_batch, c->m) < 0 ||

@@ -27,6 +27,8 @@ static int put_train_meta(struct st_writer *w, const struct train_state *s, cons
     snprintf(v, sizeof v, "%.17g", s->best_bleu);
     if (st_writer_meta(w, "train.best_bleu", v) < 0)
         return -1;
+    if (st_writer_meta(w, "train.schedule", r->schedule) < 0)
+        return -1;
     snprintf(v, sizeof v, "%.17g", r->lr);
     return st_writer_meta(w, "train.lr", v);
 }

@@ -38,6 +38,7 @@ struct train_state {
 struct train_record {
     uint64_t seed, warmup, update_freq;
     double lr;
+    const char *schedule;       /* its name (nn/model.h) */
     const char *fingerprint;    /* the vocabulary's, 16 hex digits */
     const struct nmt_buf *vocab_text; /* the vocabulary file */
     const char *producer;       /* "nmt-train 0.1.0" */

@@ -160,6 +160,38 @@ double model_lr(double scale, int d_model, int64_t step, int64_t warmup)
     return scale / sqrt((double)d_model) * a;
 }
 
+static const char *const schedule_names[] = {"inverse-sqrt", "constant", "linear"};
+
+int model_schedule_parse(const char *name, enum model_schedule *out)
+{
+    for (int i = 0; i < (int)(sizeof schedule_names / sizeof schedule_names[0]); i++)
+        if (!strcmp(name, schedule_names[i])) {
+            *out = (enum model_schedule)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *model_schedule_name(enum model_schedule s)
+{
+    return schedule_names[s];
+}
+
+double model_lr_schedule(enum model_schedule s, double scale, int d_model, int64_t step, int64_t warmup,
+                         int64_t last)
+{
+    if (s == MODEL_SCHEDULE_INVERSE_SQRT)
+        return model_lr(scale, d_model, step, warmup);
+    double t = step < 1 ? 1 : (double)step, w = warmup > 1 ? (double)warmup : 1;
+    double f = t < w ? t / w : 1;
+    if (s == MODEL_SCHEDULE_LINEAR) {
+        double g = last > w ? ((double)last - t) / ((double)last - w) : 0;
+        f = g < f ? g : f;
+        f = f > 0 ? f : 0;
+    }
+    return scale / sqrt((double)d_model) / sqrt(w) * f;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * activations */
 

@@ -261,7 +261,8 @@ int trainer_step(struct trainer *t, struct trainer_step *out)
         return 0;
     if (finish_reduction(t, out) < 0)
         return -1;
-    out->lr = model_lr(t->o.lr, t->cfg->d_model, (int64_t)t->s.step + 1, (int64_t)t->o.warmup);
+    out->lr = model_lr_schedule(t->o.schedule, t->o.lr, t->cfg->d_model, (int64_t)t->s.step + 1,
+                                (int64_t)t->o.warmup, (int64_t)t->o.last_step);
     int rc = model_update(t->m, (float)out->lr, (int64_t)t->s.step + 1, (int64_t)out->tokens, t->o.clip,
                           &out->grad_norm);
     if (rc < 0)

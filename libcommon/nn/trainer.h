@@ -35,6 +35,8 @@ struct trainer_opts {
     uint64_t update_freq;      /* micro-batches per optimizer step and rank */
     uint64_t seed, warmup;
     double lr, clip;           /* learning-rate scale; gradient-norm clip (0: off) */
+    enum model_schedule schedule; /* of the learning rate (nn/model.h) */
+    uint64_t last_step;        /* where the linear schedule reaches 0 */
     int shuffle;               /* a seeded batch order each epoch */
     int valid_at_epoch_end;    /* end a step early at an epoch's end, so that validation can run */
     struct comm *comm;         /* the ranks (NULL: one process) */

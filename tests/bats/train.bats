@@ -38,7 +38,7 @@ losses() { cut -d, -f1,3 "$1"; }
              --clip-norm --update-freq --seed --label-smoothing --dropout --attention-dropout --activation-dropout \
              --no-shuffle --max-bad --valid-every --patience --save-every --keep --log --log-every --quiet --help \
              --version --valid-bleu --valid-beam --config --dump-config --peak-lr --force --comm --reduce \
-             --precision --overlap --gpu-comm --init-from; do
+             --precision --overlap --gpu-comm --init-from --schedule; do
         [[ "$output" == *"$o"* ]] || { echo "missing $o"; return 1; }
     done
 }
@@ -480,4 +480,28 @@ assert not bad, (len(bad), bad[:5])'
     [ "$status" -eq 0 ]
     diff <(losses a.csv) <(losses b.csv)
     same_model a.ckpt b.ckpt
+}
+
+# the lr column of CSV log $1 against the rates awk program $2 computes from t (the step): equal to 8 digits
+lr_check() {
+    awk -F, -v d=32 "NR > 1 && \$4 != \"\" { t = \$1; want = $2; if (want == 0 ? \$4 != 0 : (\$4 - want) / want > 1e-8 || (want - \$4) / want > 1e-8) { print \"step \" t \": lr \" \$4 \", expected \" want; bad = 1 } } END { exit bad }" "$1"
+}
+
+@test "--schedule constant warms up to the peak and stays; linear falls to 0 at --max-steps; inverse-sqrt as before" {
+    run "${T[@]}" -o c.ckpt --max-steps 8 --warmup 4 --schedule constant --log c.csv
+    [ "$status" -eq 0 ]
+    [ "$(grep -c . c.csv)" -eq 9 ]
+    lr_check c.csv '2 / sqrt(d) / 2 * (t < 4 ? t / 4 : 1)'
+    run "${T[@]}" -o l.ckpt --max-steps 6 --warmup 2 --schedule linear --log l.csv
+    [ "$status" -eq 0 ]
+    lr_check l.csv '2 / sqrt(d) / sqrt(2) * (t < 2 ? t / 2 : (6 - t) / 4)'
+    [ "$(tail -1 l.csv | cut -d, -f1,4)" = "6,0" ]
+    [ "$(meta l.ckpt train.schedule)" = linear ]
+    run "${T[@]}" -o i.ckpt --max-steps 6 --warmup 2 --schedule inverse-sqrt --log i.csv
+    [ "$status" -eq 0 ]
+    lr_check i.csv '2 / sqrt(d) * (t < 2 ? t * 2 ^ -1.5 : t ^ -0.5)'
+    run "${T[@]}" -o l.ckpt --schedule linear --warmup 4 --max-steps 4
+    [ "$status" -eq 2 ]; [[ "$output" == *"--schedule linear"*"--max-steps"* ]]
+    run "${T[@]}" -o x.ckpt --schedule cosine
+    [ "$status" -eq 2 ]; [[ "$output" == *"invalid --schedule 'cosine'"* ]]
 }
