@@ -66,6 +66,8 @@ static void usage(void)
            "      --schedule S        after the warm-up: inverse-sqrt (default: as above), constant (the\n"
            "                          peak), or linear (down to 0 at --max-steps, which it needs)\n"
            "      --clip-norm X       clip the gradient norm to X (default 0: off)\n"
+           "      --ema DECAY         also keep a moving average of the weights (e.g. 0.9999): validated,\n"
+           "                          and written beside each checkpoint FILE as FILE.ema, a model to decode\n"
            "      --update-freq K     accumulate K batches per step (default 1)\n"
            "      --seed N            seed of initialisation, dropout and batch order (default 1)\n"
            "      --label-smoothing E (default 0.1)\n"
@@ -116,7 +118,7 @@ enum {
     OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
     OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
     OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR, OPT_FORCE, OPT_VALID_BLEU, OPT_VALID_BEAM, OPT_CONFIG,
-    OPT_DUMP_CONFIG, OPT_PRECISION, OPT_OVERLAP, OPT_GPU_COMM, OPT_INIT_FROM, OPT_SCHEDULE
+    OPT_DUMP_CONFIG, OPT_PRECISION, OPT_OVERLAP, OPT_GPU_COMM, OPT_INIT_FROM, OPT_SCHEDULE, OPT_EMA
 };
 
 struct opts {
@@ -125,6 +127,7 @@ struct opts {
     int resume, threads, quiet, shuffle, preset_set, reduce_fast, overlap;
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip, progress_every, peak_lr;
+    double ema;             /* --ema: decay of the moving average of the weights (0: none) */
     int lr_set, force, valid_bleu, valid_beam, dump_config;
     int bf16;               /* --precision bf16 */
     enum model_schedule schedule;
@@ -286,6 +289,7 @@ static const struct option long_options[] = {
 {"valid", required_argument, NULL, OPT_VALID},    {"vocab", required_argument, NULL, 'v'},
 {"resume", no_argument, NULL, OPT_RESUME},        {"backend", required_argument, NULL, OPT_BACKEND},
 {"init-from", required_argument, NULL, OPT_INIT_FROM}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
+{"ema", required_argument, NULL, OPT_EMA},
 {"threads", required_argument, NULL, OPT_THREADS}, {"epochs", required_argument, NULL, OPT_EPOCHS},
 {"max-steps", required_argument, NULL, OPT_MAX_STEPS}, {"max-time", required_argument, NULL, OPT_MAX_TIME},
 {"preset", required_argument, NULL, OPT_PRESET},  {"layers", required_argument, NULL, OPT_LAYERS},
@@ -368,6 +372,10 @@ static int parse_option(int ch, struct opts *o)
     case OPT_SCHEDULE:
         if (model_schedule_parse(optarg, &o->schedule) < 0)
             return nmt_usage_error("invalid --schedule '%s' (expected inverse-sqrt, constant or linear)", optarg), -1;
+        break;
+    case OPT_EMA:
+        if (nmt_parse_double(optarg, &o->ema) < 0 || !(o->ema > 0 && o->ema < 1))
+            return nmt_usage_error("invalid --ema '%s' (expected a decay between 0 and 1, e.g. 0.9999)", optarg), -1;
         break;
     case OPT_WARMUP: if (opt_u64("--warmup", optarg, 0, BIG, &o->warmup) < 0) return -1; break;
     case OPT_CLIP:
@@ -509,12 +517,12 @@ static void write_config(FILE *f, const struct opts *o, const struct model_confi
                 num[i].k, (unsigned long long)num[i].v);
     const struct { const char *k; double v; } real[] = {
         {o->peak_lr > 0 ? "peak-lr" : "lr", o->peak_lr > 0 ? o->peak_lr : o->lr},      {"max-time", o->max_time},
-        {"clip-norm", o->clip},  {"label-smoothing", m.label_smoothing}, {"dropout", m.dropout},
+        {"clip-norm", o->clip},  {"ema", o->ema},  {"label-smoothing", m.label_smoothing}, {"dropout", m.dropout},
         {"attention-dropout", m.attn_dropout}, {"activation-dropout", m.act_dropout},
         {"progress-every", o->progress_every}};
     for (size_t i = 0; i < sizeof real / sizeof real[0]; i++)
         fprintf(f, !strcmp(real[i].k, "lr") && !o->lr_set ? "# %s: %.7g (the default scale)\n"
-                   : real[i].v > 0 || strcmp(real[i].k, "max-time") ? "%s: %.7g\n"
+                   : real[i].v > 0 || (strcmp(real[i].k, "max-time") && strcmp(real[i].k, "ema")) ? "%s: %.7g\n"
                                                                     : "# %s:\n",
                 real[i].k, real[i].v);
     const struct { const char *k; int v; } flag[] = {
@@ -716,6 +724,21 @@ static void settle_lr(struct ctx *c)
                  o->lr, peak, w, o->lr, o->lr);
 }
 
+/* On a resume with --ema, reads the moving average of the weights from the checkpoint (one without
+ * it starts the average from the weights it holds); frees the checkpoint. 0, or -1 with the error set. */
+static int resume_ema(struct ctx *c)
+{
+    int rc = c->ck && c->o->resume && c->t.ema ? checkpoint_get_ema(c->ck, c->t.ema, model_num_params(c->m)) : 1;
+    if (rc < 0)
+        return nmt_seterr("cannot resume from '%s': %s", c->o->output, nmt_errmsg());
+    if (rc == 0 && c->root)
+        nmt_warn("'%s' holds no moving average of the weights: --ema starts it from the weights of step %llu",
+                 c->o->output, (unsigned long long)c->t.s.step);
+    st_free(c->ck);
+    c->ck = NULL;
+    return 0;
+}
+
 /* Opens the batches, the backend and the model (initialised, or loaded with its training state on a
  * resume), and sizes the model's memory for the largest batch. 0, or -1 with the error set. */
 static int setup_training(struct ctx *c)
@@ -752,8 +775,6 @@ static int setup_training(struct ctx *c)
     if (c->ck && o->resume) {
         if (model_load(c->m, c->ck, 1) < 0 || checkpoint_train_state(c->ck, &s) < 0)
             return nmt_seterr("cannot resume from '%s': %s", o->output, nmt_errmsg());
-        st_free(c->ck);
-        c->ck = NULL;
     } else if (c->ck) { /* the weights only: the Adam moments stay as model_init left them, zero */
         if (model_load(c->m, c->ck, 0) < 0)
             return nmt_seterr("cannot start from '%s': %s", o->init_from, nmt_errmsg());
@@ -765,13 +786,13 @@ static int setup_training(struct ctx *c)
         c->epochs = 1;
     settle_lr(c);
     struct trainer_opts to = {c->epochs, o->update_freq, o->seed, o->warmup, o->lr, o->clip, o->schedule,
-                              o->max_steps, o->shuffle, c->vb.n && !o->valid_every, c->comm, o->reduce_fast,
-                              o->overlap, c->gpu};
-    if (trainer_init(&c->t, c->m, &c->cfg, &c->tb, &to, &s) < 0)
+                              o->max_steps, o->ema, o->shuffle, c->vb.n && !o->valid_every, c->comm,
+                              o->reduce_fast, o->overlap, c->gpu};
+    if (trainer_init(&c->t, c->m, &c->cfg, &c->tb, &to, &s) < 0 || resume_ema(c) < 0)
         return -1;
     uint64_t update_freq = o->update_freq * (uint64_t)comm_size(c->comm);
     c->rec = (struct train_record){o->seed, o->warmup,        update_freq,
-                                   o->lr,   model_schedule_name(o->schedule), c->fp,
+                                   o->lr,   model_schedule_name(o->schedule), o->ema, c->fp,
                                    &c->vocab_text, "nmt-train " NMT_VERSION,  c->config};
     if (trainer_skip_consumed(&c->t) < 0)
         return -1;
@@ -867,7 +888,13 @@ static int validate(struct ctx *c, const char **stop)
 {
     struct train_state *s = &c->t.s;
     double vl = NAN, vn = NAN, vb = NAN;
-    if (trainer_validate(&c->t, &c->vb, &vl, &vn) < 0 || (c->o->valid_bleu && validation_bleu(c, &vb) < 0))
+    /* with --ema, the moving average is validated: swapped in, then back */
+    if (trainer_ema_swap(&c->t) < 0)
+        return -1;
+    int rc = trainer_validate(&c->t, &c->vb, &vl, &vn);
+    if (rc == 0 && c->o->valid_bleu)
+        rc = validation_bleu(c, &vb);
+    if (trainer_ema_swap(&c->t) < 0 || rc < 0)
         return -1;
     int best = c->o->valid_bleu ? vb > s->best_bleu : vn < s->best_valid;
     char bleu[32] = "";

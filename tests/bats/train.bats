@@ -38,7 +38,7 @@ losses() { cut -d, -f1,3 "$1"; }
              --clip-norm --update-freq --seed --label-smoothing --dropout --attention-dropout --activation-dropout \
              --no-shuffle --max-bad --valid-every --patience --save-every --keep --log --log-every --quiet --help \
              --version --valid-bleu --valid-beam --config --dump-config --peak-lr --force --comm --reduce \
-             --precision --overlap --gpu-comm --init-from --schedule; do
+             --precision --overlap --gpu-comm --init-from --schedule --ema; do
         [[ "$output" == *"$o"* ]] || { echo "missing $o"; return 1; }
     done
 }
@@ -504,4 +504,60 @@ lr_check() {
     [ "$status" -eq 2 ]; [[ "$output" == *"--schedule linear"*"--max-steps"* ]]
     run "${T[@]}" -o x.ckpt --schedule cosine
     [ "$status" -eq 2 ]; [[ "$output" == *"invalid --schedule 'cosine'"* ]]
+}
+
+@test "--ema: FILE.ema holds the average of the weights of every step, computed in float32" {
+    run "${T[@]}" -o src.ckpt --max-steps 2
+    [ "$status" -eq 0 ]
+    run nmt-train -q --threads 1 --init-from src.ckpt -i "$D/tr.b" -o e.ckpt --max-steps 4 --ema 0.9 \
+        --save-every 1 --keep 4
+    [ "$status" -eq 0 ]
+    [ "$(meta e.ckpt.ema weights)" = ema ]
+    [ "$(meta e.ckpt train.ema)" = 0.90000000000000002 ]
+    for k in 1 2 3 4; do [ -e e.ckpt.step-$k.ema ]; done
+    # the average starts as the weights of --init-from, then takes in those of steps 1 to 4
+    python3 - src.ckpt e.ckpt.step-1 e.ckpt.step-2 e.ckpt.step-3 e.ckpt.step-4 e.ckpt.ema <<'PY'
+import array, json, struct, sys
+def load(path):
+    b = open(path, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); out = {}
+    for k, v in h.items():
+        if k != '__metadata__' and v['dtype'] == 'F32' and not k.startswith('optim.'):
+            a = array.array('f'); a.frombytes(b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]]); out[k] = a
+    return out
+f32 = lambda x: struct.unpack('<f', struct.pack('<f', x))[0]
+d = f32(0.9); c = f32(1 - d)
+ema = {k: list(v) for k, v in load(sys.argv[1]).items()}
+for path in sys.argv[2:6]:
+    w = load(path)
+    for k in ema:
+        ema[k] = [f32(f32(d * e) + f32(c * x)) for e, x in zip(ema[k], w[k])]
+got = load(sys.argv[6])
+assert sorted(got) == sorted(ema), sorted(set(got) ^ set(ema))
+for k in ema:
+    bad = [i for i, (a, b) in enumerate(zip(got[k], ema[k])) if a != b]
+    assert not bad, (k, len(bad), bad[:3], got[k][bad[0]], ema[k][bad[0]])
+    assert got[k] != load(sys.argv[5])[k] or all(x == 0 for x in got[k]) or 'ln' in k, k
+PY
+}
+
+@test "--ema: validation sees the average; FILE.ema decodes; resume is bit for bit" {
+    run "${T[@]}" -o a.ckpt --max-steps 6 --ema 0.8 --valid "$D/one.b" --log a.csv
+    [ "$status" -eq 0 ]
+    want=$(tail -1 a.csv | cut -d, -f9)
+    # the validated model is the average: a run from a.ckpt.ema has its loss at step 1 on that batch
+    run nmt-train -q --threads 1 --init-from a.ckpt.ema -i "$D/one.b" -o f.ckpt --max-steps 1 --dropout 0 --log f.csv
+    [ "$status" -eq 0 ]
+    [ "$(sed -n 2p f.csv | cut -d, -f1,3)" = "1,$want" ]
+    run nmt-decode -m a.ckpt.ema --threads 1 <<< "a man is walking ."
+    [ "$status" -eq 0 ]; [ -n "$output" ]
+    run "${T[@]}" -o b.ckpt --max-steps 3 --ema 0.8 --valid "$D/one.b" --log b.csv
+    [ "$status" -eq 0 ]
+    run "${T[@]}" -o b.ckpt --max-steps 6 --ema 0.8 --valid "$D/one.b" --log b.csv --resume
+    [ "$status" -eq 0 ]
+    # the training rows (b validated at step 3 too: swapping the average in and out changes nothing)
+    diff <(awk -F, '$3 != "" { print $1 "," $3 }' a.csv) <(awk -F, '$3 != "" { print $1 "," $3 }' b.csv)
+    same_model a.ckpt b.ckpt
+    same_model a.ckpt.ema b.ckpt.ema
+    run "${T[@]}" -o x.ckpt --ema 1
+    [ "$status" -eq 2 ]; [[ "$output" == *"invalid --ema '1'"* ]]
 }
