@@ -66,6 +66,8 @@ static void usage(void)
            "      --schedule S        after the warm-up: inverse-sqrt (default: as above), constant (the\n"
            "                          peak), or linear (down to 0 at --max-steps, which it needs)\n"
            "      --clip-norm X       clip the gradient norm to X (default 0: off)\n"
+           "      --freeze PARTS      keep the weights of PARTS as they are: embeddings (shared with the\n"
+           "                          output projection), encoder, or both: embeddings,encoder\n"
            "      --ema DECAY         also keep a moving average of the weights (e.g. 0.9999): validated,\n"
            "                          and written beside each checkpoint FILE as FILE.ema, a model to decode\n"
            "      --update-freq K     accumulate K batches per step (default 1)\n"
@@ -118,12 +120,14 @@ enum {
     OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
     OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
     OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR, OPT_FORCE, OPT_VALID_BLEU, OPT_VALID_BEAM, OPT_CONFIG,
-    OPT_DUMP_CONFIG, OPT_PRECISION, OPT_OVERLAP, OPT_GPU_COMM, OPT_INIT_FROM, OPT_SCHEDULE, OPT_EMA
+    OPT_DUMP_CONFIG, OPT_PRECISION, OPT_OVERLAP, OPT_GPU_COMM, OPT_INIT_FROM, OPT_SCHEDULE, OPT_EMA, OPT_FREEZE
 };
 
 struct opts {
     const char *input, *valid, *output, *vocab, *backend, *log, *preset, *comm, *gpu_comm;
     const char *init_from;  /* --init-from: the checkpoint whose weights a new run starts from */
+    const char *freeze;     /* --freeze: the parts whose weights stay as they are (as given) */
+    int freeze_emb, freeze_enc;
     int resume, threads, quiet, shuffle, preset_set, reduce_fast, overlap;
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip, progress_every, peak_lr;
@@ -289,7 +293,7 @@ static const struct option long_options[] = {
 {"valid", required_argument, NULL, OPT_VALID},    {"vocab", required_argument, NULL, 'v'},
 {"resume", no_argument, NULL, OPT_RESUME},        {"backend", required_argument, NULL, OPT_BACKEND},
 {"init-from", required_argument, NULL, OPT_INIT_FROM}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
-{"ema", required_argument, NULL, OPT_EMA},
+{"ema", required_argument, NULL, OPT_EMA},        {"freeze", required_argument, NULL, OPT_FREEZE},
 {"threads", required_argument, NULL, OPT_THREADS}, {"epochs", required_argument, NULL, OPT_EPOCHS},
 {"max-steps", required_argument, NULL, OPT_MAX_STEPS}, {"max-time", required_argument, NULL, OPT_MAX_TIME},
 {"preset", required_argument, NULL, OPT_PRESET},  {"layers", required_argument, NULL, OPT_LAYERS},
@@ -319,6 +323,25 @@ static const struct option long_options[] = {
 {NULL, 0, NULL, 0}};
 static const char *const CONFIG_EXCLUDED[] = {"config", "dump-config", "help", "version", NULL};
 
+
+/* Parses --freeze's comma-separated list of parts into O; 0, or -1 for another word or none. */
+static int parse_freeze(const char *arg, struct opts *o)
+{
+    o->freeze = arg;
+    o->freeze_emb = o->freeze_enc = 0;
+    for (const char *p = arg;; p++) {
+        size_t n = strcspn(p, ",");
+        if (n == 10 && !strncmp(p, "embeddings", n))
+            o->freeze_emb = 1;
+        else if (n == 7 && !strncmp(p, "encoder", n))
+            o->freeze_enc = 1;
+        else
+            return -1;
+        p += n;
+        if (!*p)
+            return 0;
+    }
+}
 
 /* Stores option CH with argument OPTARG into O; 0, or -1 after a usage error. */
 static int parse_option(int ch, struct opts *o)
@@ -372,6 +395,11 @@ static int parse_option(int ch, struct opts *o)
     case OPT_SCHEDULE:
         if (model_schedule_parse(optarg, &o->schedule) < 0)
             return nmt_usage_error("invalid --schedule '%s' (expected inverse-sqrt, constant or linear)", optarg), -1;
+        break;
+    case OPT_FREEZE:
+        if (parse_freeze(optarg, o) < 0)
+            return nmt_usage_error("invalid --freeze '%s' (expected embeddings, encoder or embeddings,encoder)",
+                                   optarg), -1;
         break;
     case OPT_EMA:
         if (nmt_parse_double(optarg, &o->ema) < 0 || !(o->ema > 0 && o->ema < 1))
@@ -501,7 +529,8 @@ static void write_config(FILE *f, const struct opts *o, const struct model_confi
     const char *str[][2] = {{"input", o->input},         {"valid", o->valid},     {"output", o->output},
                             {"vocab", o->vocab},         {"init-from", o->init_from}, {"backend", o->backend},
                             {"comm", o->comm},           {"gpu-comm", o->gpu_comm}, {"log", o->log},
-                            {"preset", o->preset},       {"schedule", model_schedule_name(o->schedule)}};
+                            {"preset", o->preset},       {"schedule", model_schedule_name(o->schedule)},
+                            {"freeze", o->freeze}};
     for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
         fprintf(f, str[i][1] ? "%s: %s\n" : "# %s:\n", str[i][0], str[i][1] ? str[i][1] : "");
     const struct { const char *k; uint64_t v; } num[] = {
@@ -724,6 +753,20 @@ static void settle_lr(struct ctx *c)
                  o->lr, peak, w, o->lr, o->lr);
 }
 
+/* Freezes the parts --freeze names (the embedding; the encoder's layers and final layer norm). 0 or -1. */
+static int freeze(struct ctx *c)
+{
+    const char *parts[3];
+    int n = 0;
+    if (c->o->freeze_emb)
+        parts[n++] = "emb.";
+    if (c->o->freeze_enc)
+        parts[n++] = "enc.", parts[n++] = "enc_ln.";
+    if (n && model_freeze(c->m, parts, n) < 0)
+        return -1;
+    return 0;
+}
+
 /* On a resume with --ema, reads the moving average of the weights from the checkpoint (one without
  * it starts the average from the weights it holds); frees the checkpoint. 0, or -1 with the error set. */
 static int resume_ema(struct ctx *c)
@@ -781,6 +824,8 @@ static int setup_training(struct ctx *c)
         st_free(c->ck);
         c->ck = NULL;
     }
+    if (freeze(c) < 0)
+        return -1;
     c->epochs = o->epochs ? o->epochs : (o->max_steps || o->max_time > 0) ? UINT64_MAX : 1;
     if (c->tb.streaming)
         c->epochs = 1;

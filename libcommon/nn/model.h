@@ -171,6 +171,12 @@ int model_grad_sumsq(struct model *m, double *out);
  * gradients times GRAD_SCALE. 0 or -1. */
 int model_adam(struct model *m, float lr, int64_t t, float grad_scale, float beta1, float beta2, float eps);
 
+/* Freezes the parameter tensors whose names start with one of the N prefixes PREFIXES (e.g. "emb."):
+ * their Adam moments are zeroed now and model_update zeroes their gradients before the norm and the
+ * Adam step, so that they keep their bits. Returns the number of tensors frozen (0: no name matched),
+ * or -1 with the error set. */
+int model_freeze(struct model *m, const char *const *prefixes, int n);
+
 /* One optimizer update from the accumulated gradients of TOKENS target tokens: gradients are
  * divided by TOKENS, clipped to global norm CLIP (<= 0: no clipping; PyTorch's clip_grad_norm_
  * formula), then Adam step T with rate LR (beta 0.9/0.98, eps 1e-9). *GNORM receives the gradient
