@@ -324,7 +324,7 @@ static const struct option long_options[] = {
 static const char *const CONFIG_EXCLUDED[] = {"config", "dump-config", "help", "version", NULL};
 
 
-/* Parses --freeze's comma-separated list of parts into O; 0, or -1 for another word or none. */
+/* Parses --freeze's comma-separated list of parts into O; 0, or -1 after a usage error. */
 static int parse_freeze(const char *arg, struct opts *o)
 {
     o->freeze = arg;
@@ -336,7 +336,8 @@ static int parse_freeze(const char *arg, struct opts *o)
         else if (n == 7 && !strncmp(p, "encoder", n))
             o->freeze_enc = 1;
         else
-            return -1;
+            return nmt_usage_error("invalid --freeze '%s' (expected embeddings, encoder or embeddings,encoder)",
+                                   arg), -1;
         p += n;
         if (!*p)
             return 0;
@@ -396,15 +397,8 @@ static int parse_option(int ch, struct opts *o)
         if (model_schedule_parse(optarg, &o->schedule) < 0)
             return nmt_usage_error("invalid --schedule '%s' (expected inverse-sqrt, constant or linear)", optarg), -1;
         break;
-    case OPT_FREEZE:
-        if (parse_freeze(optarg, o) < 0)
-            return nmt_usage_error("invalid --freeze '%s' (expected embeddings, encoder or embeddings,encoder)",
-                                   optarg), -1;
-        break;
-    case OPT_EMA:
-        if (nmt_parse_double(optarg, &o->ema) < 0 || !(o->ema > 0 && o->ema < 1))
-            return nmt_usage_error("invalid --ema '%s' (expected a decay between 0 and 1, e.g. 0.9999)", optarg), -1;
-        break;
+    case OPT_FREEZE: if (parse_freeze(optarg, o) < 0) return -1; break;
+    case OPT_EMA: if (opt_prob("--ema", optarg, &o->ema) < 0) return -1; break;
     case OPT_WARMUP: if (opt_u64("--warmup", optarg, 0, BIG, &o->warmup) < 0) return -1; break;
     case OPT_CLIP:
         if (nmt_parse_double(optarg, &o->clip) < 0 || !(o->clip >= 0))

@@ -1,7 +1,6 @@
 /* trainer.c: optimizer steps, validation and checkpoints of training (see trainer.h). */
 #include "nn/trainer.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -378,8 +377,9 @@ int trainer_save(struct trainer *t, const struct train_record *r, const char *pa
     return rc;
 }
 
-/* Makes OUTPUT+SUFFIX the hard link (or copy) OUTPUT.step-N+SUFFIX of step STEP and removes that of
- * step OLD (0: none); PATH has room for the names. 0, or -1 with the error set. */
+/* Makes OUTPUT+SUFFIX the hard link OUTPUT.step-N+SUFFIX of step STEP and removes that of step OLD
+ * (0: none); PATH has room for the names. Where no link can be made, the checkpoint (no SUFFIX) is
+ * written again there (trainer_save: with OUTPUT.step-N.ema too). 0, or -1 with the error set. */
 static int keep_step(struct trainer *t, const struct train_record *r, const char *output, const char *suffix,
                      uint64_t step, uint64_t old, char *path, size_t n)
 {
@@ -387,8 +387,8 @@ static int keep_step(struct trainer *t, const struct train_record *r, const char
     snprintf(src, n / 2, "%s%s", output, suffix);
     snprintf(path, n / 2, "%s.step-%llu%s", output, (unsigned long long)step, suffix);
     unlink(path);
-    if (link(src, path) < 0 && (*suffix || trainer_save(t, r, path) < 0))
-        return *suffix ? nmt_seterr("cannot link '%s' to '%s': %s", path, src, strerror(errno)) : -1;
+    if (link(src, path) < 0 && !*suffix && trainer_save(t, r, path) < 0)
+        return -1;
     if (old) {
         snprintf(path, n / 2, "%s.step-%llu%s", output, (unsigned long long)old, suffix);
         unlink(path);
@@ -408,9 +408,10 @@ int trainer_save_periodic(struct trainer *t, const struct train_record *r, const
     if (!path)
         return -1;
     uint64_t old = t->s.step > keep * save_every ? t->s.step - keep * save_every : 0;
-    int rc = keep_step(t, r, output, "", t->s.step, old, path, n);
-    if (rc == 0 && t->ema)
-        rc = keep_step(t, r, output, ".ema", t->s.step, old, path, n);
+    /* FILE.ema first: where links fail, that of the checkpoint writes both */
+    int rc = t->ema ? keep_step(t, r, output, ".ema", t->s.step, old, path, n) : 0;
+    if (rc == 0)
+        rc = keep_step(t, r, output, "", t->s.step, old, path, n);
     free(path);
     return rc;
 }

@@ -339,7 +339,8 @@ static void check_misc(void)
     test_ok(fabs(model_lr_schedule(MODEL_SCHEDULE_LINEAR, 1, 512, 4000, 4000, 6000) - peak) < 1e-15 &&
             fabs(model_lr_schedule(MODEL_SCHEDULE_LINEAR, 1, 512, 5000, 4000, 6000) - peak / 2) < 1e-15 &&
             model_lr_schedule(MODEL_SCHEDULE_LINEAR, 1, 512, 6000, 4000, 6000) == 0 &&
-            model_lr_schedule(MODEL_SCHEDULE_LINEAR, 1, 512, 7000, 4000, 6000) == 0, "linear: down to 0 at the last step");
+            model_lr_schedule(MODEL_SCHEDULE_LINEAR, 1, 512, 7000, 4000, 6000) == 0,
+            "linear: down to 0 at the last step");
     /* bad batches */
     tiny_config(&c, 0);
     struct model *m = model_new(be, &c, 1);
