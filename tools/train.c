@@ -36,8 +36,10 @@ static void usage(void)
            "  -i, --input FILE        training batch stream ('-' for stdin: one pass, in stream order)\n"
            "      --valid FILE        validation batch stream\n"
            "  -o, --output FILE       checkpoint to write (required); also FILE.best, FILE.step-N\n"
-           "  -v, --vocab FILE        vocabulary of the batches (required unless --resume)\n"
+           "  -v, --vocab FILE        vocabulary of the batches (required unless --resume or --init-from)\n"
            "      --resume            continue from the checkpoint at -o, exactly where it stopped\n"
+           "      --init-from CKPT    start from the weights of checkpoint CKPT (fine-tuning): its shape\n"
+           "                          and vocabulary, a fresh optimizer, schedule and step count\n"
            "      --force             start afresh even if the checkpoint at -o exists (it is replaced)\n"
            "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
            "      --threads N         worker threads of the backend (default: all cores)\n"
@@ -61,7 +63,13 @@ static void usage(void)
            "      --lr SCALE          learning rate scale of the schedule (default 1; the paper's 1 to 2)\n"
            "      --peak-lr RATE      instead of --lr: the rate the schedule peaks at (end of warm-up)\n"
            "      --warmup N          warm-up steps (default 4000); lr = SCALE d^-0.5 min(t^-0.5, t N^-1.5)\n"
+           "      --schedule S        after the warm-up: inverse-sqrt (default: as above), constant (the\n"
+           "                          peak), or linear (down to 0 at --max-steps, which it needs)\n"
            "      --clip-norm X       clip the gradient norm to X (default 0: off)\n"
+           "      --freeze PARTS      keep the weights of PARTS as they are: embeddings (shared with the\n"
+           "                          output projection), encoder, or both: embeddings,encoder\n"
+           "      --ema DECAY         also keep a moving average of the weights (e.g. 0.9999): validated,\n"
+           "                          and written beside each checkpoint FILE as FILE.ema, a model to decode\n"
            "      --update-freq K     accumulate K batches per step (default 1)\n"
            "      --seed N            seed of initialisation, dropout and batch order (default 1)\n"
            "      --label-smoothing E (default 0.1)\n"
@@ -112,16 +120,21 @@ enum {
     OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
     OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
     OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR, OPT_FORCE, OPT_VALID_BLEU, OPT_VALID_BEAM, OPT_CONFIG,
-    OPT_DUMP_CONFIG, OPT_PRECISION, OPT_OVERLAP, OPT_GPU_COMM
+    OPT_DUMP_CONFIG, OPT_PRECISION, OPT_OVERLAP, OPT_GPU_COMM, OPT_INIT_FROM, OPT_SCHEDULE, OPT_EMA, OPT_FREEZE
 };
 
 struct opts {
     const char *input, *valid, *output, *vocab, *backend, *log, *preset, *comm, *gpu_comm;
+    const char *init_from;  /* --init-from: the checkpoint whose weights a new run starts from */
+    const char *freeze;     /* --freeze: the parts whose weights stay as they are (as given) */
+    int freeze_emb, freeze_enc;
     int resume, threads, quiet, shuffle, preset_set, reduce_fast, overlap;
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip, progress_every, peak_lr;
+    double ema;             /* --ema: decay of the moving average of the weights (0: none) */
     int lr_set, force, valid_bleu, valid_beam, dump_config;
     int bf16;               /* --precision bf16 */
+    enum model_schedule schedule;
     uint64_t warmup;
     /* model overrides; -1 = from the preset */
     int64_t layers, enc_layers, dec_layers, d_model, heads, ff, max_len;
@@ -150,7 +163,8 @@ struct ctx {
     struct opts *o;
     struct model_config cfg;
     struct vocab *voc;
-    struct st_file *ck;        /* the checkpoint resumed from, until loaded */
+    struct st_file *ck;        /* the checkpoint resumed or initialised from, until loaded */
+    const char *ck_path;       /* its name: -o on a resume, else --init-from */
     struct backend *be;
     struct model *m;
     struct batch_file tb, vb;
@@ -278,6 +292,8 @@ static const struct option long_options[] = {
 {"input", required_argument, NULL, 'i'},          {"output", required_argument, NULL, 'o'},
 {"valid", required_argument, NULL, OPT_VALID},    {"vocab", required_argument, NULL, 'v'},
 {"resume", no_argument, NULL, OPT_RESUME},        {"backend", required_argument, NULL, OPT_BACKEND},
+{"init-from", required_argument, NULL, OPT_INIT_FROM}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
+{"ema", required_argument, NULL, OPT_EMA},        {"freeze", required_argument, NULL, OPT_FREEZE},
 {"threads", required_argument, NULL, OPT_THREADS}, {"epochs", required_argument, NULL, OPT_EPOCHS},
 {"max-steps", required_argument, NULL, OPT_MAX_STEPS}, {"max-time", required_argument, NULL, OPT_MAX_TIME},
 {"preset", required_argument, NULL, OPT_PRESET},  {"layers", required_argument, NULL, OPT_LAYERS},
@@ -308,6 +324,26 @@ static const struct option long_options[] = {
 static const char *const CONFIG_EXCLUDED[] = {"config", "dump-config", "help", "version", NULL};
 
 
+/* Parses --freeze's comma-separated list of parts into O; 0, or -1 after a usage error. */
+static int parse_freeze(const char *arg, struct opts *o)
+{
+    o->freeze = arg;
+    o->freeze_emb = o->freeze_enc = 0;
+    for (const char *p = arg;; p++) {
+        size_t n = strcspn(p, ",");
+        if (n == 10 && !strncmp(p, "embeddings", n))
+            o->freeze_emb = 1;
+        else if (n == 7 && !strncmp(p, "encoder", n))
+            o->freeze_enc = 1;
+        else
+            return nmt_usage_error("invalid --freeze '%s' (expected embeddings, encoder or embeddings,encoder)",
+                                   arg), -1;
+        p += n;
+        if (!*p)
+            return 0;
+    }
+}
+
 /* Stores option CH with argument OPTARG into O; 0, or -1 after a usage error. */
 static int parse_option(int ch, struct opts *o)
 {
@@ -320,6 +356,7 @@ static int parse_option(int ch, struct opts *o)
     case OPT_VALID: o->valid = optarg; break;
     case 'v': o->vocab = optarg; break;
     case OPT_RESUME: o->resume = 1; break;
+    case OPT_INIT_FROM: o->init_from = optarg; break;
     case OPT_FORCE: o->force = 1; break;
     case OPT_VALID_BLEU: o->valid_bleu = 1; break;
     case OPT_DUMP_CONFIG: o->dump_config = 1; break;
@@ -356,6 +393,12 @@ static int parse_option(int ch, struct opts *o)
         if (nmt_parse_double(optarg, &o->peak_lr) < 0 || !(o->peak_lr > 0 && o->peak_lr < 1))
             return nmt_usage_error("invalid --peak-lr '%s' (expected a rate between 0 and 1, e.g. 7e-4)", optarg), -1;
         break;
+    case OPT_SCHEDULE:
+        if (model_schedule_parse(optarg, &o->schedule) < 0)
+            return nmt_usage_error("invalid --schedule '%s' (expected inverse-sqrt, constant or linear)", optarg), -1;
+        break;
+    case OPT_FREEZE: if (parse_freeze(optarg, o) < 0) return -1; break;
+    case OPT_EMA: if (opt_prob("--ema", optarg, &o->ema) < 0) return -1; break;
     case OPT_WARMUP: if (opt_u64("--warmup", optarg, 0, BIG, &o->warmup) < 0) return -1; break;
     case OPT_CLIP:
         if (nmt_parse_double(optarg, &o->clip) < 0 || !(o->clip >= 0))
@@ -441,8 +484,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
     }
     if (!o->output || !*o->output || !strcmp(o->output, "-"))
         return nmt_usage_error("a checkpoint file is required (-o FILE)");
-    if (!o->resume && !o->vocab)
+    if (!o->resume && !o->vocab && !o->init_from)
         return nmt_usage_error("the vocabulary of the batches is required (--vocab FILE)");
+    if (o->init_from && !*o->init_from)
+        return nmt_usage_error("--init-from needs a checkpoint file");
     struct model_config tmp;
     if (model_preset(&tmp, o->preset) < 0)
         return nmt_usage_error("%s", nmt_errmsg());
@@ -456,6 +501,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
         return nmt_usage_error("--valid-bleu needs --valid");
     if (o->resume && o->force)
         return nmt_usage_error("--resume continues the checkpoint and --force replaces it: give one");
+    if (o->schedule == MODEL_SCHEDULE_LINEAR && o->max_steps <= (o->warmup > 1 ? o->warmup : 1))
+        return nmt_usage_error("--schedule linear decays to 0 at --max-steps: it needs --max-steps above --warmup");
     if (o->lr_set && o->peak_lr > 0)
         return nmt_usage_error("--lr (a scale of the schedule) and --peak-lr (its peak rate) exclude each other");
     return GO_ON;
@@ -465,14 +512,19 @@ static int parse_args(int argc, char **argv, struct opts *o)
 static void apply_overrides(const struct opts *o, struct model_config *c);
 
 /* Writes to F the effective configuration of O in the form --config reads: every option a line,
- * the model's shape resolved from the preset and the overrides, unset options as comments. */
-static void write_config(FILE *f, const struct opts *o)
+ * the model's shape SHAPE (NULL: resolved from the preset and the overrides), unset options as comments. */
+static void write_config(FILE *f, const struct opts *o, const struct model_config *shape)
 {
     struct model_config m;
     model_preset(&m, o->preset);
     apply_overrides(o, &m);
-    const char *str[][2] = {{"input", o->input},   {"valid", o->valid}, {"output", o->output}, {"vocab", o->vocab},
-                            {"backend", o->backend}, {"comm", o->comm}, {"gpu-comm", o->gpu_comm}, {"log", o->log},       {"preset", o->preset}};
+    if (shape) /* the model's own (from a checkpoint): written out, so that the text reads back as it */
+        m = *shape;
+    const char *str[][2] = {{"input", o->input},         {"valid", o->valid},     {"output", o->output},
+                            {"vocab", o->vocab},         {"init-from", o->init_from}, {"backend", o->backend},
+                            {"comm", o->comm},           {"gpu-comm", o->gpu_comm}, {"log", o->log},
+                            {"preset", o->preset},       {"schedule", model_schedule_name(o->schedule)},
+                            {"freeze", o->freeze}};
     for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
         fprintf(f, str[i][1] ? "%s: %s\n" : "# %s:\n", str[i][0], str[i][1] ? str[i][1] : "");
     const struct { const char *k; uint64_t v; } num[] = {
@@ -488,12 +540,12 @@ static void write_config(FILE *f, const struct opts *o)
                 num[i].k, (unsigned long long)num[i].v);
     const struct { const char *k; double v; } real[] = {
         {o->peak_lr > 0 ? "peak-lr" : "lr", o->peak_lr > 0 ? o->peak_lr : o->lr},      {"max-time", o->max_time},
-        {"clip-norm", o->clip},  {"label-smoothing", m.label_smoothing}, {"dropout", m.dropout},
+        {"clip-norm", o->clip},  {"ema", o->ema},  {"label-smoothing", m.label_smoothing}, {"dropout", m.dropout},
         {"attention-dropout", m.attn_dropout}, {"activation-dropout", m.act_dropout},
         {"progress-every", o->progress_every}};
     for (size_t i = 0; i < sizeof real / sizeof real[0]; i++)
         fprintf(f, !strcmp(real[i].k, "lr") && !o->lr_set ? "# %s: %.7g (the default scale)\n"
-                   : real[i].v > 0 || strcmp(real[i].k, "max-time") ? "%s: %.7g\n"
+                   : real[i].v > 0 || (strcmp(real[i].k, "max-time") && strcmp(real[i].k, "ema")) ? "%s: %.7g\n"
                                                                     : "# %s:\n",
                 real[i].k, real[i].v);
     const struct { const char *k; int v; } flag[] = {
@@ -506,14 +558,14 @@ static void write_config(FILE *f, const struct opts *o)
 }
 
 /* The text of write_config (malloc'd), or NULL with the error set. */
-static char *config_text(const struct opts *o)
+static char *config_text(const struct opts *o, const struct model_config *shape)
 {
     char *text = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&text, &n);
     if (!f)
         return nmt_seterr("out of memory"), NULL;
-    write_config(f, o);
+    write_config(f, o, shape);
     if (fclose(f) != 0) {
         free(text);
         return nmt_seterr("out of memory"), NULL;
@@ -524,7 +576,7 @@ static char *config_text(const struct opts *o)
 /* --dump-config: prints the configuration; the exit status. */
 static int dump_config(const struct opts *o)
 {
-    write_config(stdout, o);
+    write_config(stdout, o, NULL);
     return nmt_close_stdout() < 0 ? (nmt_error("%s", nmt_errmsg()), NMT_EXIT_DATA) : 0;
 }
 
@@ -596,27 +648,24 @@ static int same_shape(const struct model_config *a, const struct model_config *b
            a->heads == b->heads && a->ff == b->ff && a->pre_norm == b->pre_norm && a->max_len == b->max_len;
 }
 
-/* Reads the vocabulary and builds the configuration: from the checkpoint at -o with --resume (whose
- * shape explicit options must agree with), else from --vocab and the options. 0, or -1 with the
- * error set. */
-static int setup_model_config(struct ctx *c)
+/* Reads the configuration and the vocabulary of the checkpoint C->ck_path (WHAT: "resume" or
+ * "start") into C, with the options' dropout and label smoothing; explicit shape options must agree
+ * with the checkpoint's. 0, or -1 with the error set. */
+static int config_from_checkpoint(struct ctx *c, const char *what)
 {
     struct opts *o = c->o;
-    if (!o->resume) {
-        if (!(c->voc = vocab_load(o->vocab)))
-            return -1;
-        build_config(o, &c->cfg, (int)c->voc->n);
-        return model_config_check(&c->cfg);
-    }
-    if (!(c->ck = st_read(o->output)))
-        return nmt_seterr("cannot resume: %s", nmt_errmsg());
-    if (checkpoint_check_finite(c->ck, o->output) < 0)
-        return nmt_seterr("cannot resume: %s", nmt_errmsg());
+    const char *path = c->ck_path;
+    /* a new run from the weights needs no optimizer state: not read */
+    c->ck = o->resume ? st_read(path) : st_read_skip(path, "optim.");
+    if (!c->ck)
+        return nmt_seterr("cannot %s: %s", what, nmt_errmsg());
+    if (checkpoint_check_finite(c->ck, path) < 0)
+        return nmt_seterr("cannot %s: %s", what, nmt_errmsg());
     if (model_config_load(&c->cfg, c->ck) < 0)
-        return nmt_seterr("cannot resume from '%s': %s", o->output, nmt_errmsg());
+        return nmt_seterr("cannot %s from '%s': %s", what, path, nmt_errmsg());
     if (!st_find(c->ck, CKPT_VOCAB_FILE))
-        return nmt_seterr("cannot resume from '%s': no vocabulary inside", o->output);
-    if (!(c->voc = checkpoint_vocab(c->ck, o->output)))
+        return nmt_seterr("cannot %s from '%s': no vocabulary inside", what, path);
+    if (!(c->voc = checkpoint_vocab(c->ck, path)))
         return -1;
     /* the checkpoint's configuration wins: options may only repeat it */
     struct model_config want = c->cfg, *cfg = &c->cfg;
@@ -624,15 +673,16 @@ static int setup_model_config(struct ctx *c)
     if (!same_shape(&want, cfg))
         return nmt_seterr("'%s' holds another model shape (d %d, heads %d, ff %d, layers %d+%d, max-len %d%s) than "
                           "the options ask for (d %d, heads %d, ff %d, layers %d+%d, max-len %d%s)",
-                          o->output, cfg->d_model, cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers, cfg->max_len,
+                          path, cfg->d_model, cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers, cfg->max_len,
                           cfg->pre_norm ? ", pre-norm" : "", want.d_model, want.heads, want.ff, want.enc_layers,
                           want.dec_layers, want.max_len, want.pre_norm ? ", pre-norm" : "");
     struct model_config preset;
     build_config(o, &preset, cfg->vocab);
     if (o->preset_set && !same_shape(&preset, cfg))
         return nmt_seterr("'%s' is not a model of --preset %s and the shape options given (d %d, heads %d, ff %d, "
-                          "layers %d+%d); on --resume the checkpoint's configuration is used: drop --preset",
-                          o->output, o->preset, cfg->d_model, cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers);
+                          "layers %d+%d); with --%s the checkpoint's configuration is used: drop --preset",
+                          path, o->preset, cfg->d_model, cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers,
+                          o->resume ? "resume" : "init-from");
     if (o->ls >= 0)
         cfg->label_smoothing = (float)o->ls;
     if (o->dropout >= 0)
@@ -644,11 +694,27 @@ static int setup_model_config(struct ctx *c)
     return 0;
 }
 
+/* Reads the vocabulary and builds the configuration: from the checkpoint at -o with --resume, or
+ * at --init-from (whose shape explicit options must agree with), else from --vocab and the options.
+ * 0, or -1 with the error set. */
+static int setup_model_config(struct ctx *c)
+{
+    struct opts *o = c->o;
+    if (o->resume || o->init_from) { /* a resume continues the run at -o: --init-from served its start */
+        c->ck_path = o->resume ? o->output : o->init_from;
+        return config_from_checkpoint(c, o->resume ? "resume" : "start");
+    }
+    if (!(c->voc = vocab_load(o->vocab)))
+        return -1;
+    build_config(o, &c->cfg, (int)c->voc->n);
+    return model_config_check(&c->cfg);
+}
+
 /* The vocabulary's fingerprint and text, checked against --vocab on a resume. 0, or -1. */
 static int setup_vocab(struct ctx *c)
 {
     vocab_fingerprint_hex(c->voc, c->fp);
-    if (c->o->resume && c->o->vocab) {
+    if (c->ck_path && c->o->vocab) {
         struct vocab *v2 = vocab_load(c->o->vocab);
         if (!v2)
             return -1;
@@ -656,7 +722,7 @@ static int setup_vocab(struct ctx *c)
         vocab_fingerprint_hex(v2, fp2);
         vocab_free(v2);
         if (strcmp(fp2, c->fp))
-            return nmt_seterr("vocabulary '%s' (%s) differs from the one in '%s' (%s)", c->o->vocab, fp2, c->o->output,
+            return nmt_seterr("vocabulary '%s' (%s) differs from the one in '%s' (%s)", c->o->vocab, fp2, c->ck_path,
                               c->fp);
     }
     return vocab_format(c->voc, &c->vocab_text);
@@ -681,6 +747,35 @@ static void settle_lr(struct ctx *c)
                  o->lr, peak, w, o->lr, o->lr);
 }
 
+/* Freezes the parts --freeze names (the embedding; the encoder's layers and final layer norm). 0 or -1. */
+static int freeze(struct ctx *c)
+{
+    const char *parts[3];
+    int n = 0;
+    if (c->o->freeze_emb)
+        parts[n++] = "emb.";
+    if (c->o->freeze_enc)
+        parts[n++] = "enc.", parts[n++] = "enc_ln.";
+    if (n && model_freeze(c->m, parts, n) < 0)
+        return -1;
+    return 0;
+}
+
+/* On a resume with --ema, reads the moving average of the weights from the checkpoint (one without
+ * it starts the average from the weights it holds); frees the checkpoint. 0, or -1 with the error set. */
+static int resume_ema(struct ctx *c)
+{
+    int rc = c->ck && c->o->resume && c->t.ema ? checkpoint_get_ema(c->ck, c->t.ema, model_num_params(c->m)) : 1;
+    if (rc < 0)
+        return nmt_seterr("cannot resume from '%s': %s", c->o->output, nmt_errmsg());
+    if (rc == 0 && c->root)
+        nmt_warn("'%s' holds no moving average of the weights: --ema starts it from the weights of step %llu",
+                 c->o->output, (unsigned long long)c->t.s.step);
+    st_free(c->ck);
+    c->ck = NULL;
+    return 0;
+}
+
 /* Opens the batches, the backend and the model (initialised, or loaded with its training state on a
  * resume), and sizes the model's memory for the largest batch. 0, or -1 with the error set. */
 static int setup_training(struct ctx *c)
@@ -692,11 +787,11 @@ static int setup_training(struct ctx *c)
         return nmt_seterr("with %d ranks the training batches must be a file every rank can read, not %s", comm_size(c->comm),
                           strcmp(o->input, "-") ? o->input : "stdin (it reaches rank 0 only)");
     if (batch_file_open(&c->tb, o->input, streaming, c->fp) < 0)
-        return -1;
+        return c->ck_path ? nmt_seterr("%s (the model's vocabulary is that of '%s')", nmt_errmsg(), c->ck_path) : -1;
     if (!c->tb.has_vocab)
         nmt_warn("%s: stream has no vocab fingerprint; cannot check it against the vocabulary", c->tb.name);
     if (o->valid && batch_file_open(&c->vb, o->valid, 0, c->fp) < 0)
-        return -1;
+        return c->ck_path ? nmt_seterr("%s (the model's vocabulary is that of '%s')", nmt_errmsg(), c->ck_path) : -1;
     if (o->valid && !c->vb.has_vocab)
         nmt_warn("%s: stream has no vocab fingerprint; cannot check it against the vocabulary", c->vb.name);
     /* one GPU a rank: the rank's index on its machine (the cpu backend ignores it) */
@@ -714,23 +809,30 @@ static int setup_training(struct ctx *c)
     if (o->bf16 && model_set_precision(c->m, NMT_DTYPE_BF16) < 0)
         return -1;
     struct train_state s = {.best_valid = INFINITY, .best_bleu = -INFINITY};
-    if (c->ck) {
+    if (c->ck && o->resume) {
         if (model_load(c->m, c->ck, 1) < 0 || checkpoint_train_state(c->ck, &s) < 0)
             return nmt_seterr("cannot resume from '%s': %s", o->output, nmt_errmsg());
+    } else if (c->ck) { /* the weights only: the Adam moments stay as model_init left them, zero */
+        if (model_load(c->m, c->ck, 0) < 0)
+            return nmt_seterr("cannot start from '%s': %s", o->init_from, nmt_errmsg());
         st_free(c->ck);
         c->ck = NULL;
     }
+    if (freeze(c) < 0)
+        return -1;
     c->epochs = o->epochs ? o->epochs : (o->max_steps || o->max_time > 0) ? UINT64_MAX : 1;
     if (c->tb.streaming)
         c->epochs = 1;
     settle_lr(c);
-    struct trainer_opts to = {c->epochs,   o->update_freq, o->seed, o->warmup,        o->lr, o->clip, o->shuffle,
-                              c->vb.n && !o->valid_every, c->comm, o->reduce_fast, o->overlap, c->gpu};
-    if (trainer_init(&c->t, c->m, &c->cfg, &c->tb, &to, &s) < 0)
+    struct trainer_opts to = {c->epochs, o->update_freq, o->seed, o->warmup, o->lr, o->clip, o->schedule,
+                              o->max_steps, o->ema, o->shuffle, c->vb.n && !o->valid_every, c->comm,
+                              o->reduce_fast, o->overlap, c->gpu};
+    if (trainer_init(&c->t, c->m, &c->cfg, &c->tb, &to, &s) < 0 || resume_ema(c) < 0)
         return -1;
     uint64_t update_freq = o->update_freq * (uint64_t)comm_size(c->comm);
-    c->rec = (struct train_record){o->seed, o->warmup, update_freq, o->lr, c->fp, &c->vocab_text,
-                                   "nmt-train " NMT_VERSION, c->config};
+    c->rec = (struct train_record){o->seed, o->warmup,        update_freq,
+                                   o->lr,   model_schedule_name(o->schedule), o->ema, c->fp,
+                                   &c->vocab_text, "nmt-train " NMT_VERSION,  c->config};
     if (trainer_skip_consumed(&c->t) < 0)
         return -1;
     if (batch_file_each(&c->tb, &c->t.br, reserve_batch, c->m) < 0 ||
@@ -825,7 +927,13 @@ static int validate(struct ctx *c, const char **stop)
 {
     struct train_state *s = &c->t.s;
     double vl = NAN, vn = NAN, vb = NAN;
-    if (trainer_validate(&c->t, &c->vb, &vl, &vn) < 0 || (c->o->valid_bleu && validation_bleu(c, &vb) < 0))
+    /* with --ema, the moving average is validated: swapped in, then back */
+    if (trainer_ema_swap(&c->t) < 0)
+        return -1;
+    int rc = trainer_validate(&c->t, &c->vb, &vl, &vn);
+    if (rc == 0 && c->o->valid_bleu)
+        rc = validation_bleu(c, &vb);
+    if (trainer_ema_swap(&c->t) < 0 || rc < 0)
         return -1;
     int best = c->o->valid_bleu ? vb > s->best_bleu : vn < s->best_valid;
     char bleu[32] = "";
@@ -965,9 +1073,8 @@ static int setup(struct ctx *c)
     if (stale)
         nmt_warn("removed %d temporary file%s left beside '%s' by an interrupted save", stale, stale > 1 ? "s" : "",
                  o->output);
-    if (!(c->config = config_text(o)))
-        return -1;
-    if (setup_model_config(c) < 0 || setup_vocab(c) < 0 || setup_training(c) < 0)
+    if (setup_model_config(c) < 0 || !(c->config = config_text(o, &c->cfg)) || setup_vocab(c) < 0 ||
+        setup_training(c) < 0)
         return -1;
     if (o->max_steps && c->t.s.step >= o->max_steps) {
         nmt_error("'%s' is already at step %llu (--max-steps %llu): nothing to do", o->output,

@@ -27,11 +27,19 @@ static int put_train_meta(struct st_writer *w, const struct train_state *s, cons
     snprintf(v, sizeof v, "%.17g", s->best_bleu);
     if (st_writer_meta(w, "train.best_bleu", v) < 0)
         return -1;
+    if (st_writer_meta(w, "train.schedule", r->schedule) < 0)
+        return -1;
+    snprintf(v, sizeof v, "%.17g", r->ema);
+    if (st_writer_meta(w, "train.ema", v) < 0)
+        return -1;
     snprintf(v, sizeof v, "%.17g", r->lr);
     return st_writer_meta(w, "train.lr", v);
 }
 
-int checkpoint_save(struct model *m, const struct train_state *s, const struct train_record *r, const char *path)
+/* checkpoint_save and checkpoint_save_weights: OPT, the optimizer's state (and EMA when not NULL);
+ * EMA_WEIGHTS, the weights are a moving average. */
+static int save_impl(struct model *m, const struct train_state *s, const struct train_record *r, int opt,
+                     const float *ema, int ema_weights, const char *path)
 {
     int fin = model_params_finite(m);
     if (fin < 0)
@@ -42,9 +50,14 @@ int checkpoint_save(struct model *m, const struct train_state *s, const struct t
     struct st_writer *w = st_writer_new();
     if (!w)
         return -1;
-    int rc = model_save(m, w, 1);
+    int rc = model_save(m, w, opt);
     if (rc == 0)
         rc = put_train_meta(w, s, r);
+    uint64_t np[1] = {model_num_params(m)};
+    if (rc == 0 && opt && ema)
+        rc = st_writer_add(w, CKPT_EMA, ST_F32, 1, np, ema);
+    if (rc == 0 && ema_weights)
+        rc = st_writer_meta(w, CKPT_WEIGHTS, "ema");
     if (rc == 0)
         rc = st_writer_meta(w, CKPT_VOCAB_FINGERPRINT, r->fingerprint);
     if (rc == 0)
@@ -58,6 +71,25 @@ int checkpoint_save(struct model *m, const struct train_state *s, const struct t
         rc = st_writer_write(w, path);
     st_writer_free(w);
     return rc;
+}
+
+int checkpoint_save(struct model *m, const struct train_state *s, const struct train_record *r, const float *ema,
+                    const char *path)
+{
+    return save_impl(m, s, r, 1, ema, 0, path);
+}
+
+int checkpoint_save_weights(struct model *m, const struct train_state *s, const struct train_record *r,
+                            int ema_weights, const char *path)
+{
+    return save_impl(m, s, r, 0, NULL, ema_weights, path);
+}
+
+int checkpoint_get_ema(const struct st_file *f, float *ema, size_t n)
+{
+    if (!st_find(f, CKPT_EMA))
+        return 0;
+    return st_get(f, CKPT_EMA, ST_F32, ema, n) < 0 ? -1 : 1;
 }
 
 static uint64_t meta_u64(const struct st_file *f, const char *k, int *bad)

@@ -17,6 +17,8 @@
 #define CKPT_MODEL_PREFIX "model."                 /* metadata keys of the model configuration */
 #define CKPT_TRAIN_PREFIX "train."                 /* metadata keys of the training state */
 #define CKPT_TRAIN_CONFIG "train.config"           /* metadata: nmt-train's configuration (--dump-config) */
+#define CKPT_EMA "optim.ema"                       /* tensor (P): the moving average of the weights (--ema) */
+#define CKPT_WEIGHTS "weights"                     /* metadata: "ema" when the weights are that average */
 #define CKPT_AVG_COUNT "avg.checkpoints"           /* metadata: how many checkpoints were averaged */
 #define CKPT_QUANTIZED "quantized"                 /* metadata: "int8" when linear weights are stored so */
 #define CKPT_QUANT_ROUNDING "quantized.rounding"   /* metadata: "nearest", or "gptq" (nmt-avg --calibrate) */
@@ -38,15 +40,27 @@ struct train_state {
 struct train_record {
     uint64_t seed, warmup, update_freq;
     double lr;
+    const char *schedule;       /* its name (nn/model.h) */
+    double ema;                 /* decay of the moving average of the weights (0: none) */
     const char *fingerprint;    /* the vocabulary's, 16 hex digits */
     const struct nmt_buf *vocab_text; /* the vocabulary file */
     const char *producer;       /* "nmt-train 0.1.0" */
     const char *config;         /* the configuration as nmt-train --dump-config prints it, or NULL */
 };
 
-/* Writes M (parameters and optimizer moments), the state S and the record R to PATH, atomically.
- * A model whose parameters are not finite is never written. 0, or -1 with the error set. */
-int checkpoint_save(struct model *m, const struct train_state *s, const struct train_record *r, const char *path);
+/* Writes M (parameters and optimizer moments), the state S, the record R and, when EMA (host, P
+ * floats laid out as the parameters) is not NULL, the moving average of the weights to PATH,
+ * atomically. A model whose parameters are not finite is never written. 0, or -1 with the error set. */
+int checkpoint_save(struct model *m, const struct train_state *s, const struct train_record *r, const float *ema,
+                    const char *path);
+/* Writes M's parameters without the optimizer's state, with S and R as metadata, to PATH, atomically:
+ * a checkpoint to decode or to start a run from, not to resume. With EMA_WEIGHTS non-zero it says
+ * that they are a moving average (CKPT_WEIGHTS). 0, or -1 with the error set. */
+int checkpoint_save_weights(struct model *m, const struct train_state *s, const struct train_record *r,
+                            int ema_weights, const char *path);
+/* Reads the moving average of the weights (CKPT_EMA) of F into EMA (host, N floats): 1 when read,
+ * 0 when F has none, -1 with the error set (another type or size). */
+int checkpoint_get_ema(const struct st_file *f, float *ema, size_t n);
 /* Reads the training state of F into S; 0, or -1 with the error set (missing or malformed keys). */
 int checkpoint_train_state(const struct st_file *f, struct train_state *s);
 /* Parses the vocabulary inside F (NAME for messages); returns it, or NULL with the error set. */

@@ -160,6 +160,38 @@ double model_lr(double scale, int d_model, int64_t step, int64_t warmup)
     return scale / sqrt((double)d_model) * a;
 }
 
+static const char *const schedule_names[] = {"inverse-sqrt", "constant", "linear"};
+
+int model_schedule_parse(const char *name, enum model_schedule *out)
+{
+    for (int i = 0; i < (int)(sizeof schedule_names / sizeof schedule_names[0]); i++)
+        if (!strcmp(name, schedule_names[i])) {
+            *out = (enum model_schedule)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *model_schedule_name(enum model_schedule s)
+{
+    return schedule_names[s];
+}
+
+double model_lr_schedule(enum model_schedule s, double scale, int d_model, int64_t step, int64_t warmup,
+                         int64_t last)
+{
+    if (s == MODEL_SCHEDULE_INVERSE_SQRT)
+        return model_lr(scale, d_model, step, warmup);
+    double t = step < 1 ? 1 : (double)step, w = warmup > 1 ? (double)warmup : 1;
+    double f = t < w ? t / w : 1;
+    if (s == MODEL_SCHEDULE_LINEAR) {
+        double g = last > w ? ((double)last - t) / ((double)last - w) : 0;
+        f = g < f ? g : f;
+        f = f > 0 ? f : 0;
+    }
+    return scale / sqrt((double)d_model) / sqrt(w) * f;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * activations */
 
@@ -218,6 +250,8 @@ struct model {
     model_grad_ready_fn grad_ready;  // told as each bucket of the backward pass is final
     void *grad_ready_arg;
     int next_bucket;           // the bucket the backward pass finishes next
+    size_t *frozen;            // (nfrozen, 2) frozen parameters (model_freeze): offset, length
+    int nfrozen;
     model_linear_seen_fn linear_seen;  // told of each linear layer's input (model_set_linear_observer)
     void *linear_seen_arg;
 };
@@ -273,6 +307,7 @@ void model_free(struct model *m)
     free(m->host_ints);
     free(m->save_args);
     free(m->buckets);
+    free(m->frozen);
     free(m);
 }
 
@@ -1199,9 +1234,39 @@ int model_adam(struct model *m, float lr, int64_t t, float grad_scale, float bet
     return wbf_refresh(m);
 }
 
+int model_freeze(struct model *m, const char *const *prefixes, int n)
+{
+    if (!m->training)
+        return nmt_seterr("model has no optimizer state");
+    int count = 0;
+    for (size_t i = 0; i < m->ntab; i++) {
+        const struct model_param *p = &m->tab[i];
+        int hit = 0;
+        for (int k = 0; k < n && !hit; k++)
+            hit = !strncmp(p->name, prefixes[k], strlen(prefixes[k]));
+        if (!hit || !p->size)
+            continue;
+        size_t *r = realloc(m->frozen, (size_t)(m->nfrozen + 1) * 2 * sizeof *r);
+        if (!r)
+            return nmt_seterr("out of memory");
+        m->frozen = r;
+        r[2 * m->nfrozen] = p->offset, r[2 * m->nfrozen + 1] = p->size;
+        m->nfrozen++, count++;
+        size_t off = p->offset * sizeof(float), len = p->size * sizeof(float);
+        if (nn_bk(&m->run, m->k->memset_zero(m->ctx, (char *)m->adam_m + off, len), "memset") < 0 ||
+            nn_bk(&m->run, m->k->memset_zero(m->ctx, (char *)m->adam_v + off, len), "memset") < 0)
+            return -1;
+    }
+    return count;
+}
+
 int model_update(struct model *m, float lr, int64_t t, int64_t tokens, double clip, double *gnorm)
 {
     double ss;
+    for (int i = 0; i < m->nfrozen; i++) /* frozen: no gradient, so Adam leaves them as they are */
+        if (nn_bk(&m->run, m->k->memset_zero(m->ctx, m->grads + m->frozen[2 * i], m->frozen[2 * i + 1] * sizeof(float)),
+                  "memset") < 0)
+            return -1;
     if (model_grad_sumsq(m, &ss) < 0)
         return -1;
     double inv = tokens > 0 ? 1.0 / (double)tokens : 1.0;

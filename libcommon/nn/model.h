@@ -171,6 +171,12 @@ int model_grad_sumsq(struct model *m, double *out);
  * gradients times GRAD_SCALE. 0 or -1. */
 int model_adam(struct model *m, float lr, int64_t t, float grad_scale, float beta1, float beta2, float eps);
 
+/* Freezes the parameter tensors whose names start with one of the N prefixes PREFIXES (e.g. "emb."):
+ * their Adam moments are zeroed now and model_update zeroes their gradients before the norm and the
+ * Adam step, so that they keep their bits. Returns the number of tensors frozen (0: no name matched),
+ * or -1 with the error set. */
+int model_freeze(struct model *m, const char *const *prefixes, int n);
+
 /* One optimizer update from the accumulated gradients of TOKENS target tokens: gradients are
  * divided by TOKENS, clipped to global norm CLIP (<= 0: no clipping; PyTorch's clip_grad_norm_
  * formula), then Adam step T with rate LR (beta 0.9/0.98, eps 1e-9). *GNORM receives the gradient
@@ -198,5 +204,18 @@ double model_step_flops(const struct model_config *c, const struct batch_record 
 
 /* Learning rate of the paper's schedule at STEP >= 1: scale * D^-0.5 * min(step^-0.5, step * warmup^-1.5). */
 double model_lr(double scale, int d_model, int64_t step, int64_t warmup);
+
+/* The learning-rate schedules: each warms up linearly over W = max(warmup, 1) steps to the peak
+ * scale * D^-0.5 * W^-0.5, then decays as step^-0.5 (the paper's, model_lr), stays there, or falls
+ * linearly to 0 at a given last step. */
+enum model_schedule { MODEL_SCHEDULE_INVERSE_SQRT, MODEL_SCHEDULE_CONSTANT, MODEL_SCHEDULE_LINEAR };
+/* Parses NAME ("inverse-sqrt", "constant" or "linear") into *OUT; 0, or -1 for another name. */
+int model_schedule_parse(const char *name, enum model_schedule *out);
+/* Returns the name of schedule S (as model_schedule_parse reads it). */
+const char *model_schedule_name(enum model_schedule s);
+/* Learning rate of schedule S at STEP >= 1 (see above); LAST, the step at which the linear decay
+ * reaches 0 (> max(warmup, 1)), is read by the linear schedule only. */
+double model_lr_schedule(enum model_schedule s, double scale, int d_model, int64_t step, int64_t warmup,
+                         int64_t last);
 
 #endif

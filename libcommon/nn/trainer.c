@@ -33,9 +33,15 @@ int trainer_init(struct trainer *t, struct model *m, const struct model_config *
     t->train = train;
     t->o = *o;
     t->s = *s;
+    size_t np = model_num_params(m);
+    if (o->ema > 0) {
+        if (!(t->ema = nmt_malloc(np * sizeof(float) + 1)) || !(t->ema_tmp = nmt_malloc(np * sizeof(float) + 1)))
+            return -1;
+        if (model_get_params(m, t->ema) < 0)
+            return -1;
+    }
     if (!reduced(t))
         return 0;
-    size_t np = model_num_params(m);
     if (o->gpu)
         return o->reduce_fast ? 0 : gpu_sum_init(&t->gsum, o->gpu, model_backend(m), np);
     if (!(t->grads = nmt_malloc(np * sizeof(float) + 1)))
@@ -54,7 +60,9 @@ void trainer_free(struct trainer *t)
     comm_sum_free(&t->sum);
     gpu_sum_free(&t->gsum);
     free(t->grads);
-    t->grads = NULL;
+    free(t->ema);
+    free(t->ema_tmp);
+    t->grads = t->ema = t->ema_tmp = NULL;
 }
 
 int trainer_skip_consumed(struct trainer *t)
@@ -240,6 +248,35 @@ static int finish_reduction(struct trainer *t, struct trainer_step *out)
     return rc;
 }
 
+/* Moves the average of the weights towards M's weights after an update (see trainer.h). 0 or -1. */
+static int ema_update(struct trainer *t)
+{
+    size_t n = model_num_params(t->m);
+    if (model_get_params(t->m, t->ema_tmp) < 0)
+        return -1;
+    const float d = (float)t->o.ema, c = 1.0f - d;
+    float *e = t->ema;
+    const float *w = t->ema_tmp;
+    for (size_t i = 0; i < n; i++) {
+        float a = d * e[i]; /* statements apart: each product rounded, never fused into one operation */
+        float b = c * w[i];
+        e[i] = a + b;
+    }
+    return 0;
+}
+
+int trainer_ema_swap(struct trainer *t)
+{
+    if (!t->ema)
+        return 0;
+    if (model_get_params(t->m, t->ema_tmp) < 0 || model_set_params(t->m, t->ema) < 0)
+        return -1;
+    float *p = t->ema;
+    t->ema = t->ema_tmp;
+    t->ema_tmp = p;
+    return 0;
+}
+
 int trainer_step(struct trainer *t, struct trainer_step *out)
 {
     memset(out, 0, sizeof *out);
@@ -261,7 +298,8 @@ int trainer_step(struct trainer *t, struct trainer_step *out)
         return 0;
     if (finish_reduction(t, out) < 0)
         return -1;
-    out->lr = model_lr(t->o.lr, t->cfg->d_model, (int64_t)t->s.step + 1, (int64_t)t->o.warmup);
+    out->lr = model_lr_schedule(t->o.schedule, t->o.lr, t->cfg->d_model, (int64_t)t->s.step + 1,
+                                (int64_t)t->o.warmup, (int64_t)t->o.last_step);
     int rc = model_update(t->m, (float)out->lr, (int64_t)t->s.step + 1, (int64_t)out->tokens, t->o.clip,
                           &out->grad_norm);
     if (rc < 0)
@@ -273,6 +311,8 @@ int trainer_step(struct trainer *t, struct trainer_step *out)
     } else {
         t->s.step++;
         t->s.tokens += out->tokens;
+        if (t->ema && ema_update(t) < 0)
+            return -1;
     }
     return 0;
 }
@@ -318,7 +358,42 @@ int trainer_validate(struct trainer *t, struct batch_file *valid, double *vloss,
 
 int trainer_save(struct trainer *t, const struct train_record *r, const char *path)
 {
-    return checkpoint_save(t->m, &t->s, r, path);
+    if (checkpoint_save(t->m, &t->s, r, t->ema, path) < 0)
+        return -1;
+    if (!t->ema)
+        return 0;
+    size_t n = strlen(path) + 8;
+    char *ema_path = nmt_malloc(n);
+    if (!ema_path)
+        return -1;
+    snprintf(ema_path, n, "%s.ema", path);
+    int rc = trainer_ema_swap(t);
+    if (rc == 0) {
+        rc = checkpoint_save_weights(t->m, &t->s, r, 1, ema_path);
+        if (trainer_ema_swap(t) < 0)
+            rc = -1;
+    }
+    free(ema_path);
+    return rc;
+}
+
+/* Makes OUTPUT+SUFFIX the hard link OUTPUT.step-N+SUFFIX of step STEP and removes that of step OLD
+ * (0: none); PATH has room for the names. Where no link can be made, the checkpoint (no SUFFIX) is
+ * written again there (trainer_save: with OUTPUT.step-N.ema too). 0, or -1 with the error set. */
+static int keep_step(struct trainer *t, const struct train_record *r, const char *output, const char *suffix,
+                     uint64_t step, uint64_t old, char *path, size_t n)
+{
+    char *src = path + n / 2;
+    snprintf(src, n / 2, "%s%s", output, suffix);
+    snprintf(path, n / 2, "%s.step-%llu%s", output, (unsigned long long)step, suffix);
+    unlink(path);
+    if (link(src, path) < 0 && !*suffix && trainer_save(t, r, path) < 0)
+        return -1;
+    if (old) {
+        snprintf(path, n / 2, "%s.step-%llu%s", output, (unsigned long long)old, suffix);
+        unlink(path);
+    }
+    return 0;
 }
 
 int trainer_save_periodic(struct trainer *t, const struct train_record *r, const char *output, uint64_t keep,
@@ -328,19 +403,15 @@ int trainer_save_periodic(struct trainer *t, const struct train_record *r, const
         return -1;
     if (!keep)
         return 0;
-    size_t n = strlen(output) + 64;
+    size_t n = 2 * (strlen(output) + 64);
     char *path = nmt_malloc(n);
     if (!path)
         return -1;
-    int rc = 0;
-    snprintf(path, n, "%s.step-%llu", output, (unsigned long long)t->s.step);
-    unlink(path);
-    if (link(output, path) < 0 && trainer_save(t, r, path) < 0)
-        rc = -1;
-    if (rc == 0 && t->s.step > keep * save_every) {
-        snprintf(path, n, "%s.step-%llu", output, (unsigned long long)(t->s.step - keep * save_every));
-        unlink(path);
-    }
+    uint64_t old = t->s.step > keep * save_every ? t->s.step - keep * save_every : 0;
+    /* FILE.ema first: where links fail, that of the checkpoint writes both */
+    int rc = t->ema ? keep_step(t, r, output, ".ema", t->s.step, old, path, n) : 0;
+    if (rc == 0)
+        rc = keep_step(t, r, output, "", t->s.step, old, path, n);
     free(path);
     return rc;
 }

@@ -18,7 +18,13 @@
  * are computed. The sums are those of the unbucketed reduction, bit for bit.
  *
  * GPU ranks (opts.gpu): the same rounds, with the gradient buffer reduced on the device
- * (nn/gpu_comm.h) instead of through host copies. */
+ * (nn/gpu_comm.h) instead of through host copies.
+ *
+ * Moving average of the weights (opts.ema = decay d): kept in float32 in host memory, starting as
+ * the weights the trainer is given; after each update that is not skipped, every element becomes
+ * d * avg + (1 - d) * w, the two products and their sum each rounded to float32, with 1 - d
+ * computed in float32 from d rounded to float32. Checkpoints hold it, and beside each one PATH,
+ * PATH.ema holds it as the weights of a model to decode. */
 #ifndef NMT_TRAINER_H
 #define NMT_TRAINER_H
 
@@ -35,6 +41,9 @@ struct trainer_opts {
     uint64_t update_freq;      /* micro-batches per optimizer step and rank */
     uint64_t seed, warmup;
     double lr, clip;           /* learning-rate scale; gradient-norm clip (0: off) */
+    enum model_schedule schedule; /* of the learning rate (nn/model.h) */
+    uint64_t last_step;        /* where the linear schedule reaches 0 */
+    double ema;                /* decay of the moving average of the weights (0: none; see below) */
     int shuffle;               /* a seeded batch order each epoch */
     int valid_at_epoch_end;    /* end a step early at an epoch's end, so that validation can run */
     struct comm *comm;         /* the ranks (NULL: one process) */
@@ -76,9 +85,12 @@ struct trainer {
     float *grads;              /* host copy of the gradients (when reduced) */
     int overlap;               /* the ordered sum is bucketed and overlapped (opts.overlap, when possible) */
     struct trainer_step *cur;  /* the step in progress (for the bucket hook's counts) */
+    float *ema;                /* (P) host: the moving average of the weights (opts.ema), else NULL */
+    float *ema_tmp;            /* (P) host: room for the weights */
 };
 
-/* Makes T train M (configuration CFG) on TRAIN from state S; 0, or -1 (out of memory). */
+/* Makes T train M (configuration CFG) on TRAIN from state S, with the moving average of the weights
+ * (opts.ema) starting as M's weights; 0, or -1 with the error set (out of memory). */
 int trainer_init(struct trainer *t, struct model *m, const struct model_config *cfg, struct batch_file *train,
                   const struct trainer_opts *o, const struct train_state *s);
 /* Frees T's scratch (not the model or the batches). */
@@ -92,10 +104,16 @@ int trainer_step(struct trainer *t, struct trainer_step *out);
 /* Mean loss and nll per target token of M over VALID (in file order; with N ranks, batch i on rank
  * i mod N, summed in file order); 0, or -1 with the error set. */
 int trainer_validate(struct trainer *t, struct batch_file *valid, double *loss, double *nll);
-/* Writes the checkpoint of T's model and state to PATH with record R; 0, or -1 with the error set. */
+/* Exchanges M's weights and the moving average (opts.ema; T->ema then holds the weights), so that
+ * validation sees the average; a second call restores both, bit for bit. 0, or -1 with the error set. */
+int trainer_ema_swap(struct trainer *t);
+/* Writes the checkpoint of T's model, state and moving average to PATH with record R and, with
+ * opts.ema, the average as the weights of PATH.ema (checkpoint_save_weights); 0, or -1 with the
+ * error set. */
 int trainer_save(struct trainer *t, const struct train_record *r, const char *path);
-/* Writes the checkpoint to OUTPUT and, with KEEP > 0, keeps it as OUTPUT.step-N too (a hard link),
- * removing the one KEEP saves older (SAVE_EVERY steps apart); 0, or -1 with the error set. */
+/* Writes the checkpoint to OUTPUT (trainer_save) and, with KEEP > 0, keeps it as OUTPUT.step-N too
+ * (a hard link; OUTPUT.ema as OUTPUT.step-N.ema), removing the one KEEP saves older (SAVE_EVERY steps
+ * apart); 0, or -1 with the error set. */
 int trainer_save_periodic(struct trainer *t, const struct train_record *r, const char *output, uint64_t keep,
                           uint64_t save_every);
 

@@ -17,6 +17,7 @@ setup_file() {
     nmt-tokenize --src "$D/tr.en" --tgt "$D/tr.de" --vocab "$D/v.txt" -o "$D/tr.ids"
     nmt-batch -t 600 -i "$D/tr.ids" -o "$D/tr.b" 2>/dev/null
     nmt-tokenize --src "$D/va.en" --tgt "$D/va.de" --vocab "$D/v.txt" | nmt-batch -t 600 -o "$D/va.b" 2>/dev/null
+    nmt-tokenize --src "$D/va.en" --tgt "$D/va.de" --vocab "$D/v.txt" | nmt-batch -t 100000 -o "$D/one.b" 2>/dev/null
 }
 
 setup() {
@@ -37,7 +38,7 @@ losses() { cut -d, -f1,3 "$1"; }
              --clip-norm --update-freq --seed --label-smoothing --dropout --attention-dropout --activation-dropout \
              --no-shuffle --max-bad --valid-every --patience --save-every --keep --log --log-every --quiet --help \
              --version --valid-bleu --valid-beam --config --dump-config --peak-lr --force --comm --reduce \
-             --precision --overlap --gpu-comm; do
+             --precision --overlap --gpu-comm --init-from --schedule --ema --freeze; do
         [[ "$output" == *"$o"* ]] || { echo "missing $o"; return 1; }
     done
 }
@@ -302,7 +303,7 @@ losses() { cut -d, -f1,3 "$1"; }
     [ "$(nmt-bleu -b -w 2 s.de < h.de)" = "$bleu" ]
     # the best checkpoint is the one of the best BLEU, and it records that score
     cmp m.ckpt m.ckpt.best
-    nmt-cat m.ckpt | grep -q "train.best_bleu.*$bleu"
+    [ "$(printf %.2f "$(meta m.ckpt train.best_bleu)")" = "$bleu" ]
     # a larger beam translates differently
     run nmt-train --vocab "$D/v.txt" -i s.b -o m.ckpt --resume --valid s.b --valid-bleu --valid-beam 4 --max-steps 801 -q --log l4.csv
     [ "$status" -eq 0 ]
@@ -346,7 +347,7 @@ losses() { cut -d, -f1,3 "$1"; }
     nmt-train --config full.conf --dump-config > again.conf
     cmp full.conf again.conf
     # the checkpoint stores the configuration of its run
-    nmt-cat c.ckpt | grep -qx '	seed: 9'
+    out=$(nmt-cat c.ckpt); grep -qx '	seed: 9' <<< "$out"
 }
 
 @test "--config errors name the file and the line and exit 2" {
@@ -386,7 +387,7 @@ losses() { cut -d, -f1,3 "$1"; }
     paste -d, <(losses f.csv | tail -n +2) <(losses b.csv | tail -n +2) |
         awk -F, '{ d = $2 - $4; if (d < 0) d = -d; if (d > 0.01 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } }
                  END { exit bad }'
-    nmt-cat b.ckpt | grep -q "precision: bf16"
+    out=$(nmt-cat b.ckpt); grep -q "precision: bf16" <<< "$out"
     [ "$(nmt-train --precision bf16 --vocab "$D/v.txt" -o x.ckpt --dump-config | grep '^precision:')" = "precision: bf16" ]
 }
 
@@ -397,7 +398,7 @@ losses() { cut -d, -f1,3 "$1"; }
     "${T[@]}" "${O[@]}" -o r.ckpt --resume --log r.csv
     diff <(losses a.csv) <(losses r.csv)
     same_model a.ckpt r.ckpt
-    nmt-cat a.ckpt | grep -q "enc.0.att.qkv.weight.*F32"
+    out=$(nmt-cat a.ckpt); grep -q "enc.0.att.qkv.weight.*F32" <<< "$out"
 }
 
 @test "--precision: an unknown name is a usage error" {
@@ -405,4 +406,183 @@ losses() { cut -d, -f1,3 "$1"; }
     [ "$status" -eq 2 ]
     [[ "$output" == *"invalid --precision 'fp16' (expected float32 or bf16)"* ]]
     [ ! -e m.ckpt ]
+}
+
+# prints the float32 tensors named after checkpoint $1 as Python lists, one a line (python3, standard library)
+tensors() {
+    python3 - "$@" <<'PY'
+import array, json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
+for k in sys.argv[2:]:
+    o = h[k]['data_offsets']; a = array.array('f'); a.frombytes(b[8 + n + o[0]:8 + n + o[1]]); print(a.tolist())
+PY
+}
+
+# the value of metadata key $2 of checkpoint $1
+meta() {
+    local out; out=$(nmt-cat "$1")
+    awk -F'\t' -v k="$2" '$1 == k { print $2 }' <<< "$out"
+}
+
+@test "--init-from keeps the weights: step 1's loss is the source model's loss on the same batch" {
+    run "${T[@]}" -o src.ckpt --max-steps 5 --valid "$D/one.b" --log src.csv
+    [ "$status" -eq 0 ]
+    want=$(tail -1 src.csv | cut -d, -f9)
+    [ -n "$want" ]
+    # the shape and the vocabulary come from the checkpoint; no dropout, so that training sees the validation's model
+    run nmt-train -q --threads 1 --init-from src.ckpt -i "$D/one.b" -o ft.ckpt --max-steps 1 --dropout 0 --log ft.csv
+    [ "$status" -eq 0 ]
+    [ "$(sed -n 2p ft.csv | cut -d, -f1,3)" = "1,$want" ]
+    [ "$(meta ft.ckpt train.step)" = 1 ]
+    [ "$(meta ft.ckpt model.d_model)" = 32 ]
+    [ "$(meta ft.ckpt vocab.fingerprint)" = "$(meta src.ckpt vocab.fingerprint)" ]
+}
+
+@test "--init-from starts a fresh optimizer: after one step the Adam moments are those of one gradient" {
+    run "${T[@]}" -o src.ckpt --max-steps 5
+    [ "$status" -eq 0 ]
+    run nmt-train -q --threads 1 --init-from src.ckpt -i "$D/tr.b" -o ft.ckpt --max-steps 1
+    [ "$status" -eq 0 ]
+    # from zero moments, step 1 leaves m = 0.1 g and v = 0.02 g^2, so v = 2 m^2; carried moments would not
+    check='import sys
+m, v = (eval(l) for l in sys.stdin)
+assert sum(x != 0 for x in m) > len(m) // 2
+bad = [i for i in range(len(m)) if abs(v[i] - 2 * m[i] * m[i]) > 1e-4 * v[i] + 1e-30]
+assert not bad, (len(bad), bad[:5])'
+    t=$(tensors ft.ckpt optim.adam_m optim.adam_v)
+    python3 -c "$check" <<< "$t"
+    t=$(tensors src.ckpt optim.adam_m optim.adam_v)
+    fails python3 -c "$check" <<< "$t" 2>/dev/null
+}
+
+@test "--init-from refuses another vocabulary by name, and needs an existing checkpoint" {
+    run "${T[@]}" -o src.ckpt --max-steps 1
+    [ "$status" -eq 0 ]
+    run nmt-train -q --init-from src.ckpt --vocab "$D/v2.txt" -i "$D/tr.b" -o ft.ckpt --max-steps 1
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"'$D/v2.txt'"*"differs from the one in 'src.ckpt'"* ]]
+    run nmt-train -q --init-from src.ckpt --d-model 64 -i "$D/tr.b" -o ft.ckpt --max-steps 1
+    [ "$status" -eq 1 ]; [[ "$output" == *"'src.ckpt' holds another model shape"* ]]
+    run nmt-train -q --init-from none.ckpt -i "$D/tr.b" -o ft.ckpt --max-steps 1
+    [ "$status" -eq 1 ]; [[ "$output" == *"cannot start"*"none.ckpt"* ]]
+    [ ! -e ft.ckpt ]
+}
+
+@test "a run started --init-from resumes bit for bit: 3 then 6 steps equal 6 steps" {
+    run "${T[@]}" -o src.ckpt --max-steps 4
+    [ "$status" -eq 0 ]
+    F=(nmt-train -q --threads 1 --init-from src.ckpt -i "$D/tr.b" --warmup 3 --lr 1 --max-steps 6)
+    run "${F[@]}" -o a.ckpt --log a.csv
+    [ "$status" -eq 0 ]
+    run "${F[@]}" -o b.ckpt --log b.csv --max-steps 3
+    [ "$status" -eq 0 ]
+    run "${F[@]}" -o b.ckpt --log b.csv --resume
+    [ "$status" -eq 0 ]
+    diff <(losses a.csv) <(losses b.csv)
+    same_model a.ckpt b.ckpt
+}
+
+# the lr column of CSV log $1 against the rates awk program $2 computes from t (the step): equal to 8 digits
+lr_check() {
+    awk -F, -v d=32 "NR > 1 && \$4 != \"\" { t = \$1; want = $2; if (want == 0 ? \$4 != 0 : (\$4 - want) / want > 1e-8 || (want - \$4) / want > 1e-8) { print \"step \" t \": lr \" \$4 \", expected \" want; bad = 1 } } END { exit bad }" "$1"
+}
+
+@test "--schedule constant warms up to the peak and stays; linear falls to 0 at --max-steps; inverse-sqrt as before" {
+    run "${T[@]}" -o c.ckpt --max-steps 8 --warmup 4 --schedule constant --log c.csv
+    [ "$status" -eq 0 ]
+    [ "$(grep -c . c.csv)" -eq 9 ]
+    lr_check c.csv '2 / sqrt(d) / 2 * (t < 4 ? t / 4 : 1)'
+    run "${T[@]}" -o l.ckpt --max-steps 6 --warmup 2 --schedule linear --log l.csv
+    [ "$status" -eq 0 ]
+    lr_check l.csv '2 / sqrt(d) / sqrt(2) * (t < 2 ? t / 2 : (6 - t) / 4)'
+    [ "$(tail -1 l.csv | cut -d, -f1,4)" = "6,0" ]
+    [ "$(meta l.ckpt train.schedule)" = linear ]
+    run "${T[@]}" -o i.ckpt --max-steps 6 --warmup 2 --schedule inverse-sqrt --log i.csv
+    [ "$status" -eq 0 ]
+    lr_check i.csv '2 / sqrt(d) * (t < 2 ? t * 2 ^ -1.5 : t ^ -0.5)'
+    run "${T[@]}" -o l.ckpt --schedule linear --warmup 4 --max-steps 4
+    [ "$status" -eq 2 ]; [[ "$output" == *"--schedule linear"*"--max-steps"* ]]
+    run "${T[@]}" -o x.ckpt --schedule cosine
+    [ "$status" -eq 2 ]; [[ "$output" == *"invalid --schedule 'cosine'"* ]]
+}
+
+@test "--ema: FILE.ema holds the average of the weights of every step, computed in float32" {
+    run "${T[@]}" -o src.ckpt --max-steps 2
+    [ "$status" -eq 0 ]
+    run nmt-train -q --threads 1 --init-from src.ckpt -i "$D/tr.b" -o e.ckpt --max-steps 4 --ema 0.9 \
+        --save-every 1 --keep 4
+    [ "$status" -eq 0 ]
+    [ "$(meta e.ckpt.ema weights)" = ema ]
+    [ "$(meta e.ckpt train.ema)" = 0.90000000000000002 ]
+    for k in 1 2 3 4; do [ -e e.ckpt.step-$k.ema ]; done
+    # the average starts as the weights of --init-from, then takes in those of steps 1 to 4
+    python3 - src.ckpt e.ckpt.step-1 e.ckpt.step-2 e.ckpt.step-3 e.ckpt.step-4 e.ckpt.ema <<'PY'
+import array, json, struct, sys
+def load(path):
+    b = open(path, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); out = {}
+    for k, v in h.items():
+        if k != '__metadata__' and v['dtype'] == 'F32' and not k.startswith('optim.'):
+            a = array.array('f'); a.frombytes(b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]]); out[k] = a
+    return out
+f32 = lambda x: struct.unpack('<f', struct.pack('<f', x))[0]
+d = f32(0.9); c = f32(1 - d)
+ema = {k: list(v) for k, v in load(sys.argv[1]).items()}
+for path in sys.argv[2:6]:
+    w = load(path)
+    for k in ema:
+        ema[k] = [f32(f32(d * e) + f32(c * x)) for e, x in zip(ema[k], w[k])]
+got = load(sys.argv[6])
+assert sorted(got) == sorted(ema), sorted(set(got) ^ set(ema))
+for k in ema:
+    bad = [i for i, (a, b) in enumerate(zip(got[k], ema[k])) if a != b]
+    assert not bad, (k, len(bad), bad[:3], got[k][bad[0]], ema[k][bad[0]])
+    assert got[k] != load(sys.argv[5])[k] or all(x == 0 for x in got[k]) or 'ln' in k, k
+PY
+}
+
+@test "--ema: validation sees the average; FILE.ema decodes; resume is bit for bit" {
+    run "${T[@]}" -o a.ckpt --max-steps 6 --ema 0.8 --valid "$D/one.b" --log a.csv
+    [ "$status" -eq 0 ]
+    want=$(tail -1 a.csv | cut -d, -f9)
+    # the validated model is the average: a run from a.ckpt.ema has its loss at step 1 on that batch
+    run nmt-train -q --threads 1 --init-from a.ckpt.ema -i "$D/one.b" -o f.ckpt --max-steps 1 --dropout 0 --log f.csv
+    [ "$status" -eq 0 ]
+    [ "$(sed -n 2p f.csv | cut -d, -f1,3)" = "1,$want" ]
+    run nmt-decode -m a.ckpt.ema --threads 1 <<< "a man is walking ."
+    [ "$status" -eq 0 ]; [ -n "$output" ]
+    run "${T[@]}" -o b.ckpt --max-steps 3 --ema 0.8 --valid "$D/one.b" --log b.csv
+    [ "$status" -eq 0 ]
+    run "${T[@]}" -o b.ckpt --max-steps 6 --ema 0.8 --valid "$D/one.b" --log b.csv --resume
+    [ "$status" -eq 0 ]
+    # the training rows (b validated at step 3 too: swapping the average in and out changes nothing)
+    diff <(awk -F, '$3 != "" { print $1 "," $3 }' a.csv) <(awk -F, '$3 != "" { print $1 "," $3 }' b.csv)
+    same_model a.ckpt b.ckpt
+    same_model a.ckpt.ema b.ckpt.ema
+    run "${T[@]}" -o x.ckpt --ema 1
+    [ "$status" -eq 2 ]; [[ "$output" == *"invalid --ema '1'"* ]]
+}
+
+@test "--freeze embeddings|encoder keeps those weights bit for bit; the others train" {
+    run "${T[@]}" -o src.ckpt --max-steps 2
+    [ "$status" -eq 0 ]
+    F=(nmt-train -q --threads 1 --init-from src.ckpt -i "$D/tr.b" --max-steps 3)
+    run "${F[@]}" -o e.ckpt --freeze embeddings
+    [ "$status" -eq 0 ]
+    run "${F[@]}" -o n.ckpt --freeze encoder
+    [ "$status" -eq 0 ]
+    run "${F[@]}" -o b.ckpt --freeze embeddings,encoder
+    [ "$status" -eq 0 ]
+    same() { [ "$(tensors "$1" "$3")" = "$(tensors "$2" "$3")" ]; }
+    same src.ckpt e.ckpt emb.weight
+    fails same src.ckpt e.ckpt enc.0.att.qkv.weight
+    fails same src.ckpt e.ckpt dec.0.ffn.w1.weight
+    same src.ckpt n.ckpt enc.0.att.qkv.weight
+    same src.ckpt n.ckpt enc.0.ln2.bias
+    fails same src.ckpt n.ckpt emb.weight
+    fails same src.ckpt n.ckpt dec.0.cross_att.kv.weight
+    same src.ckpt b.ckpt emb.weight
+    same src.ckpt b.ckpt enc.0.ffn.w2.weight
+    fails same src.ckpt b.ckpt dec.0.ffn.w2.weight
+    run "${T[@]}" -o x.ckpt --freeze decoder
+    [ "$status" -eq 2 ]; [[ "$output" == *"invalid --freeze 'decoder'"* ]]
 }

@@ -327,6 +327,20 @@ static void check_misc(void)
     test_ok(fabs(model_lr(1, 512, 4000, 4000) - pow(512, -0.5) * pow(4000, -0.5)) < 1e-12, "lr at the end of warm-up");
     test_ok(model_lr(1, 512, 100, 4000) < model_lr(1, 512, 200, 4000), "lr grows during warm-up");
     test_ok(model_lr(1, 512, 8000, 4000) < model_lr(1, 512, 5000, 4000), "lr decays after warm-up");
+    enum model_schedule s;
+    double peak = pow(512, -0.5) * pow(4000, -0.5);
+    test_ok(model_schedule_parse("linear", &s) == 0 && s == MODEL_SCHEDULE_LINEAR &&
+            !strcmp(model_schedule_name(s), "linear") && model_schedule_parse("cosine", &s) < 0, "schedule names");
+    test_ok(model_lr_schedule(MODEL_SCHEDULE_INVERSE_SQRT, 1, 512, 7000, 4000, 0) == model_lr(1, 512, 7000, 4000),
+            "inverse-sqrt is the paper's schedule");
+    test_ok(fabs(model_lr_schedule(MODEL_SCHEDULE_CONSTANT, 1, 512, 1000, 4000, 0) - peak / 4) < 1e-15 &&
+            fabs(model_lr_schedule(MODEL_SCHEDULE_CONSTANT, 1, 512, 9000, 4000, 0) - peak) < 1e-15,
+            "constant: warm-up, then the peak");
+    test_ok(fabs(model_lr_schedule(MODEL_SCHEDULE_LINEAR, 1, 512, 4000, 4000, 6000) - peak) < 1e-15 &&
+            fabs(model_lr_schedule(MODEL_SCHEDULE_LINEAR, 1, 512, 5000, 4000, 6000) - peak / 2) < 1e-15 &&
+            model_lr_schedule(MODEL_SCHEDULE_LINEAR, 1, 512, 6000, 4000, 6000) == 0 &&
+            model_lr_schedule(MODEL_SCHEDULE_LINEAR, 1, 512, 7000, 4000, 6000) == 0,
+            "linear: down to 0 at the last step");
     /* bad batches */
     tiny_config(&c, 0);
     struct model *m = model_new(be, &c, 1);
