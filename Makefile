@@ -91,6 +91,11 @@ $(BIN)/nmt-%: $(OBJ)/tools/%.o $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -rdynamic $< $(LIB_A) $(LIBS) -o $@
 
+# nmt-serve alone links the HTTP and JSON libraries (scripts/deps.sh); the libcommon/serve objects
+# that use them are pulled from libnmt.a only by what calls them.
+SERVE_LIBS := -lmicrohttpd -ljansson
+$(BIN)/nmt-serve: LIBS += $(SERVE_LIBS)
+
 $(BIN)/nmt: $(OBJ)/tools/nmt.o $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $< $(LIB_A) $(LIBS) -o $@

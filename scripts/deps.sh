@@ -13,6 +13,8 @@ pkgs=(
   libcsv-dev         # TSV/CSV input and CSV logs
   libopenblas-dev    # sgemm for the cpu backend
   libutf8proc-dev    # Unicode normalisation, case mapping and categories
+  libmicrohttpd-dev  # nmt-serve's HTTP server (no hand-written HTTP parser)
+  libjansson-dev     # nmt-serve's JSON requests and answers (no hand-written JSON parser)
   bats               # command-line tests
   valgrind           # memory checks of the tools
   man-db groff-base  # man -l to render and check the man pages
