@@ -228,7 +228,7 @@ $(FUZZ_LIB_OBJ): fuzz-build/obj/%.o: %.c $(wildcard libcommon/*/*.h)
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZERS): fuzz-build/%: tests/fuzz/%.c $(FUZZ_LIB_OBJ)
-	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) $(LIBS) -o $@
+	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) $(LIBS) -ljansson -o $@
 
 fuzz: $(FUZZERS)
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS) .check-counts $(FUZZERS)
