@@ -19,6 +19,7 @@ pkgs=(
   valgrind           # memory checks of the tools
   man-db groff-base  # man -l to render and check the man pages
   python3            # test helpers
+  curl               # the tests' HTTP requests to nmt-serve
   openmpi-bin libopenmpi-dev  # mpirun and the MPI communication module (several ranks)
   gnuplot-nox        # pictures of training curves (pipelines/plot.sh)
 )
