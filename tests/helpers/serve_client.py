@@ -10,6 +10,9 @@
                                               requests; prints what nmt-decode prints with the same
                                               options (text; score TAB text; line TAB rank TAB score
                                               TAB text); exit 1 if a request failed
+  serve_client.py load ADDR FILE C            sends FILE's lines one a request from C concurrent clients
+                                              (each client its share, in turn); prints "sentences/s p50_ms
+                                              p99_ms errors"
   serve_client.py drain ADDR PID FILE N       sends N requests of FILE's lines at once, waits until
                                               the server has them all in flight, sends PID SIGTERM,
                                               and checks that each is answered 200 with a translation
@@ -133,6 +136,37 @@ def drain(addr, pid, path, n):
     return 0
 
 
+def load(addr, path, clients):
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")[:-1]
+    lat, errors = [], []
+
+    def client(k):
+        c = conn(addr)
+        for line in lines[k::clients]:
+            t = time.time()
+            c.request("POST", "/translate", body=json.dumps({"text": [line]}),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            r.read()
+            lat.append(time.time() - t)
+            if r.status != 200:
+                errors.append(r.status)
+        c.close()
+
+    t0 = time.time()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.time() - t0
+    lat.sort()
+    pct = lambda q: 1000 * lat[min(len(lat) - 1, int(q * len(lat)))]
+    print("%.1f %.1f %.1f %d" % (len(lines) / wall, pct(0.5), pct(0.99), len(errors) + len(lines) - len(lat)))
+    return 0
+
+
 def main(argv):
     cmd, addr = argv[1], argv[2]
     if cmd == "call":
@@ -145,6 +179,8 @@ def main(argv):
         return 0
     if cmd == "translate":
         return translate(addr, argv[3], argv[4:])
+    if cmd == "load":
+        return load(addr, argv[3], int(argv[4]))
     if cmd == "drain":
         return drain(addr, int(argv[3]), argv[4], int(argv[5]))
     raise SystemExit("unknown command " + cmd)
