@@ -47,14 +47,14 @@ stop_servers() {
 
 setup_file() {
     export D="$BATS_FILE_TMPDIR"
-    zcat "$NMT_SRCDIR/data/multi30k/train.en.gz" | sed -n 1,2000p > "$D/tr.en"
-    zcat "$NMT_SRCDIR/data/multi30k/train.de.gz" | sed -n 1,2000p > "$D/tr.de"
-    nmt-tokenize --src "$D/tr.en" --tgt "$D/tr.de" | nmt-vocab --size 500 -o "$D/v.vocab"
+    zcat "$NMT_SRCDIR/data/multi30k/train.en.gz" | sed -n 1,1000p > "$D/tr.en"
+    zcat "$NMT_SRCDIR/data/multi30k/train.de.gz" | sed -n 1,1000p > "$D/tr.de"
+    nmt-tokenize --src "$D/tr.en" --tgt "$D/tr.de" | nmt-vocab --size 400 -o "$D/v.vocab"
     nmt-tokenize --vocab "$D/v.vocab" --src "$D/tr.en" --tgt "$D/tr.de" | nmt-batch -t 2000 -o "$D/p.batches" 2>/dev/null
     nmt-train --vocab "$D/v.vocab" -i "$D/p.batches" -o "$D/m.ckpt" --layers 1 --d-model 32 --heads 2 --ff 64 \
-        --max-steps 30 --warmup 20 --lr 2 --label-smoothing 0 -q --threads 2
+        --max-steps 12 --warmup 6 --lr 2 --label-smoothing 0 -q --threads 2
     nmt-train --vocab "$D/v.vocab" -i "$D/p.batches" -o "$D/m2.ckpt" --layers 1 --d-model 32 --heads 2 --ff 64 \
-        --max-steps 3 --warmup 20 --lr 2 --label-smoothing 0 -q --threads 2 --seed 7
+        --max-steps 2 --warmup 6 --lr 2 --label-smoothing 0 -q --threads 2 --seed 7
     # 24 source lines of mixed lengths, one empty
     zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 1,23p > "$D/src.en"
     sed -i '7i\\' "$D/src.en"
