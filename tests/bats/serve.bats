@@ -50,7 +50,8 @@ setup_file() {
     zcat "$NMT_SRCDIR/data/multi30k/train.en.gz" | sed -n 1,1000p > "$D/tr.en"
     zcat "$NMT_SRCDIR/data/multi30k/train.de.gz" | sed -n 1,1000p > "$D/tr.de"
     nmt-tokenize --src "$D/tr.en" --tgt "$D/tr.de" | nmt-vocab --size 400 -o "$D/v.vocab"
-    nmt-tokenize --vocab "$D/v.vocab" --src "$D/tr.en" --tgt "$D/tr.de" | nmt-batch -t 2000 -o "$D/p.batches" 2>/dev/null
+    nmt-tokenize --vocab "$D/v.vocab" --src "$D/tr.en" --tgt "$D/tr.de" |
+        nmt-batch -t 2000 -o "$D/p.batches" 2>/dev/null
     nmt-train --vocab "$D/v.vocab" -i "$D/p.batches" -o "$D/m.ckpt" --layers 1 --d-model 32 --heads 2 --ff 64 \
         --max-steps 12 --warmup 6 --lr 2 --label-smoothing 0 -q --threads 2
     nmt-train --vocab "$D/v.vocab" -i "$D/p.batches" -o "$D/m2.ckpt" --layers 1 --d-model 32 --heads 2 --ff 64 \
@@ -229,7 +230,8 @@ call() {
     local S pid
     S=$(cat "$D/slow.addr")
     pid=$(cat "$D/slow.pid")
-    sed -n 1,4p "$D/src.en" | $PY -c 'import json, sys; print(json.dumps({"text": sys.stdin.read().split("\n")[:-1]}))' \
+    sed -n 1,4p "$D/src.en" > "$D/four.en"
+    $PY -c 'import json, sys; print(json.dumps({"text": open(sys.argv[1]).read().split("\n")[:-1]}))' "$D/four.en" \
         > "$D/four"
     $CLIENT call "$S" POST /translate "$D/four" > "$D/first" &
     local bg=$!
