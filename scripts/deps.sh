@@ -13,10 +13,13 @@ pkgs=(
   libcsv-dev         # TSV/CSV input and CSV logs
   libopenblas-dev    # sgemm for the cpu backend
   libutf8proc-dev    # Unicode normalisation, case mapping and categories
+  libmicrohttpd-dev  # nmt-serve's HTTP server (no hand-written HTTP parser)
+  libjansson-dev     # nmt-serve's JSON requests and answers (no hand-written JSON parser)
   bats               # command-line tests
   valgrind           # memory checks of the tools
   man-db groff-base  # man -l to render and check the man pages
   python3            # test helpers
+  curl               # the tests' HTTP requests to nmt-serve
   openmpi-bin libopenmpi-dev  # mpirun and the MPI communication module (several ranks)
   gnuplot-nox        # pictures of training curves (pipelines/plot.sh)
 )

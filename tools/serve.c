@@ -1,0 +1,670 @@
+/* nmt-serve: a translation server over HTTP (nmt-serve(1)). HTTP is libmicrohttpd's, one thread
+ * per connection; JSON is libcommon/serve/request.c's; the sentences of all requests are batched
+ * and decoded by libcommon/serve/pool.c through the search of nmt-decode. */
+#include <errno.h>
+#include <getopt.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/opt.h"
+#include "nn/infer.h"
+#include "serve/pool.h"
+#include "serve/request.h"
+
+static void usage(void)
+{
+    printf("Usage: %s [OPTION]... -m CHECKPOINT\n"
+           "Serves translations over HTTP: POST /translate takes {\"text\": [\"...\"], \"beam\": K, \"nbest\": N}\n"
+           "and answers {\"translations\": [...]}; GET /health, GET /metrics (Prometheus text), GET / (a page\n"
+           "to try the model). The sentences of concurrent requests are decoded together in batches; a sentence\n"
+           "translates exactly as nmt-decode translates it with the same options.\n"
+           "\n"
+           "  -m, --model FILE        checkpoint written by nmt-train (required)\n"
+           "      --listen HOST:PORT  address to listen on (default 127.0.0.1:8080; port 0: any free port)\n"
+           "      --port-file FILE    write the address listened on to FILE once listening\n"
+           "  -b, --beam K            beam size of requests that give none (default 1: greedy)\n"
+           "      --nbest N           translations per sentence of requests that give none (default 1)\n"
+           "      --max-beam K        largest beam a request may ask (default 16)\n"
+           "      --alpha A           length penalty exponent, ((5+len)/6)^A (default 0.6)\n"
+           "      --max-len-a A, --max-len-b B\n"
+           "                          longest output: A * source tokens + B, with EOS (default 1, 50)\n"
+           "  -t, --max-tokens N      source tokens per batch (default 4096)\n"
+           "      --max-sentences N   sentences per batch at most (default: as many as --max-tokens allows)\n"
+           "      --max-wait-ms MS    how long a batch that is not full waits for more sentences (default 10)\n"
+           "      --max-queue N       sentences waiting at most; a request that does not fit is answered 503\n"
+           "                          with Retry-After (default 1024)\n"
+           "      --max-request-sentences N  sentences of one request at most (default 256)\n"
+           "      --max-body-bytes N  bytes of a request body at most (default 1048576)\n"
+           "      --max-line-bytes N  bytes of one sentence at most (default 65536)\n"
+           "      --max-connections N connections at once at most (default 256)\n"
+           "      --timeout SECONDS   close a connection idle or stalled that long (default 30)\n"
+           "      --precision P       float32 (default), int8, int8-all, bf16, bf16-all (as nmt-decode)\n"
+           "      --shortlist         the output layer over each sentence's shortlisted pieces (as nmt-decode)\n"
+           "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
+           "      --threads N         worker threads in all (default: all cores)\n"
+           "      --jobs N            batches decoded at once, each with threads/N threads, all reading one\n"
+           "                          copy of the model (default: the threads, at most 4; 1 on an accelerator)\n"
+           "  -q, --quiet             no log lines on stderr\n"
+           "  -h, --help              show this help and exit\n"
+           "      --version           show version information and exit\n"
+           "\n"
+           "SIGTERM or SIGINT: stop accepting connections, answer the requests in flight, exit 0.\n"
+           "SIGHUP: read the checkpoint again and serve new requests with it; those in flight finish on the old.\n"
+           "Exit status: 0 success, 1 runtime failure, 2 usage error.\n",
+           nmt_progname());
+}
+
+enum {
+    OPT_LISTEN = 256, OPT_PORTFILE, OPT_NBEST, OPT_MAXBEAM, OPT_ALPHA, OPT_LA, OPT_LB, OPT_MAXSENT, OPT_WAIT, OPT_QUEUE,
+    OPT_REQSENT, OPT_BODY, OPT_LINE, OPT_CONNS, OPT_TIMEOUT, OPT_PRECISION, OPT_SHORTLIST, OPT_BACKEND, OPT_THREADS,
+    OPT_JOBS, OPT_VERSION
+};
+
+struct opts {
+    struct serve_opts so;      /* the pool's */
+    struct serve_limits lim;   /* the requests' */
+    const char *listen, *port_file;
+    size_t max_body;
+    unsigned conns, timeout;
+    int quiet;
+};
+
+/* ---- the server ---- */
+
+/* A pool and the requests using it (a reload swaps the server's for a new one). */
+struct pool_ref {
+    struct serve_pool *p;
+    int refs;
+};
+
+static const int codes[] = {200, 400, 404, 405, 413, 500, 503};
+#define NCODES (sizeof codes / sizeof *codes)
+static const double lat_le[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+#define NLAT (sizeof lat_le / sizeof *lat_le)
+
+struct server {
+    const struct opts *o;
+    struct MHD_Daemon *d;
+    pthread_mutex_t mu;        /* everything below */
+    struct pool_ref *cur;
+    struct serve_stats retired; /* counters of the pools replaced by reloads */
+    uint64_t requests[NCODES + 1]; /* answered, by status (the last: others) */
+    uint64_t lat[NLAT + 1];    /* POST /translate answers by duration (not cumulative) */
+    double lat_sum;
+    uint64_t reloads;
+    int in_flight;             /* requests between their first call and their completion */
+    int stopping;
+};
+
+/* One request's state, from its first call to its completion. */
+struct conn {
+    struct nmt_buf body;
+    int too_big;               /* the body went over --max-body-bytes (the rest is dropped) */
+    double t0;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static struct pool_ref *pool_acquire(struct server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    struct pool_ref *r = s->cur;
+    r->refs++;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+/* Adds the counters of A to S. */
+static void stats_add(struct serve_stats *s, const struct serve_stats *a)
+{
+    s->sentences += a->sentences;
+    s->src_tokens += a->src_tokens;
+    s->out_tokens += a->out_tokens;
+    s->batches += a->batches;
+    for (int i = 0; i < SERVE_BATCH_BUCKETS; i++)
+        s->batch_bucket[i] += a->batch_bucket[i];
+    s->decode_seconds += a->decode_seconds;
+}
+
+/* Drops a reference to R; the last one closes its pool and keeps its counters. */
+static void pool_release(struct server *s, struct pool_ref *r)
+{
+    pthread_mutex_lock(&s->mu);
+    int last = --r->refs == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (!last)
+        return;
+    struct serve_stats st;
+    serve_pool_stats(r->p, &st);
+    serve_pool_close(r->p);
+    free(r);
+    pthread_mutex_lock(&s->mu);
+    stats_add(&s->retired, &st);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Opens a pool on the checkpoint and makes it the server's. 0, or -1 with the error set. */
+static int pool_load(struct server *s)
+{
+    struct pool_ref *r = calloc(1, sizeof *r);
+    if (!r)
+        return nmt_seterr("out of memory");
+    if (!(r->p = serve_pool_open(&s->o->so))) {
+        free(r);
+        return -1;
+    }
+    r->refs = 1;
+    pthread_mutex_lock(&s->mu);
+    struct pool_ref *old = s->cur;
+    s->cur = r;
+    if (old)
+        s->reloads++;
+    pthread_mutex_unlock(&s->mu);
+    if (old)
+        pool_release(s, old);
+    return 0;
+}
+
+/* ---- answers ---- */
+
+/* Queues the answer STATUS with BODY (LEN bytes) of TYPE and counts it. MHD_YES or MHD_NO. */
+static enum MHD_Result reply(struct server *s, struct MHD_Connection *c, const struct conn *k, int translate,
+                             unsigned status, const char *type, const void *body, size_t len)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, translate ? "POST" : "GET, HEAD");
+    pthread_mutex_lock(&s->mu);
+    int stopping = s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    if (stopping) /* no further requests on this connection */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ok = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    double dt = now_s() - k->t0;
+    size_t ci = 0, li = 0;
+    while (ci < NCODES && codes[ci] != (int)status)
+        ci++;
+    while (li < NLAT && dt > lat_le[li])
+        li++;
+    pthread_mutex_lock(&s->mu);
+    s->requests[ci]++;
+    if (translate) {
+        s->lat[li]++;
+        s->lat_sum += dt;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+static const char JSON_TYPE[] = "application/json";
+
+/* Answers STATUS with {"error": MSG}. */
+static enum MHD_Result reply_error(struct server *s, struct MHD_Connection *c, const struct conn *k, int translate,
+                                   unsigned status, const char *msg)
+{
+    struct nmt_buf b = {0};
+    enum MHD_Result rc = serve_error_json(msg, &b) < 0 ? MHD_NO
+                                                        : reply(s, c, k, translate, status, JSON_TYPE, b.data, b.len);
+    nmt_buf_free(&b);
+    return rc;
+}
+
+/* POST /translate. */
+static enum MHD_Result translate(struct server *s, struct MHD_Connection *c, struct conn *k)
+{
+    char msg[128];
+    if (k->too_big) {
+        snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes (--max-body-bytes)", s->o->max_body);
+        return reply_error(s, c, k, 1, MHD_HTTP_CONTENT_TOO_LARGE, msg);
+    }
+    struct serve_request r;
+    int rc = serve_request_parse(k->body.len ? (const char *)k->body.data : "", k->body.len, &s->o->lim, &r);
+    struct nmt_buf out = {0};
+    if (rc == 0) {
+        struct pool_ref *p = pool_acquire(s);
+        rc = serve_pool_translate(p->p, &r, &out);
+        pool_release(s, p);
+    }
+    serve_request_free(&r);
+    enum MHD_Result ok = rc == 0 ? reply(s, c, k, 1, MHD_HTTP_OK, JSON_TYPE, out.data, out.len)
+                                 : reply_error(s, c, k, 1, rc > 0 ? (unsigned)rc : MHD_HTTP_INTERNAL_SERVER_ERROR,
+                                               nmt_errmsg());
+    nmt_buf_free(&out);
+    return ok;
+}
+
+/* Writes the metrics in Prometheus's text format to F. */
+static void metrics_write(struct server *s, FILE *f)
+{
+    struct pool_ref *p = pool_acquire(s);
+    struct serve_stats st;
+    serve_pool_stats(p->p, &st);
+    pool_release(s, p);
+    pthread_mutex_lock(&s->mu);
+    stats_add(&st, &s->retired);
+    fprintf(f, "# HELP nmt_serve_requests_total HTTP requests answered, by status code.\n"
+               "# TYPE nmt_serve_requests_total counter\n");
+    for (size_t i = 0; i <= NCODES; i++)
+        if (i < NCODES)
+            fprintf(f, "nmt_serve_requests_total{code=\"%d\"} %llu\n", codes[i], (unsigned long long)s->requests[i]);
+        else
+            fprintf(f, "nmt_serve_requests_total{code=\"other\"} %llu\n", (unsigned long long)s->requests[i]);
+    fprintf(f, "# HELP nmt_serve_requests_in_flight Requests received and not yet answered.\n"
+               "# TYPE nmt_serve_requests_in_flight gauge\nnmt_serve_requests_in_flight %d\n", s->in_flight);
+    fprintf(f, "# HELP nmt_serve_request_duration_seconds Time from receiving a POST /translate to answering it.\n"
+               "# TYPE nmt_serve_request_duration_seconds histogram\n");
+    uint64_t cum = 0;
+    for (size_t i = 0; i <= NLAT; i++) {
+        cum += s->lat[i];
+        if (i < NLAT)
+            fprintf(f, "nmt_serve_request_duration_seconds_bucket{le=\"%g\"} %llu\n", lat_le[i],
+                    (unsigned long long)cum);
+    }
+    fprintf(f, "nmt_serve_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+    fprintf(f, "nmt_serve_request_duration_seconds_sum %.6f\nnmt_serve_request_duration_seconds_count %llu\n",
+            s->lat_sum, (unsigned long long)cum);
+    fprintf(f, "# HELP nmt_serve_reloads_total Models read again on SIGHUP.\n# TYPE nmt_serve_reloads_total counter\n"
+               "nmt_serve_reloads_total %llu\n", (unsigned long long)s->reloads);
+    pthread_mutex_unlock(&s->mu);
+    fprintf(f, "# HELP nmt_serve_sentences_total Sentences translated (empty ones not counted).\n"
+               "# TYPE nmt_serve_sentences_total counter\nnmt_serve_sentences_total %llu\n"
+               "# HELP nmt_serve_source_tokens_total Source tokens of the sentences translated.\n"
+               "# TYPE nmt_serve_source_tokens_total counter\nnmt_serve_source_tokens_total %llu\n"
+               "# HELP nmt_serve_output_tokens_total Tokens of the best translations.\n"
+               "# TYPE nmt_serve_output_tokens_total counter\nnmt_serve_output_tokens_total %llu\n"
+               "# HELP nmt_serve_queue_sentences Sentences waiting for a batch.\n"
+               "# TYPE nmt_serve_queue_sentences gauge\nnmt_serve_queue_sentences %zu\n"
+               "# HELP nmt_serve_decode_seconds_total Time the workers spent decoding.\n"
+               "# TYPE nmt_serve_decode_seconds_total counter\nnmt_serve_decode_seconds_total %.6f\n"
+               "# HELP nmt_serve_workers Batches decoded at once (--jobs).\n"
+               "# TYPE nmt_serve_workers gauge\nnmt_serve_workers %d\n",
+            (unsigned long long)st.sentences, (unsigned long long)st.src_tokens, (unsigned long long)st.out_tokens,
+            st.queued, st.decode_seconds, st.jobs);
+    fprintf(f, "# HELP nmt_serve_batch_sentences Sentences per decoded batch.\n"
+               "# TYPE nmt_serve_batch_sentences histogram\n");
+    cum = 0;
+    for (int i = 0; i < SERVE_BATCH_BUCKETS - 1; i++) {
+        cum += st.batch_bucket[i];
+        fprintf(f, "nmt_serve_batch_sentences_bucket{le=\"%d\"} %llu\n", 1 << i, (unsigned long long)cum);
+    }
+    fprintf(f, "nmt_serve_batch_sentences_bucket{le=\"+Inf\"} %llu\nnmt_serve_batch_sentences_sum %llu\n"
+               "nmt_serve_batch_sentences_count %llu\n",
+            (unsigned long long)st.batches, (unsigned long long)st.sentences, (unsigned long long)st.batches);
+}
+
+/* GET /metrics. */
+static enum MHD_Result metrics(struct server *s, struct MHD_Connection *c, const struct conn *k)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return MHD_NO;
+    metrics_write(s, f);
+    enum MHD_Result rc = fclose(f) == 0 ? reply(s, c, k, 0, MHD_HTTP_OK, "text/plain; version=0.0.4", text, len)
+                                        : MHD_NO;
+    free(text);
+    return rc;
+}
+
+/* The page of GET /: a text box, a button, the translation; no external assets. */
+static const char PAGE[] =
+    "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>nmt-serve</title>\n"
+    "<style>body{font-family:sans-serif;max-width:48em;margin:2em auto}textarea{width:100%;height:6em}"
+    "#out{white-space:pre-wrap;border:1px solid #ccc;padding:.5em;min-height:3em}</style></head><body>\n"
+    "<h1>nmt-serve</h1>\n<p>One sentence a line.</p>\n"
+    "<textarea id=\"src\" autofocus></textarea>\n<p><button id=\"go\">Translate</button></p>\n"
+    "<div id=\"out\"></div>\n<script>\n"
+    "document.getElementById('go').onclick = async function () {\n"
+    "  const out = document.getElementById('out');\n"
+    "  const lines = document.getElementById('src').value.split('\\n');\n"
+    "  try {\n"
+    "    const r = await fetch('/translate', {method: 'POST', headers: {'Content-Type': 'application/json'},\n"
+    "                                         body: JSON.stringify({text: lines})});\n"
+    "    const j = await r.json();\n"
+    "    out.textContent = r.ok ? j.translations.join('\\n') : 'error: ' + j.error;\n"
+    "  } catch (e) { out.textContent = 'error: ' + e; }\n"
+    "};\n</script>\n</body></html>\n";
+
+/* Answers a complete request. */
+static enum MHD_Result route(struct server *s, struct MHD_Connection *c, const char *url, const char *method,
+                             struct conn *k)
+{
+    int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
+    if (!strcmp(url, "/translate"))
+        return !strcmp(method, MHD_HTTP_METHOD_POST)
+                   ? translate(s, c, k)
+                   : reply_error(s, c, k, 1, MHD_HTTP_METHOD_NOT_ALLOWED, "/translate takes POST");
+    int known = !strcmp(url, "/") || !strcmp(url, "/health") || !strcmp(url, "/metrics");
+    if (!known)
+        return reply_error(s, c, k, 0, MHD_HTTP_NOT_FOUND, "no such resource (try POST /translate)");
+    if (!get)
+        return reply_error(s, c, k, 0, MHD_HTTP_METHOD_NOT_ALLOWED, "this resource takes GET");
+    if (!strcmp(url, "/"))
+        return reply(s, c, k, 0, MHD_HTTP_OK, "text/html; charset=utf-8", PAGE, sizeof PAGE - 1);
+    if (!strcmp(url, "/metrics"))
+        return metrics(s, c, k);
+    pthread_mutex_lock(&s->mu);
+    int stopping = s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    static const char ok[] = "{\"status\":\"ok\"}\n", stop[] = "{\"status\":\"stopping\"}\n";
+    return stopping ? reply(s, c, k, 0, MHD_HTTP_SERVICE_UNAVAILABLE, JSON_TYPE, stop, sizeof stop - 1)
+                    : reply(s, c, k, 0, MHD_HTTP_OK, JSON_TYPE, ok, sizeof ok - 1);
+}
+
+/* libmicrohttpd's request handler: called first with the headers, then with each piece of the body,
+ * then once more to answer. */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *data, size_t *size, void **con_cls)
+{
+    struct server *s = cls;
+    struct conn *k = *con_cls;
+    if (!k) {
+        if (!(k = calloc(1, sizeof *k)))
+            return MHD_NO;
+        k->t0 = now_s();
+        *con_cls = k;
+        pthread_mutex_lock(&s->mu);
+        s->in_flight++;
+        pthread_mutex_unlock(&s->mu);
+        return MHD_YES;
+    }
+    if (*size) {
+        if (!k->too_big && (k->body.len + *size > s->o->max_body || nmt_buf_append(&k->body, data, *size) < 0)) {
+            k->too_big = 1;
+            nmt_buf_free(&k->body);
+        }
+        *size = 0;
+        return MHD_YES;
+    }
+    return route(s, c, url, method, k);
+}
+
+/* libmicrohttpd's end of a request (answered, or the connection closed or timed out). */
+static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why)
+{
+    struct server *s = cls;
+    struct conn *k = *con_cls;
+    if (!k)
+        return;
+    nmt_buf_free(&k->body);
+    free(k);
+    *con_cls = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->in_flight--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- options ---- */
+
+/* Checks the combinations of options; -1 to go on, or the usage error's exit status. */
+static int check_args(struct opts *o)
+{
+    if (!o->so.model)
+        return nmt_usage_error("a checkpoint is required (-m FILE)");
+    if (o->lim.beam > o->lim.max_beam)
+        return nmt_usage_error("--beam %d exceeds --max-beam %d", o->lim.beam, o->lim.max_beam);
+    if (o->lim.nbest > o->lim.beam)
+        return nmt_usage_error("--nbest %d exceeds --beam %d", o->lim.nbest, o->lim.beam);
+    if (o->lim.max_sentences > o->so.max_queue)
+        return nmt_usage_error("--max-request-sentences %zu exceeds --max-queue %zu", o->lim.max_sentences,
+                               o->so.max_queue);
+    return -1;
+}
+
+/* Parses an option argument in [MIN, MAX] into *OUT (a size_t). 0, or -1 after a usage error. */
+static int opt_size(const char *opt, const char *arg, uint64_t min, uint64_t max, size_t *out)
+{
+    uint64_t v;
+    if (opt_u64(opt, arg, min, max, &v) < 0)
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+/* Parses one option C (argument ARG) into O; 0, 1 to exit 0 (--help, --version), or -1 (usage). */
+static int parse_opt(int c, const char *arg, struct opts *o)
+{
+    uint64_t v;
+    size_t z;
+    int bad = 0;
+    switch (c) {
+    case 'm': o->so.model = arg; break;
+    case OPT_LISTEN: o->listen = arg; break;
+    case OPT_PORTFILE: o->port_file = arg; break;
+    case 'b': bad = opt_int("--beam", arg, 1, 256, &o->lim.beam); break;
+    case OPT_NBEST: bad = opt_int("--nbest", arg, 1, 256, &o->lim.nbest); break;
+    case OPT_MAXBEAM: bad = opt_int("--max-beam", arg, 1, 256, &o->lim.max_beam); break;
+    case OPT_ALPHA: bad = opt_double("--alpha", arg, 0, 10, 0, &o->so.so.alpha); break;
+    case OPT_LA: bad = opt_double("--max-len-a", arg, 0, 1000, 0, &o->so.so.len_a); break;
+    case OPT_LB: bad = opt_double("--max-len-b", arg, 0, 1e6, 0, &o->so.so.len_b); break;
+    case 't': bad = opt_u64("--max-tokens", arg, 1, 100000000, &v), o->so.max_tokens = (long)v; break;
+    case OPT_MAXSENT: bad = opt_size("--max-sentences", arg, 1, 100000000, &o->so.max_batch); break;
+    case OPT_WAIT: bad = opt_int("--max-wait-ms", arg, 0, 60000, &o->so.max_wait_ms); break;
+    case OPT_QUEUE: bad = opt_size("--max-queue", arg, 1, 100000000, &o->so.max_queue); break;
+    case OPT_REQSENT: bad = opt_size("--max-request-sentences", arg, 1, 100000000, &o->lim.max_sentences); break;
+    case OPT_BODY: bad = opt_size("--max-body-bytes", arg, 1, UINT64_C(1) << 32, &o->max_body); break;
+    case OPT_LINE: bad = opt_size("--max-line-bytes", arg, 1, UINT64_C(1) << 32, &o->lim.max_line_bytes); break;
+    case OPT_CONNS: bad = opt_size("--max-connections", arg, 1, 100000, &z), o->conns = (unsigned)z; break;
+    case OPT_TIMEOUT: bad = opt_size("--timeout", arg, 1, 86400, &z), o->timeout = (unsigned)z; break;
+    case OPT_PRECISION:
+        if (infer_precision_parse(arg, &o->so.precision) < 0)
+            return nmt_usage_error("%s", nmt_errmsg()), -1;
+        break;
+    case OPT_SHORTLIST: o->so.shortlist = 1; break;
+    case OPT_BACKEND: o->so.backend = arg; break;
+    case OPT_THREADS: bad = opt_int("--threads", arg, 0, 1024, &o->so.threads); break;
+    case OPT_JOBS: bad = opt_int("--jobs", arg, 1, 256, &o->so.jobs); break;
+    case 'q': o->quiet = 1; break;
+    case 'h': usage(); return 1;
+    case OPT_VERSION: nmt_print_version(); return 1;
+    default: nmt_usage_hint(); return -1;
+    }
+    return bad < 0 ? -1 : 0;
+}
+
+/* Parses the options into O; -1 to go on, or the exit status. */
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    static const struct option lopts[] = {
+        {"model", required_argument, 0, 'm'},           {"listen", required_argument, 0, OPT_LISTEN},
+        {"port-file", required_argument, 0, OPT_PORTFILE}, {"beam", required_argument, 0, 'b'},
+        {"nbest", required_argument, 0, OPT_NBEST},     {"max-beam", required_argument, 0, OPT_MAXBEAM},
+        {"alpha", required_argument, 0, OPT_ALPHA},     {"max-len-a", required_argument, 0, OPT_LA},
+        {"max-len-b", required_argument, 0, OPT_LB},    {"max-tokens", required_argument, 0, 't'},
+        {"max-sentences", required_argument, 0, OPT_MAXSENT}, {"max-wait-ms", required_argument, 0, OPT_WAIT},
+        {"max-queue", required_argument, 0, OPT_QUEUE}, {"max-request-sentences", required_argument, 0, OPT_REQSENT},
+        {"max-body-bytes", required_argument, 0, OPT_BODY}, {"max-line-bytes", required_argument, 0, OPT_LINE},
+        {"max-connections", required_argument, 0, OPT_CONNS}, {"timeout", required_argument, 0, OPT_TIMEOUT},
+        {"precision", required_argument, 0, OPT_PRECISION}, {"shortlist", no_argument, 0, OPT_SHORTLIST},
+        {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
+        {"jobs", required_argument, 0, OPT_JOBS},       {"quiet", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},                  {"version", no_argument, 0, OPT_VERSION},
+        {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "m:b:t:qh", lopts, NULL)) != -1) {
+        int rc = parse_opt(c, optarg, o);
+        if (rc)
+            return rc > 0 ? NMT_EXIT_OK : NMT_EXIT_USAGE;
+    }
+    if (optind < argc)
+        return nmt_usage_error("unexpected argument '%s'", argv[optind]);
+    return check_args(o);
+}
+
+/* ---- listening ---- */
+
+/* Resolves HOST:PORT ("[::1]:8080" for IPv6) into *AI (freeaddrinfo). 0, or -1 with the error set. */
+static int resolve(const char *spec, struct addrinfo **ai)
+{
+    char host[256];
+    const char *colon = strrchr(spec, ':');
+    size_t hl = colon ? (size_t)(colon - spec) : 0;
+    if (!colon || hl == 0 || hl >= sizeof host || !colon[1])
+        return nmt_seterr("invalid --listen '%s' (expected HOST:PORT, e.g. 127.0.0.1:8080)", spec);
+    memcpy(host, spec, hl);
+    host[hl] = 0;
+    if (host[0] == '[' && host[hl - 1] == ']') {
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = 0;
+    }
+    uint64_t port;
+    if (nmt_parse_u64(colon + 1, 65535, &port) < 0)
+        return nmt_seterr("invalid --listen '%s': port '%s' (expected 0 to 65535)", spec, colon + 1);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    int rc = getaddrinfo(host, colon + 1, &hints, ai);
+    if (rc)
+        return nmt_seterr("invalid --listen '%s': %s", spec, gai_strerror(rc));
+    return 0;
+}
+
+/* Writes the address listened on (HOST:PORT) into BUF (SIZE bytes). 0 or -1 with the error set. */
+static int bound_address(struct MHD_Daemon *d, char *buf, size_t size)
+{
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_LISTEN_FD);
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    char host[128], port[16];
+    if (!di || getsockname(di->listen_fd, (struct sockaddr *)&sa, &sl) < 0 ||
+        getnameinfo((struct sockaddr *)&sa, sl, host, sizeof host, port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV))
+        return nmt_seterr("cannot read the address listened on: %s", strerror(errno));
+    snprintf(buf, size, sa.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+    return 0;
+}
+
+/* Starts the HTTP daemon of S on O's address; 0, or -1 with the error set. */
+static int start(struct server *s, const struct opts *o, char *addr, size_t size)
+{
+    struct addrinfo *ai;
+    if (resolve(o->listen, &ai) < 0)
+        return -1;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_CONNECTION_LIMIT, o->conns, MHD_OPTION_CONNECTION_TIMEOUT, o->timeout,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_done, s, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->d)
+        return nmt_seterr("cannot listen on '%s': %s", o->listen, errno ? strerror(errno) : "failed");
+    return bound_address(s->d, addr, size);
+}
+
+/* Writes ADDR and a newline to PATH, atomically. 0, or -1 with the error set. */
+static int write_port_file(const char *path, const char *addr)
+{
+    struct out_file f = {.fd = -1};
+    if (out_file_open(&f, path) < 0)
+        return -1;
+    char line[160];
+    int n = snprintf(line, sizeof line, "%s\n", addr);
+    if (nmt_write_all(f.fd, line, (size_t)n) < 0) {
+        out_file_abort(&f);
+        return -1;
+    }
+    return out_file_commit(&f);
+}
+
+/* Stops accepting connections, waits until every request received is answered, then stops the daemon. */
+static void stop(struct server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_mutex_unlock(&s->mu);
+    MHD_socket fd = MHD_quiesce_daemon(s->d);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    for (;;) { /* each request ends, answered or timed out (--timeout) */
+        pthread_mutex_lock(&s->mu);
+        int busy = s->in_flight;
+        pthread_mutex_unlock(&s->mu);
+        if (!busy)
+            break;
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    MHD_stop_daemon(s->d);
+    s->d = NULL;
+}
+
+/* Serves until SIGTERM or SIGINT, reloading on SIGHUP (the signals in SET, blocked in every thread). */
+static void serve(struct server *s, const sigset_t *set)
+{
+    for (;;) {
+        int sig;
+        if (sigwait(set, &sig) != 0)
+            continue;
+        if (sig != SIGHUP)
+            break;
+        if (pool_load(s) < 0)
+            nmt_error("cannot reload '%s': %s; still serving the model read before", s->o->so.model, nmt_errmsg());
+        else if (!s->o->quiet)
+            nmt_error("reloaded '%s'", s->o->so.model);
+    }
+    if (!s->o->quiet)
+        nmt_error("stopping: answering the requests in flight");
+    stop(s);
+}
+
+int main(int argc, char **argv)
+{
+    nmt_start(argv);
+    struct opts o = {.listen = "127.0.0.1:8080", .max_body = 1 << 20, .conns = 256, .timeout = 30,
+                     .lim = {.max_sentences = 256, .max_line_bytes = 65536, .max_beam = 16, .beam = 1, .nbest = 1},
+                     .so = {.precision = NMT_DTYPE_F32, .max_tokens = 4096, .max_wait_ms = 10, .max_queue = 1024,
+                            .so = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 50}}};
+    int status = parse_args(argc, argv, &o);
+    if (status >= 0)
+        return status;
+    /* the signals are waited for by the main thread alone: every thread started after inherits the mask */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    struct server s = {.o = &o};
+    pthread_mutex_init(&s.mu, NULL);
+    char addr[160];
+    int ok = pool_load(&s) == 0 && start(&s, &o, addr, sizeof addr) == 0 &&
+             (!o.port_file || write_port_file(o.port_file, addr) == 0);
+    if (ok) {
+        struct serve_stats st;
+        serve_pool_stats(s.cur->p, &st);
+        if (!o.quiet)
+            nmt_error("listening on http://%s/ (%d jobs, %d threads)", addr, st.jobs, st.threads);
+        serve(&s, &set);
+    } else {
+        nmt_error("%s", nmt_errmsg());
+        if (s.d)
+            MHD_stop_daemon(s.d);
+    }
+    if (s.cur)
+        pool_release(&s, s.cur);
+    pthread_mutex_destroy(&s.mu);
+    if (nmt_close_stdout() < 0 && ok) {
+        nmt_error("%s", nmt_errmsg());
+        ok = 0;
+    }
+    return ok ? NMT_EXIT_OK : NMT_EXIT_DATA;
+}
