@@ -2,6 +2,7 @@
 #   make                 build tools into bin/ and plugins as bin/nmt-backend-*.so
 #   make check           install missing dependencies, build, run every test (plain, ASan+UBSan,
 #                        valgrind for the unit tests), fuzz
+#   make check-stress N=5  the Bats suites N times under load: every test that ever failed
 #   make demo            train en-de on the bundled Multi30k data, translate and score the test set
 #   make install PREFIX=/usr/local
 # Sources are found by wildcard: libcommon/*/*.c form libnmt.a, tools/NAME.c becomes bin/nmt-NAME
@@ -75,7 +76,7 @@ ifneq ($(HAVE_CUDA),)
 endif
 
 comma := ,
-.PHONY: layers lint mutants valgrind bench-built all check test test-san fuzz install clean deps bench demo tests-built
+.PHONY: layers lint mutants check-stress valgrind bench-built all check test test-san fuzz install clean deps bench demo tests-built
 all: $(TOOLS) $(PLUGINS) $(COMMS) $(if $(HAVE_CUDA),$(BIN)/nmt-backend-cuda.so)
 	@echo "nmt: built $(words $(TOOLS)) tools and $(words $(PLUGINS) $(if $(HAVE_CUDA),cuda)) plugin(s) in $(BIN)/; CUDA: $(if $(NVCC),nvcc found ($(NVCC)),nvcc not found)$(if $(HAVE_CUDA),$(comma) cuda plugin built,$(comma) cuda plugin skipped)$(if $(HAVE_CUDA),$(if $(HAVE_NCCL),$(comma) nmt-comm-nccl.so built,$(comma) no nccl.h in $(NCCL_INC): nmt-comm-nccl.so skipped)); MPI: $(if $(MPICC),nmt-comm-mpi.so built,mpicc not found: one process only)"
 
@@ -188,13 +189,19 @@ deps:
 layers:
 	@bash tests/layers.sh && echo "layers: includes follow libcommon/README.md"
 
-# Bats lines that cannot fail a test (tests/bats-lint.py).
+# Bats lines that cannot fail a test, or that can fail it by chance (tests/bats-lint.py).
 lint:
-	@python3 tests/bats-lint.py tests/bats/*.bats && echo "lint: every Bats check can fail its test"
+	@python3 tests/bats-lint.py tests/bats/*.bats tests/bats/common.bash && echo "lint: every Bats check can fail its test, and none by chance"
 
 # Small realistic breakages the suite must catch (by hand; not part of check).
 mutants:
 	python3 tests/mutants.py
+
+# The Bats suites N times beside a busy loop on each core; lists every test that ever failed (by hand;
+# not part of check).
+N ?= 5
+check-stress: tests-built
+	bash tests/stress.sh $(N)
 
 # The whole suite: plain build, then the same tests under ASan+UBSan, then the fuzzers.
 check: deps layers lint

@@ -89,7 +89,8 @@ indices() { "$H" dump "$1" | awk '{print $2}'; }
     for n in 40 100 333 4096; do
         run nmt-batch --max-tokens $n "$D/small.ids" -o "$D/out"
         [ "$status" -eq 0 ]
-        dump "$D/out" | awk -v n=$n '{ w = $6 > $7 ? $6 : $7; if ($5 * w > n) { print "over budget: " $0; exit 1 } }'
+        dump "$D/out" | awk -v n=$n '{ w = $6 > $7 ? $6 : $7; if ($5 * w > n) { print "over budget: " $0; bad = 1 } }
+                                     END { exit bad }'
         dropped=$(echo "$output" | sed -n 's/.* read, \([0-9]*\) dropped.*/\1/p')
         [ "$(indices "$D/out" | wc -l)" -eq $((60 - dropped)) ]
     done
@@ -112,7 +113,7 @@ indices() { "$H" dump "$1" | awk '{print $2}'; }
 
 @test "--max-sentences bounds the rows of a batch" {
     nmt-batch --max-sentences 7 "$D/small.ids" -o "$D/out" 2>/dev/null
-    dump "$D/out" | awk '$5 > 7 { print "too many rows: " $0; exit 1 }'
+    dump "$D/out" | awk '$5 > 7 { print "too many rows: " $0; bad = 1 } END { exit bad }'
     [ "$(dump "$D/out" | awk '{print $1}' | sort -u | wc -l)" -eq 9 ]   # ceil(60/7)
 }
 
@@ -123,7 +124,7 @@ indices() { "$H" dump "$1" | awk '{print $2}'; }
     run nmt-batch --max-len 12 "$D/small.ids" -o "$D/out"
     [ "$status" -eq 0 ]
     [[ "$output" == "nmt-batch: 1 epoch, 60 pairs read, $want dropped ($want too long, 0 over ratio), 0 truncated,"* ]]
-    dump "$D/out" | awk '$3 > 12 || $4 > 12 { print "too long: " $0; exit 1 }'
+    dump "$D/out" | awk '$3 > 12 || $4 > 12 { print "too long: " $0; bad = 1 } END { exit bad }'
     [ "$(indices "$D/out" | wc -l)" -eq $((60 - want)) ]
 }
 
@@ -138,8 +139,9 @@ indices() { "$H" dump "$1" | awk '{print $2}'; }
     [ "$(wc -l < "$D/rows")" -eq 60 ]
     # each side is a prefix of the input side
     awk '{print $2, $8, $9}' "$D/rows" | sort -n | paste -d' ' - "$D/small.expect" |
-        awk '{ if (index($5 ",", $2 == "-" ? "" : $2 ",") != 1 && $2 != "-") { print "not a prefix: " $0; exit 1 }
-               if (index($6 ",", $3 == "-" ? "" : $3 ",") != 1 && $3 != "-") { print "not a prefix: " $0; exit 1 } }'
+        awk '{ if (index($5 ",", $2 == "-" ? "" : $2 ",") != 1 && $2 != "-") { print "not a prefix: " $0; bad = 1 }
+               if (index($6 ",", $3 == "-" ? "" : $3 ",") != 1 && $3 != "-") { print "not a prefix: " $0; bad = 1 } }
+             END { exit bad }'
 }
 
 @test "--max-ratio drops pairs with an extreme length ratio" {
@@ -149,14 +151,17 @@ indices() { "$H" dump "$1" | awk '{print $2}'; }
     run nmt-batch --max-ratio 1.5 "$D/small.ids" -o "$D/out"
     [ "$status" -eq 0 ]
     [[ "$output" == *"60 pairs read, $want dropped (0 too long, $want over ratio)"* ]]
-    dump "$D/out" | awk '{ hi = $3 > $4 ? $3 : $4; lo = $3 > $4 ? $4 : $3; if (hi > 1.5 * lo) { print "ratio: " $0; exit 1 } }'
+    dump "$D/out" | awk '{ hi = $3 > $4 ? $3 : $4; lo = $3 > $4 ? $4 : $3
+                           if (hi > 1.5 * lo) { print "ratio: " $0; bad = 1 } } END { exit bad }'
 }
 
 @test "--window buckets and shuffles each window on its own" {
     nmt-batch --window 16 --max-tokens 120 "$D/small.ids" -o "$D/out" 2>/dev/null
     # every batch holds pairs of one window, and the windows come out in input order
-    dump "$D/out" | awk '{ w = int($2 / 16); if ($1 in win && win[$1] != w) { print "batch spans windows: " $0; exit 1 }
-                           win[$1] = w; if (w < last) { print "window order: " $0; exit 1 } last = w }'
+    dump "$D/out" | awk '{ w = int($2 / 16)
+                           if ($1 in win && win[$1] != w) { print "batch spans windows: " $0; bad = 1 }
+                           win[$1] = w; if (w < last) { print "window order: " $0; bad = 1 } last = w }
+                         END { exit bad }'
     [ "$(indices "$D/out" | sort -n | uniq | wc -l)" -eq 60 ]
 }
 
@@ -184,7 +189,8 @@ indices() { "$H" dump "$1" | awk '{print $2}'; }
     # the index fields of the batch records, read by nmt-cat: each pair exactly once
     nmt-cat --json "$D/out" | grep -o '"index":\[[0-9,]*\]' | tr -c '0-9\n' '\n' | grep . | sort -n > "$D/idx"
     diff "$D/idx" <(seq 0 28999)
-    dump "$D/out" | awk '{ w = $6 > $7 ? $6 : $7; if ($5 * w > 4096) { print "over budget: " $0; exit 1 } }'
+    dump "$D/out" | awk '{ w = $6 > $7 ? $6 : $7; if ($5 * w > 4096) { print "over budget: " $0; bad = 1 } }
+                         END { exit bad }'
     pad=$(echo "$output" | sed -n 's/.*padding \([0-9.]*\)%$/\1/p')
     echo "# Multi30k train, --max-tokens 4096: padding $pad%" >&3
     awk -v p="$pad" 'BEGIN { exit !(p != "" && p < 5) }'

@@ -13,7 +13,7 @@ setup() {
 @test "bleu: every sacreBLEU 2.6.0 vector (case x configuration) matches" {
     run python3 "$NMT_SRCDIR/tests/bleu_vectors.py" "$NMT_BIN/nmt-bleu" "$FIX"
     [ "$status" -eq 0 ] || { echo "$output" | grep '^not ok' -A4 | sed -n 1,60p; false; }
-    echo "$output" | grep -q '^1\.\.[0-9]'
+    grep -q '^1\.\.[0-9]' <<< "$output"
     [ "$(echo "$output" | grep -c '^ok')" -gt 3000 ]
 }
 
@@ -213,7 +213,7 @@ assert abs(d[0]["BLEU"]["score"]-56.157275791119176) < 1e-9'
     [ -z "$output" ]
     page=$(MANWIDTH=200 man -l "$NMT_SRCDIR/man/nmt-bleu.1" 2>/dev/null | sed 's/‐/-/g')
     for o in $(nmt-bleu --help | grep -oE -- '--[a-z][a-z-]+' | sort -u); do
-        echo "$page" | grep -q -- "$o" || { echo "missing $o"; false; }
+        grep -q -- "$o" <<< "$page" || { echo "missing $o"; false; }
     done
 }
 

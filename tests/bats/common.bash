@@ -11,6 +11,17 @@ fails() {
     fi
 }
 
+# Fails unless its standard input is the file $1, byte for byte. Unlike `cmp $1 -` it reads all of its
+# input first, so the command writing to it never dies of SIGPIPE (a failure of its own under pipefail).
+same_as() {
+    local got st=0
+    got=$(mktemp "$BATS_TEST_TMPDIR/same_as.XXXXXX")
+    cat > "$got"
+    cmp "$1" "$got" || st=$?
+    rm -f "$got"
+    return $st
+}
+
 # Shows checkpoint $1 without what names its run (the stored configuration of nmt-train, train.config):
 # its other metadata, tensor names and shapes, and a checksum of the tensors' bytes. Two checkpoints of
 # one model and training state show the same.

@@ -7,7 +7,7 @@ load common
 setup() {
     CUDA="$NMT_BIN/nmt-backend-cuda.so"
     [ -f "$CUDA" ] || skip "cuda plugin not built (no nvcc)"
-    if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+    if grep -q 'libcuda\.so\.1 ' <<< "$(ldconfig -p 2>/dev/null)"; then
         skip "a CUDA driver is installed here: run tests/gpu/run_gpu_tests.sh"
     fi
     TMP=$(mktemp -d)

@@ -84,7 +84,7 @@ setup_file() {
     tac "$D/src.en" > "$D/rev.en"
     $DEC --beam 4 --nbest 4 -i "$D/rev.en" | awk -F'\t' -v n=24 'BEGIN{OFS="\t"} {$1 = n + 1 - $1; print}' |
         sort -t$'\t' -k1,1n -s > "$D/b_rev.txt"
-    sort -t$'\t' -k1,1n -s "$D/b_all.txt" | cmp - "$D/b_rev.txt"
+    sort -t$'\t' -k1,1n -s "$D/b_all.txt" | same_as "$D/b_rev.txt"
 }
 
 @test "greedy equals beam 1; beam 4 scores never below greedy's" {
@@ -119,7 +119,8 @@ setup_file() {
     # a better-fitting target scores higher than a shuffled one
     paste <(head -2 "$D/tr.en") <(head -2 "$D/tr.de") > "$D/good.tsv"
     paste <(head -2 "$D/tr.en") <(head -2 "$D/tr.de" | rev) > "$D/badt.tsv"
-    paste <($DEC --score -i "$D/good.tsv") <($DEC --score -i "$D/badt.tsv") | awk '!($1 > $2) { exit 1 }'
+    paste <($DEC --score -i "$D/good.tsv") <($DEC --score -i "$D/badt.tsv") |
+        awk '!($1 > $2) { bad = 1 } END { exit bad }'
 }
 
 @test "--score: a line without a tab, and unequal --src/--tgt files" {
@@ -174,7 +175,7 @@ setup_file() {
     run $DEC -i "$D/withlong.en"
     [ "$status" -eq 0 ]
     [[ "$output" == *"nmt-decode: warning: line 25: source of "*" tokens exceeds the model's limit of 1023; using the first 1023"* ]] ||
-        { echo "$output" | head -3; return 1; }
+        { head -3 <<< "$output"; return 1; }
     run $DEC -q -i "$D/withlong.en"
     [ "$status" -eq 0 ]
     [[ "$output" != *warning* ]]
@@ -229,8 +230,8 @@ setup_file() {
             cmp "$D/j1.txt" "$D/jn.txt" || { echo "$mode --jobs $j differs"; return 1; }
         done
         # more jobs than batches, and more jobs than threads
-        $DEC $mode --jobs 4 -i "$D/src.en" | cmp "$D/j1.txt" -
-        $DEC $mode --max-tokens 40 --jobs 4 --threads 1 -i "$D/src.en" | cmp "$D/j1.txt" -
+        $DEC $mode --jobs 4 -i "$D/src.en" | same_as "$D/j1.txt"
+        $DEC $mode --max-tokens 40 --jobs 4 --threads 1 -i "$D/src.en" | same_as "$D/j1.txt"
     done
     # hyp streams and forced-decoding scores
     nmt-tokenize --vocab "$D/v.vocab" < "$D/src.en" > "$D/src.ids"
@@ -241,7 +242,7 @@ setup_file() {
     $DEC -i "$D/src.en" > "$D/hyp.de"
     paste "$D/src.en" "$D/hyp.de" > "$D/pairs.tsv"
     $DEC --score --max-tokens 40 --jobs 1 -i "$D/pairs.tsv" > "$D/s1.txt"
-    $DEC --score --max-tokens 40 --jobs 3 -i "$D/pairs.tsv" | cmp "$D/s1.txt" -
+    $DEC --score --max-tokens 40 --jobs 3 -i "$D/pairs.tsv" | same_as "$D/s1.txt"
 }
 
 @test "--precision: a value other than float32, int8, int8-all, bf16 or bf16-all is a usage error naming it" {
@@ -289,14 +290,14 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
         Q="$DEC $mode --jobs 1"
         $Q -i "$D/s64.en" > "$D/q64.txt"                      # one batch of 64 sentences
         [ "$(wc -l < "$D/q64.txt")" -eq 64 ]
-        $Q --max-tokens 1 -i "$D/s64.en" | cmp "$D/q64.txt" -  # every sentence alone
+        $Q --max-tokens 1 -i "$D/s64.en" | same_as "$D/q64.txt"  # every sentence alone
         rm -f "$D"/q7.*
         split -l 7 "$D/s64.en" "$D/q7."                       # batches of 7 sentences
-        for f in "$D"/q7.*; do $Q -i "$f"; done | cmp "$D/q64.txt" -
-        $DEC $mode --jobs 2 --max-tokens 60 -i "$D/s64.en" | cmp "$D/q64.txt" -
-        $DEC $mode --jobs 2 --threads 1 -i "$D/s64.en" | cmp "$D/q64.txt" -
+        for f in "$D"/q7.*; do $Q -i "$f"; done | same_as "$D/q64.txt"
+        $DEC $mode --jobs 2 --max-tokens 60 -i "$D/s64.en" | same_as "$D/q64.txt"
+        $DEC $mode --jobs 2 --threads 1 -i "$D/s64.en" | same_as "$D/q64.txt"
         # and --batch-variant changes nothing in int8: its layers are row-invariant anyway
-        $Q --batch-variant --max-tokens 60 -i "$D/s64.en" | cmp "$D/q64.txt" -
+        $Q --batch-variant --max-tokens 60 -i "$D/s64.en" | same_as "$D/q64.txt"
     done
 }
 
@@ -330,13 +331,13 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
         # on a CPU with AMX the default runs the tile kernel, avx512vnni the vpdpwssd kernel, avx512
         # the AVX2 int8 kernel, all with the same float32 kernels around them: scores and all
         for isa in avx512vnni avx512; do
-            NMT_CPU_ISA=$isa $DEC $mode --scores -i "$D/s64.en" | cmp "$D/isa.txt" - ||
+            NMT_CPU_ISA=$isa $DEC $mode --scores -i "$D/s64.en" | same_as "$D/isa.txt" ||
                 { echo "$mode, NMT_CPU_ISA=$isa differs"; return 1; }
         done
         # below AVX-512 the float32 attention and top-k round otherwise in the last bits (as in
         # float32 decoding), so the scores may differ there; the int8 layers give the same bits
         for isa in avx2 portable; do
-            NMT_CPU_ISA=$isa $DEC $mode -i "$D/s64.en" | cmp <(cut -f2- "$D/isa.txt") - ||
+            NMT_CPU_ISA=$isa $DEC $mode -i "$D/s64.en" | same_as <(cut -f2- "$D/isa.txt") ||
                 { echo "$mode, NMT_CPU_ISA=$isa differs"; return 1; }
         done
     done
@@ -351,11 +352,11 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
             Q="$DEC --precision $p $mode --jobs 1"
             $Q -i "$D/s64.en" > "$D/b64.txt"
             [ "$(wc -l < "$D/b64.txt")" -eq 64 ]
-            $Q --max-tokens 1 -i "$D/s64.en" | cmp "$D/b64.txt" -
+            $Q --max-tokens 1 -i "$D/s64.en" | same_as "$D/b64.txt"
             rm -f "$D"/b7.*
             split -l 7 "$D/s64.en" "$D/b7."
-            for f in "$D"/b7.*; do $Q -i "$f"; done | cmp "$D/b64.txt" -
-            $DEC --precision $p $mode --jobs 2 --max-tokens 60 -i "$D/s64.en" | cmp "$D/b64.txt" -
+            for f in "$D"/b7.*; do $Q -i "$f"; done | same_as "$D/b64.txt"
+            $DEC --precision $p $mode --jobs 2 --max-tokens 60 -i "$D/s64.en" | same_as "$D/b64.txt"
         done
         $DEC --precision $p -i "$D/s64.en" > "$D/b.txt"
         same=$(paste -d '\t' "$D/f32.txt" "$D/b.txt" | awk -F'\t' '$1 == $2' | wc -l)
@@ -380,8 +381,8 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     for mode in "--precision int8 --beam 4" "--precision int8-all --beam 1"; do
         $DEC $mode --scores -i "$D/s16.en" > "$D/vnni.txt"
         [ "$(wc -l < "$D/vnni.txt")" -eq 16 ]
-        $DEC --backend "$E" $mode --scores -i "$D/s16.en" | cmp "$D/vnni.txt" - || { echo "$mode differs"; return 1; }
-        $DEC --backend "$E" $mode --scores --jobs 2 --max-tokens 30 -i "$D/s16.en" | cmp "$D/vnni.txt" - ||
+        $DEC --backend "$E" $mode --scores -i "$D/s16.en" | same_as "$D/vnni.txt" || { echo "$mode differs"; return 1; }
+        $DEC --backend "$E" $mode --scores --jobs 2 --max-tokens 30 -i "$D/s16.en" | same_as "$D/vnni.txt" ||
             { echo "$mode, --jobs 2 differs"; return 1; }
     done
 }
@@ -430,9 +431,9 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     # the ensemble translates otherwise than either member, the same alone, in batches and with jobs
     $ENS --beam 4 --scores -i "$D/src.en" > "$D/ens.txt"
     fails cmp -s "$D/ens.txt" <($DEC --beam 4 --scores -i "$D/src.en")
-    $ENS --beam 4 --scores --max-tokens 40 --jobs 3 -i "$D/src.en" | cmp "$D/ens.txt" -
-    $ENS --beam 4 --scores --max-tokens 40 --jobs 1 -i "$D/src.en" | cmp "$D/ens.txt" -
-    cat "$D/src.en" | $ENS --beam 4 --scores | cmp "$D/ens.txt" -
+    $ENS --beam 4 --scores --max-tokens 40 --jobs 3 -i "$D/src.en" | same_as "$D/ens.txt"
+    $ENS --beam 4 --scores --max-tokens 40 --jobs 1 -i "$D/src.en" | same_as "$D/ens.txt"
+    cat "$D/src.en" | $ENS --beam 4 --scores | same_as "$D/ens.txt"
 }
 
 @test "ensemble: models of different vocabularies are refused, naming the file" {

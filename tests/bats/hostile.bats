@@ -63,7 +63,8 @@ setup_file() {
 }
 
 @test "hostile: batch rows without </s> are refused by nmt-cat --check and nmt-train, naming the record" {
-    printf '#5 #6 #2\t#7 #2\n#5 #6\t#7 #2\n' | "$H" gen --kind batch --vocab "$(sed -n 's/^fingerprint //p' "$D/v1" | head -1)" > "$D/bad.batches"
+    fp=$(sed -n '/^fingerprint /{s///p;q}' "$D/v1")
+    printf '#5 #6 #2\t#7 #2\n#5 #6\t#7 #2\n' | "$H" gen --kind batch --vocab "$fp" > "$D/bad.batches"
     run nmt-cat --check "$D/bad.batches"
     [ "$status" -eq 1 ]
     [[ "$output" == *"bad.batches: record 2: batch record: row 0: the source does not end with </s>"* ]]

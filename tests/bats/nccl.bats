@@ -50,10 +50,10 @@ C
 }
 
 @test "without a driver, or without a device, the module refuses with the reason" {
-    if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
+    if ! grep -q 'libnccl\.so\.2 ' <<< "$(ldconfig -p 2>/dev/null)"; then
         skip "libnccl.so.2 is not installed here"
     fi
-    if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+    if ! grep -q 'libcuda\.so\.1 ' <<< "$(ldconfig -p 2>/dev/null)"; then
         run "$H"
         [ "$status" -eq 1 ]
         [[ "$output" == "cannot start NCCL: no NVIDIA driver: "*"libcuda.so.1"* ]]

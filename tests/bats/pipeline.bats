@@ -45,7 +45,7 @@ setup_file() {
     # different seeds, different models; the translations are their ensemble's
     fails cmp -s "$D/lit/seed-1/model.avg.ckpt" "$D/lit/seed-2/model.avg.ckpt"
     nmt-decode -m "$D/lit/seed-1/model.avg.ckpt" -m "$D/lit/seed-2/model.avg.ckpt" --beam 2 --alpha 1.0 \
-        < "$D/lit/test_2016_flickr.en" | cmp - "$D/lit/test_2016_flickr.hyp"
+        < "$D/lit/test_2016_flickr.en" | same_as "$D/lit/test_2016_flickr.hyp"
     # scored as tokenized text (--tokenize none), with BLEU and chrF signatures
     grep -q '^ *BLEU|.*tok:none' "$D/lit/test_2016_flickr.scores"
     grep -q '^chrF2|' "$D/lit/test_2016_flickr.scores"
@@ -60,7 +60,7 @@ setup_file() {
     [ "$(ls "$D/one"/model.ckpt.step-* | wc -l)" -eq 2 ]
     [ ! -e "$D/one/seed-1" ]
     nmt-decode -m "$D/one/model.avg.ckpt" --beam 2 --alpha 1.0 < "$D/one/test_2016_flickr.en" |
-        cmp - "$D/one/test_2016_flickr.hyp"
+        same_as "$D/one/test_2016_flickr.hyp"
 }
 
 @test "BPE_DROPOUT: the training ids hold BPE_COPIES differently segmented copies; val and test do not" {
@@ -88,7 +88,7 @@ setup_file() {
     nmt-tokenize --vocab "$D/bd/vocab.bpe" --decode -i "$D/bd/train.ids" > "$D/bd.dec"
     nmt-tokenize --vocab "$D/bd/vocab.bpe" --decode -i "$D/nobd/train.ids" > "$D/plain.dec"
     [ -s "$D/plain.dec" ]
-    cat "$D/plain.dec" "$D/plain.dec" "$D/plain.dec" | cmp - "$D/bd.dec"
+    cat "$D/plain.dec" "$D/plain.dec" "$D/plain.dec" | same_as "$D/bd.dec"
     # no temporary files left behind
     [ -z "$(ls "$D/bd" | grep tmp)" ]
 }

@@ -36,17 +36,17 @@ small_vocab() { # a vocabulary learnt from the adversarial fixtures and some Mul
     { cat "$F/adversarial.txt"; zcat "$D/val.de.gz"; } > "$TMP/x"
     nmt-tokenize -N none "$TMP/x" | nmt-vocab -s 600 -o "$TMP/v.vocab"
     grep -q '^normalize none$' "$TMP/v.vocab"
-    nmt-tokenize --vocab "$TMP/v.vocab" "$TMP/x" | nmt-tokenize --decode --vocab "$TMP/v.vocab" | cmp - "$TMP/x"
+    nmt-tokenize --vocab "$TMP/v.vocab" "$TMP/x" | nmt-tokenize --decode --vocab "$TMP/v.vocab" | same_as "$TMP/x"
 }
 
 @test "adversarial set round-trips through ids, pieces text, ids text and dropout" {
     small_vocab
     nfkc "$F/adversarial.txt" > "$TMP/want"
     V="$TMP/v.vocab"
-    nmt-tokenize -v "$V" "$F/adversarial.txt" | nmt-tokenize -D -v "$V" | cmp - "$TMP/want"
-    nmt-tokenize -v "$V" --text "$F/adversarial.txt" | nmt-tokenize -D --text -v "$V" | cmp - "$TMP/want"
-    nmt-tokenize -v "$V" --text=ids "$F/adversarial.txt" | nmt-tokenize -D --text -v "$V" | cmp - "$TMP/want"
-    nmt-tokenize -v "$V" --dropout 0.3 --seed 9 "$F/adversarial.txt" | nmt-tokenize -D -v "$V" | cmp - "$TMP/want"
+    nmt-tokenize -v "$V" "$F/adversarial.txt" | nmt-tokenize -D -v "$V" | same_as "$TMP/want"
+    nmt-tokenize -v "$V" --text "$F/adversarial.txt" | nmt-tokenize -D --text -v "$V" | same_as "$TMP/want"
+    nmt-tokenize -v "$V" --text=ids "$F/adversarial.txt" | nmt-tokenize -D --text -v "$V" | same_as "$TMP/want"
+    nmt-tokenize -v "$V" --dropout 0.3 --seed 9 "$F/adversarial.txt" | nmt-tokenize -D -v "$V" | same_as "$TMP/want"
 }
 
 @test "nfkc_cf folds case; the vocabulary remembers its normalisation" {
@@ -125,7 +125,7 @@ small_vocab() { # a vocabulary learnt from the adversarial fixtures and some Mul
     # ids 4 + byte: 0xA4 alone, 0xC3 0xA4 (a valid 'ä'), 0xC3 before a lead byte, 0xF0 cut short
     printf '%d %d %d %d %d\n' $((4 + 0xA4)) $((4 + 0xC3)) $((4 + 0xA4)) $((4 + 0xC3)) $((4 + 0xF0)) > "$TMP/ids.txt"
     nmt-tokenize -D --text -v "$F/tiny.vocab" "$TMP/ids.txt" > "$TMP/out"
-    printf '\xef\xbf\xbd\xc3\xa4\xef\xbf\xbd\xef\xbf\xbd\n' | cmp - "$TMP/out"
+    printf '\xef\xbf\xbd\xc3\xa4\xef\xbf\xbd\xef\xbf\xbd\n' | same_as "$TMP/out"
     nmt-bleu "$TMP/out" -i "$TMP/out" -m bleu > /dev/null
 }
 
@@ -135,7 +135,7 @@ small_vocab() { # a vocabulary learnt from the adversarial fixtures and some Mul
     [ "$status" -eq 0 ]
     [[ "$output" == *"<0xE6>"* ]]
     [[ "$output" != *"<unk>"* ]]
-    nmt-tokenize -v "$F/tiny.vocab" "$TMP/x" | nmt-tokenize -D -v "$F/tiny.vocab" | cmp - "$TMP/x"
+    nmt-tokenize -v "$F/tiny.vocab" "$TMP/x" | nmt-tokenize -D -v "$F/tiny.vocab" | same_as "$TMP/x"
 }
 
 @test "--dropout: same seed same output, another seed differs, 0 equals no dropout" {
@@ -149,8 +149,9 @@ small_vocab() { # a vocabulary learnt from the adversarial fixtures and some Mul
     e=$(nmt-tokenize -v "$V" --text=ids "$TMP/x" | md5sum)
     [ "$a" = "$b" ]; [ "$a" != "$c" ]; [ "$d" = "$e" ]
     nmt-tokenize -v "$V" --dropout 0.2 --seed 3 "$TMP/x" -o "$TMP/ids.nmt"
-    nmt-cat --header "$TMP/ids.nmt" | grep -q '^dropout	0.2$'
-    nmt-cat --header "$TMP/ids.nmt" | grep -q '^seed	3$'
+    header=$(nmt-cat --header "$TMP/ids.nmt")
+    grep -q '^dropout	0.2$' <<< "$header"
+    grep -q '^seed	3$' <<< "$header"
 }
 
 @test "--src/--tgt: pairs; unequal line counts name the file and line" {
@@ -178,7 +179,8 @@ small_vocab() { # a vocabulary learnt from the adversarial fixtures and some Mul
     [ "$status" -eq 0 ]
     [ "${#lines[@]}" -eq 2 ]
     [ "${lines[1]}" = "▁another ▁good" ]
-    nmt-tokenize --skip-bad -q "$F/bad-utf8.txt" | nmt-cat | cut -f1 | tr '\n' ' ' | grep -qx '0 2 '
+    kept=$(nmt-tokenize --skip-bad -q "$F/bad-utf8.txt" | nmt-cat | cut -f1 | tr '\n' ' ')
+    [ "$kept" = '0 2 ' ]
 }
 
 @test "--tsv is plain: quotes are data; --csv --delimiter tab reads RFC 4180 quoting" {
@@ -214,7 +216,7 @@ small_vocab() { # a vocabulary learnt from the adversarial fixtures and some Mul
     [[ "${lines[3]}" == *"missing fields: 1"* ]]
     printf 'a;b\n' > "$TMP/semi.csv"
     [ "$(nmt-tokenize --csv -d ';' --text "$TMP/semi.csv")" = "$(printf '▁a\t▁b')" ]
-    [ "$(nmt-tokenize --csv --delimiter tab -f 1 --text "$F/pairs.tsv" | head -1)" = "▁A ▁man ▁rides ▁a ▁bike ." ]
+    [ "$(nmt-tokenize --csv --delimiter tab -f 1 --text "$F/pairs.tsv" | sed -n 1p)" = "▁A ▁man ▁rides ▁a ▁bike ." ]
 }
 
 @test "malformed CSV is an error with the line; --skip-bad counts it" {
