@@ -320,7 +320,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
             if (d > 0.02 && d > 0.02 * m) { print "line " NR ": " $0; bad = 1 } } END { exit bad }'
     done
     # the output projection in int8 moves the scores further
-    $DEC --precision int8 --score -i "$D/fp.tsv" | fails cmp -s "$D/i8.lp" -
+    $DEC --precision int8 --score -i "$D/fp.tsv" | fails same_as "$D/i8.lp"
 }
 
 @test "--precision int8, int8-all: NMT_CPU_ISA=avx512vnni and avx512 give the same bytes as the default path, avx2 and portable the same translations" {
@@ -457,7 +457,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     # one number per piece of the translation (its hyp record's ids) and one for the EOS
     $DEC --out hyp -i "$D/src.en" -o "$D/ws.hyp"
     nmt-cat "$D/ws.hyp" | awk -F'\t' '{ print split($4, x, " ") }' > "$D/ws.nids"
-    awk -F'\t' '{ print NR == 7 ? 0 : split($3, w, " ") - 1 }' "$D/ws0.txt" | cmp "$D/ws.nids" -
+    awk -F'\t' '{ print NR == 7 ? 0 : split($3, w, " ") - 1 }' "$D/ws0.txt" | same_as "$D/ws.nids"
     # beam 4 n-best rows: the score is the sum over ((5 + n) / 6)^0.6, n counting the EOS
     $DEC --beam 4 --nbest 4 --word-scores -i "$D/src.en" > "$D/wsn.txt"
     awk -F'\t' 'NF != 5 { bad = 1 } { n = split($5, w, " "); s = 0; for (i = 1; i <= n; i++) s += w[i]
@@ -475,31 +475,31 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
         S="$DEC $mode --jobs 1"
         $S -i "$D/s64.en" > "$D/sm64.txt"
         [ "$(wc -l < "$D/sm64.txt")" -ge 64 ]
-        $S --max-sentences 1 -i "$D/s64.en" | cmp "$D/sm64.txt" - || { echo "$mode: batches of 1 differ"; return 1; }
-        $S --max-sentences 7 -i "$D/s64.en" | cmp "$D/sm64.txt" - || { echo "$mode: batches of 7 differ"; return 1; }
-        $DEC $mode --jobs 2 --max-sentences 5 -i "$D/s64.en" | cmp "$D/sm64.txt" - || { echo "$mode: --jobs 2"; return 1; }
-        $S -i "$D/s64.en" | cmp "$D/sm64.txt" - # and again
+        $S --max-sentences 1 -i "$D/s64.en" | same_as "$D/sm64.txt" || { echo "$mode: batches of 1 differ"; return 1; }
+        $S --max-sentences 7 -i "$D/s64.en" | same_as "$D/sm64.txt" || { echo "$mode: batches of 7 differ"; return 1; }
+        $DEC $mode --jobs 2 --max-sentences 5 -i "$D/s64.en" | same_as "$D/sm64.txt" || { echo "$mode: --jobs 2"; return 1; }
+        $S -i "$D/s64.en" | same_as "$D/sm64.txt" # and again
     done
     # one line at a time from a pipe: a line's samples depend on its line number, not its batch
     $DEC --sample --scores -i "$D/src.en" > "$D/sm.txt"
-    cat "$D/src.en" | $DEC --sample --scores | cmp "$D/sm.txt" -
+    cat "$D/src.en" | $DEC --sample --scores | same_as "$D/sm.txt"
     # --shard 2/3 writes lines 2, 5, 8, ... as the whole run does
-    $DEC --sample --scores --shard 2/3 -i "$D/src.en" | cmp <(sed -n '2~3p' "$D/sm.txt") -
+    $DEC --sample --scores --shard 2/3 -i "$D/src.en" | same_as <(sed -n '2~3p' "$D/sm.txt")
     # another seed, other samples; sampling differs from greedy
-    $DEC --sample --seed 2 --scores -i "$D/src.en" | fails cmp -s "$D/sm.txt" -
-    $DEC --scores -i "$D/src.en" | fails cmp -s "$D/sm.txt" -
+    $DEC --sample --seed 2 --scores -i "$D/src.en" | fails same_as "$D/sm.txt"
+    $DEC --scores -i "$D/src.en" | fails same_as "$D/sm.txt"
 }
 
 @test "--sample: --temperature 0 and --top-k 1 give the greedy translations; --sample-beam N gives N rows, the first that of N = 1" {
     $DEC -i "$D/src.en" > "$D/greedy.txt"
-    $DEC --sample --temperature 0 -i "$D/src.en" | cmp "$D/greedy.txt" -
-    $DEC --sample --top-k 1 --seed 5 -i "$D/src.en" | cmp "$D/greedy.txt" -
+    $DEC --sample --temperature 0 -i "$D/src.en" | same_as "$D/greedy.txt"
+    $DEC --sample --top-k 1 --seed 5 -i "$D/src.en" | same_as "$D/greedy.txt"
     $DEC -m "$D/m2.ckpt" -i "$D/src.en" > "$D/greedy2.txt"
-    $DEC -m "$D/m2.ckpt" --sample --temperature 0 -i "$D/src.en" | cmp "$D/greedy2.txt" -
+    $DEC -m "$D/m2.ckpt" --sample --temperature 0 -i "$D/src.en" | same_as "$D/greedy2.txt"
     $DEC --sample --sample-beam 4 --word-scores -i "$D/src.en" > "$D/sb4.txt"
     [ "$(wc -l < "$D/sb4.txt")" -eq 93 ]   # 23 lines of 4 samples, and the empty line's one row
     awk -F'\t' 'NF != 5 || $2 < 1 || $2 > 4 { print "bad row " NR ": " $0; bad = 1 } END { exit bad }' "$D/sb4.txt"
-    awk -F'\t' '$2 == 1 { print $4 "\t" $5 }' "$D/sb4.txt" | cmp - <($DEC --sample --word-scores -i "$D/src.en")
+    awk -F'\t' '$2 == 1 { print $4 "\t" $5 }' "$D/sb4.txt" | same_as <($DEC --sample --word-scores -i "$D/src.en")
     # the samples of a line differ from each other
     [ "$(awk -F'\t' '$1 == 1 { print $4 }' "$D/sb4.txt" | sort -u | wc -l)" -gt 1 ]
 }
