@@ -19,7 +19,7 @@ PLUGINDIR := $(PREFIX)/lib/nmt
 CC       ?= cc
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
-WFLAGS   := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+WFLAGS   := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 CPPFLAGS += -D_GNU_SOURCE -Ilibcommon -Iplugins -DNMT_VERSION='"$(VERSION)"' -DNMT_PLUGINDIR='"$(PLUGINDIR)"'
 SAN      ?=
 ifeq ($(SAN),1)

@@ -77,5 +77,7 @@ struct nmt_comm {
 };
 
 typedef const struct nmt_comm *(*nmt_comm_entry_fn)(void);
+/* The one exported symbol of a communication module: its table. */
+const struct nmt_comm *nmt_comm_entry(void);
 
 #endif

@@ -61,5 +61,7 @@ struct nmt_devcomm {
 };
 
 typedef const struct nmt_devcomm *(*nmt_devcomm_entry_fn)(void);
+/* The one exported symbol of a device communication module: its table. */
+const struct nmt_devcomm *nmt_devcomm_entry(void);
 
 #endif

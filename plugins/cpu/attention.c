@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "cpu.h"
+#include "kernels.h"
 
 struct attn {
     float *out, *P, *dq, *dk, *dv;

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "kernels.h"
 #include "linear_q.h"
 
 #define MR 4              /* rows of A per register tile */

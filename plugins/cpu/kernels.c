@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "kernels.h"
 
 #define EW_GRAIN 16384 /* elements per chunk of an elementwise loop, at least */
 #define SUMSQ_BLOCK 4096
