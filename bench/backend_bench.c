@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 #include "cli/cli.h"
 
 static struct backend *be;

@@ -58,7 +58,7 @@
 
 #include "cli/cli.h"
 #include "cpu/quant_row.h"
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 
 static double now(void)
 {

@@ -6,7 +6,7 @@
  *     const struct nmt_backend *nmt_backend_entry(void);
  *
  * which returns a pointer to a constant, statically allocated table (struct nmt_backend below).
- * The host loads it with libcommon/nn/backend_loader.h (backend_open), which checks the table and copies it.
+ * The host loads it with libcommon/run/backend_loader.h (backend_open), which checks the table and copies it.
  *
  * VERSIONING
  *   abi_major  changes when an existing slot changes meaning or signature; the host refuses a plugin

@@ -4,7 +4,7 @@
 # ROOT (default: the source tree) holds libcommon/, plugins/ and tools/. The README's fenced block
 # after the line "Allowed dependencies:" lists each layer and the layers it may include, one line a
 # layer ("nn: base io"). Rules: a file in libcommon/L/ includes libcommon headers by their layer
-# path ("io/stream.h"), only from L or a layer L may use; libcommon/nn alone includes the plugin ABI
+# path ("io/stream.h"), only from L or a layer L may use; libcommon/run alone includes the plugin ABI
 # ("../../plugins/backend.h", comm.h, devcomm.h); a plugin includes only its own folder's headers and ../backend.h, ../comm.h or ../devcomm.h;
 # no two headers under libcommon/ and plugins/ share a file name. Prints one line per violation
 # (FILE:LINE: what) and exits 1 if there is any.
@@ -31,7 +31,7 @@ for f in libcommon/*/*.c libcommon/*/*.h; do
     while IFS=: read -r line inc; do
         case $inc in
         ../../plugins/backend.h|../../plugins/comm.h|../../plugins/devcomm.h)
-            [ "$layer" = nn ] || report "$f:$line: includes the plugin ABI (only libcommon/nn may)";;
+            [ "$layer" = run ] || report "$f:$line: includes the plugin ABI (only libcommon/run may)";;
         */*)
             dep=${inc%%/*}
             [ -f "libcommon/$inc" ] || { report "$f:$line: includes \"$inc\", which is not a libcommon header"; continue; }

@@ -9,7 +9,7 @@
 #include "cli/opt.h"
 #include "data/batch_file.h"
 #include "io/safetensors.h"
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 #include "nn/checkpoint.h"
 #include "nn/model.h"
 #include "nn/quantize.h"

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 #include "cli/cli.h"
 
 static void usage(void)

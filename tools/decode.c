@@ -12,11 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 #include "nn/checkpoint.h"
 #include "nn/infer.h"
 #include "nn/model.h"
-#include "nn/ranks.h"
+#include "run/ranks.h"
 #include "io/lines.h"
 #include "io/stream.h"
 #include "io/records.h"

@@ -12,11 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 #include "nn/model.h"
-#include "nn/ranks.h"
-#include "nn/trainer.h"
-#include "nn/valid_bleu.h"
+#include "run/ranks.h"
+#include "train/trainer.h"
+#include "train/valid_bleu.h"
 #include "io/stream.h"
 #include "io/file.h"
 #include "io/records.h"
@@ -134,7 +134,7 @@ struct opts {
     double ema;             /* --ema: decay of the moving average of the weights (0: none) */
     int lr_set, force, valid_bleu, valid_beam, dump_config;
     int bf16;               /* --precision bf16 */
-    enum model_schedule schedule;
+    enum lr_schedule schedule;
     uint64_t warmup;
     /* model overrides; -1 = from the preset */
     int64_t layers, enc_layers, dec_layers, d_model, heads, ff, max_len;
@@ -394,7 +394,7 @@ static int parse_option(int ch, struct opts *o)
             return nmt_usage_error("invalid --peak-lr '%s' (expected a rate between 0 and 1, e.g. 7e-4)", optarg), -1;
         break;
     case OPT_SCHEDULE:
-        if (model_schedule_parse(optarg, &o->schedule) < 0)
+        if (lr_schedule_parse(optarg, &o->schedule) < 0)
             return nmt_usage_error("invalid --schedule '%s' (expected inverse-sqrt, constant or linear)", optarg), -1;
         break;
     case OPT_FREEZE: if (parse_freeze(optarg, o) < 0) return -1; break;
@@ -501,7 +501,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         return nmt_usage_error("--valid-bleu needs --valid");
     if (o->resume && o->force)
         return nmt_usage_error("--resume continues the checkpoint and --force replaces it: give one");
-    if (o->schedule == MODEL_SCHEDULE_LINEAR && o->max_steps <= (o->warmup > 1 ? o->warmup : 1))
+    if (o->schedule == LR_SCHEDULE_LINEAR && o->max_steps <= (o->warmup > 1 ? o->warmup : 1))
         return nmt_usage_error("--schedule linear decays to 0 at --max-steps: it needs --max-steps above --warmup");
     if (o->lr_set && o->peak_lr > 0)
         return nmt_usage_error("--lr (a scale of the schedule) and --peak-lr (its peak rate) exclude each other");
@@ -523,7 +523,7 @@ static void write_config(FILE *f, const struct opts *o, const struct model_confi
     const char *str[][2] = {{"input", o->input},         {"valid", o->valid},     {"output", o->output},
                             {"vocab", o->vocab},         {"init-from", o->init_from}, {"backend", o->backend},
                             {"comm", o->comm},           {"gpu-comm", o->gpu_comm}, {"log", o->log},
-                            {"preset", o->preset},       {"schedule", model_schedule_name(o->schedule)},
+                            {"preset", o->preset},       {"schedule", lr_schedule_name(o->schedule)},
                             {"freeze", o->freeze}};
     for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
         fprintf(f, str[i][1] ? "%s: %s\n" : "# %s:\n", str[i][0], str[i][1] ? str[i][1] : "");
@@ -740,7 +740,7 @@ static void settle_lr(struct ctx *c)
         o->lr = o->peak_lr * sqrt(d) * sqrt(w);
         return;
     }
-    double peak = model_lr(o->lr, c->cfg.d_model, (int64_t)w, (int64_t)o->warmup);
+    double peak = lr_paper(o->lr, c->cfg.d_model, (int64_t)w, (int64_t)o->warmup);
     if (o->lr_set && o->lr < 0.05 && c->root)
         nmt_warn("--lr %g is the scale of the schedule (the paper's is 1 to 2), not a rate: it peaks at %.3g "
                  "after %g steps; for a peak rate of %g use --peak-lr %g",
@@ -831,7 +831,7 @@ static int setup_training(struct ctx *c)
         return -1;
     uint64_t update_freq = o->update_freq * (uint64_t)comm_size(c->comm);
     c->rec = (struct train_record){o->seed, o->warmup,        update_freq,
-                                   o->lr,   model_schedule_name(o->schedule), o->ema, c->fp,
+                                   o->lr,   lr_schedule_name(o->schedule), o->ema, c->fp,
                                    &c->vocab_text, "nmt-train " NMT_VERSION,  c->config};
     if (trainer_skip_consumed(&c->t) < 0)
         return -1;

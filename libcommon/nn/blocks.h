@@ -13,8 +13,8 @@
 #include <stdint.h>
 
 #include "base/util.h"
-#include "nn/backend_loader.h"
-#include "nn/model.h"
+#include "run/backend_loader.h"
+#include "nn/model_config.h"
 #include "nn/params.h"
 
 struct nn_exec;

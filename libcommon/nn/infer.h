@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 #include "nn/model.h"
 
 #define INFER_BLOCK 8

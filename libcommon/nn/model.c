@@ -13,126 +13,7 @@
 #include <string.h>
 
 /* ---------------------------------------------------------------------------------------------
- * configuration */
-
-int model_preset(struct model_config *c, const char *name)
-{
-    memset(c, 0, sizeof *c);
-    c->dropout = 0.1f;
-    c->label_smoothing = 0.1f;
-    c->ln_eps = 1e-5f;
-    c->max_len = 1024;
-    if (!strcmp(name, "tiny")) {
-        c->d_model = 128, c->heads = 4, c->ff = 256, c->enc_layers = c->dec_layers = 4;
-    } else if (!strcmp(name, "small")) {
-        c->d_model = 256, c->heads = 4, c->ff = 1024, c->enc_layers = c->dec_layers = 3;
-    } else if (!strcmp(name, "base")) {
-        c->d_model = 512, c->heads = 8, c->ff = 2048, c->enc_layers = c->dec_layers = 6;
-    } else if (!strcmp(name, "big")) {
-        c->d_model = 1024, c->heads = 16, c->ff = 4096, c->enc_layers = c->dec_layers = 6;
-    } else {
-        return nmt_seterr("unknown preset '%s' (tiny, small, base, big)", name);
-    }
-    return 0;
-}
-
-int model_config_check(const struct model_config *c)
-{
-    if (c->vocab < 4 || c->vocab > (1 << 24))
-        return nmt_seterr("vocabulary size %d out of range [4, 16777216]", c->vocab);
-    if (c->d_model < 2 || c->d_model > 16384 || c->d_model % 2)
-        return nmt_seterr("model width %d must be even and in [2, 16384]", c->d_model);
-    if (c->heads < 1 || c->d_model % c->heads)
-        return nmt_seterr("%d heads do not divide the model width %d", c->heads, c->d_model);
-    if (c->ff < 1 || c->ff > 65536)
-        return nmt_seterr("FFN width %d out of range [1, 65536]", c->ff);
-    if (c->enc_layers < 1 || c->enc_layers > 64 || c->dec_layers < 1 || c->dec_layers > 64)
-        return nmt_seterr("layer counts %d+%d out of range [1, 64]", c->enc_layers, c->dec_layers);
-    if (c->max_len < 2 || c->max_len > 65536)
-        return nmt_seterr("maximum length %d out of range [2, 65536]", c->max_len);
-    const float p[3] = {c->dropout, c->attn_dropout, c->act_dropout};
-    for (int i = 0; i < 3; i++)
-        if (!(p[i] >= 0 && p[i] < 1))
-            return nmt_seterr("dropout %g out of range [0, 1)", p[i]);
-    if (!(c->label_smoothing >= 0 && c->label_smoothing < 1))
-        return nmt_seterr("label smoothing %g out of range [0, 1)", c->label_smoothing);
-    if (!(c->ln_eps > 0 && c->ln_eps < 1))
-        return nmt_seterr("layer norm epsilon %g out of range (0, 1)", c->ln_eps);
-    return 0;
-}
-
-int model_config_save(const struct model_config *c, struct st_writer *w)
-{
-    char v[64];
-    const struct { const char *k; int v; } ints[] = {
-        {"model.vocab", c->vocab},           {"model.d_model", c->d_model},       {"model.heads", c->heads},
-        {"model.ff", c->ff},                 {"model.enc_layers", c->enc_layers}, {"model.dec_layers", c->dec_layers},
-        {"model.pre_norm", c->pre_norm},     {"model.max_len", c->max_len}};
-    const struct { const char *k; float v; } fl[] = {
-        {"model.dropout", c->dropout},     {"model.attn_dropout", c->attn_dropout},
-        {"model.act_dropout", c->act_dropout}, {"model.label_smoothing", c->label_smoothing},
-        {"model.ln_eps", c->ln_eps}};
-    if (st_writer_meta(w, "format", "nmt-checkpoint 1.0") < 0 || st_writer_meta(w, "model.arch", "transformer") < 0)
-        return -1;
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        snprintf(v, sizeof v, "%d", ints[i].v);
-        if (st_writer_meta(w, ints[i].k, v) < 0)
-            return -1;
-    }
-    for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
-        snprintf(v, sizeof v, "%.9g", fl[i].v);
-        if (st_writer_meta(w, fl[i].k, v) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-static int meta_int(const struct st_file *f, const char *k, int *out)
-{
-    const char *s = st_meta(f, k);
-    uint64_t v;
-    if (!s)
-        return nmt_seterr("checkpoint lacks '%s'", k);
-    if (nmt_parse_u64(s, 1u << 30, &v) < 0)
-        return nmt_seterr("checkpoint: bad value '%.40s' for '%s'", s, k);
-    *out = (int)v;
-    return 0;
-}
-
-static int meta_float(const struct st_file *f, const char *k, float *out)
-{
-    const char *s = st_meta(f, k);
-    double v;
-    if (!s)
-        return nmt_seterr("checkpoint lacks '%s'", k);
-    if (nmt_parse_double(s, &v) < 0)
-        return nmt_seterr("checkpoint: bad value '%.40s' for '%s'", s, k);
-    *out = (float)v;
-    return 0;
-}
-
-int model_config_load(struct model_config *c, const struct st_file *f)
-{
-    memset(c, 0, sizeof *c);
-    const char *fmt = st_meta(f, "format");
-    if (fmt && strncmp(fmt, "nmt-checkpoint 1.", 17))
-        return nmt_seterr("unsupported checkpoint format '%.40s' (this reader knows nmt-checkpoint 1.x)", fmt);
-    const char *arch = st_meta(f, "model.arch");
-    if (!arch || strcmp(arch, "transformer"))
-        return nmt_seterr("not an nmt model checkpoint (model.arch is %s)", arch ? arch : "missing");
-    if (meta_int(f, "model.vocab", &c->vocab) < 0 || meta_int(f, "model.d_model", &c->d_model) < 0 ||
-        meta_int(f, "model.heads", &c->heads) < 0 || meta_int(f, "model.ff", &c->ff) < 0 ||
-        meta_int(f, "model.enc_layers", &c->enc_layers) < 0 || meta_int(f, "model.dec_layers", &c->dec_layers) < 0 ||
-        meta_int(f, "model.pre_norm", &c->pre_norm) < 0 || meta_int(f, "model.max_len", &c->max_len) < 0 ||
-        meta_float(f, "model.dropout", &c->dropout) < 0 || meta_float(f, "model.attn_dropout", &c->attn_dropout) < 0 ||
-        meta_float(f, "model.act_dropout", &c->act_dropout) < 0 ||
-        meta_float(f, "model.label_smoothing", &c->label_smoothing) < 0 ||
-        meta_float(f, "model.ln_eps", &c->ln_eps) < 0)
-        return -1;
-    if (model_config_check(c) < 0)
-        return nmt_seterr("checkpoint: %s", nmt_errmsg());
-    return 0;
-}
+ * FLOPs */
 
 double model_step_flops(const struct model_config *c, const struct batch_record *br)
 {
@@ -146,50 +27,6 @@ double model_step_flops(const struct model_config *c, const struct batch_record 
     double fwd = 2 * ns * Le * (4 * d * d + 2 * d * ff) + 2 * nt * Ld * (6 * d * d + 2 * d * ff) +
                  2 * ns * Ld * 2 * d * d + 2 * nt * d * V + 2 * d * att;
     return 3 * fwd;
-}
-
-double model_lr(double scale, int d_model, int64_t step, int64_t warmup)
-{
-    double s = step < 1 ? 1 : (double)step;
-    double a = 1 / sqrt(s);
-    if (warmup > 0) {
-        double b = s * pow((double)warmup, -1.5);
-        if (b < a)
-            a = b;
-    }
-    return scale / sqrt((double)d_model) * a;
-}
-
-static const char *const schedule_names[] = {"inverse-sqrt", "constant", "linear"};
-
-int model_schedule_parse(const char *name, enum model_schedule *out)
-{
-    for (int i = 0; i < (int)(sizeof schedule_names / sizeof schedule_names[0]); i++)
-        if (!strcmp(name, schedule_names[i])) {
-            *out = (enum model_schedule)i;
-            return 0;
-        }
-    return -1;
-}
-
-const char *model_schedule_name(enum model_schedule s)
-{
-    return schedule_names[s];
-}
-
-double model_lr_schedule(enum model_schedule s, double scale, int d_model, int64_t step, int64_t warmup,
-                         int64_t last)
-{
-    if (s == MODEL_SCHEDULE_INVERSE_SQRT)
-        return model_lr(scale, d_model, step, warmup);
-    double t = step < 1 ? 1 : (double)step, w = warmup > 1 ? (double)warmup : 1;
-    double f = t < w ? t / w : 1;
-    if (s == MODEL_SCHEDULE_LINEAR) {
-        double g = last > w ? ((double)last - t) / ((double)last - w) : 0;
-        f = g < f ? g : f;
-        f = f > 0 ? f : 0;
-    }
-    return scale / sqrt((double)d_model) / sqrt(w) * f;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1260,7 +1097,8 @@ int model_freeze(struct model *m, const char *const *prefixes, int n)
     return count;
 }
 
-int model_update(struct model *m, float lr, int64_t t, int64_t tokens, double clip, double *gnorm)
+int model_update(struct model *m, const struct adam_opts *adam, float lr, int64_t t, int64_t tokens, double clip,
+                 double *gnorm)
 {
     double ss;
     for (int i = 0; i < m->nfrozen; i++) /* frozen: no gradient, so Adam leaves them as they are */
@@ -1279,7 +1117,7 @@ int model_update(struct model *m, float lr, int64_t t, int64_t tokens, double cl
         if (coef < 1)
             s *= coef;
     }
-    return model_adam(m, lr, t, (float)s, 0.9f, 0.98f, 1e-9f);
+    return model_adam(m, lr, t, (float)s, adam->beta1, adam->beta2, adam->eps);
 }
 
 /* ---------------------------------------------------------------------------------------------

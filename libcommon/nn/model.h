@@ -17,43 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "nn/backend_loader.h"
 #include "io/records.h"
 #include "io/safetensors.h"
-
-struct model_config {
-    int vocab;             /* V: shared source/target vocabulary size */
-    int d_model;           /* D */
-    int heads;             /* H; D % H == 0 */
-    int ff;                /* F: FFN inner width */
-    int enc_layers, dec_layers;
-    int pre_norm;          /* 0: post-norm (the paper), 1: pre-norm (with final layer norms) */
-    int max_len;           /* longest sentence (tokens incl. EOS) the model accepts */
-    float dropout;         /* on embeddings and sublayer outputs (residual dropout) */
-    float attn_dropout;    /* on attention probabilities */
-    float act_dropout;     /* on the FFN's ReLU activation */
-    float label_smoothing; /* eps of the label-smoothed cross-entropy */
-    float ln_eps;          /* layer norm epsilon (1e-5, as PyTorch) */
-};
-
-/* Fills C with preset NAME ("tiny", "small", "base", "big") and defaults for the rest (dropout 0.1,
- * label smoothing 0.1, post-norm, max_len 1024); VOCAB is left 0. Returns 0, or -1 for an unknown name. */
-int model_preset(struct model_config *c, const char *name);
-/* Returns 0 if C is a usable configuration, or -1 with the error naming the bad field. */
-int model_config_check(const struct model_config *c);
-/* Adds C's fields to checkpoint metadata W ("model.d_model" = "512", ...). 0 or -1. */
-int model_config_save(const struct model_config *c, struct st_writer *w);
-/* Reads C from the metadata of checkpoint F. 0, or -1 with the error naming the missing key. */
-int model_config_load(struct model_config *c, const struct st_file *f);
-
-/* One parameter tensor of the layout. */
-struct model_param {
-    char name[64];
-    int ndim;
-    int64_t shape[2];
-    size_t offset;         /* in floats from the start of the parameter buffer */
-    size_t size;           /* elements */
-};
+#include "nn/model_config.h"
+#include "run/backend_loader.h"
 
 struct model;
 struct model_weights;
@@ -167,8 +134,13 @@ int model_params_finite(struct model *m);
 int model_zero_grad(struct model *m);
 /* Sets *OUT to the sum of squared gradients (times SCALE^2). 0 or -1. */
 int model_grad_sumsq(struct model *m, double *out);
-/* One Adam step (beta 0.9/0.98 unless changed, eps 1e-9) number T >= 1 with learning rate LR on
- * gradients times GRAD_SCALE. 0 or -1. */
+/* The constants of Adam (the trainer's are in train/trainer.h). */
+struct adam_opts {
+    float beta1, beta2, eps;
+};
+
+/* One Adam step number T >= 1 with learning rate LR and constants BETA1, BETA2, EPS on gradients
+ * times GRAD_SCALE. 0 or -1. */
 int model_adam(struct model *m, float lr, int64_t t, float grad_scale, float beta1, float beta2, float eps);
 
 /* Freezes the parameter tensors whose names start with one of the N prefixes PREFIXES (e.g. "emb."):
@@ -179,9 +151,10 @@ int model_freeze(struct model *m, const char *const *prefixes, int n);
 
 /* One optimizer update from the accumulated gradients of TOKENS target tokens: gradients are
  * divided by TOKENS, clipped to global norm CLIP (<= 0: no clipping; PyTorch's clip_grad_norm_
- * formula), then Adam step T with rate LR (beta 0.9/0.98, eps 1e-9). *GNORM receives the gradient
+ * formula), then Adam step T with rate LR and the constants ADAM. *GNORM receives the gradient
  * norm before clipping; when it is not finite no update happens and 1 is returned. 0, 1, or -1. */
-int model_update(struct model *m, float lr, int64_t t, int64_t tokens, double clip, double *gnorm);
+int model_update(struct model *m, const struct adam_opts *adam, float lr, int64_t t, int64_t tokens, double clip,
+                 double *gnorm);
 
 /* Adds M's configuration (metadata) and parameters (tensors) to W, and with OPT the Adam moments
  * ("optim.adam_m", "optim.adam_v"). The tensors are read from the device in pieces while W is
@@ -201,21 +174,5 @@ int model_load_consume(struct model *m, struct st_file *f);
  *   forward = 2 Ns Le (4d^2 + 2 d ff) + 2 Nt Ld (6d^2 + 2 d ff) + 2 Ns Ld 2d^2 + 2 Nt d V
  *           + 2 d sum_b (2 Le s_b^2 + 2 Ld t_b^2 + 2 Ld t_b s_b)     (attention QK^T and PV, unmasked). */
 double model_step_flops(const struct model_config *c, const struct batch_record *br);
-
-/* Learning rate of the paper's schedule at STEP >= 1: scale * D^-0.5 * min(step^-0.5, step * warmup^-1.5). */
-double model_lr(double scale, int d_model, int64_t step, int64_t warmup);
-
-/* The learning-rate schedules: each warms up linearly over W = max(warmup, 1) steps to the peak
- * scale * D^-0.5 * W^-0.5, then decays as step^-0.5 (the paper's, model_lr), stays there, or falls
- * linearly to 0 at a given last step. */
-enum model_schedule { MODEL_SCHEDULE_INVERSE_SQRT, MODEL_SCHEDULE_CONSTANT, MODEL_SCHEDULE_LINEAR };
-/* Parses NAME ("inverse-sqrt", "constant" or "linear") into *OUT; 0, or -1 for another name. */
-int model_schedule_parse(const char *name, enum model_schedule *out);
-/* Returns the name of schedule S (as model_schedule_parse reads it). */
-const char *model_schedule_name(enum model_schedule s);
-/* Learning rate of schedule S at STEP >= 1 (see above); LAST, the step at which the linear decay
- * reaches 0 (> max(warmup, 1)), is read by the linear schedule only. */
-double model_lr_schedule(enum model_schedule s, double scale, int d_model, int64_t step, int64_t warmup,
-                         int64_t last);
 
 #endif

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "nn/model.h"
+#include "nn/model_config.h"
 
 /* One encoder layer ("enc.L." names). */
 struct enc_layer_weights {

@@ -12,7 +12,7 @@
 
 #include "base/util.h"
 #include "io/safetensors.h"
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 #include "nn/checkpoint.h"
 #include "nn/infer.h"
 #include "nn/model.h"

@@ -30,7 +30,7 @@ teardown() { rm -rf "$tree"; }
     [[ "$output" == *'libcommon/eval/bleu.c:2: layer eval includes "io/stream.h"'* ]]
 }
 
-@test "layers: an include without its layer, the plugin ABI outside nn, a plugin reaching into libcommon, two headers of one name" {
+@test "layers: an include without its layer, the plugin ABI outside run, a plugin reaching into libcommon, two headers of one name" {
     sed -i '1a #include "util.h"' "$tree/libcommon/io/file.c"
     sed -i '1a #include "../../plugins/backend.h"' "$tree/libcommon/text/bpe.c"
     echo '#include "../../libcommon/base/util.h"' >> "$tree/plugins/cpu/cpu.h"

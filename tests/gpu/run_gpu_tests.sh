@@ -142,7 +142,7 @@ else
 fi
 
 echo "== NCCL: one rank against the cpu plugin's losses; every GPU against one process"
-# Gradients reduced on the device (nn/gpu_comm.h, bin/nmt-comm-nccl.so). One rank: --gpu-comm nccl
+# Gradients reduced on the device (run/gpu_comm.h, bin/nmt-comm-nccl.so). One rank: --gpu-comm nccl
 # with --update-freq 2 (the ordered sum runs through NCCL and the device adds) against the cpu
 # plugin's --update-freq 2, losses within 1e-3. With G >= 2 GPUs and mpirun: G ranks (one GPU each)
 # against one cuda process with --update-freq G, losses identical (the ordered sum's promise).

@@ -1,11 +1,11 @@
-/* nccl_open: starts a one-rank NCCL job through nn/gpu_comm.h, as nmt-train does, and says how it
+/* nccl_open: starts a one-rank NCCL job through run/gpu_comm.h, as nmt-train does, and says how it
  * went, for tests/bats/nccl.bats:
  *   nccl_open [DEVICE]   prints "started: DESCRIPTION" (exit 0), or the error line (exit 1) */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "base/util.h"
-#include "nn/gpu_comm.h"
+#include "run/gpu_comm.h"
 
 int main(int argc, char **argv)
 {

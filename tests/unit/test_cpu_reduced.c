@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 #include "test.h"
 #include "cli/cli.h"
 

@@ -1,14 +1,14 @@
-/* test_gpu_comm: the host side of GPU ranks (nn/gpu_comm.h) without a GPU: which gradient path a
+/* test_gpu_comm: the host side of GPU ranks (run/gpu_comm.h) without a GPU: which gradient path a
  * run takes (cuda under several ranks: NCCL; cpu: MPI; asked NCCL without cuda: refused), and the
  * ordered device sum run on the cpu backend as one rank, bit for bit the host's ordered sum
- * (nn/ranks.h comm_sum) and the sequential sum. The module's refusals are in tests/bats/nccl.bats. */
+ * (run/ranks.h comm_sum) and the sequential sum. The module's refusals are in tests/bats/nccl.bats. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
-#include "nn/backend_loader.h"
-#include "nn/gpu_comm.h"
-#include "nn/ranks.h"
+#include "run/backend_loader.h"
+#include "run/gpu_comm.h"
+#include "run/ranks.h"
 #include "test.h"
 
 static void test_choose(void)

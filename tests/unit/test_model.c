@@ -11,10 +11,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 #include "nn/model.h"
 #include "nn/params.h"
 #include "io/safetensors.h"
+#include "train/schedule.h"
+#include "train/trainer.h"
 #include "cli/cli.h"
 
 static struct backend *be;
@@ -191,7 +193,7 @@ static void check_fixture(const char *name)
         double d = fabs(mine - ref_steps[t - 1]) / fabs(ref_steps[t - 1]);
         if (d > worst_s)
             worst_s = d;
-        model_update(m, (float)model_lr(scale, c.d_model, t, (int64_t)warm), t, L.tokens, clip, &gn);
+        model_update(m, &trainer_adam, (float)lr_paper(scale, c.d_model, t, (int64_t)warm), t, L.tokens, clip, &gn);
     }
     test_ok(worst_s < 1e-4, "%s: %d Adam steps' losses match PyTorch (worst rel err %.2e)", name, nsteps, worst_s);
     free(g);
@@ -324,22 +326,22 @@ static void check_misc(void)
     test_ok(model_preset(&c, "base") == 0 && c.d_model == 512 && c.heads == 8 && c.ff == 2048 && c.enc_layers == 6,
             "preset base");
     test_ok(model_preset(&c, "huge") < 0, "unknown preset refused");
-    test_ok(fabs(model_lr(1, 512, 4000, 4000) - pow(512, -0.5) * pow(4000, -0.5)) < 1e-12, "lr at the end of warm-up");
-    test_ok(model_lr(1, 512, 100, 4000) < model_lr(1, 512, 200, 4000), "lr grows during warm-up");
-    test_ok(model_lr(1, 512, 8000, 4000) < model_lr(1, 512, 5000, 4000), "lr decays after warm-up");
-    enum model_schedule s;
+    test_ok(fabs(lr_paper(1, 512, 4000, 4000) - pow(512, -0.5) * pow(4000, -0.5)) < 1e-12, "lr at the end of warm-up");
+    test_ok(lr_paper(1, 512, 100, 4000) < lr_paper(1, 512, 200, 4000), "lr grows during warm-up");
+    test_ok(lr_paper(1, 512, 8000, 4000) < lr_paper(1, 512, 5000, 4000), "lr decays after warm-up");
+    enum lr_schedule s;
     double peak = pow(512, -0.5) * pow(4000, -0.5);
-    test_ok(model_schedule_parse("linear", &s) == 0 && s == MODEL_SCHEDULE_LINEAR &&
-            !strcmp(model_schedule_name(s), "linear") && model_schedule_parse("cosine", &s) < 0, "schedule names");
-    test_ok(model_lr_schedule(MODEL_SCHEDULE_INVERSE_SQRT, 1, 512, 7000, 4000, 0) == model_lr(1, 512, 7000, 4000),
+    test_ok(lr_schedule_parse("linear", &s) == 0 && s == LR_SCHEDULE_LINEAR &&
+            !strcmp(lr_schedule_name(s), "linear") && lr_schedule_parse("cosine", &s) < 0, "schedule names");
+    test_ok(lr_at(LR_SCHEDULE_INVERSE_SQRT, 1, 512, 7000, 4000, 0) == lr_paper(1, 512, 7000, 4000),
             "inverse-sqrt is the paper's schedule");
-    test_ok(fabs(model_lr_schedule(MODEL_SCHEDULE_CONSTANT, 1, 512, 1000, 4000, 0) - peak / 4) < 1e-15 &&
-            fabs(model_lr_schedule(MODEL_SCHEDULE_CONSTANT, 1, 512, 9000, 4000, 0) - peak) < 1e-15,
+    test_ok(fabs(lr_at(LR_SCHEDULE_CONSTANT, 1, 512, 1000, 4000, 0) - peak / 4) < 1e-15 &&
+            fabs(lr_at(LR_SCHEDULE_CONSTANT, 1, 512, 9000, 4000, 0) - peak) < 1e-15,
             "constant: warm-up, then the peak");
-    test_ok(fabs(model_lr_schedule(MODEL_SCHEDULE_LINEAR, 1, 512, 4000, 4000, 6000) - peak) < 1e-15 &&
-            fabs(model_lr_schedule(MODEL_SCHEDULE_LINEAR, 1, 512, 5000, 4000, 6000) - peak / 2) < 1e-15 &&
-            model_lr_schedule(MODEL_SCHEDULE_LINEAR, 1, 512, 6000, 4000, 6000) == 0 &&
-            model_lr_schedule(MODEL_SCHEDULE_LINEAR, 1, 512, 7000, 4000, 6000) == 0,
+    test_ok(fabs(lr_at(LR_SCHEDULE_LINEAR, 1, 512, 4000, 4000, 6000) - peak) < 1e-15 &&
+            fabs(lr_at(LR_SCHEDULE_LINEAR, 1, 512, 5000, 4000, 6000) - peak / 2) < 1e-15 &&
+            lr_at(LR_SCHEDULE_LINEAR, 1, 512, 6000, 4000, 6000) == 0 &&
+            lr_at(LR_SCHEDULE_LINEAR, 1, 512, 7000, 4000, 6000) == 0,
             "linear: down to 0 at the last step");
     /* bad batches */
     tiny_config(&c, 0);

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 #include "nn/model.h"
 #include "nn/quantize.h"
 

@@ -1,4 +1,4 @@
-/* test_ranks: nn/ranks.h on one rank (the ordered sum adds rounds in order, bit for bit as a
+/* test_ranks: run/ranks.h on one rank (the ordered sum adds rounds in order, bit for bit as a
  * sequential sum; collectives copy) and the packing of search results between ranks (round trip,
  * truncation and malformed counts are errors), and the bucketed sum of the overlapped reduction. Several ranks are tested through mpirun in
  * tests/bats/mpi.bats. */
@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "nn/ranks.h"
+#include "run/ranks.h"
 #include "nn/search.h"
 #include "test.h"
 

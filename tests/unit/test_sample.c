@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "io/records.h"
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 #include "nn/infer.h"
 #include "nn/model.h"
 #include "nn/sample.h"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 #include "nn/infer.h"
 #include "nn/model.h"
 #include "nn/search.h"

@@ -1,6 +1,6 @@
 /* gpu_comm.c: the device communication module's loader, its bootstrap through the host ranks, and
  * the ordered sum on the device (see gpu_comm.h). */
-#include "nn/gpu_comm.h"
+#include "run/gpu_comm.h"
 
 #include <dlfcn.h>
 #include <stdint.h>

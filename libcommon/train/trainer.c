@@ -1,5 +1,5 @@
 /* trainer.c: optimizer steps, validation and checkpoints of training (see trainer.h). */
-#include "nn/trainer.h"
+#include "train/trainer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "base/util.h"
+
+const struct adam_opts trainer_adam = {.beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f};
 
 static double seconds(void)
 {
@@ -298,10 +300,10 @@ int trainer_step(struct trainer *t, struct trainer_step *out)
         return 0;
     if (finish_reduction(t, out) < 0)
         return -1;
-    out->lr = model_lr_schedule(t->o.schedule, t->o.lr, t->cfg->d_model, (int64_t)t->s.step + 1,
-                                (int64_t)t->o.warmup, (int64_t)t->o.last_step);
-    int rc = model_update(t->m, (float)out->lr, (int64_t)t->s.step + 1, (int64_t)out->tokens, t->o.clip,
-                          &out->grad_norm);
+    out->lr = lr_at(t->o.schedule, t->o.lr, t->cfg->d_model, (int64_t)t->s.step + 1, (int64_t)t->o.warmup,
+                    (int64_t)t->o.last_step);
+    int rc = model_update(t->m, &trainer_adam, (float)out->lr, (int64_t)t->s.step + 1, (int64_t)out->tokens,
+                          t->o.clip, &out->grad_norm);
     if (rc < 0)
         return -1;
     out->loss = out->tokens ? out->loss / (double)out->tokens : 0;

@@ -7,7 +7,7 @@
 #include "io/records.h"
 #include "nn/infer.h"
 #include "nn/search.h"
-#include "nn/valid_bleu.h"
+#include "train/valid_bleu.h"
 #include "text/tokenizer.h"
 
 /* What one validation holds. */

@@ -7,7 +7,7 @@
 #define NMT_VALID_BLEU_H
 
 #include "data/batch_file.h"
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 #include "nn/model.h"
 #include "text/vocab.h"
 

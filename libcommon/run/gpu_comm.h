@@ -1,6 +1,6 @@
 /* gpu_comm.h: collectives between the ranks' GPUs through a device communication module
  * (plugins/devcomm.h: bin/nmt-comm-nccl.so, which opens NCCL at run time), bootstrapped through the
- * host ranks (nn/ranks.h: rank 0's NCCL id is broadcast by MPI), and the ordered gradient sum done
+ * host ranks (run/ranks.h: rank 0's NCCL id is broadcast by MPI), and the ordered gradient sum done
  * on the device with the compute backend's own kernels (copy, add), so gradients never cross the
  * host. A NULL struct gpu_comm is one rank and only copies (with the backend's copy).
  *
@@ -13,13 +13,13 @@
 
 #include <stddef.h>
 
-#include "nn/backend_loader.h"
-#include "nn/ranks.h"
+#include "run/backend_loader.h"
+#include "run/ranks.h"
 
 struct gpu_comm;
 
 /* The gradient path of a run: "nccl" when WANT is "nccl", or when WANT is NULL or "auto", BACKEND
- * is "cuda" and the run has RANKS > 1; "mpi" (host copies, nn/ranks.h) when WANT is "mpi" or auto
+ * is "cuda" and the run has RANKS > 1; "mpi" (host copies, run/ranks.h) when WANT is "mpi" or auto
  * did not choose NCCL. NULL with the error set for an unknown WANT, or "nccl" with a backend other
  * than cuda. */
 const char *gpu_comm_choose(const char *want, const char *backend, int ranks);

@@ -1,5 +1,5 @@
 /* ranks.c: loading the communication module and the collectives built on it (see ranks.h). */
-#include "nn/ranks.h"
+#include "run/ranks.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 
 #include "../../plugins/comm.h"
 #include "base/util.h"
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 
 struct comm {
     void *dl;

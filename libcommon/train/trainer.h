@@ -3,7 +3,7 @@
  * validation, and checkpoints (the periodic one kept under FILE.step-N). The driver decides when to
  * stop, validate and save, and what to print; the library prints nothing.
  *
- * Data-parallel: with N ranks (nn/ranks.h) a step takes N x update_freq micro-batches of the one
+ * Data-parallel: with N ranks (run/ranks.h) a step takes N x update_freq micro-batches of the one
  * batch sequence every rank reads; micro-batch k goes to rank k mod N, in rounds of N. By default
  * each micro-batch's gradient is computed apart and the rounds are summed in micro-batch order
  * (comm_sum), so N ranks with --update-freq F train bit for bit the model of one process with
@@ -18,7 +18,7 @@
  * are computed. The sums are those of the unbucketed reduction, bit for bit.
  *
  * GPU ranks (opts.gpu): the same rounds, with the gradient buffer reduced on the device
- * (nn/gpu_comm.h) instead of through host copies.
+ * (run/gpu_comm.h) instead of through host copies.
  *
  * Moving average of the weights (opts.ema = decay d): kept in float32 in host memory, starting as
  * the weights the trainer is given; after each update that is not skipped, every element becomes
@@ -32,16 +32,20 @@
 
 #include "data/batch_file.h"
 #include "nn/checkpoint.h"
-#include "nn/gpu_comm.h"
 #include "nn/model.h"
-#include "nn/ranks.h"
+#include "run/gpu_comm.h"
+#include "run/ranks.h"
+#include "train/schedule.h"
+
+/* The optimizer's constants: Adam with beta 0.9/0.98 and eps 1e-9 (the paper's). */
+extern const struct adam_opts trainer_adam;
 
 struct trainer_opts {
     uint64_t epochs;           /* passes over the training batches (UINT64_MAX: no limit) */
     uint64_t update_freq;      /* micro-batches per optimizer step and rank */
     uint64_t seed, warmup;
     double lr, clip;           /* learning-rate scale; gradient-norm clip (0: off) */
-    enum model_schedule schedule; /* of the learning rate (nn/model.h) */
+    enum lr_schedule schedule; /* of the learning rate (nn/model.h) */
     uint64_t last_step;        /* where the linear schedule reaches 0 */
     double ema;                /* decay of the moving average of the weights (0: none; see below) */
     int shuffle;               /* a seeded batch order each epoch */

@@ -1,5 +1,5 @@
 /* backend.c: finding, checking and loading backend plugins (see backend.h). */
-#include "nn/backend_loader.h"
+#include "run/backend_loader.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
