@@ -1144,7 +1144,7 @@ int main(int argc, char **argv)
 {
     nmt_start(argv);
     struct opts o = {.max_tokens = 4096, .precision = NMT_DTYPE_F32, .max_line = LINES_DEFAULT_MAX,
-                     .so = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 50},
+                     .so = SEARCH_OPTS_DEFAULT,
                      .sp = {.samples = 1, .temperature = 1, .top_k = 0, .top_p = 1, .seed = 1}};
     int inter_set = 0;
     int status = parse_args(argc, argv, &o, &inter_set);

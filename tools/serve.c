@@ -631,7 +631,7 @@ int main(int argc, char **argv)
     struct opts o = {.listen = "127.0.0.1:8080", .max_body = 1 << 20, .conns = 256, .timeout = 30,
                      .lim = {.max_sentences = 256, .max_line_bytes = 65536, .max_beam = 16, .beam = 1, .nbest = 1},
                      .so = {.precision = NMT_DTYPE_F32, .max_tokens = 4096, .max_wait_ms = 10, .max_queue = 1024,
-                            .so = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 50}}};
+                            .so = SEARCH_OPTS_DEFAULT}};
     int status = parse_args(argc, argv, &o);
     if (status >= 0)
         return status;

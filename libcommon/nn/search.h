@@ -28,6 +28,10 @@ struct search_opts {
     double len_a, len_b;       /* maximum output length a * source + b tokens (with EOS) */
 };
 
+/* The defaults of every tool that searches (nmt-decode, nmt-serve, validation BLEU): greedy, one
+ * hypothesis, alpha 0.6, at most source + 50 tokens. */
+#define SEARCH_OPTS_DEFAULT {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 50}
+
 struct search_hyp {
     float score;               /* logprob / length penalty */
     double logprob;            /* summed log-probability, EOS included */

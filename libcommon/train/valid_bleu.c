@@ -79,7 +79,8 @@ static int score_batch(struct vb_run *r, const struct batch_record *br)
 int valid_bleu(struct backend *be, struct model *m, const struct vocab *v, struct batch_file *valid,
                struct batch_record *br, int beam, double *bleu)
 {
-    struct vb_run r = {.so = {.beam = beam, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 50}};
+    struct vb_run r = {.so = SEARCH_OPTS_DEFAULT};
+    r.so.beam = beam;
     bleu_config cfg;
     bleu_config_init(&cfg, BLEU_METRIC_BLEU);
     int rc = tokenizer_init(&r.tok, v, 0);
