@@ -49,7 +49,7 @@ size_t cpu_linear_packed_bytes_q(nmt_bctx *ctx, int N, int K, uint32_t dtype)
     if (dtype == NMT_DTYPE_F32)
         return cpu_linear_packed_bytes(ctx, N, K);
     if (dtype == NMT_DTYPE_BF16 && !cpu_bf16())
-        return cpu_err(ctx, "bf16 needs ISA_AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off"), 0;
+        return cpu_err(ctx, "bf16 needs AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off"), 0;
     if (dtype == NMT_DTYPE_BF16)
         return N <= 0 || K <= 0 ? 0 : LIN_HDR + cpu_linear_bf16_bytes(N, K);
     if (dtype != NMT_DTYPE_INT8)
@@ -67,7 +67,7 @@ int cpu_linear_pack_q(nmt_bctx *ctx, void *dst, const float *W, int N, int K, in
         return cpu_err(ctx, "linear_pack_q: the cpu backend packs weights in float32, int8 or bf16 only (dtype %u)",
                        dtype);
     if (dtype == NMT_DTYPE_BF16 && !cpu_bf16())
-        return cpu_err(ctx, "linear_pack_q: bf16 needs ISA_AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off");
+        return cpu_err(ctx, "linear_pack_q: bf16 needs AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off");
     if (N < 0 || K < 0 || ldw < (K > 1 ? K : 1) || (dtype == NMT_DTYPE_INT8 && K > LIN_Q_MAXK))
         return cpu_err(ctx, "linear_pack_q: bad shape N=%d K=%d ldw=%d", N, K, ldw);
     struct lin_hdr h = { LIN_MAGIC, dtype, N, K, { 0 } };

@@ -181,7 +181,7 @@ int cpu_linear_bf16_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int 
                         const float *bias, int relu, float *C, int ldc)
 {
     if (!cpu_bf16())
-        return cpu_err(ctx, "linear_rowinv: a bf16 weight needs AVX512-ISA_AVX512_BF16, which this CPU lacks or NMT_CPU_ISA "
+        return cpu_err(ctx, "linear_rowinv: a bf16 weight needs AVX512-BF16, which this CPU lacks or NMT_CPU_ISA "
                             "turns off");
     int kh = halves(K), lda2 = (kh + 15) & ~15;
     if (cpu_qbuf_reserve(ctx, (size_t)M * (size_t)lda2 * 4) < 0)
