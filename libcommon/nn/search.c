@@ -222,23 +222,41 @@ static double select_topk(const double *p, const int32_t *id, int n, int topk, f
     return k == topk ? best[k - 1] : -1;
 }
 
+/* The ensemble's log-probability of row S's token: the log of the mean of the NIN members'
+ * probabilities L[m * B + S]. */
+static double token_logprob(const float *l, int nin, int B, int s)
+{
+    if (nin == 1)
+        return (double)l[s];
+    double mx = (double)l[s], sum = 0;
+    for (int m = 1; m < nin; m++)
+        if ((double)l[(size_t)m * (size_t)B + (size_t)s] > mx)
+            mx = (double)l[(size_t)m * (size_t)B + (size_t)s];
+    if (mx == -INFINITY)
+        return mx;
+    for (int m = 0; m < nin; m++)
+        sum += exp((double)l[(size_t)m * (size_t)B + (size_t)s] - mx);
+    return mx + log(sum / (double)nin);
+}
+
 /* One decoder step of every member; VALS/IDX (rows x TOPK) receive the ensemble's TOPK best
  * extensions of each row (a single model: its own, from the backend): the log of the mean of the
  * members' probabilities, descending, ties by lower id. Each member's 2 TOPK best tokens come from
  * the backend; the ensemble's probability is computed on the union of them. A token outside the
  * union has a probability of at most T, the mean of the members' 2 TOPK-th best; when the union's
  * TOPK-th best exceeds T (nearly always) the union holds the ensemble's TOPK best, else the row's
- * whole distribution is computed. */
+ * whole distribution is computed. With TGT (rows) not NULL, MLP (NIN, rows) receives each member's
+ * log p(TGT[r]) (0 where TGT[r] is NMT_PAD), to be combined by token_logprob. */
 static int ensemble_step(struct infer *const *in, int nin, const int32_t *tok, int topk, float *vals, int32_t *idx,
-                         struct ens *e)
+                         const int32_t *tgt, float *mlp, struct ens *e)
 {
     if (nin == 1)
-        return infer_step(in[0], tok, topk, vals, idx, NULL, NULL);
+        return infer_step(in[0], tok, topk, vals, idx, tgt, mlp);
     int R = 0, V = e->V, mk = e->mtopk, C = nin * mk;
     for (int m = 0; m < nin; m++) {
         R = infer_rows(in[m]);
         if (infer_step(in[m], tok, mk, e->vals + (size_t)m * (size_t)R * (size_t)mk,
-                       e->idx + (size_t)m * (size_t)R * (size_t)mk, NULL, NULL) < 0)
+                       e->idx + (size_t)m * (size_t)R * (size_t)mk, tgt, tgt ? mlp + (size_t)m * (size_t)R : NULL) < 0)
             return -1;
     }
     for (int r = 0; r < R; r++) { /* candidates: the members' best ids, each once */
@@ -316,7 +334,8 @@ static int ensemble_step(struct infer *const *in, int nin, const int32_t *tok, i
 
 /* The state of one search_batch over B sentences of K rows each. */
 struct beam {
-    int B, K, k2;              /* sentences, beam, extensions looked at per row */
+    int B, K, k2, nin;         /* sentences, beam, extensions looked at per row, models */
+    const struct search_prefix *pre; /* forced prefixes (NULL: none) */
     size_t R0, T;              /* rows at the start (B * K), longest output (tokens with EOS) */
     int *ml;                   /* (B) each sentence's length limit */
     int32_t *tok, *ntok;       /* (R0) each live row's last token, and the next step's */
@@ -326,6 +345,9 @@ struct beam {
     uint32_t *hist, *nhist;    /* (R0, T) each live row's tokens, and the next step's */
     float *hlp, *nhlp;         /* (R0, T) their log-probabilities, and the next step's */
     float *ntlp;               /* (R0) the log-probability of each row's next token */
+    int32_t *tgt;              /* (R0) each live row's forced prefix token at this step (NMT_PAD: none) */
+    float *mlp;                /* (nin, R0) each member's log-probability of it */
+    double *plp;               /* (R0) the ensemble's */
     int *orig, *keep, *parent; /* (B) live sentence -> batch index, (B) kept sentences, (R0) parent rows */
     struct cand *cd;           /* (K * k2) one sentence's candidates */
     struct fin *fin;           /* (B, K) finished hypotheses */
@@ -352,6 +374,9 @@ static void beam_free(struct beam *z)
     free(z->hlp);
     free(z->nhlp);
     free(z->ntlp);
+    free(z->tgt);
+    free(z->mlp);
+    free(z->plp);
     free(z->orig);
     free(z->keep);
     free(z->parent);
@@ -362,14 +387,17 @@ static void beam_free(struct beam *z)
     ens_free(&z->ens);
 }
 
-/* Sizes Z for B sentences of LEN[b] ids, beam O->beam, NIN models of vocabulary V and length limit
- * MODEL_MAX; every row starts with BOS, one row per sentence live. 0, or -1 with the error set
- * (Z is to be freed with beam_free either way). */
-static int beam_init(struct beam *z, const struct search_opts *o, int B, const int *len, int nin, int V, int model_max)
+/* Sizes Z for B sentences of LEN[b] ids with prefixes PRE (NULL: none), beam O->beam, NIN models of
+ * vocabulary V and length limit MODEL_MAX; every row starts with BOS, one row per sentence live. 0,
+ * or -1 with the error set (Z is to be freed with beam_free either way). */
+static int beam_init(struct beam *z, const struct search_opts *o, int B, const int *len,
+                     const struct search_prefix *pre, int nin, int V, int model_max)
 {
     const int K = o->beam;
     z->B = B;
     z->K = K;
+    z->nin = nin;
+    z->pre = pre;
     z->k2 = 2 * K < V ? 2 * K : V;
     z->R0 = (size_t)B * (size_t)K;
     z->ml = malloc((size_t)B * sizeof *z->ml);
@@ -378,6 +406,8 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     int tmax = 1;
     for (int b = 0; b < B; b++) {
         z->ml[b] = search_max_len(o, len[b], model_max);
+        if (search_prefix_check(pre, b, V, z->ml[b]) < 0)
+            return nmt_seterr("sentence %d: %s", b + 1, nmt_errmsg());
         if (z->ml[b] > tmax)
             tmax = z->ml[b];
     }
@@ -388,6 +418,8 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     z->hist = malloc(R0 * T * sizeof *z->hist), z->nhist = malloc(R0 * T * sizeof *z->nhist);
     z->hlp = malloc(R0 * T * sizeof *z->hlp), z->nhlp = malloc(R0 * T * sizeof *z->nhlp);
     z->ntlp = malloc(R0 * sizeof *z->ntlp);
+    z->tgt = malloc(R0 * sizeof *z->tgt), z->mlp = malloc((size_t)nin * R0 * sizeof *z->mlp);
+    z->plp = malloc(R0 * sizeof *z->plp);
     z->orig = malloc((size_t)B * sizeof *z->orig), z->keep = malloc((size_t)B * sizeof *z->keep);
     z->parent = malloc(R0 * sizeof *z->parent);
     z->ntok = malloc(R0 * sizeof *z->ntok);
@@ -396,7 +428,8 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     z->nfin = calloc((size_t)B, sizeof *z->nfin);
     int lok = nin == 1 || ens_init(&z->ens, nin, R0, z->k2, V) == 0;
     if (!z->tok || !z->idx || !z->vals || !z->score || !z->nscore || !z->hist || !z->nhist || !z->hlp || !z->nhlp ||
-        !z->ntlp || !z->orig || !z->keep || !z->parent || !z->ntok || !z->cd || !z->fin || !z->nfin || !lok)
+        !z->ntlp || !z->tgt || !z->mlp || !z->plp || !z->orig || !z->keep || !z->parent || !z->ntok || !z->cd ||
+        !z->fin || !z->nfin || !lok)
         return nmt_seterr("out of memory");
     for (int b = 0; b < B; b++)
         z->orig[b] = b;
@@ -407,17 +440,19 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     return 0;
 }
 
-/* Fills z->cd with the candidates of live sentence S at step T, best first (at most 2K): each live
- * row's k2 extensions, or only EOS when FORCED. Returns their number. */
-static int beam_candidates(struct beam *z, int s, int forced)
+/* Fills z->cd with the candidates of live sentence S, best first (at most 2K): each live row's k2
+ * extensions, or only token FORCE when it is not negative (EOS at the length limit with a
+ * log-probability of 0, a prefix token with its z->plp). Returns their number. */
+static int beam_candidates(struct beam *z, int s, int32_t force)
 {
     int K = z->K, k2 = z->k2, nc = 0;
     for (int j = 0; j < K; j++) {
         int r = s * K + j;
         if (z->score[r] == -INFINITY)
             continue;
-        if (forced) {
-            z->cd[nc] = (struct cand){z->score[r], r, nc, NMT_EOS, 0.0f};
+        if (force >= 0) {
+            double lp = force == NMT_EOS ? 0 : z->plp[r];
+            z->cd[nc] = (struct cand){z->score[r] + lp, r, nc, force, (float)lp};
             nc++;
             continue;
         }
@@ -464,7 +499,8 @@ static int beam_finish(struct beam *z, int b, int nc, int t, double lpen)
 static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int t, int *nk)
 {
     int K = z->K, b = z->orig[s], forced = t >= z->ml[b] - 1;
-    int nc = beam_candidates(z, s, forced);
+    int32_t pt = z->tgt[s * K];
+    int nc = beam_candidates(z, s, forced ? NMT_EOS : pt != NMT_PAD ? pt : -1);
     if (beam_finish(z, b, nc, t, search_length_penalty(o->alpha, t + 1)) < 0)
         return -1;
     int nr = 0, base = *nk * K;
@@ -487,6 +523,21 @@ static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int
     }
     z->keep[(*nk)++] = s;
     return 0;
+}
+
+/* Sets z->tgt for step T of the NS live sentences: each row's prefix token (NMT_PAD past its
+ * sentence's prefix, or none). Returns z->tgt, or NULL when no row has one. */
+static const int32_t *beam_forced(struct beam *z, int ns, int t)
+{
+    int any = 0;
+    for (int s = 0; s < ns; s++) {
+        int b = z->orig[s];
+        int32_t f = z->pre && t < z->pre->n[b] ? (int32_t)z->pre->ids[b][t] : NMT_PAD;
+        any |= f != NMT_PAD;
+        for (int j = 0; j < z->K; j++)
+            z->tgt[s * z->K + j] = f;
+    }
+    return any ? z->tgt : NULL;
 }
 
 /* The NK kept sentences' rows after step T: histories, tokens and scores. */
@@ -534,8 +585,31 @@ static int beam_results(struct beam *z, const struct search_opts *o, struct sear
     return 0;
 }
 
+int search_prefix_check(const struct search_prefix *pre, int b, int V, int max_len)
+{
+    if (!pre || pre->n[b] == 0)
+        return 0;
+    if (pre->n[b] < 0)
+        return nmt_seterr("prefix of %d tokens", pre->n[b]);
+    if (pre->n[b] + 1 > max_len)
+        return nmt_seterr("a prefix of %d tokens does not fit the output length limit of %d tokens with the end of "
+                          "sentence", pre->n[b], max_len);
+    for (int j = 0; j < pre->n[b]; j++)
+        if (pre->ids[b][j] <= NMT_EOS || pre->ids[b][j] >= (uint32_t)V)
+            return nmt_seterr("prefix token %d: id %u is not an output piece of the vocabulary of %d", j + 1,
+                              pre->ids[b][j], V);
+    return 0;
+}
+
 int search_batch(struct infer *const *in, int nin, const struct search_opts *o, int B, const uint32_t *const *src,
                  const int *len, struct search_result *out)
+{
+    return search_batch_prefix(in, nin, o, B, src, len, NULL, out);
+}
+
+int search_batch_prefix(struct infer *const *in, int nin, const struct search_opts *o, int B,
+                        const uint32_t *const *src, const int *len, const struct search_prefix *pre,
+                        struct search_result *out)
 {
     int model_max;
     for (int b = 0; b < B; b++) {
@@ -546,15 +620,18 @@ int search_batch(struct infer *const *in, int nin, const struct search_opts *o, 
         return -1;
     struct beam z = {0};
     int rc = -1;
-    if (beam_init(&z, o, B, len, nin, infer_config(in[0])->vocab, model_max) < 0)
+    if (beam_init(&z, o, B, len, pre, nin, infer_config(in[0])->vocab, model_max) < 0)
         goto out;
     for (int m = 0; m < nin; m++)
         if (infer_encode(in[m], B, src, len, z.K, (int)z.T) < 0)
             goto out;
     for (int t = 0, ns = B; ns > 0; t++) {
-        int nk = 0;
-        if (ensemble_step(in, nin, z.tok, z.k2, z.vals, z.idx, &z.ens) < 0)
+        int nk = 0, R = ns * z.K;
+        const int32_t *tg = beam_forced(&z, ns, t);
+        if (ensemble_step(in, nin, z.tok, z.k2, z.vals, z.idx, tg, z.mlp, &z.ens) < 0)
             goto out;
+        for (int r = 0; tg && r < R; r++)
+            z.plp[r] = token_logprob(z.mlp, nin, R, r);
         for (int s = 0; s < ns; s++)
             if (beam_sentence(&z, o, s, t, &nk) < 0)
                 goto out;
@@ -590,23 +667,6 @@ int search_reserve(struct infer *const *in, int nin, const struct search_opts *o
         if (infer_reserve(in[m], B, S, tlen ? 1 : o->beam, tmax) < 0)
             return -1;
     return 0;
-}
-
-/* The ensemble's log-probability of row S's token: the log of the mean of the NIN members'
- * probabilities L[m * B + S]. */
-static double token_logprob(const float *l, int nin, int B, int s)
-{
-    if (nin == 1)
-        return (double)l[s];
-    double mx = (double)l[s], sum = 0;
-    for (int m = 1; m < nin; m++)
-        if ((double)l[(size_t)m * (size_t)B + (size_t)s] > mx)
-            mx = (double)l[(size_t)m * (size_t)B + (size_t)s];
-    if (mx == -INFINITY)
-        return mx;
-    for (int m = 0; m < nin; m++)
-        sum += exp((double)l[(size_t)m * (size_t)B + (size_t)s] - mx);
-    return mx + log(sum / (double)nin);
 }
 
 int search_score(struct infer *const *in, int nin, int B, const uint32_t *const *src, const int *len,

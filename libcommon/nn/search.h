@@ -57,10 +57,27 @@ double search_length_penalty(double alpha, int n);
  * 0, or -1 with the error set. */
 int search_models_check(struct infer *const *in, int nin, int *max_len);
 
+/* Forced output prefixes of a batch of B sentences: sentence b's output starts with the N[b] ids
+ * IDS[b] (output pieces: no PAD, BOS or EOS; N[b] = 0: no prefix). The forced tokens' log-probabilities
+ * count in the hypotheses' scores as any others'; the length limit counts them too. */
+struct search_prefix {
+    const uint32_t *const *ids;
+    const int *n;
+};
+
 /* Translates B sentences (SRC[b], LEN[b] ids without EOS) with the NIN models IN into OUT[0..B)
  * (each freed with search_result_free). Returns 0, or -1 with the error set. */
 int search_batch(struct infer *const *in, int nin, const struct search_opts *o, int B, const uint32_t *const *src,
                  const int *len, struct search_result *out);
+/* search_batch whose hypotheses of sentence b start with prefix PRE's (NULL: none, as search_batch):
+ * the prefix's tokens are forced, the search continues after them. Returns 0, or -1 with the error set
+ * (a prefix with EOS does not fit the sentence's length limit, an id that is not an output piece). */
+int search_batch_prefix(struct infer *const *in, int nin, const struct search_opts *o, int B,
+                        const uint32_t *const *src, const int *len, const struct search_prefix *pre,
+                        struct search_result *out);
+/* Checks sentence B's prefix of PRE (NULL: none) against V output pieces and the length limit MAX_LEN
+ * (tokens with EOS). 0, or -1 with the error set. */
+int search_prefix_check(const struct search_prefix *pre, int b, int V, int max_len);
 
 /* Forced decoding: LP[b] receives log p(TGT[b] + EOS | SRC[b]) summed over the TLEN[b] + 1 target
  * tokens. Returns 0, or -1 with the error set (target longer than the model's max_len). */
