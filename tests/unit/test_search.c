@@ -181,8 +181,8 @@ static void run_prefix(struct infer *in, const struct search_result *g, int max_
     }
     test_ok(kept, "pre_norm %d: every beam 4 hypothesis starts with its prefix", pre_norm);
     test_ok(inv, "pre_norm %d: beam 4 with prefixes identical alone and in a batch", pre_norm);
-    test_ok(fmatch && compared >= NS, "pre_norm %d: with prefixes, log-probabilities equal forced decoding (%d compared)",
-            pre_norm, compared);
+    test_ok(fmatch && compared >= NS,
+            "pre_norm %d: with prefixes, log-probabilities equal forced decoding (%d compared)", pre_norm, compared);
     int big = 40;
     struct search_prefix p1 = {&pid[1], &big};
     test_ok(search_batch_prefix(&in, 1, &o, 1, &src[1], &slen[1], &p1, &r1) < 0 && strstr(nmt_errmsg(), "does not fit"),
