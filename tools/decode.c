@@ -52,6 +52,10 @@ static void usage(void)
            "                          it; an empty line forces nothing; the forced pieces count in the score\n"
            "      --word-scores       print each output token's log-probability after the text, tab-separated:\n"
            "                          one number per piece, the end of sentence last, separated by spaces\n"
+           "      --alignment MODE    after the text a tab and the alignment of source and output pieces from the\n"
+           "                          last decoder layer's attention, as 'SRC-TGT' index pairs from 0: hard (each\n"
+           "                          output piece with the source piece it attends to most), or soft[=T] (every\n"
+           "                          pair of attention at least T, default 0.5)\n"
            "      --sample            draw each token from the model's distribution instead of searching (for\n"
            "                          back-translation); reproducible: a sentence's sample depends on --seed and\n"
            "                          its line number only\n"
@@ -97,8 +101,11 @@ static void usage(void)
 enum {
     OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK, OPT_MAXSENT, OPT_MAXLINE,
     OPT_INTER, OPT_VARIANT, OPT_PRECISION, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION, OPT_SHARD, OPT_COMM,
-    OPT_SHORTLIST, OPT_WSCORES, OPT_SAMPLE, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_SEED, OPT_SAMPLE_BEAM, OPT_PREFIX
+    OPT_SHORTLIST, OPT_WSCORES, OPT_SAMPLE, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_SEED, OPT_SAMPLE_BEAM, OPT_PREFIX,
+    OPT_ALIGN
 };
+
+enum { ALIGN_NONE, ALIGN_HARD, ALIGN_SOFT };
 
 #define MAX_MODELS 16
 
@@ -115,6 +122,8 @@ struct opts {
     struct search_opts so;
     int sample;                /* --sample */
     int sample_set;            /* a sampling option was given */
+    int align;                 /* --alignment: ALIGN_* */
+    double align_t;            /* its soft threshold */
     struct sample_opts sp;
 };
 
@@ -208,6 +217,31 @@ static int put_text(struct state *st)
     return fwrite(st->tok.text.data, 1, st->tok.text.len, st->out) == st->tok.text.len ? 0 : -1;
 }
 
+/* Writes H's alignment (H may be NULL) in Pharaoh format, source-target piece indices from 0 by
+ * output piece then source piece, EOS on neither side: with ALIGN_HARD each output piece with the
+ * source piece of its largest attention (ties: the first), with ALIGN_SOFT every pair of attention
+ * at least T. */
+static void put_alignment(FILE *f, const struct search_hyp *h, int mode, double t)
+{
+    int first = 1;
+    for (uint32_t j = 0; h && h->att && j < h->n; j++) {
+        const float *a = h->att + (size_t)j * h->sn;
+        uint32_t best = 0;
+        for (uint32_t i = 0; i + 1 < h->sn; i++) {
+            if (mode == ALIGN_HARD) {
+                best = a[i] > a[best] ? i : best;
+            } else if ((double)a[i] >= t) {
+                fprintf(f, first ? "%u-%u" : " %u-%u", i, j);
+                first = 0;
+            }
+        }
+        if (mode == ALIGN_HARD && h->sn > 1) {
+            fprintf(f, first ? "%u-%u" : " %u-%u", best, j);
+            first = 0;
+        }
+    }
+}
+
 /* Writes the output of sentence S. 0 or -1. */
 static int emit(struct state *st, struct sent *s)
 {
@@ -249,6 +283,10 @@ static int emit(struct state *st, struct sent *s)
             putc('\t', st->out);
             for (uint32_t j = 0; h && j <= h->n; j++)
                 fprintf(st->out, j ? " %.6f" : "%.6f", (double)h->lps[j]);
+        }
+        if (o->align) {
+            putc('\t', st->out);
+            put_alignment(st->out, h, o->align, o->align_t);
         }
         putc('\n', st->out);
         if (o->so.nbest <= 1)
@@ -965,6 +1003,9 @@ static int check_args(const struct opts *o)
                                "(whose candidates may not hold the forced pieces)");
     if (o->prefix && !strcmp(o->prefix, "-") && !o->src && (!o->input || !strcmp(o->input, "-")))
         return nmt_usage_error("--prefix - and the input cannot both be stdin");
+    if (o->align && (o->sample || o->score || o->out_hyp))
+        return nmt_usage_error("--alignment is for translations by search written as text: not with --sample, "
+                               "--score or --out hyp");
     if (o->sample && (o->so.beam > 1 || o->so.nbest > 1 || o->score))
         return nmt_usage_error("--sample draws its own tokens: not with --beam, --nbest (see --sample-beam) or "
                                "--score");
@@ -984,6 +1025,18 @@ static int parse_shard(const char *arg, struct opts *o)
         opt_u64("--shard K", k, 1, o->shard_n, &o->shard_k) < 0)
         return -1;
     return 0;
+}
+
+/* Parses --alignment hard|soft[=T] into O; 0, or -1 after a usage error. */
+static int parse_alignment(const char *arg, struct opts *o)
+{
+    o->align_t = 0.5;
+    o->align = !strcmp(arg, "hard") ? ALIGN_HARD : !strncmp(arg, "soft", 4) ? ALIGN_SOFT : ALIGN_NONE;
+    if (o->align == ALIGN_HARD || !strcmp(arg, "soft"))
+        return 0;
+    if (o->align == ALIGN_SOFT && arg[4] == '=')
+        return opt_double("--alignment soft=T", arg + 5, 0, 1, 0, &o->align_t);
+    return nmt_usage_error("invalid --alignment '%s' (hard, soft or soft=THRESHOLD)", arg), -1;
 }
 
 /* Parses --top-p P (0 < P <= 1) into *P; 0, or -1 after a usage error. */
@@ -1007,7 +1060,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         {"max-len-b", required_argument, 0, OPT_LB}, {"nbest", required_argument, 0, 'n'},
         {"scores", no_argument, 0, OPT_SCORES},     {"score", no_argument, 0, OPT_SCORE},
         {"word-scores", no_argument, 0, OPT_WSCORES}, {"sample", no_argument, 0, OPT_SAMPLE},
-        {"prefix", required_argument, 0, OPT_PREFIX},
+        {"prefix", required_argument, 0, OPT_PREFIX}, {"alignment", required_argument, 0, OPT_ALIGN},
         {"temperature", required_argument, 0, OPT_TEMP}, {"top-k", required_argument, 0, OPT_TOPK},
         {"top-p", required_argument, 0, OPT_TOPP},  {"seed", required_argument, 0, OPT_SEED},
         {"sample-beam", required_argument, 0, OPT_SAMPLE_BEAM},
@@ -1051,6 +1104,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         case OPT_SCORE: o->score = 1; break;
         case OPT_WSCORES: o->word_scores = 1; break;
         case OPT_PREFIX: o->prefix = optarg; break;
+        case OPT_ALIGN: bad = parse_alignment(optarg, o); break;
         case OPT_SAMPLE: o->sample = 1; break;
         case OPT_TEMP: bad = opt_double("--temperature", optarg, 0, 1e6, 0, &o->sp.temperature); break;
         case OPT_TOPK: bad = opt_int("--top-k", optarg, 0, 1 << 30, &o->sp.top_k); break;
@@ -1213,6 +1267,7 @@ int main(int argc, char **argv)
     int status = parse_args(argc, argv, &o, &inter_set);
     if (status != GO_ON)
         return status;
+    o.so.attention = o.align != ALIGN_NONE;
     if (o.sample) /* N rows per sentence (search_reserve), printed as n-best lists */
         o.so.beam = o.so.nbest = o.sp.samples;
     struct state st;

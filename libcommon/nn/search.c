@@ -21,6 +21,7 @@ void search_result_free(struct search_result *r)
     for (int i = 0; i < r->nhyp; i++) {
         free(r->hyp[i].ids);
         free(r->hyp[i].lps);
+        free(r->hyp[i].att);
     }
     free(r->hyp);
     r->hyp = NULL;
@@ -35,7 +36,8 @@ int search_result_pack(struct nmt_buf *b, const struct search_result *r)
         const struct search_hyp *h = &r->hyp[i];
         if (nmt_buf_append(b, &h->score, sizeof h->score) < 0 || nmt_buf_append(b, &h->logprob, sizeof h->logprob) < 0 ||
             nmt_buf_put32(b, h->n) < 0 || nmt_buf_append(b, h->ids, (size_t)h->n * sizeof *h->ids) < 0 ||
-            nmt_buf_append(b, h->lps, ((size_t)h->n + 1) * sizeof *h->lps) < 0)
+            nmt_buf_append(b, h->lps, ((size_t)h->n + 1) * sizeof *h->lps) < 0 || nmt_buf_put32(b, h->sn) < 0 ||
+            nmt_buf_append(b, h->att, ((size_t)h->n + 1) * h->sn * sizeof *h->att) < 0)
             return -1;
     }
     return 0;
@@ -72,7 +74,13 @@ int search_result_unpack(const unsigned char *p, size_t n, size_t *off, struct s
         if (!(h->ids = nmt_malloc((size_t)h->n * sizeof *h->ids + 1)) ||
             take(h->ids, p, n, off, (size_t)h->n * sizeof *h->ids) < 0 ||
             !(h->lps = nmt_malloc(((size_t)h->n + 1) * sizeof *h->lps)) ||
-            take(h->lps, p, n, off, ((size_t)h->n + 1) * sizeof *h->lps) < 0)
+            take(h->lps, p, n, off, ((size_t)h->n + 1) * sizeof *h->lps) < 0 ||
+            take(&h->sn, p, n, off, sizeof h->sn) < 0)
+            return -1;
+        if (h->sn && h->sn > (n - *off) / sizeof *h->att / ((size_t)h->n + 1))
+            return nmt_seterr("packed search result: %u attention columns in %zu bytes", h->sn, n - *off);
+        size_t na = ((size_t)h->n + 1) * h->sn;
+        if (h->sn && (!(h->att = nmt_malloc(na * sizeof *h->att)) || take(h->att, p, n, off, na * sizeof *h->att) < 0))
             return -1;
     }
     return 0;
@@ -99,6 +107,7 @@ struct fin {
     uint32_t n;
     uint32_t *ids;
     float *lps;                /* (n + 1) each token's log-probability */
+    float *att;                /* (n + 1, S) each token's attention (search_opts.attention), or NULL */
 };
 
 static int fin_cmp(const void *a, const void *b)
@@ -348,6 +357,11 @@ struct beam {
     int32_t *tgt;              /* (R0) each live row's forced prefix token at this step (NMT_PAD: none) */
     float *mlp;                /* (nin, R0) each member's log-probability of it */
     double *plp;               /* (R0) the ensemble's */
+    /* with search_opts.attention (else NULL): */
+    int S;                     /* the batch's longest source with EOS */
+    const int *len;            /* (B) the sources' lengths */
+    float *satt, *atmp;        /* (R0, S) each live row's attention at this step; an ensemble member's */
+    float *hatt, *nhatt;       /* (R0, T, S) each live row's attention at its steps, and the next step's */
     int *orig, *keep, *parent; /* (B) live sentence -> batch index, (B) kept sentences, (R0) parent rows */
     struct cand *cd;           /* (K * k2) one sentence's candidates */
     struct fin *fin;           /* (B, K) finished hypotheses */
@@ -362,8 +376,13 @@ static void beam_free(struct beam *z)
         for (size_t i = 0; i < z->R0; i++) {
             free(z->fin[i].ids);
             free(z->fin[i].lps);
+            free(z->fin[i].att);
         }
     free(z->ml);
+    free(z->satt);
+    free(z->atmp);
+    free(z->hatt);
+    free(z->nhatt);
     free(z->tok);
     free(z->idx);
     free(z->vals);
@@ -431,8 +450,18 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
         !z->ntlp || !z->tgt || !z->mlp || !z->plp || !z->orig || !z->keep || !z->parent || !z->ntok || !z->cd ||
         !z->fin || !z->nfin || !lok)
         return nmt_seterr("out of memory");
-    for (int b = 0; b < B; b++)
+    z->len = len;
+    for (int b = 0; b < B; b++) {
         z->orig[b] = b;
+        z->S = len[b] + 1 > z->S ? len[b] + 1 : z->S;
+    }
+    if (o->attention) {
+        size_t S = (size_t)z->S;
+        z->satt = malloc(R0 * S * sizeof *z->satt), z->atmp = malloc(R0 * S * sizeof *z->atmp);
+        z->hatt = malloc(R0 * T * S * sizeof *z->hatt), z->nhatt = malloc(R0 * T * S * sizeof *z->nhatt);
+        if (!z->satt || !z->atmp || !z->hatt || !z->nhatt)
+            return nmt_seterr("out of memory");
+    }
     for (size_t r = 0; r < R0; r++) {
         z->tok[r] = NMT_BOS;
         z->score[r] = r % (size_t)K ? -INFINITY : 0; /* at step 0 the K rows are identical: keep one */
@@ -489,6 +518,13 @@ static int beam_finish(struct beam *z, int b, int nc, int t, double lpen)
             memcpy(f->lps, z->hlp + (size_t)c->row * z->T, (size_t)t * sizeof *f->lps);
         }
         f->lps[t] = c->lp;
+        if (z->hatt) {
+            size_t S = (size_t)z->S;
+            if (!(f->att = malloc(((size_t)t + 1) * S * sizeof *f->att)))
+                return nmt_seterr("out of memory");
+            memcpy(f->att, z->hatt + (size_t)c->row * z->T * S, (size_t)t * S * sizeof *f->att);
+            memcpy(f->att + (size_t)t * S, z->satt + (size_t)c->row * S, S * sizeof *f->att);
+        }
         z->nfin[b]++;
     }
     return 0;
@@ -540,6 +576,24 @@ static const int32_t *beam_forced(struct beam *z, int ns, int t)
     return any ? z->tgt : NULL;
 }
 
+/* z->satt receives each of the R live rows' attention after a step of the NIN models IN (their mean).
+ * 0 or -1. */
+static int beam_attention(struct beam *z, struct infer *const *in, int nin, int R)
+{
+    size_t n = (size_t)R * (size_t)z->S;
+    if (infer_src_len(in[0]) != z->S)
+        return nmt_seterr("attention over %d source tokens, %d expected", infer_src_len(in[0]), z->S);
+    for (int m = 0; m < nin; m++) {
+        if (infer_attention(in[m], m ? z->atmp : z->satt) < 0)
+            return -1;
+        for (size_t i = 0; m && i < n; i++)
+            z->satt[i] += z->atmp[i];
+    }
+    for (size_t i = 0; nin > 1 && i < n; i++)
+        z->satt[i] /= (float)nin;
+    return 0;
+}
+
 /* The NK kept sentences' rows after step T: histories, tokens and scores. */
 static void beam_advance(struct beam *z, int nk, int t)
 {
@@ -549,6 +603,11 @@ static void beam_advance(struct beam *z, int nk, int t)
         if (t) {
             memcpy(z->nhist + (size_t)i * T, z->hist + (size_t)r * T, (size_t)t * sizeof *z->hist);
             memcpy(z->nhlp + (size_t)i * T, z->hlp + (size_t)r * T, (size_t)t * sizeof *z->hlp);
+        }
+        if (z->hatt) {
+            size_t S = (size_t)z->S;
+            memcpy(z->nhatt + (size_t)i * T * S, z->hatt + (size_t)r * T * S, (size_t)t * S * sizeof *z->hatt);
+            memcpy(z->nhatt + ((size_t)i * T + (size_t)t) * S, z->satt + (size_t)r * S, S * sizeof *z->hatt);
         }
         z->nhist[(size_t)i * T + (size_t)t] = (uint32_t)z->ntok[i];
         z->nhlp[(size_t)i * T + (size_t)t] = z->ntlp[i];
@@ -561,6 +620,9 @@ static void beam_advance(struct beam *z, int nk, int t)
     float *tl = z->hlp;
     z->hlp = z->nhlp;
     z->nhlp = tl;
+    tl = z->hatt;
+    z->hatt = z->nhatt;
+    z->nhatt = tl;
     for (int s = 0; s < nk; s++)
         z->orig[s] = z->orig[z->keep[s]];
 }
@@ -576,9 +638,17 @@ static int beam_results(struct beam *z, const struct search_opts *o, struct sear
         if (!out[b].hyp)
             return nmt_seterr("out of memory");
         for (int i = 0; i < n; i++) {
-            out[b].hyp[i] = (struct search_hyp){(float)f[i].s, f[i].lp, f[i].n, f[i].ids, f[i].lps};
+            struct search_hyp *h = &out[b].hyp[i];
+            *h = (struct search_hyp){(float)f[i].s, f[i].lp, f[i].n, f[i].ids, f[i].lps, 0, NULL};
             f[i].ids = NULL;
             f[i].lps = NULL;
+            if (!f[i].att)
+                continue;
+            h->sn = (uint32_t)z->len[b] + 1; /* the columns of its own source */
+            if (!(h->att = malloc(((size_t)h->n + 1) * h->sn * sizeof *h->att)))
+                return nmt_seterr("out of memory");
+            for (uint32_t j = 0; j <= h->n; j++)
+                memcpy(h->att + (size_t)j * h->sn, f[i].att + (size_t)j * (size_t)z->S, h->sn * sizeof *h->att);
         }
         out[b].nhyp = n;
     }
@@ -622,9 +692,11 @@ int search_batch_prefix(struct infer *const *in, int nin, const struct search_op
     int rc = -1;
     if (beam_init(&z, o, B, len, pre, nin, infer_config(in[0])->vocab, model_max) < 0)
         goto out;
-    for (int m = 0; m < nin; m++)
+    for (int m = 0; m < nin; m++) {
+        infer_keep_attention(in[m], o->attention);
         if (infer_encode(in[m], B, src, len, z.K, (int)z.T) < 0)
             goto out;
+    }
     for (int t = 0, ns = B; ns > 0; t++) {
         int nk = 0, R = ns * z.K;
         const int32_t *tg = beam_forced(&z, ns, t);
@@ -632,6 +704,8 @@ int search_batch_prefix(struct infer *const *in, int nin, const struct search_op
             goto out;
         for (int r = 0; tg && r < R; r++)
             z.plp[r] = token_logprob(z.mlp, nin, R, r);
+        if (o->attention && beam_attention(&z, in, nin, R) < 0)
+            goto out;
         for (int s = 0; s < ns; s++)
             if (beam_sentence(&z, o, s, t, &nk) < 0)
                 goto out;

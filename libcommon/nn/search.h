@@ -26,6 +26,7 @@ struct search_opts {
     int nbest;                 /* hypotheses returned per sentence, 1 <= nbest <= beam */
     double alpha;              /* length penalty exponent (0: none) */
     double len_a, len_b;       /* maximum output length a * source + b tokens (with EOS) */
+    int attention;             /* keep each hypothesis's attention (search_hyp.att) */
 };
 
 struct search_hyp {
@@ -36,6 +37,11 @@ struct search_hyp {
     float *lps;                /* (n + 1) each token's log-probability, EOS last, owned by the result: they
                                 * sum to logprob (in double, in order); an EOS forced at the length limit
                                 * has 0 */
+    uint32_t sn;               /* columns of att: the source's tokens with EOS (0: no att) */
+    float *att;                /* (n + 1, sn) with search_opts.attention: the attention over the source
+                                * tokens (EOS last) of the step that chose each token (EOS last): the last
+                                * decoder layer's encoder-decoder attention averaged over its heads (and
+                                * over an ensemble's members); NULL otherwise; owned by the result */
 };
 
 struct search_result {

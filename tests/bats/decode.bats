@@ -594,3 +594,33 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     [ "$status" -eq 1 ]
     [[ "${lines[0]}" == *"missing.de"* ]]
 }
+
+@test "--alignment hard|soft[=T]: source-output piece pairs after a tab; translations unchanged; batch invariant" {
+    $DEC --beam 3 --word-scores --alignment hard -i "$D/src.en" > "$D/al.txt"
+    nmt-tokenize --vocab "$D/v.vocab" --text=ids -i "$D/src.en" | awk '{ print NF }' > "$D/al.ns"
+    # hard: one pair SRC-TGT per output piece, in order, SRC among the source's pieces
+    awk -F'\t' 'NR == FNR { ns[NR] = $1; next }
+        { nt = split($2, w, " ") - 1; np = split($3, a, " "); want = ns[FNR] && nt > 0 ? nt : 0 }
+        NF != 3 || np != want { print "line " FNR ": " np " pairs for " nt " pieces"; bad = 1 }
+        { for (j = 1; j <= np; j++) { split(a[j], st, "-")
+            if (a[j] !~ /^[0-9]+-[0-9]+$/ || st[2] != j - 1 || st[1] >= ns[FNR]) { print FNR ": " a[j]; bad = 1 } } }
+        END { exit bad }' "$D/al.ns" "$D/al.txt"
+    cut -f1-2 "$D/al.txt" | same_as <($DEC --beam 3 --word-scores -i "$D/src.en")
+    $DEC --beam 3 --word-scores --alignment hard --max-sentences 1 -i "$D/src.en" | same_as "$D/al.txt"
+    $DEC --beam 3 --word-scores --alignment hard --max-tokens 30 --jobs 2 -i "$D/src.en" | same_as "$D/al.txt"
+    # soft=0: every pair; soft (0.5): a subset, each output piece at most once; with prefixes and ensembles too
+    $DEC --alignment soft=0 -i "$D/src.en" > "$D/as0.txt"
+    $DEC --alignment soft -i "$D/src.en" > "$D/as.txt"
+    paste "$D/al.ns" "$D/as0.txt" "$D/as.txt" | awk -F'\t' '{ n0 = split($3, a, " "); n = split($5, b, " ") }
+        $2 != "" && n0 % $1 != 0 { print "line " NR ": " n0 " pairs for " $1 " source pieces"; bad = 1 }
+        { for (j = 1; j <= n; j++) { split(b[j], st, "-"); if (seen[NR, st[2]]++) bad = 1 } }
+        n > n0 { bad = 1 } END { exit bad }'
+    $DEC -m "$D/m2.ckpt" --beam 2 --alignment hard --prefix "$D/src.en" -i "$D/src.en" > "$D/ae.txt"
+    [ "$(wc -l < "$D/ae.txt")" -eq 24 ]
+    for args in "--alignment foo" "--alignment soft=2" "--alignment soft=x" "--alignment softer" \
+                "--alignment hard --sample" "--alignment hard --score" "--alignment hard --out hyp"; do
+        run $DEC $args -i "$D/src.en"
+        [ "$status" -eq 2 ] || { echo "args: $args: $status $output"; return 1; }
+        [[ "${lines[0]}" == "nmt-decode: "* ]]
+    done
+}

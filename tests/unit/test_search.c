@@ -3,7 +3,7 @@
  * batch invariance of translations and scores, greedy equal to beam 1, beam scores not below
  * greedy's, and that the score of a translation matches its forced decoding; ensembles: a model
  * with itself translates as alone, and an ensemble's scores are the log of its members' mean
- * probabilities, in search and forced decoding alike; forced output prefixes. */
+ * probabilities, in search and forced decoding alike; forced output prefixes; the attention kept. */
 #include "test.h"
 
 #include <math.h>
@@ -195,6 +195,45 @@ static void run_prefix(struct infer *in, const struct search_result *g, int max_
     nmt_seterr("%s", ""); /* the checks after these print the last error */
 }
 
+/* search_opts.attention on IN: the same translations and scores as without; each token's attention
+ * is a distribution over its source tokens with EOS, the same alone and in a batch. */
+static void run_attention(struct infer *in, int pre_norm)
+{
+    const uint32_t *src[NS];
+    for (int b = 0; b < NS; b++)
+        src[b] = src_store[b];
+    struct search_opts o = {.beam = 4, .nbest = 4, .alpha = 0.6, .len_a = 1.0, .len_b = 5};
+    struct search_result plain[NS], r[NS], r1;
+    int ok = search_batch(&in, 1, &o, NS, src, slen, plain) == 0;
+    o.attention = 1;
+    ok = ok && search_batch(&in, 1, &o, NS, src, slen, r) == 0;
+    test_ok(ok, "pre_norm %d: beam 4 keeping the attention: %s", pre_norm, ok ? "" : nmt_errmsg());
+    int same = 1, dist = 1, inv = 1, rows = 0;
+    for (int b = 0; ok && b < NS; b++) {
+        same &= same_result(&plain[b], &r[b]);
+        inv &= search_batch(&in, 1, &o, 1, &src[b], &slen[b], &r1) == 0 && r1.nhyp == r[b].nhyp;
+        for (int h = 0; h < r[b].nhyp; h++) {
+            const struct search_hyp *x = &r[b].hyp[h];
+            dist &= x->att && x->sn == (uint32_t)slen[b] + 1;
+            for (uint32_t j = 0; dist && j <= x->n; j++, rows++) {
+                double sum = 0;
+                for (uint32_t i = 0; i < x->sn; i++)
+                    sum += x->att[j * x->sn + i];
+                dist &= fabs(sum - 1) < 1e-4;
+            }
+            inv &= h < r1.nhyp && dist && r1.hyp[h].sn == x->sn &&
+                   !memcmp(r1.hyp[h].att, x->att, (x->n + 1) * x->sn * sizeof *x->att);
+        }
+        search_result_free(&r1);
+        search_result_free(&r[b]);
+        search_result_free(&plain[b]);
+    }
+    test_ok(same, "pre_norm %d: keeping the attention changes no translation or score", pre_norm);
+    test_ok(dist && rows >= NS, "pre_norm %d: each token's attention sums to 1 over its source (%d tokens)", pre_norm,
+            rows);
+    test_ok(inv, "pre_norm %d: the attention is the same alone and in a batch", pre_norm);
+}
+
 static void run(struct backend *be, int pre_norm)
 {
     const struct model_config c = {.vocab = 60, .max_len = 40};
@@ -307,6 +346,7 @@ static void run(struct backend *be, int pre_norm)
     test_ok(infer_reserve(in, 0, 1, 1, 1) < 0 && strstr(nmt_errmsg(), "empty batch") != NULL,
             "pre_norm %d: infer_reserve refuses an empty shape", pre_norm);
     run_prefix(in, g, c.max_len, pre_norm);
+    run_attention(in, pre_norm);
     for (int b = 0; b < NS; b++) {
         search_result_free(&g[b]);
         search_result_free(&bm[b]);
