@@ -7,7 +7,8 @@
  * continue. A sentence stops when it has K finished hypotheses, or at its length limit
  * floor(a * (source tokens with EOS) + b) (capped by the model's max_len), where every live
  * hypothesis ends with EOS. Finished sentences leave the batch. K = 1 is greedy decoding. Every
- * decision is made per sentence, so results do not depend on the rest of the batch.
+ * decision is made per sentence, so results do not depend on the rest of the batch. A sentence's
+ * output may be forced to start with given tokens (search_batch_prefix), the search going on after them.
  *
  * Ensembles: every function takes NIN >= 1 models' inference states IN[0..NIN), on one vocabulary.
  * With NIN > 1 each step's distribution is the mean of the members' probabilities (their softmax
