@@ -47,8 +47,15 @@ static void usage(void)
            "                          longest output: A * source tokens + B, with EOS (default 1, 50)\n"
            "      --nbest N           print the N best translations as TSV rows: line, rank, score, text\n"
            "      --scores            print each translation's score before it, tab-separated\n"
+           "      --prefix FILE       force the start of each output: line N of FILE (text, tokenized as the\n"
+           "                          output) begins the translation of input line N, the search goes on after\n"
+           "                          it; an empty line forces nothing; the forced pieces count in the score\n"
            "      --word-scores       print each output token's log-probability after the text, tab-separated:\n"
            "                          one number per piece, the end of sentence last, separated by spaces\n"
+           "      --alignment MODE    after the text a tab and the alignment of source and output pieces from the\n"
+           "                          last decoder layer's attention, as 'SRC-TGT' index pairs from 0: hard (each\n"
+           "                          output piece with the source piece it attends to most), or soft[=T] (every\n"
+           "                          pair of attention at least T, default 0.5)\n"
            "      --sample            draw each token from the model's distribution instead of searching (for\n"
            "                          back-translation); reproducible: a sentence's sample depends on --seed and\n"
            "                          its line number only\n"
@@ -94,15 +101,18 @@ static void usage(void)
 enum {
     OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK, OPT_MAXSENT, OPT_MAXLINE,
     OPT_INTER, OPT_VARIANT, OPT_PRECISION, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION, OPT_SHARD, OPT_COMM,
-    OPT_SHORTLIST, OPT_WSCORES, OPT_SAMPLE, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_SEED, OPT_SAMPLE_BEAM
+    OPT_SHORTLIST, OPT_WSCORES, OPT_SAMPLE, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_SEED, OPT_SAMPLE_BEAM, OPT_PREFIX,
+    OPT_ALIGN
 };
+
+enum { ALIGN_NONE, ALIGN_HARD, ALIGN_SOFT };
 
 #define MAX_MODELS 16
 
 struct opts {
     const char *model[MAX_MODELS];
     int nmodels;
-    const char *input, *output, *src, *tgt, *backend, *comm;
+    const char *input, *output, *src, *tgt, *backend, *comm, *prefix;
     int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs, shortlist, word_scores;
     uint32_t precision;        /* --precision (infer_new's) */
     uint64_t shard_k, shard_n;  /* --shard K/N (K from 1; N 0: no sharding) */
@@ -112,6 +122,8 @@ struct opts {
     struct search_opts so;
     int sample;                /* --sample */
     int sample_set;            /* a sampling option was given */
+    int align;                 /* --alignment: ALIGN_* */
+    double align_t;            /* its soft threshold */
     struct sample_opts sp;
 };
 
@@ -120,6 +132,8 @@ struct sent {
     uint64_t index;            /* 0-based line / record number */
     uint32_t *ids[2];          /* source, target ids (no EOS) */
     int n[2];
+    uint32_t *pre;             /* --prefix: the output's forced start (NULL: none) */
+    int npre;
     int empty;                 /* empty text line: empty output, no model call */
     struct search_result res;
     double lp;
@@ -159,6 +173,7 @@ static void sent_free(struct sent *s)
 {
     free(s->ids[0]);
     free(s->ids[1]);
+    free(s->pre);
     search_result_free(&s->res);
 }
 
@@ -200,6 +215,31 @@ static int put_text(struct state *st)
     if (!st->tok.text.len)
         return 0;
     return fwrite(st->tok.text.data, 1, st->tok.text.len, st->out) == st->tok.text.len ? 0 : -1;
+}
+
+/* Writes H's alignment (H may be NULL) in Pharaoh format, source-target piece indices from 0 by
+ * output piece then source piece, EOS on neither side: with ALIGN_HARD each output piece with the
+ * source piece of its largest attention (ties: the first), with ALIGN_SOFT every pair of attention
+ * at least T. */
+static void put_alignment(FILE *f, const struct search_hyp *h, int mode, double t)
+{
+    int first = 1;
+    for (uint32_t j = 0; h && h->att && j < h->n; j++) {
+        const float *a = h->att + (size_t)j * h->sn;
+        uint32_t best = 0;
+        for (uint32_t i = 0; i + 1 < h->sn; i++) {
+            if (mode == ALIGN_HARD) {
+                best = a[i] > a[best] ? i : best;
+            } else if ((double)a[i] >= t) {
+                fprintf(f, first ? "%u-%u" : " %u-%u", i, j);
+                first = 0;
+            }
+        }
+        if (mode == ALIGN_HARD && h->sn > 1) {
+            fprintf(f, first ? "%u-%u" : " %u-%u", best, j);
+            first = 0;
+        }
+    }
 }
 
 /* Writes the output of sentence S. 0 or -1. */
@@ -244,6 +284,10 @@ static int emit(struct state *st, struct sent *s)
             for (uint32_t j = 0; h && j <= h->n; j++)
                 fprintf(st->out, j ? " %.6f" : "%.6f", (double)h->lps[j]);
         }
+        if (o->align) {
+            putc('\t', st->out);
+            put_alignment(st->out, h, o->align, o->align_t);
+        }
         putc('\n', st->out);
         if (o->so.nbest <= 1)
             break;
@@ -255,13 +299,16 @@ static int emit(struct state *st, struct sent *s)
 static int run_batch(struct state *st, struct engine *e, struct sent **p, int n)
 {
     const uint32_t **src = malloc((size_t)n * sizeof *src), **tgt = malloc((size_t)n * sizeof *tgt);
+    const uint32_t **pid = malloc((size_t)n * sizeof *pid);
     int *len = malloc((size_t)n * sizeof *len), *tl = malloc((size_t)n * sizeof *tl);
+    int *pn = malloc((size_t)n * sizeof *pn);
+    struct search_prefix pre = {pid, pn}, *pp = st->o->prefix ? &pre : NULL;
     struct search_result *res = calloc((size_t)n, sizeof *res);
     double *lp = malloc((size_t)n * sizeof *lp);
     uint64_t *key = malloc((size_t)n * sizeof *key);
     int rc = -1, m = 0;
     struct sent **q = malloc((size_t)n * sizeof *q);
-    if (!src || !tgt || !len || !tl || !res || !lp || !key || !q) {
+    if (!src || !tgt || !pid || !len || !tl || !pn || !res || !lp || !key || !q) {
         nmt_seterr("out of memory");
         goto out;
     }
@@ -273,6 +320,8 @@ static int run_batch(struct state *st, struct engine *e, struct sent **p, int n)
         len[m] = p[i]->n[0];
         tgt[m] = p[i]->ids[1];
         tl[m] = p[i]->n[1];
+        pid[m] = p[i]->pre;
+        pn[m] = p[i]->npre;
         m++;
     }
     if (m == 0) {
@@ -287,12 +336,12 @@ static int run_batch(struct state *st, struct engine *e, struct sent **p, int n)
     } else if (st->o->sample) {
         for (int i = 0; i < m; i++)
             key[i] = q[i]->index;
-        if (sample_batch(e->in, st->o->nmodels, &st->o->so, &st->o->sp, m, src, len, key, res) < 0)
+        if (sample_batch(e->in, st->o->nmodels, &st->o->so, &st->o->sp, m, src, len, key, pp, res) < 0)
             goto out;
         for (int i = 0; i < m; i++)
             q[i]->res = res[i];
     } else {
-        if (search_batch(e->in, st->o->nmodels, &st->o->so, m, src, len, res) < 0)
+        if (search_batch_prefix(e->in, st->o->nmodels, &st->o->so, m, src, len, pp, res) < 0)
             goto out;
         for (int i = 0; i < m; i++)
             q[i]->res = res[i];
@@ -301,8 +350,10 @@ static int run_batch(struct state *st, struct engine *e, struct sent **p, int n)
 out:
     free(src);
     free(tgt);
+    free(pid);
     free(len);
     free(tl);
+    free(pn);
     free(res);
     free(lp);
     free(key);
@@ -315,11 +366,47 @@ out:
 struct input {
     struct line_reader src;    /* text: lines */
     struct line_reader tgt;    /* the target file with --tgt (tgt.f set) */
+    struct line_reader pre;    /* the --prefix file (pre.f set) */
     struct rec_reader *r;      /* ids stream */
     const char *name;          /* the input's name, for messages */
     int fd;
     struct ids_record ir;
 };
+
+/* Reads the --prefix line of sentence S (read, its source clipped) into s->pre, tokenized as output,
+ * and checks that it fits S's length limit. 0, or -1 with the error set. */
+static int read_prefix(struct state *st, struct input *inp, struct sent *s)
+{
+    struct line_reader *r = &inp->pre;
+    char *a;
+    size_t la;
+    int rc = line_next(r, &a, &la);
+    if (rc < 0)
+        return -1;
+    if (rc == 0)
+        return nmt_seterr("%s: line %llu: missing: no prefix for input line %llu (the file has %llu lines)", r->name,
+                          (unsigned long long)r->line + 1, (unsigned long long)s->index + 1,
+                          (unsigned long long)r->line);
+    if (encode_text(st, r->name, r->line, a, la, &s->pre, &s->npre) < 0)
+        return -1;
+    struct search_prefix one = {(const uint32_t *const *)&s->pre, &s->npre};
+    if (search_prefix_check(&one, 0, (int)st->v->n, search_max_len(&st->o->so, s->n[0], st->max_len)) < 0)
+        return nmt_seterr("%s: line %llu: %s (--max-len-a, --max-len-b)", r->name, (unsigned long long)r->line,
+                          nmt_errmsg());
+    return 0;
+}
+
+/* At the end of the input: the --prefix file must end too. 0, or -1 with the error set. */
+static int prefix_end(struct input *inp)
+{
+    char *a;
+    size_t la;
+    int rc = inp->pre.f ? line_next(&inp->pre, &a, &la) : 0;
+    if (rc == 1)
+        return nmt_seterr("%s: line %llu: more prefix lines than input lines (%llu)", inp->pre.name,
+                          (unsigned long long)inp->pre.line, (unsigned long long)inp->pre.line - 1);
+    return rc;
+}
 
 /* Reads the next sentence into S: 1, 0 at the end, -1 on error. */
 static int next(struct state *st, struct input *inp, struct sent *s)
@@ -331,7 +418,7 @@ static int next(struct state *st, struct input *inp, struct sent *s)
         size_t len;
         int rc = rec_read(inp->r, &d, &len);
         if (rc == REC_END)
-            return 0;
+            return prefix_end(inp);
         if (rc < 0)
             return -1;
         if (ids_record_decode(&inp->ir, d, len) < 0)
@@ -352,17 +439,19 @@ static int next(struct state *st, struct input *inp, struct sent *s)
                     return nmt_seterr("%s: record %llu: id %u outside the vocabulary of %u", inp->name,
                                       (unsigned long long)s->index + 1, s->ids[k][j], st->v->n);
         }
-        s->empty = !o->score && s->n[0] == 0;
         clip(st, s, 0);
         if (o->score)
             clip(st, s, 1);
+        if (inp->pre.f && read_prefix(st, inp, s) < 0)
+            return -1;
+        s->empty = !o->score && s->n[0] == 0 && s->npre == 0;
         return 1;
     }
     char *a, *b = NULL;
     size_t la, lb = 0;
     int rc = inp->tgt.f ? line_pair_next(&inp->src, &inp->tgt, &a, &la, &b, &lb) : line_next(&inp->src, &a, &la);
     if (rc != 1)
-        return rc == 0 ? 0 : -1;
+        return rc == 0 ? prefix_end(inp) : -1;
     s->index = inp->src.line - 1;
     uint64_t ln = inp->src.line;
     size_t n = la;
@@ -378,10 +467,12 @@ static int next(struct state *st, struct input *inp, struct sent *s)
         return -1;
     if (o->score && encode_text(st, inp->tgt.f ? inp->tgt.name : inp->name, ln, b, lb, &s->ids[1], &s->n[1]) < 0)
         return -1;
-    s->empty = !o->score && n == 0;
     clip(st, s, 0);
     if (o->score)
         clip(st, s, 1);
+    if (inp->pre.f && read_prefix(st, inp, s) < 0)
+        return -1;
+    s->empty = !o->score && n == 0 && s->npre == 0;
     return 1;
 }
 
@@ -907,6 +998,14 @@ static int check_args(const struct opts *o)
         return nmt_usage_error("--shard reads the whole input: it does not go with --interactive");
     if (o->sample_set && !o->sample)
         return nmt_usage_error("--temperature, --top-k, --top-p, --seed and --sample-beam go with --sample");
+    if (o->prefix && (o->score || o->shortlist))
+        return nmt_usage_error("--prefix forces the start of translations: not with --score, nor with --shortlist "
+                               "(whose candidates may not hold the forced pieces)");
+    if (o->prefix && !strcmp(o->prefix, "-") && !o->src && (!o->input || !strcmp(o->input, "-")))
+        return nmt_usage_error("--prefix - and the input cannot both be stdin");
+    if (o->align && (o->sample || o->score || o->out_hyp))
+        return nmt_usage_error("--alignment is for translations by search written as text: not with --sample, "
+                               "--score or --out hyp");
     if (o->sample && (o->so.beam > 1 || o->so.nbest > 1 || o->score))
         return nmt_usage_error("--sample draws its own tokens: not with --beam, --nbest (see --sample-beam) or "
                                "--score");
@@ -926,6 +1025,18 @@ static int parse_shard(const char *arg, struct opts *o)
         opt_u64("--shard K", k, 1, o->shard_n, &o->shard_k) < 0)
         return -1;
     return 0;
+}
+
+/* Parses --alignment hard|soft[=T] into O; 0, or -1 after a usage error. */
+static int parse_alignment(const char *arg, struct opts *o)
+{
+    o->align_t = 0.5;
+    o->align = !strcmp(arg, "hard") ? ALIGN_HARD : !strncmp(arg, "soft", 4) ? ALIGN_SOFT : ALIGN_NONE;
+    if (o->align == ALIGN_HARD || !strcmp(arg, "soft"))
+        return 0;
+    if (o->align == ALIGN_SOFT && arg[4] == '=')
+        return opt_double("--alignment soft=T", arg + 5, 0, 1, 0, &o->align_t);
+    return nmt_usage_error("invalid --alignment '%s' (hard, soft or soft=THRESHOLD)", arg), -1;
 }
 
 /* Parses --top-p P (0 < P <= 1) into *P; 0, or -1 after a usage error. */
@@ -949,6 +1060,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         {"max-len-b", required_argument, 0, OPT_LB}, {"nbest", required_argument, 0, 'n'},
         {"scores", no_argument, 0, OPT_SCORES},     {"score", no_argument, 0, OPT_SCORE},
         {"word-scores", no_argument, 0, OPT_WSCORES}, {"sample", no_argument, 0, OPT_SAMPLE},
+        {"prefix", required_argument, 0, OPT_PREFIX}, {"alignment", required_argument, 0, OPT_ALIGN},
         {"temperature", required_argument, 0, OPT_TEMP}, {"top-k", required_argument, 0, OPT_TOPK},
         {"top-p", required_argument, 0, OPT_TOPP},  {"seed", required_argument, 0, OPT_SEED},
         {"sample-beam", required_argument, 0, OPT_SAMPLE_BEAM},
@@ -991,6 +1103,8 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         case OPT_SCORES: o->scores = 1; break;
         case OPT_SCORE: o->score = 1; break;
         case OPT_WSCORES: o->word_scores = 1; break;
+        case OPT_PREFIX: o->prefix = optarg; break;
+        case OPT_ALIGN: bad = parse_alignment(optarg, o); break;
         case OPT_SAMPLE: o->sample = 1; break;
         case OPT_TEMP: bad = opt_double("--temperature", optarg, 0, 1e6, 0, &o->sp.temperature); break;
         case OPT_TOPK: bad = opt_int("--top-k", optarg, 0, 1 << 30, &o->sp.top_k); break;
@@ -1043,6 +1157,8 @@ static int open_input(struct opts *o, struct input *inp, int inter_set)
     if (inp->fd < 0)
         return -1;
     if (nmt_check_not_input(inp->fd, inp->name, o->output) < 0)
+        return -1;
+    if (o->prefix && line_reader_open(&inp->pre, o->prefix, o->max_line) < 0)
         return -1;
     if (!inter_set) {
         struct stat sb;
@@ -1118,6 +1234,7 @@ static void input_close(struct input *inp)
     ids_record_free(&inp->ir);
     line_reader_close(&inp->src);
     line_reader_close(&inp->tgt);
+    line_reader_close(&inp->pre);
     if (inp->fd >= 0 && inp->fd != STDIN_FILENO)
         close(inp->fd);
 }
@@ -1150,6 +1267,7 @@ int main(int argc, char **argv)
     int status = parse_args(argc, argv, &o, &inter_set);
     if (status != GO_ON)
         return status;
+    o.so.attention = o.align != ALIGN_NONE;
     if (o.sample) /* N rows per sentence (search_reserve), printed as n-best lists */
         o.so.beam = o.so.nbest = o.sp.samples;
     struct state st;

@@ -90,6 +90,12 @@ struct infer {
     int32_t *union_at;               /* host (V) an id's position in it */
     int32_t *upos;                   /* host: cand[i]'s position in it */
     float *sl_u;                     /* device (R, union_n) logits of the union */
+    /* infer_keep_attention: the last decoder layer's encoder-decoder attention of the last step */
+    int keep_att;
+    float *catt;                     /* device (live sentences, H, K, S) */
+    size_t catt_cap;                 /* floats */
+    float *catt_host;                /* host, the same */
+    size_t catt_hcap;
     int32_t *sl_flat;                /* device: where each live row's candidates lie in sl_u */
     int32_t *flat_host;              /* host: the same */
     size_t sl_ucap, sl_flatcap;
@@ -109,7 +115,9 @@ void infer_free(struct infer *in)
         in->k->free(in->ctx, in->sl_ids);
         in->k->free(in->ctx, in->sl_u);
         in->k->free(in->ctx, in->sl_flat);
+        in->k->free(in->ctx, in->catt);
     }
+    free(in->catt_host);
     free(in->cand);
     free(in->coff);
     free(in->woff);
@@ -864,6 +872,7 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
 const struct model_config *infer_config(const struct infer *in) { return &in->c; }
 int infer_rows(const struct infer *in) { return in->R; }
 int infer_time(const struct infer *in) { return in->time; }
+int infer_src_len(const struct infer *in) { return in->S; }
 
 /* ---------------------------------------------------------------------------------------------
  * decoder */
@@ -888,6 +897,17 @@ static int self_attention_step(struct infer *in, struct nn_sub *s, float *out, c
     return e->linear(e, out, s->att, d->so_w, d->so_b, 0, R, D, D);
 }
 
+/* The probabilities of the encoder-decoder attention just computed (its queries left in in->q, its
+ * keys and values KV) into in->catt: computed again apart (its output into in->att, already
+ * projected), so that the step's results are those of attention without them, bit for bit. 0 or -1. */
+static int keep_attention(struct infer *in, const float *kv)
+{
+    int D = in->c.d_model;
+    struct nmt_attn_args a = nn_attn_args(&in->run, in->ns, in->K, in->S, D, 2 * D, in->src_len, 0);
+    return nn_bk(&in->run, in->k->attention_forward(in->ctx, in->att, in->catt, in->q, kv, kv + D, &a),
+                 "attention_forward");
+}
+
 /* The decoder layers at step T on the embedded rows in->x; in->x receives the last layer's stream.
  * In encoder-decoder attention the K rows of a sentence are its K queries. 0 or -1. */
 static int decoder_layers(struct infer *in, int t)
@@ -903,6 +923,7 @@ static int decoder_layers(struct infer *in, int t)
             return -1;
         sin = nn_res_begin(e, &s, in->x, d->ln2_g, d->ln2_b, R);
         if (!sin || nn_cross_attention(e, &s, in->sub, sin, in->ckv[l], d, in->ns, in->K, in->S, in->src_len) < 0 ||
+            (in->keep_att && l == in->c.dec_layers - 1 && keep_attention(in, in->ckv[l]) < 0) ||
             nn_res_end(e, &s, in->x, in->sub, d->ln2_g, d->ln2_b, R) < 0)
             return -1;
         sin = nn_res_begin(e, &s, in->x, d->ln3_g, d->ln3_b, R);
@@ -947,6 +968,51 @@ static int step_outputs(struct infer *in, int topk, float *vals, int32_t *idx, c
     return 0;
 }
 
+/* Grows in->catt to the live rows' attention probabilities (live sentences, H, K, S). 0 or -1. */
+static int att_room(struct infer *in)
+{
+    size_t n = (size_t)in->R * (size_t)in->c.heads * (size_t)in->S;
+    if (n <= in->catt_cap)
+        return 0;
+    in->k->free(in->ctx, in->catt);
+    in->catt_cap = 0;
+    if (!(in->catt = in->k->alloc(in->ctx, n * sizeof(float))))
+        return nmt_seterr("backend %s: alloc: %s", in->k->name, in->k->last_error(in->ctx));
+    in->catt_cap = n;
+    return 0;
+}
+
+void infer_keep_attention(struct infer *in, int on) { in->keep_att = on != 0; }
+
+int infer_attention(struct infer *in, float *att)
+{
+    int H = in->c.heads, K = in->K, S = in->S, R = in->R;
+    if (!in->keep_att || in->time == 0 || R == 0)
+        return nmt_seterr("no decoder step with its attention kept");
+    size_t n = (size_t)R * (size_t)H * (size_t)S;
+    if (n > in->catt_hcap) {
+        float *h = realloc(in->catt_host, n * sizeof *h);
+        if (!h)
+            return nmt_seterr("out of memory");
+        in->catt_host = h;
+        in->catt_hcap = n;
+    }
+    if (nn_bk(&in->run, in->k->download(in->ctx, in->catt_host, in->catt, n * sizeof(float)), "download") < 0)
+        return -1;
+    for (int r = 0; r < R; r++) { /* row r = s * K + j is query j of live sentence s */
+        int s = r / K, j = r % K;
+        float *o = att + (size_t)r * (size_t)S;
+        for (int k = 0; k < S; k++) {
+            double sum = 0;
+            for (int h = 0; h < H; h++)
+                sum += (double)in->catt_host[(((size_t)s * (size_t)H + (size_t)h) * (size_t)K + (size_t)j) * (size_t)S +
+                                             (size_t)k];
+            o[k] = (float)(sum / H);
+        }
+    }
+    return 0;
+}
+
 int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int32_t *idx, const int32_t *tgt,
                float *lp)
 {
@@ -957,6 +1023,8 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
         return nmt_seterr("decoder step %d past the prepared length %d", t, in->tmax);
     if (topk > in->topk_cap)
         return nmt_seterr("top-%d asked, at most %d prepared", topk, in->topk_cap);
+    if (in->keep_att && att_room(in) < 0)
+        return -1;
     int32_t *hp = in->host_ints;
     for (int r = 0; r < R; r++) {
         if (tok[r] < 0 || tok[r] >= V)

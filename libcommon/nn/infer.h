@@ -96,6 +96,17 @@ int infer_logits(struct infer *in, float *logits);
  * the error set (an id outside the vocabulary, no step taken since infer_encode). */
 int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, float *out);
 
+/* Makes the next steps keep the last decoder layer's encoder-decoder attention (ON) or not (0, the
+ * default, which spares computing it). */
+void infer_keep_attention(struct infer *in, int on);
+/* ATT (host, rows x S, S the batch's longest source with EOS) receives each live row's attention over
+ * its sentence's source tokens (EOS last; 0 past them) at the last infer_step: the last decoder
+ * layer's encoder-decoder attention probabilities, averaged over the heads. Returns 0, or -1 with the
+ * error set (attention not kept, no step taken since infer_encode). */
+int infer_attention(struct infer *in, float *att);
+/* Returns S, the longest source of the batch with EOS (the columns of infer_attention). */
+int infer_src_len(const struct infer *in);
+
 /* Reorders the decoder state after a step: keeps the NS live sentences KEEP[0..NS) (indices among
  * the current live sentences, increasing), each with K rows; new row i continues old row
  * PARENT[i] (host, NS*K rows, each a row of a kept sentence). Returns 0, or -1 with the error set. */

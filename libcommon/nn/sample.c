@@ -126,6 +126,7 @@ int sample_draw(const struct sample_opts *o, const double *lp, int V, double u, 
  * (q = b * N + j) hold the samples; live rows (r = s * N + j) follow the decoder's live sentences. */
 struct smp {
     int B, N, V;
+    const struct search_prefix *pre; /* forced prefixes (NULL: none) */
     size_t T;                  /* longest output (tokens with EOS) */
     int *ml;                   /* (B) each sentence's length limit */
     int *orig, *keep;          /* (B) live sentence -> batch index, kept sentences */
@@ -159,18 +160,21 @@ static void smp_free(struct smp *z)
     free(z->cand);
 }
 
-/* Sizes Z for B sentences of LEN[b] ids, N samples each, NIN models of vocabulary V and length limit
- * MODEL_MAX. 0, or -1 with the error set (Z is to be freed with smp_free either way). */
-static int smp_init(struct smp *z, const struct search_opts *so, int N, int B, const int *len, int nin, int V,
-                    int model_max)
+/* Sizes Z for B sentences of LEN[b] ids with prefixes PRE (NULL: none), N samples each, NIN models of
+ * vocabulary V and length limit MODEL_MAX. 0, or -1 with the error set (Z is to be freed with
+ * smp_free either way). */
+static int smp_init(struct smp *z, const struct search_opts *so, int N, int B, const int *len,
+                    const struct search_prefix *pre, int nin, int V, int model_max)
 {
     size_t R0 = (size_t)B * (size_t)N;
     int tmax = 1;
-    z->B = B, z->N = N, z->V = V;
+    z->B = B, z->N = N, z->V = V, z->pre = pre;
     if (!(z->ml = malloc((size_t)B * sizeof *z->ml)))
         return nmt_seterr("out of memory");
     for (int b = 0; b < B; b++) {
         z->ml[b] = search_max_len(so, len[b], model_max);
+        if (search_prefix_check(pre, b, V, z->ml[b]) < 0)
+            return nmt_seterr("sentence %d: %s", b + 1, nmt_errmsg());
         tmax = z->ml[b] > tmax ? z->ml[b] : tmax;
     }
     size_t T = z->T = (size_t)tmax;
@@ -230,7 +234,8 @@ static int smp_ensemble(struct smp *z, struct infer *const *in, int nin, int R)
 }
 
 /* Draws step T's token of sample J of live sentence S (live row R) from D (V log-probabilities),
- * or ends it with EOS at its length limit; records it. The token, or -1 with the error set. */
+ * takes its prefix's, or ends it with EOS at its length limit; records it. The token, or -1 with the
+ * error set. */
 static int32_t smp_token(struct smp *z, const struct sample_opts *o, const double *d, uint64_t key, int s, int j,
                          int t)
 {
@@ -238,7 +243,10 @@ static int32_t smp_token(struct smp *z, const struct sample_opts *o, const doubl
     size_t q = (size_t)b * (size_t)z->N + (size_t)j;
     int32_t tk = NMT_EOS;
     float tl = 0;
-    if (t < z->ml[b] - 1) {
+    if (z->pre && t < z->pre->n[b]) {
+        tk = (int32_t)z->pre->ids[b][t];
+        tl = (float)d[tk];
+    } else if (t < z->ml[b] - 1) {
         tk = sample_draw(o, d, z->V, sample_uniform(o->seed, key, (uint32_t)j, (uint32_t)t), z->cand);
         if (tk < 0)
             return nmt_seterr("no token is possible at step %d", t);
@@ -318,7 +326,8 @@ static int smp_results(const struct smp *z, double alpha, struct search_result *
 }
 
 int sample_batch(struct infer *const *in, int nin, const struct search_opts *so, const struct sample_opts *o, int B,
-                 const uint32_t *const *src, const int *len, const uint64_t *key, struct search_result *out)
+                 const uint32_t *const *src, const int *len, const uint64_t *key, const struct search_prefix *pre,
+                 struct search_result *out)
 {
     int model_max, rc = -1;
     for (int b = 0; b < B; b++) {
@@ -332,7 +341,7 @@ int sample_batch(struct infer *const *in, int nin, const struct search_opts *so,
     if (B == 0)
         return 0;
     struct smp z = {0};
-    if (smp_init(&z, so, o->samples, B, len, nin, infer_config(in[0])->vocab, model_max) < 0)
+    if (smp_init(&z, so, o->samples, B, len, pre, nin, infer_config(in[0])->vocab, model_max) < 0)
         goto out;
     for (int m = 0; m < nin; m++)
         if (infer_encode(in[m], B, src, len, z.N, (int)z.T) < 0)

@@ -45,9 +45,12 @@ int sample_draw(const struct sample_opts *o, const double *lp, int V, double u, 
 
 /* Samples O->samples translations of each of B sentences (SRC[b], LEN[b] ids without EOS, KEY[b] the
  * sentence's key) with the NIN models IN, length limit and penalty from SO (len_a, len_b, alpha),
- * into OUT[0..B) (each freed with search_result_free). search_reserve with SO's beam set to
- * O->samples reserves its memory. Returns 0, or -1 with the error set. */
+ * into OUT[0..B) (each freed with search_result_free); with PRE (not NULL) every sample of sentence
+ * b starts with its prefix (search.h), the draws following it. search_reserve with SO's beam set to
+ * O->samples reserves its memory. Returns 0, or -1 with the error set (as search_batch_prefix's
+ * for a prefix). */
 int sample_batch(struct infer *const *in, int nin, const struct search_opts *so, const struct sample_opts *o, int B,
-                 const uint32_t *const *src, const int *len, const uint64_t *key, struct search_result *out);
+                 const uint32_t *const *src, const int *len, const uint64_t *key, const struct search_prefix *pre,
+                 struct search_result *out);
 
 #endif

@@ -21,6 +21,7 @@ void search_result_free(struct search_result *r)
     for (int i = 0; i < r->nhyp; i++) {
         free(r->hyp[i].ids);
         free(r->hyp[i].lps);
+        free(r->hyp[i].att);
     }
     free(r->hyp);
     r->hyp = NULL;
@@ -35,7 +36,8 @@ int search_result_pack(struct nmt_buf *b, const struct search_result *r)
         const struct search_hyp *h = &r->hyp[i];
         if (nmt_buf_append(b, &h->score, sizeof h->score) < 0 || nmt_buf_append(b, &h->logprob, sizeof h->logprob) < 0 ||
             nmt_buf_put32(b, h->n) < 0 || nmt_buf_append(b, h->ids, (size_t)h->n * sizeof *h->ids) < 0 ||
-            nmt_buf_append(b, h->lps, ((size_t)h->n + 1) * sizeof *h->lps) < 0)
+            nmt_buf_append(b, h->lps, ((size_t)h->n + 1) * sizeof *h->lps) < 0 || nmt_buf_put32(b, h->sn) < 0 ||
+            nmt_buf_append(b, h->att, ((size_t)h->n + 1) * h->sn * sizeof *h->att) < 0)
             return -1;
     }
     return 0;
@@ -72,7 +74,13 @@ int search_result_unpack(const unsigned char *p, size_t n, size_t *off, struct s
         if (!(h->ids = nmt_malloc((size_t)h->n * sizeof *h->ids + 1)) ||
             take(h->ids, p, n, off, (size_t)h->n * sizeof *h->ids) < 0 ||
             !(h->lps = nmt_malloc(((size_t)h->n + 1) * sizeof *h->lps)) ||
-            take(h->lps, p, n, off, ((size_t)h->n + 1) * sizeof *h->lps) < 0)
+            take(h->lps, p, n, off, ((size_t)h->n + 1) * sizeof *h->lps) < 0 ||
+            take(&h->sn, p, n, off, sizeof h->sn) < 0)
+            return -1;
+        if (h->sn && h->sn > (n - *off) / sizeof *h->att / ((size_t)h->n + 1))
+            return nmt_seterr("packed search result: %u attention columns in %zu bytes", h->sn, n - *off);
+        size_t na = ((size_t)h->n + 1) * h->sn;
+        if (h->sn && (!(h->att = nmt_malloc(na * sizeof *h->att)) || take(h->att, p, n, off, na * sizeof *h->att) < 0))
             return -1;
     }
     return 0;
@@ -99,6 +107,7 @@ struct fin {
     uint32_t n;
     uint32_t *ids;
     float *lps;                /* (n + 1) each token's log-probability */
+    float *att;                /* (n + 1, S) each token's attention (search_opts.attention), or NULL */
 };
 
 static int fin_cmp(const void *a, const void *b)
@@ -222,23 +231,41 @@ static double select_topk(const double *p, const int32_t *id, int n, int topk, f
     return k == topk ? best[k - 1] : -1;
 }
 
+/* The ensemble's log-probability of row S's token: the log of the mean of the NIN members'
+ * probabilities L[m * B + S]. */
+static double token_logprob(const float *l, int nin, int B, int s)
+{
+    if (nin == 1)
+        return (double)l[s];
+    double mx = (double)l[s], sum = 0;
+    for (int m = 1; m < nin; m++)
+        if ((double)l[(size_t)m * (size_t)B + (size_t)s] > mx)
+            mx = (double)l[(size_t)m * (size_t)B + (size_t)s];
+    if (mx == -INFINITY)
+        return mx;
+    for (int m = 0; m < nin; m++)
+        sum += exp((double)l[(size_t)m * (size_t)B + (size_t)s] - mx);
+    return mx + log(sum / (double)nin);
+}
+
 /* One decoder step of every member; VALS/IDX (rows x TOPK) receive the ensemble's TOPK best
  * extensions of each row (a single model: its own, from the backend): the log of the mean of the
  * members' probabilities, descending, ties by lower id. Each member's 2 TOPK best tokens come from
  * the backend; the ensemble's probability is computed on the union of them. A token outside the
  * union has a probability of at most T, the mean of the members' 2 TOPK-th best; when the union's
  * TOPK-th best exceeds T (nearly always) the union holds the ensemble's TOPK best, else the row's
- * whole distribution is computed. */
+ * whole distribution is computed. With TGT (rows) not NULL, MLP (NIN, rows) receives each member's
+ * log p(TGT[r]) (0 where TGT[r] is NMT_PAD), to be combined by token_logprob. */
 static int ensemble_step(struct infer *const *in, int nin, const int32_t *tok, int topk, float *vals, int32_t *idx,
-                         struct ens *e)
+                         const int32_t *tgt, float *mlp, struct ens *e)
 {
     if (nin == 1)
-        return infer_step(in[0], tok, topk, vals, idx, NULL, NULL);
+        return infer_step(in[0], tok, topk, vals, idx, tgt, mlp);
     int R = 0, V = e->V, mk = e->mtopk, C = nin * mk;
     for (int m = 0; m < nin; m++) {
         R = infer_rows(in[m]);
         if (infer_step(in[m], tok, mk, e->vals + (size_t)m * (size_t)R * (size_t)mk,
-                       e->idx + (size_t)m * (size_t)R * (size_t)mk, NULL, NULL) < 0)
+                       e->idx + (size_t)m * (size_t)R * (size_t)mk, tgt, tgt ? mlp + (size_t)m * (size_t)R : NULL) < 0)
             return -1;
     }
     for (int r = 0; r < R; r++) { /* candidates: the members' best ids, each once */
@@ -316,7 +343,8 @@ static int ensemble_step(struct infer *const *in, int nin, const int32_t *tok, i
 
 /* The state of one search_batch over B sentences of K rows each. */
 struct beam {
-    int B, K, k2;              /* sentences, beam, extensions looked at per row */
+    int B, K, k2, nin;         /* sentences, beam, extensions looked at per row, models */
+    const struct search_prefix *pre; /* forced prefixes (NULL: none) */
     size_t R0, T;              /* rows at the start (B * K), longest output (tokens with EOS) */
     int *ml;                   /* (B) each sentence's length limit */
     int32_t *tok, *ntok;       /* (R0) each live row's last token, and the next step's */
@@ -326,6 +354,14 @@ struct beam {
     uint32_t *hist, *nhist;    /* (R0, T) each live row's tokens, and the next step's */
     float *hlp, *nhlp;         /* (R0, T) their log-probabilities, and the next step's */
     float *ntlp;               /* (R0) the log-probability of each row's next token */
+    int32_t *tgt;              /* (R0) each live row's forced prefix token at this step (NMT_PAD: none) */
+    float *mlp;                /* (nin, R0) each member's log-probability of it */
+    double *plp;               /* (R0) the ensemble's */
+    /* with search_opts.attention (else NULL): */
+    int S;                     /* the batch's longest source with EOS */
+    const int *len;            /* (B) the sources' lengths */
+    float *satt, *atmp;        /* (R0, S) each live row's attention at this step; an ensemble member's */
+    float *hatt, *nhatt;       /* (R0, T, S) each live row's attention at its steps, and the next step's */
     int *orig, *keep, *parent; /* (B) live sentence -> batch index, (B) kept sentences, (R0) parent rows */
     struct cand *cd;           /* (K * k2) one sentence's candidates */
     struct fin *fin;           /* (B, K) finished hypotheses */
@@ -340,8 +376,13 @@ static void beam_free(struct beam *z)
         for (size_t i = 0; i < z->R0; i++) {
             free(z->fin[i].ids);
             free(z->fin[i].lps);
+            free(z->fin[i].att);
         }
     free(z->ml);
+    free(z->satt);
+    free(z->atmp);
+    free(z->hatt);
+    free(z->nhatt);
     free(z->tok);
     free(z->idx);
     free(z->vals);
@@ -352,6 +393,9 @@ static void beam_free(struct beam *z)
     free(z->hlp);
     free(z->nhlp);
     free(z->ntlp);
+    free(z->tgt);
+    free(z->mlp);
+    free(z->plp);
     free(z->orig);
     free(z->keep);
     free(z->parent);
@@ -362,14 +406,17 @@ static void beam_free(struct beam *z)
     ens_free(&z->ens);
 }
 
-/* Sizes Z for B sentences of LEN[b] ids, beam O->beam, NIN models of vocabulary V and length limit
- * MODEL_MAX; every row starts with BOS, one row per sentence live. 0, or -1 with the error set
- * (Z is to be freed with beam_free either way). */
-static int beam_init(struct beam *z, const struct search_opts *o, int B, const int *len, int nin, int V, int model_max)
+/* Sizes Z for B sentences of LEN[b] ids with prefixes PRE (NULL: none), beam O->beam, NIN models of
+ * vocabulary V and length limit MODEL_MAX; every row starts with BOS, one row per sentence live. 0,
+ * or -1 with the error set (Z is to be freed with beam_free either way). */
+static int beam_init(struct beam *z, const struct search_opts *o, int B, const int *len,
+                     const struct search_prefix *pre, int nin, int V, int model_max)
 {
     const int K = o->beam;
     z->B = B;
     z->K = K;
+    z->nin = nin;
+    z->pre = pre;
     z->k2 = 2 * K < V ? 2 * K : V;
     z->R0 = (size_t)B * (size_t)K;
     z->ml = malloc((size_t)B * sizeof *z->ml);
@@ -378,6 +425,8 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     int tmax = 1;
     for (int b = 0; b < B; b++) {
         z->ml[b] = search_max_len(o, len[b], model_max);
+        if (search_prefix_check(pre, b, V, z->ml[b]) < 0)
+            return nmt_seterr("sentence %d: %s", b + 1, nmt_errmsg());
         if (z->ml[b] > tmax)
             tmax = z->ml[b];
     }
@@ -388,6 +437,8 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     z->hist = malloc(R0 * T * sizeof *z->hist), z->nhist = malloc(R0 * T * sizeof *z->nhist);
     z->hlp = malloc(R0 * T * sizeof *z->hlp), z->nhlp = malloc(R0 * T * sizeof *z->nhlp);
     z->ntlp = malloc(R0 * sizeof *z->ntlp);
+    z->tgt = malloc(R0 * sizeof *z->tgt), z->mlp = malloc((size_t)nin * R0 * sizeof *z->mlp);
+    z->plp = malloc(R0 * sizeof *z->plp);
     z->orig = malloc((size_t)B * sizeof *z->orig), z->keep = malloc((size_t)B * sizeof *z->keep);
     z->parent = malloc(R0 * sizeof *z->parent);
     z->ntok = malloc(R0 * sizeof *z->ntok);
@@ -396,10 +447,21 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     z->nfin = calloc((size_t)B, sizeof *z->nfin);
     int lok = nin == 1 || ens_init(&z->ens, nin, R0, z->k2, V) == 0;
     if (!z->tok || !z->idx || !z->vals || !z->score || !z->nscore || !z->hist || !z->nhist || !z->hlp || !z->nhlp ||
-        !z->ntlp || !z->orig || !z->keep || !z->parent || !z->ntok || !z->cd || !z->fin || !z->nfin || !lok)
+        !z->ntlp || !z->tgt || !z->mlp || !z->plp || !z->orig || !z->keep || !z->parent || !z->ntok || !z->cd ||
+        !z->fin || !z->nfin || !lok)
         return nmt_seterr("out of memory");
-    for (int b = 0; b < B; b++)
+    z->len = len;
+    for (int b = 0; b < B; b++) {
         z->orig[b] = b;
+        z->S = len[b] + 1 > z->S ? len[b] + 1 : z->S;
+    }
+    if (o->attention) {
+        size_t S = (size_t)z->S;
+        z->satt = malloc(R0 * S * sizeof *z->satt), z->atmp = malloc(R0 * S * sizeof *z->atmp);
+        z->hatt = malloc(R0 * T * S * sizeof *z->hatt), z->nhatt = malloc(R0 * T * S * sizeof *z->nhatt);
+        if (!z->satt || !z->atmp || !z->hatt || !z->nhatt)
+            return nmt_seterr("out of memory");
+    }
     for (size_t r = 0; r < R0; r++) {
         z->tok[r] = NMT_BOS;
         z->score[r] = r % (size_t)K ? -INFINITY : 0; /* at step 0 the K rows are identical: keep one */
@@ -407,17 +469,19 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     return 0;
 }
 
-/* Fills z->cd with the candidates of live sentence S at step T, best first (at most 2K): each live
- * row's k2 extensions, or only EOS when FORCED. Returns their number. */
-static int beam_candidates(struct beam *z, int s, int forced)
+/* Fills z->cd with the candidates of live sentence S, best first (at most 2K): each live row's k2
+ * extensions, or only token FORCE when it is not negative (EOS at the length limit with a
+ * log-probability of 0, a prefix token with its z->plp). Returns their number. */
+static int beam_candidates(struct beam *z, int s, int32_t force)
 {
     int K = z->K, k2 = z->k2, nc = 0;
     for (int j = 0; j < K; j++) {
         int r = s * K + j;
         if (z->score[r] == -INFINITY)
             continue;
-        if (forced) {
-            z->cd[nc] = (struct cand){z->score[r], r, nc, NMT_EOS, 0.0f};
+        if (force >= 0) {
+            double lp = force == NMT_EOS ? 0 : z->plp[r];
+            z->cd[nc] = (struct cand){z->score[r] + lp, r, nc, force, (float)lp};
             nc++;
             continue;
         }
@@ -454,6 +518,13 @@ static int beam_finish(struct beam *z, int b, int nc, int t, double lpen)
             memcpy(f->lps, z->hlp + (size_t)c->row * z->T, (size_t)t * sizeof *f->lps);
         }
         f->lps[t] = c->lp;
+        if (z->hatt) {
+            size_t S = (size_t)z->S;
+            if (!(f->att = malloc(((size_t)t + 1) * S * sizeof *f->att)))
+                return nmt_seterr("out of memory");
+            memcpy(f->att, z->hatt + (size_t)c->row * z->T * S, (size_t)t * S * sizeof *f->att);
+            memcpy(f->att + (size_t)t * S, z->satt + (size_t)c->row * S, S * sizeof *f->att);
+        }
         z->nfin[b]++;
     }
     return 0;
@@ -464,7 +535,8 @@ static int beam_finish(struct beam *z, int b, int nc, int t, double lpen)
 static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int t, int *nk)
 {
     int K = z->K, b = z->orig[s], forced = t >= z->ml[b] - 1;
-    int nc = beam_candidates(z, s, forced);
+    int32_t pt = z->tgt[s * K];
+    int nc = beam_candidates(z, s, forced ? NMT_EOS : pt != NMT_PAD ? pt : -1);
     if (beam_finish(z, b, nc, t, search_length_penalty(o->alpha, t + 1)) < 0)
         return -1;
     int nr = 0, base = *nk * K;
@@ -489,6 +561,39 @@ static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int
     return 0;
 }
 
+/* Sets z->tgt for step T of the NS live sentences: each row's prefix token (NMT_PAD past its
+ * sentence's prefix, or none). Returns z->tgt, or NULL when no row has one. */
+static const int32_t *beam_forced(struct beam *z, int ns, int t)
+{
+    int any = 0;
+    for (int s = 0; s < ns; s++) {
+        int b = z->orig[s];
+        int32_t f = z->pre && t < z->pre->n[b] ? (int32_t)z->pre->ids[b][t] : NMT_PAD;
+        any |= f != NMT_PAD;
+        for (int j = 0; j < z->K; j++)
+            z->tgt[s * z->K + j] = f;
+    }
+    return any ? z->tgt : NULL;
+}
+
+/* z->satt receives each of the R live rows' attention after a step of the NIN models IN (their mean).
+ * 0 or -1. */
+static int beam_attention(struct beam *z, struct infer *const *in, int nin, int R)
+{
+    size_t n = (size_t)R * (size_t)z->S;
+    if (infer_src_len(in[0]) != z->S)
+        return nmt_seterr("attention over %d source tokens, %d expected", infer_src_len(in[0]), z->S);
+    for (int m = 0; m < nin; m++) {
+        if (infer_attention(in[m], m ? z->atmp : z->satt) < 0)
+            return -1;
+        for (size_t i = 0; m && i < n; i++)
+            z->satt[i] += z->atmp[i];
+    }
+    for (size_t i = 0; nin > 1 && i < n; i++)
+        z->satt[i] /= (float)nin;
+    return 0;
+}
+
 /* The NK kept sentences' rows after step T: histories, tokens and scores. */
 static void beam_advance(struct beam *z, int nk, int t)
 {
@@ -498,6 +603,11 @@ static void beam_advance(struct beam *z, int nk, int t)
         if (t) {
             memcpy(z->nhist + (size_t)i * T, z->hist + (size_t)r * T, (size_t)t * sizeof *z->hist);
             memcpy(z->nhlp + (size_t)i * T, z->hlp + (size_t)r * T, (size_t)t * sizeof *z->hlp);
+        }
+        if (z->hatt) {
+            size_t S = (size_t)z->S;
+            memcpy(z->nhatt + (size_t)i * T * S, z->hatt + (size_t)r * T * S, (size_t)t * S * sizeof *z->hatt);
+            memcpy(z->nhatt + ((size_t)i * T + (size_t)t) * S, z->satt + (size_t)r * S, S * sizeof *z->hatt);
         }
         z->nhist[(size_t)i * T + (size_t)t] = (uint32_t)z->ntok[i];
         z->nhlp[(size_t)i * T + (size_t)t] = z->ntlp[i];
@@ -510,6 +620,9 @@ static void beam_advance(struct beam *z, int nk, int t)
     float *tl = z->hlp;
     z->hlp = z->nhlp;
     z->nhlp = tl;
+    tl = z->hatt;
+    z->hatt = z->nhatt;
+    z->nhatt = tl;
     for (int s = 0; s < nk; s++)
         z->orig[s] = z->orig[z->keep[s]];
 }
@@ -525,17 +638,48 @@ static int beam_results(struct beam *z, const struct search_opts *o, struct sear
         if (!out[b].hyp)
             return nmt_seterr("out of memory");
         for (int i = 0; i < n; i++) {
-            out[b].hyp[i] = (struct search_hyp){(float)f[i].s, f[i].lp, f[i].n, f[i].ids, f[i].lps};
+            struct search_hyp *h = &out[b].hyp[i];
+            *h = (struct search_hyp){(float)f[i].s, f[i].lp, f[i].n, f[i].ids, f[i].lps, 0, NULL};
             f[i].ids = NULL;
             f[i].lps = NULL;
+            if (!f[i].att)
+                continue;
+            h->sn = (uint32_t)z->len[b] + 1; /* the columns of its own source */
+            if (!(h->att = malloc(((size_t)h->n + 1) * h->sn * sizeof *h->att)))
+                return nmt_seterr("out of memory");
+            for (uint32_t j = 0; j <= h->n; j++)
+                memcpy(h->att + (size_t)j * h->sn, f[i].att + (size_t)j * (size_t)z->S, h->sn * sizeof *h->att);
         }
         out[b].nhyp = n;
     }
     return 0;
 }
 
+int search_prefix_check(const struct search_prefix *pre, int b, int V, int max_len)
+{
+    if (!pre || pre->n[b] == 0)
+        return 0;
+    if (pre->n[b] < 0)
+        return nmt_seterr("prefix of %d tokens", pre->n[b]);
+    if (pre->n[b] + 1 > max_len)
+        return nmt_seterr("a prefix of %d tokens does not fit the output length limit of %d tokens with the end of "
+                          "sentence", pre->n[b], max_len);
+    for (int j = 0; j < pre->n[b]; j++)
+        if (pre->ids[b][j] <= NMT_EOS || pre->ids[b][j] >= (uint32_t)V)
+            return nmt_seterr("prefix token %d: id %u is not an output piece of the vocabulary of %d", j + 1,
+                              pre->ids[b][j], V);
+    return 0;
+}
+
 int search_batch(struct infer *const *in, int nin, const struct search_opts *o, int B, const uint32_t *const *src,
                  const int *len, struct search_result *out)
+{
+    return search_batch_prefix(in, nin, o, B, src, len, NULL, out);
+}
+
+int search_batch_prefix(struct infer *const *in, int nin, const struct search_opts *o, int B,
+                        const uint32_t *const *src, const int *len, const struct search_prefix *pre,
+                        struct search_result *out)
 {
     int model_max;
     for (int b = 0; b < B; b++) {
@@ -546,14 +690,21 @@ int search_batch(struct infer *const *in, int nin, const struct search_opts *o, 
         return -1;
     struct beam z = {0};
     int rc = -1;
-    if (beam_init(&z, o, B, len, nin, infer_config(in[0])->vocab, model_max) < 0)
+    if (beam_init(&z, o, B, len, pre, nin, infer_config(in[0])->vocab, model_max) < 0)
         goto out;
-    for (int m = 0; m < nin; m++)
+    for (int m = 0; m < nin; m++) {
+        infer_keep_attention(in[m], o->attention);
         if (infer_encode(in[m], B, src, len, z.K, (int)z.T) < 0)
             goto out;
+    }
     for (int t = 0, ns = B; ns > 0; t++) {
-        int nk = 0;
-        if (ensemble_step(in, nin, z.tok, z.k2, z.vals, z.idx, &z.ens) < 0)
+        int nk = 0, R = ns * z.K;
+        const int32_t *tg = beam_forced(&z, ns, t);
+        if (ensemble_step(in, nin, z.tok, z.k2, z.vals, z.idx, tg, z.mlp, &z.ens) < 0)
+            goto out;
+        for (int r = 0; tg && r < R; r++)
+            z.plp[r] = token_logprob(z.mlp, nin, R, r);
+        if (o->attention && beam_attention(&z, in, nin, R) < 0)
             goto out;
         for (int s = 0; s < ns; s++)
             if (beam_sentence(&z, o, s, t, &nk) < 0)
@@ -590,23 +741,6 @@ int search_reserve(struct infer *const *in, int nin, const struct search_opts *o
         if (infer_reserve(in[m], B, S, tlen ? 1 : o->beam, tmax) < 0)
             return -1;
     return 0;
-}
-
-/* The ensemble's log-probability of row S's token: the log of the mean of the NIN members'
- * probabilities L[m * B + S]. */
-static double token_logprob(const float *l, int nin, int B, int s)
-{
-    if (nin == 1)
-        return (double)l[s];
-    double mx = (double)l[s], sum = 0;
-    for (int m = 1; m < nin; m++)
-        if ((double)l[(size_t)m * (size_t)B + (size_t)s] > mx)
-            mx = (double)l[(size_t)m * (size_t)B + (size_t)s];
-    if (mx == -INFINITY)
-        return mx;
-    for (int m = 0; m < nin; m++)
-        sum += exp((double)l[(size_t)m * (size_t)B + (size_t)s] - mx);
-    return mx + log(sum / (double)nin);
 }
 
 int search_score(struct infer *const *in, int nin, int B, const uint32_t *const *src, const int *len,

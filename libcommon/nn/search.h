@@ -7,7 +7,8 @@
  * continue. A sentence stops when it has K finished hypotheses, or at its length limit
  * floor(a * (source tokens with EOS) + b) (capped by the model's max_len), where every live
  * hypothesis ends with EOS. Finished sentences leave the batch. K = 1 is greedy decoding. Every
- * decision is made per sentence, so results do not depend on the rest of the batch.
+ * decision is made per sentence, so results do not depend on the rest of the batch. A sentence's
+ * output may be forced to start with given tokens (search_batch_prefix), the search going on after them.
  *
  * Ensembles: every function takes NIN >= 1 models' inference states IN[0..NIN), on one vocabulary.
  * With NIN > 1 each step's distribution is the mean of the members' probabilities (their softmax
@@ -26,6 +27,7 @@ struct search_opts {
     int nbest;                 /* hypotheses returned per sentence, 1 <= nbest <= beam */
     double alpha;              /* length penalty exponent (0: none) */
     double len_a, len_b;       /* maximum output length a * source + b tokens (with EOS) */
+    int attention;             /* keep each hypothesis's attention (search_hyp.att) */
 };
 
 /* The defaults of every tool that searches (nmt-decode, nmt-serve, validation BLEU): greedy, one
@@ -40,6 +42,11 @@ struct search_hyp {
     float *lps;                /* (n + 1) each token's log-probability, EOS last, owned by the result: they
                                 * sum to logprob (in double, in order); an EOS forced at the length limit
                                 * has 0 */
+    uint32_t sn;               /* columns of att: the source's tokens with EOS (0: no att) */
+    float *att;                /* (n + 1, sn) with search_opts.attention: the attention over the source
+                                * tokens (EOS last) of the step that chose each token (EOS last): the last
+                                * decoder layer's encoder-decoder attention averaged over its heads (and
+                                * over an ensemble's members); NULL otherwise; owned by the result */
 };
 
 struct search_result {
@@ -61,10 +68,27 @@ double search_length_penalty(double alpha, int n);
  * 0, or -1 with the error set. */
 int search_models_check(struct infer *const *in, int nin, int *max_len);
 
+/* Forced output prefixes of a batch of B sentences: sentence b's output starts with the N[b] ids
+ * IDS[b] (output pieces: no PAD, BOS or EOS; N[b] = 0: no prefix). The forced tokens' log-probabilities
+ * count in the hypotheses' scores as any others'; the length limit counts them too. */
+struct search_prefix {
+    const uint32_t *const *ids;
+    const int *n;
+};
+
 /* Translates B sentences (SRC[b], LEN[b] ids without EOS) with the NIN models IN into OUT[0..B)
  * (each freed with search_result_free). Returns 0, or -1 with the error set. */
 int search_batch(struct infer *const *in, int nin, const struct search_opts *o, int B, const uint32_t *const *src,
                  const int *len, struct search_result *out);
+/* search_batch whose hypotheses of sentence b start with prefix PRE's (NULL: none, as search_batch):
+ * the prefix's tokens are forced, the search continues after them. Returns 0, or -1 with the error set
+ * (a prefix with EOS does not fit the sentence's length limit, an id that is not an output piece). */
+int search_batch_prefix(struct infer *const *in, int nin, const struct search_opts *o, int B,
+                        const uint32_t *const *src, const int *len, const struct search_prefix *pre,
+                        struct search_result *out);
+/* Checks sentence B's prefix of PRE (NULL: none) against V output pieces and the length limit MAX_LEN
+ * (tokens with EOS). 0, or -1 with the error set. */
+int search_prefix_check(const struct search_prefix *pre, int b, int V, int max_len);
 
 /* Forced decoding: LP[b] receives log p(TGT[b] + EOS | SRC[b]) summed over the TLEN[b] + 1 target
  * tokens. Returns 0, or -1 with the error set (target longer than the model's max_len). */

@@ -520,3 +520,107 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     run $DEC --sample --beam 2 -i "$D/src.en"
     [[ "${lines[0]}" == *"--sample draws its own tokens: not with --beam"* ]]
 }
+
+@test "--prefix: every output starts with its prefix and goes on, with beam search, n-best, sampling, ensembles" {
+    # the first two words of each reference; line 3 forces nothing; line 7 (empty source) gets one
+    awk 'NR == 3 { print ""; next } NF { print $1, $2; next } { print "Zwei Hunde" }' "$D/ref.de" > "$D/pre.de"
+    for mode in "" "--beam 4" "--beam 4 --nbest 4" "-m $D/m2.ckpt --beam 3" "--sample --sample-beam 3 --seed 4"; do
+        $DEC $mode --prefix "$D/pre.de" -i "$D/src.en" > "$D/pf.txt"
+        # text output (line = row), or n-best rows: line, rank, score, text
+        awk -F'\t' 'NR == FNR { p[NR] = $0; next }
+            { l = NF >= 4 ? $1 : FNR; t = NF >= 4 ? $4 : $0; rows++ }
+            index(t, p[l]) != 1 { print "line " l ": \"" t "\" does not start with \"" p[l] "\""; bad = 1 }
+            length(t) > length(p[l]) { longer++ }
+            END { if (longer < rows / 2) { print longer " of " rows " rows go on after the prefix"; bad = 1 }
+                  exit bad }' "$D/pre.de" "$D/pf.txt" || { echo "mode: $mode"; return 1; }
+    done
+    # line 3 (no prefix) translates as without --prefix; beam 4 scores never below greedy's
+    $DEC --scores --prefix "$D/pre.de" -i "$D/src.en" > "$D/pg.txt"
+    $DEC --beam 4 --scores --prefix "$D/pre.de" -i "$D/src.en" > "$D/pb.txt"
+    [ "$(sed -n 3p "$D/pg.txt")" = "$($DEC --scores -i "$D/src.en" | sed -n 3p)" ]
+    paste <(cut -f1 "$D/pg.txt") <(cut -f1 "$D/pb.txt") |
+        awk '$2 + 1e-6 < $1 { print "line " NR ": " $0; bad = 1 } END { exit bad }'
+    # a file of empty lines forces nothing; a prefix of characters outside the vocabulary is forced as bytes
+    sed 's/.*//' "$D/pre.de" > "$D/none.de"
+    $DEC --beam 4 --prefix "$D/none.de" -i "$D/src.en" | same_as <($DEC --beam 4 -i "$D/src.en")
+    printf 'Ω☃ x\n' > "$D/uni.pre"
+    head -1 "$D/src.en" > "$D/one.en"
+    [[ "$($DEC --prefix "$D/uni.pre" -i "$D/one.en")" == "Ω☃ x"* ]]
+}
+
+@test "--prefix: the score of prefix and continuation is --score's of the pair; batch invariant, streamed or not" {
+    awk 'NR == 3 { print ""; next } NF { print $1, $2; next } { print "Zwei Hunde" }' "$D/ref.de" > "$D/pre.de"
+    # n-best rows that ended by themselves (an EOS forced at the length limit has no log-probability)
+    $DEC --beam 6 --nbest 6 --alpha 0 --word-scores --prefix "$D/pre.de" -i "$D/src.en" > "$D/pn.txt"
+    awk -F'\t' 'NR == FNR { s[NR] = $0; next } { n = split($5, w, " ") }
+        w[n] != 0 { print s[$1] "\t" $4 > "'"$D/pn.tsv"'"; print $3 }' "$D/src.en" "$D/pn.txt" > "$D/pn.scores"
+    [ "$(wc -l < "$D/pn.scores")" -ge 10 ]
+    $DEC --score -i "$D/pn.tsv" | paste - "$D/pn.scores" |
+        awk '{ d = $1 - $2 } d < -1e-4 || d > 1e-4 { print "row " NR ": " $0; bad = 1 } END { exit bad }'
+    for mode in "--beam 4 --nbest 2 --word-scores" "--sample --scores" "-m $D/m2.ckpt --scores"; do
+        $DEC $mode --prefix "$D/pre.de" -i "$D/src.en" > "$D/pa.txt"
+        $DEC $mode --prefix "$D/pre.de" --max-sentences 1 -i "$D/src.en" | same_as "$D/pa.txt"
+        $DEC $mode --prefix "$D/pre.de" --max-tokens 30 --jobs 2 -i "$D/src.en" | same_as "$D/pa.txt"
+    done
+    # one line at a time from a pipe
+    $DEC --sample --scores --prefix "$D/pre.de" -i "$D/src.en" > "$D/ps.txt"
+    cat "$D/src.en" | $DEC --sample --scores --prefix "$D/pre.de" | same_as "$D/ps.txt"
+}
+
+@test "--prefix: a file of too few or too many lines, a prefix longer than the length limit, bad combinations" {
+    awk 'NF { print $1, $2; next } { print "" }' "$D/ref.de" > "$D/pre.de"
+    head -3 "$D/pre.de" > "$D/pre3.de"
+    run $DEC --prefix "$D/pre3.de" -i "$D/src.en"
+    [ "$status" -eq 1 ]
+    [ "${lines[0]}" = "nmt-decode: $D/pre3.de: line 4: missing: no prefix for input line 4 (the file has 3 lines)" ]
+    cat "$D/pre.de" "$D/pre.de" > "$D/pre48.de"
+    run $DEC --prefix "$D/pre48.de" -i "$D/src.en"
+    [ "$status" -eq 1 ]
+    [ "${lines[0]}" = "nmt-decode: $D/pre48.de: line 25: more prefix lines than input lines (24)" ]
+    sed '5s/.*/a b c d e f g h i j k l m n o p q r s t u v w x y z/' "$D/pre.de" > "$D/prelong.de"
+    run $DEC --max-len-a 0 --max-len-b 20 --prefix "$D/prelong.de" -i "$D/src.en"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == "nmt-decode: $D/prelong.de: line 5: a prefix of "*" tokens does not fit the output length "* ]]
+    [[ "${lines[0]}" == *"limit of 20 tokens with the end of sentence (--max-len-a, --max-len-b)" ]]
+    for args in "--score" "--shortlist"; do
+        run $DEC --prefix "$D/pre.de" $args -i "$D/src.en"
+        [ "$status" -eq 2 ] || { echo "args: $args: $status $output"; return 1; }
+        [[ "${lines[0]}" == "nmt-decode: "* ]]
+    done
+    run $DEC --prefix - < "$D/src.en"
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-decode: --prefix - and the input cannot both be stdin" ]
+    run $DEC --prefix "$D/missing.de" -i "$D/src.en"
+    [ "$status" -eq 1 ]
+    [[ "${lines[0]}" == *"missing.de"* ]]
+}
+
+@test "--alignment hard|soft[=T]: source-output piece pairs after a tab; translations unchanged; batch invariant" {
+    $DEC --beam 3 --word-scores --alignment hard -i "$D/src.en" > "$D/al.txt"
+    nmt-tokenize --vocab "$D/v.vocab" --text=ids -i "$D/src.en" | awk '{ print NF }' > "$D/al.ns"
+    # hard: one pair SRC-TGT per output piece, in order, SRC among the source's pieces
+    awk -F'\t' 'NR == FNR { ns[NR] = $1; next }
+        { nt = split($2, w, " ") - 1; np = split($3, a, " "); want = ns[FNR] && nt > 0 ? nt : 0 }
+        NF != 3 || np != want { print "line " FNR ": " np " pairs for " nt " pieces"; bad = 1 }
+        { for (j = 1; j <= np; j++) { split(a[j], st, "-")
+            if (a[j] !~ /^[0-9]+-[0-9]+$/ || st[2] != j - 1 || st[1] >= ns[FNR]) { print FNR ": " a[j]; bad = 1 } } }
+        END { exit bad }' "$D/al.ns" "$D/al.txt"
+    cut -f1-2 "$D/al.txt" | same_as <($DEC --beam 3 --word-scores -i "$D/src.en")
+    $DEC --beam 3 --word-scores --alignment hard --max-sentences 1 -i "$D/src.en" | same_as "$D/al.txt"
+    $DEC --beam 3 --word-scores --alignment hard --max-tokens 30 --jobs 2 -i "$D/src.en" | same_as "$D/al.txt"
+    # soft=0: every pair; soft (0.5): a subset, each output piece at most once; with prefixes and ensembles too
+    $DEC --alignment soft=0 -i "$D/src.en" > "$D/as0.txt"
+    $DEC --alignment soft -i "$D/src.en" > "$D/as.txt"
+    paste "$D/al.ns" "$D/as0.txt" "$D/as.txt" | awk -F'\t' '{ n0 = split($3, a, " "); n = split($5, b, " ") }
+        $2 != "" && n0 % $1 != 0 { print "line " NR ": " n0 " pairs for " $1 " source pieces"; bad = 1 }
+        { for (j = 1; j <= n; j++) { split(b[j], st, "-"); if (seen[NR, st[2]]++) bad = 1 } }
+        n > n0 { bad = 1 } END { exit bad }'
+    $DEC -m "$D/m2.ckpt" --beam 2 --alignment hard --prefix "$D/src.en" -i "$D/src.en" > "$D/ae.txt"
+    [ "$(wc -l < "$D/ae.txt")" -eq 24 ]
+    for args in "--alignment foo" "--alignment soft=2" "--alignment soft=x" "--alignment softer" \
+                "--alignment hard --sample" "--alignment hard --score" "--alignment hard --out hyp"; do
+        run $DEC $args -i "$D/src.en"
+        [ "$status" -eq 2 ] || { echo "args: $args: $status $output"; return 1; }
+        [[ "${lines[0]}" == "nmt-decode: "* ]]
+    done
+}

@@ -112,7 +112,8 @@ static void test_pack(void)
 {
     uint32_t ids0[3] = {5, 6, 7}, ids1[1] = {9};
     float lps0[4] = {-1, -0.25f, -1.5f, -0.5f}, lps1[2] = {-3.5f, -0.5f};
-    struct search_hyp h[2] = {{-1.5f, -3.25, 3, ids0, lps0}, {-2.0f, -4.0, 1, ids1, lps1}};
+    float att1[2 * 3] = {0.5f, 0.25f, 0.25f, 0, 0.125f, 0.875f};
+    struct search_hyp h[2] = {{-1.5f, -3.25, 3, ids0, lps0, 0, NULL}, {-2.0f, -4.0, 1, ids1, lps1, 3, att1}};
     struct search_result r = {2, h}, empty = {0, NULL}, back;
     struct nmt_buf b = {0};
     test_ok(search_result_pack(&b, &r) == 0 && search_result_pack(&b, &empty) == 0, "pack two results");
@@ -120,7 +121,9 @@ static void test_pack(void)
     int ok = search_result_unpack(b.data, b.len, &off, &back) == 0 && back.nhyp == 2 && back.hyp[0].n == 3 &&
              !memcmp(back.hyp[0].ids, ids0, sizeof ids0) && back.hyp[0].score == -1.5f &&
              back.hyp[0].logprob == -3.25 && back.hyp[1].n == 1 && back.hyp[1].ids[0] == 9 &&
-             !memcmp(back.hyp[0].lps, lps0, sizeof lps0) && !memcmp(back.hyp[1].lps, lps1, sizeof lps1);
+             !memcmp(back.hyp[0].lps, lps0, sizeof lps0) && !memcmp(back.hyp[1].lps, lps1, sizeof lps1) &&
+             back.hyp[0].sn == 0 && !back.hyp[0].att && back.hyp[1].sn == 3 &&
+             !memcmp(back.hyp[1].att, att1, sizeof att1);
     search_result_free(&back);
     ok &= search_result_unpack(b.data, b.len, &off, &back) == 0 && back.nhyp == 0 && off == b.len;
     search_result_free(&back);

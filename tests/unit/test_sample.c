@@ -213,7 +213,7 @@ static void run_sample(struct backend *be)
     struct sample_opts o = {.samples = 3, .temperature = 1, .top_k = 3, .top_p = 1, .seed = 7};
     struct search_result all[NS], one, other[NS];
     int ok = search_reserve(&in, 1, &so, NS, len, NULL) == 0 &&
-             sample_batch(&in, 1, &so, &o, NS, src, len, key, all) == 0;
+             sample_batch(&in, 1, &so, &o, NS, src, len, key, NULL, all) == 0;
     test_ok(ok, "sample_batch: %s", ok ? "" : nmt_errmsg());
     if (!ok)
         goto out;
@@ -225,11 +225,12 @@ static void run_sample(struct backend *be)
             topk &= in_topk(in, src[b], len[b], &all[b].hyp[j], 3);
             tokens += (int)all[b].hyp[j].n;
         }
-        inv &= sample_batch(&in, 1, &so, &o, 1, &src[b], &len[b], &key[b], &one) == 0 && same_result(&all[b], &one);
+        inv &= sample_batch(&in, 1, &so, &o, 1, &src[b], &len[b], &key[b], NULL, &one) == 0 &&
+               same_result(&all[b], &one);
         search_result_free(&one);
         struct sample_opts o1 = o;
         o1.samples = 1;
-        first &= sample_batch(&in, 1, &so, &o1, 1, &src[b], &len[b], &key[b], &one) == 0 && one.nhyp == 1 &&
+        first &= sample_batch(&in, 1, &so, &o1, 1, &src[b], &len[b], &key[b], NULL, &one) == 0 && one.nhyp == 1 &&
                  same_hyp(&all[b].hyp[0], &one.hyp[0]);
         search_result_free(&one);
     }
@@ -240,19 +241,19 @@ static void run_sample(struct backend *be)
     test_ok(inv, "each sentence alone gets the samples it gets in the batch");
     test_ok(first, "sample 1 of 3 is the sample of --sample-beam 1");
     int differ_key = 0, differ_seed = 0, same_seed = 1;
-    if (sample_batch(&in, 1, &so, &o, NS, src, len, key2, other) == 0)
+    if (sample_batch(&in, 1, &so, &o, NS, src, len, key2, NULL, other) == 0)
         for (int b = 0; b < NS; b++) {
             differ_key += !same_result(&all[b], &other[b]);
             search_result_free(&other[b]);
         }
     o.seed = 8;
-    if (sample_batch(&in, 1, &so, &o, NS, src, len, key, other) == 0)
+    if (sample_batch(&in, 1, &so, &o, NS, src, len, key, NULL, other) == 0)
         for (int b = 0; b < NS; b++) {
             differ_seed += !same_result(&all[b], &other[b]);
             search_result_free(&other[b]);
         }
     o.seed = 7;
-    if (sample_batch(&in, 1, &so, &o, NS, src, len, key, other) == 0)
+    if (sample_batch(&in, 1, &so, &o, NS, src, len, key, NULL, other) == 0)
         for (int b = 0; b < NS; b++) {
             same_seed &= same_result(&all[b], &other[b]);
             search_result_free(&other[b]);
@@ -263,7 +264,7 @@ static void run_sample(struct backend *be)
     /* temperature 0: the greedy translation, scores and word scores included up to rounding */
     struct sample_opts g = {.samples = 1, .temperature = 0, .top_p = 1, .seed = 7};
     struct search_opts gs = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1, .len_b = 5};
-    int greedy = sample_batch(&in, 1, &gs, &g, NS, src, len, key, other) == 0;
+    int greedy = sample_batch(&in, 1, &gs, &g, NS, src, len, key, NULL, other) == 0;
     for (int b = 0; greedy && b < NS; b++) {
         greedy = search_batch(&in, 1, &gs, 1, &src[b], &len[b], &one) == 0 && one.hyp[0].n == other[b].hyp[0].n &&
                  !memcmp(one.hyp[0].ids, other[b].hyp[0].ids, one.hyp[0].n * sizeof *one.hyp[0].ids) &&

@@ -3,7 +3,7 @@
  * batch invariance of translations and scores, greedy equal to beam 1, beam scores not below
  * greedy's, and that the score of a translation matches its forced decoding; ensembles: a model
  * with itself translates as alone, and an ensemble's scores are the log of its members' mean
- * probabilities, in search and forced decoding alike. */
+ * probabilities, in search and forced decoding alike; forced output prefixes; the attention kept. */
 #include "test.h"
 
 #include <math.h>
@@ -130,6 +130,110 @@ static int make_eos_likely(struct backend *be, struct model *m)
     return rc;
 }
 
+/* Forced prefixes (search_batch_prefix) on IN (vocabulary of 60, MAX_LEN) whose greedy results are G:
+ * the first half of a greedy output forced gives that output again; beam 4 with other prefixes keeps
+ * them, is batch invariant, and scores as forced decoding does; bad prefixes are refused. */
+static void run_prefix(struct infer *in, const struct search_result *g, int max_len, int pre_norm)
+{
+    const uint32_t *src[NS], *pid[NS];
+    int pn[NS], same = 1, kept = 1, inv = 1, fmatch = 1, compared = 0;
+    struct search_prefix pre = {pid, pn};
+    struct search_opts o = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1.0, .len_b = 5};
+    struct search_result r[NS], r1;
+    for (int b = 0; b < NS; b++) {
+        src[b] = src_store[b];
+        pid[b] = g[b].hyp[0].ids;
+        for (pn[b] = 0; pn[b] < (int)g[b].hyp[0].n / 2 && pid[b][pn[b]] > NMT_EOS;) /* a random model may emit BOS */
+            pn[b]++;
+    }
+    int ok = search_batch_prefix(&in, 1, &o, NS, src, slen, &pre, r) == 0;
+    test_ok(ok, "pre_norm %d: greedy with prefixes: %s", pre_norm, ok ? "" : nmt_errmsg());
+    for (int b = 0; ok && b < NS; b++) {
+        const struct search_hyp *x = &r[b].hyp[0], *y = &g[b].hyp[0];
+        same &= x->n == y->n && !memcmp(x->ids, y->ids, x->n * sizeof *x->ids) && fabs(x->logprob - y->logprob) < 1e-4;
+        search_result_free(&r[b]);
+    }
+    test_ok(same, "pre_norm %d: the first half of each greedy output forced gives the greedy output again", pre_norm);
+    o.beam = o.nbest = 4;
+    for (int b = 0; b < NS; b++) {
+        pid[b] = tgt_store[b];
+        pn[b] = b % 3 ? tlen[b] % 5 : 0;
+    }
+    ok = search_batch_prefix(&in, 1, &o, NS, src, slen, &pre, r) == 0;
+    test_ok(ok, "pre_norm %d: beam 4 with prefixes: %s", pre_norm, ok ? "" : nmt_errmsg());
+    for (int b = 0; ok && b < NS; b++) {
+        struct search_prefix p1 = {&pid[b], &pn[b]};
+        inv &= search_batch_prefix(&in, 1, &o, 1, &src[b], &slen[b], &p1, &r1) == 0 && same_result(&r[b], &r1);
+        search_result_free(&r1);
+        for (int h = 0; h < r[b].nhyp; h++) {
+            const struct search_hyp *x = &r[b].hyp[h];
+            int n = (int)x->n;
+            double lp;
+            kept &= n >= pn[b] && !memcmp(x->ids, pid[b], (size_t)pn[b] * sizeof *x->ids);
+            if (n + 1 < search_max_len(&o, slen[b], max_len)) { /* ended by itself */
+                compared++;
+                const uint32_t *hy = x->ids;
+                fmatch &= search_score(&in, 1, 1, &src[b], &slen[b], &hy, &n, &lp) == 0 &&
+                          fabs(lp - x->logprob) <= 1e-4 * (1 + fabs(lp));
+            }
+        }
+        search_result_free(&r[b]);
+    }
+    test_ok(kept, "pre_norm %d: every beam 4 hypothesis starts with its prefix", pre_norm);
+    test_ok(inv, "pre_norm %d: beam 4 with prefixes identical alone and in a batch", pre_norm);
+    test_ok(fmatch && compared >= NS,
+            "pre_norm %d: with prefixes, log-probabilities equal forced decoding (%d compared)", pre_norm, compared);
+    int big = 40;
+    struct search_prefix p1 = {&pid[1], &big};
+    test_ok(search_batch_prefix(&in, 1, &o, 1, &src[1], &slen[1], &p1, &r1) < 0 && strstr(nmt_errmsg(), "does not fit"),
+            "pre_norm %d: a prefix past the length limit is refused: '%s'", pre_norm, nmt_errmsg());
+    const uint32_t eos[1] = {NMT_EOS}, *pe = eos;
+    int one = 1;
+    struct search_prefix p2 = {&pe, &one};
+    test_ok(search_batch_prefix(&in, 1, &o, 1, &src[1], &slen[1], &p2, &r1) < 0 && strstr(nmt_errmsg(), "output piece"),
+            "pre_norm %d: a prefix with EOS is refused: '%s'", pre_norm, nmt_errmsg());
+    nmt_seterr("%s", ""); /* the checks after these print the last error */
+}
+
+/* search_opts.attention on IN: the same translations and scores as without; each token's attention
+ * is a distribution over its source tokens with EOS, the same alone and in a batch. */
+static void run_attention(struct infer *in, int pre_norm)
+{
+    const uint32_t *src[NS];
+    for (int b = 0; b < NS; b++)
+        src[b] = src_store[b];
+    struct search_opts o = {.beam = 4, .nbest = 4, .alpha = 0.6, .len_a = 1.0, .len_b = 5};
+    struct search_result plain[NS], r[NS], r1;
+    int ok = search_batch(&in, 1, &o, NS, src, slen, plain) == 0;
+    o.attention = 1;
+    ok = ok && search_batch(&in, 1, &o, NS, src, slen, r) == 0;
+    test_ok(ok, "pre_norm %d: beam 4 keeping the attention: %s", pre_norm, ok ? "" : nmt_errmsg());
+    int same = 1, dist = 1, inv = 1, rows = 0;
+    for (int b = 0; ok && b < NS; b++) {
+        same &= same_result(&plain[b], &r[b]);
+        inv &= search_batch(&in, 1, &o, 1, &src[b], &slen[b], &r1) == 0 && r1.nhyp == r[b].nhyp;
+        for (int h = 0; h < r[b].nhyp; h++) {
+            const struct search_hyp *x = &r[b].hyp[h];
+            dist &= x->att && x->sn == (uint32_t)slen[b] + 1;
+            for (uint32_t j = 0; dist && j <= x->n; j++, rows++) {
+                double sum = 0;
+                for (uint32_t i = 0; i < x->sn; i++)
+                    sum += x->att[j * x->sn + i];
+                dist &= fabs(sum - 1) < 1e-4;
+            }
+            inv &= h < r1.nhyp && dist && r1.hyp[h].sn == x->sn &&
+                   !memcmp(r1.hyp[h].att, x->att, (x->n + 1) * x->sn * sizeof *x->att);
+        }
+        search_result_free(&r1);
+        search_result_free(&r[b]);
+        search_result_free(&plain[b]);
+    }
+    test_ok(same, "pre_norm %d: keeping the attention changes no translation or score", pre_norm);
+    test_ok(dist && rows >= NS, "pre_norm %d: each token's attention sums to 1 over its source (%d tokens)", pre_norm,
+            rows);
+    test_ok(inv, "pre_norm %d: the attention is the same alone and in a batch", pre_norm);
+}
+
 static void run(struct backend *be, int pre_norm)
 {
     const struct model_config c = {.vocab = 60, .max_len = 40};
@@ -241,6 +345,8 @@ static void run(struct backend *be, int pre_norm)
             "pre_norm %d: forced decoding identical after search_reserve", pre_norm);
     test_ok(infer_reserve(in, 0, 1, 1, 1) < 0 && strstr(nmt_errmsg(), "empty batch") != NULL,
             "pre_norm %d: infer_reserve refuses an empty shape", pre_norm);
+    run_prefix(in, g, c.max_len, pre_norm);
+    run_attention(in, pre_norm);
     for (int b = 0; b < NS; b++) {
         search_result_free(&g[b]);
         search_result_free(&bm[b]);
