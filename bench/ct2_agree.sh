@@ -20,8 +20,9 @@ export LD_LIBRARY_PATH="$ct2/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 "$B/nmt-export" -m "$ckpt" --to ctranslate2 -o "$tmp/f32" || exit 1
 "$B/nmt-export" -m "$ckpt" --to ctranslate2 -o "$tmp/i8" --quantize int8 || exit 1
 "$B/nmt-tokenize" --vocab "$vocab" --text=pieces < "$src" > "$tmp/src.pieces" || exit 1
-"$B/nmt-decode" -m "$ckpt" --beam 1 --max-len-a 0 --max-len-b $((maxlen + 1)) --threads "$threads" \
-    < "$src" > "$tmp/nmt.txt" || exit 1
+"$B/nmt-decode" -m "$ckpt" --beam 1 --max-len-a 0 --max-len-b $((maxlen + 1)) --threads "$threads" --word-scores \
+    < "$src" > "$tmp/nmt.scored" || exit 1
+cut -f1 "$tmp/nmt.scored" > "$tmp/nmt.txt"
 n=$(wc -l < "$src")
 # sources longer than the model's maximum length: both keep the first max_len - 1 pieces and the end
 mlen=$("$B/nmt-cat" --header "$ckpt" | awk -F '\t' '$1 == "model.max_len" {print $2}')
@@ -29,11 +30,30 @@ for m in "f32 float32" "i8 int8"; do
     set -- $m
     s0=$(date +%s.%N)
     "$ct2/bin/ct2-translator" --model "$tmp/$1" --compute_type "$2" --beam_size 1 --max_decoding_length "$maxlen" \
-        --min_decoding_length 0 --max_input_length "$mlen" --intra_threads "$threads" < "$tmp/src.pieces" > "$tmp/$1.pieces" || exit 1
+        --min_decoding_length 0 --max_input_length "$mlen" --intra_threads "$threads" --with_score \
+        < "$tmp/src.pieces" > "$tmp/$1.scored" || exit 1
     s1=$(date +%s.%N)
+    sed 's/^[^|]* ||| //' "$tmp/$1.scored" > "$tmp/$1.pieces"
     "$B/nmt-tokenize" --decode --vocab "$vocab" --text < "$tmp/$1.pieces" > "$tmp/$1.txt" || exit 1
     same=$(awk 'NR == FNR {a[FNR] = $0; next} FNR in a && a[FNR] == $0' "$tmp/nmt.txt" "$tmp/$1.txt" | wc -l)
     echo "ct2 $2: $same of $n lines identical to nmt-decode's greedy float32 ($(awk -v a="$s0" -v b="$s1" 'BEGIN {printf "%.1f", b - a}') s)"
+    # CTranslate2's score (length penalty 1) is the mean log-probability of the output pieces, the end's
+    # included when it was produced: the same mean of nmt-decode --word-scores, on the identical lines
+    # (not when the length bound cut the output: no end then, nmt-decode gives it 0)
+    python3 - "$tmp/nmt.scored" "$tmp/$1.scored" "$tmp/nmt.txt" "$tmp/$1.txt" "$maxlen" <<'PY'
+import sys
+ns, cs, nt, ct = (open(f, encoding='utf-8').read().split('\n')[:-1] for f in sys.argv[1:5])
+worst, k = 0.0, 0
+for a, b, x, y in zip(ns, cs, nt, ct):
+    if x != y:
+        continue
+    w = [float(v) for v in a.split('\t')[-1].split()]
+    score, pieces = b.split(' ||| ', 1)
+    if len(pieces.split()) == int(sys.argv[5]):
+        w = w[:-1]
+    worst, k = max(worst, abs(sum(w) / len(w) - float(score))), k + 1
+print('  sentence scores (mean log-probability a piece) of the %d identical lines: largest difference %.2g' % (k, worst))
+PY
     [ "${KEEP:-}" ] && cp "$tmp/$1.txt" "$KEEP.$1.txt"
 done
 [ "${KEEP:-}" ] && cp "$tmp/nmt.txt" "$KEEP.nmt.txt"

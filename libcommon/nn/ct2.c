@@ -420,8 +420,8 @@ static void write_vocab(struct bw *w, const struct vocab *v)
     bw_put(w, "]\n", 2);
 }
 
-/* Writes file NAME in directory DIR with WRITE(W, ARG), synced. 0, or -1 with the error set. */
-static int write_file(const char *dir, const char *name, void (*write)(struct bw *, const void *), const void *arg)
+/* Writes file NAME in directory DIR with FILL(W, ARG), synced. 0, or -1 with the error set. */
+static int write_file(const char *dir, const char *name, void (*fill)(struct bw *, const void *), const void *arg)
 {
     size_t n = strlen(dir) + strlen(name) + 2;
     char *path = nmt_malloc(n);
@@ -434,7 +434,7 @@ static int write_file(const char *dir, const char *name, void (*write)(struct bw
         nmt_seterr("cannot create '%s': %s", path, strerror(errno));
         goto done;
     }
-    write(&w, arg);
+    fill(&w, arg);
     bw_flush(&w);
     nmt_buf_free(&w.b);
     if (w.err || fsync(w.fd) < 0) {
