@@ -6,6 +6,7 @@
  * seeds, sample j the same whatever the number of samples, and word scores summing to the
  * log-probability. */
 #include "test.h"
+#include "tiny_model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -110,27 +111,6 @@ static void test_draw(void)
     free(c);
 }
 
-/* A randomly initialised model of 2+2 layers, d 32, vocabulary V. */
-static struct model *test_model(struct backend *be, int V, uint64_t seed)
-{
-    struct model_config c;
-    memset(&c, 0, sizeof c);
-    c.vocab = V;
-    c.d_model = 32;
-    c.heads = 4;
-    c.ff = 48;
-    c.enc_layers = 2;
-    c.dec_layers = 2;
-    c.max_len = 40;
-    c.ln_eps = 1e-5f;
-    struct model *m = model_new(be, &c, 0);
-    if (m && model_init(m, seed) < 0) {
-        model_free(m);
-        m = NULL;
-    }
-    return m;
-}
-
 #define NS 7
 
 static int same_hyp(const struct search_hyp *x, const struct search_hyp *y)
@@ -202,7 +182,7 @@ static void run_sample(struct backend *be)
         key[b] = 100 + (uint64_t)b;
         key2[b] = 200 + (uint64_t)b;
     }
-    struct model *m = test_model(be, V, 11);
+    struct model *m = tiny_model(be, 0, V, 40, 11);
     struct infer *in = m ? infer_new(be, m, INFER_INVARIANT, NMT_DTYPE_F32) : NULL;
     test_ok(in != NULL, "model: %s", in ? "" : nmt_errmsg());
     if (!in) {

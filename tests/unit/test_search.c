@@ -5,6 +5,7 @@
  * with itself translates as alone, and an ensemble's scores are the log of its members' mean
  * probabilities, in search and forced decoding alike; forced output prefixes; the attention kept. */
 #include "test.h"
+#include "tiny_model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -67,28 +68,6 @@ static int same_result(const struct search_result *a, const struct search_result
             return 0;
     }
     return 1;
-}
-
-/* A randomly initialised model of 2+2 layers, d 32. */
-static struct model *test_model(struct backend *be, int pre_norm, int vocab, int max_len, uint64_t seed)
-{
-    struct model_config c;
-    memset(&c, 0, sizeof c);
-    c.vocab = vocab;
-    c.d_model = 32;
-    c.heads = 4;
-    c.ff = 48;
-    c.enc_layers = 2;
-    c.dec_layers = 2;
-    c.pre_norm = pre_norm;
-    c.max_len = max_len;
-    c.ln_eps = 1e-5f;
-    struct model *m = model_new(be, &c, 0);
-    if (m && model_init(m, seed) < 0) {
-        model_free(m);
-        m = NULL;
-    }
-    return m;
 }
 
 /* Gives EOS 1.5 times the embedding row (shared with the output projection) of the token greedy
@@ -237,7 +216,7 @@ static void run_attention(struct infer *in, int pre_norm)
 static void run(struct backend *be, int pre_norm)
 {
     const struct model_config c = {.vocab = 60, .max_len = 40};
-    struct model *m = test_model(be, pre_norm, c.vocab, c.max_len, 3 + (uint64_t)pre_norm);
+    struct model *m = tiny_model(be, pre_norm, c.vocab, c.max_len, 3 + (uint64_t)pre_norm);
     test_ok(m != NULL, "model (pre_norm %d): %s", pre_norm, m ? "" : nmt_errmsg());
     if (!m)
         return;
@@ -406,7 +385,7 @@ static int brute_greedy(struct infer **in, int i, int limit, uint32_t *ids, doub
 
 static void run_ensemble(struct backend *be)
 {
-    struct model *a = test_model(be, 0, 60, 40, 3), *b = test_model(be, 1, 60, 30, 4), *c = test_model(be, 0, 61, 40, 5);
+    struct model *a = tiny_model(be, 0, 60, 40, 3), *b = tiny_model(be, 1, 60, 30, 4), *c = tiny_model(be, 0, 61, 40, 5);
     struct infer *ia = a ? infer_new(be, a, 1, NMT_DTYPE_F32) : NULL, *ia2 = a ? infer_new(be, a, 1, NMT_DTYPE_F32) : NULL;
     struct infer *ib = b ? infer_new(be, b, 1, NMT_DTYPE_F32) : NULL, *ic = c ? infer_new(be, c, 1, NMT_DTYPE_F32) : NULL;
     test_ok(ia && ia2 && ib && ic, "ensemble members: %s", nmt_errmsg());
@@ -520,7 +499,7 @@ out:
 static void run_int8(struct backend *be)
 {
     const struct model_config c = {.vocab = 60, .max_len = 40};
-    struct model *m = test_model(be, 0, c.vocab, c.max_len, 11);
+    struct model *m = tiny_model(be, 0, c.vocab, c.max_len, 11);
     struct infer *f = m ? infer_new(be, m, 1, NMT_DTYPE_F32) : NULL;
     test_ok(m && f, "int8: model and float32 inference: %s", m && f ? "" : nmt_errmsg());
     if (!m || !f) {
@@ -583,7 +562,7 @@ static void run_shared(struct backend *be)
     struct nmt_backend_opts bo = {sizeof bo, 1, 0};
     struct backend *be2 = backend_open("cpu", &bo);
     const struct model_config c = {.vocab = 60, .max_len = 40};
-    struct model *m = be2 ? test_model(be, 0, c.vocab, c.max_len, 13) : NULL;
+    struct model *m = be2 ? tiny_model(be, 0, c.vocab, c.max_len, 13) : NULL;
     test_ok(m != NULL, "shared: a second context and a model: %s", m ? "" : nmt_errmsg());
     const uint32_t *src[NS], *tgt[NS];
     for (int b = 0; b < NS; b++)
