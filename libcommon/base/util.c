@@ -111,24 +111,53 @@ uint64_t nmt_fnv1a(uint64_t h, const void *data, size_t len)
     return h;
 }
 
-int nmt_grow(void *ptrp, size_t *cap, size_t need, size_t size)
+/* The capacity nmt_grow gives an array of CAP elements that must hold NEED, into *N; 0 or -1 with
+ * the error set (overflow for elements of SIZE bytes). */
+static int grown_capacity(size_t cap, size_t need, size_t size, size_t *n)
 {
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap < 16 ? 16 : *cap;
-    while (n < need) {
-        if (n > SIZE_MAX / 2)
+    *n = cap < 16 ? 16 : cap;
+    while (*n < need) {
+        if (*n > SIZE_MAX / 2)
             return nmt_seterr("out of memory (array of %zu elements)", need);
-        n *= 2;
+        *n *= 2;
     }
-    if (n > SIZE_MAX / size)
+    if (*n > SIZE_MAX / size)
         return nmt_seterr("out of memory (array of %zu elements of %zu bytes)", need, size);
+    return 0;
+}
+
+/* Reallocates the array whose pointer is at PTRP to N elements of SIZE bytes; 0 or -1 with the
+ * error set, the array unchanged. */
+static int resize_array(void *ptrp, size_t n, size_t size)
+{
     void *old;
     memcpy(&old, ptrp, sizeof old);
     void *p = nmt_realloc(old, n * size);
     if (!p)
         return -1;
     memcpy(ptrp, &p, sizeof p);
+    return 0;
+}
+
+int nmt_grow(void *ptrp, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n;
+    if (grown_capacity(*cap, need, size, &n) < 0 || resize_array(ptrp, n, size) < 0)
+        return -1;
+    *cap = n;
+    return 0;
+}
+
+int nmt_grow2(void *ptrp_a, size_t size_a, void *ptrp_b, size_t size_b, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n;
+    if (grown_capacity(*cap, need, size_a > size_b ? size_a : size_b, &n) < 0 ||
+        resize_array(ptrp_a, n, size_a) < 0 || resize_array(ptrp_b, n, size_b) < 0)
+        return -1;
     *cap = n;
     return 0;
 }

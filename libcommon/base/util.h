@@ -37,6 +37,11 @@ char *nmt_strdup(const char *s);
  * memory, overflow); the array is unchanged on failure. Use through NMT_GROW. */
 int nmt_grow(void *ptrp, size_t *cap, size_t need, size_t size);
 #define NMT_GROW(arr, cap, need) nmt_grow(&(arr), &(cap), (need), sizeof *(arr))
+/* nmt_grow for two arrays that share one capacity (parallel arrays): both hold at least NEED
+ * elements on success; 0, or -1 with the error set, *CAP then unchanged (either array may have
+ * grown, harmlessly). Use through NMT_GROW2. */
+int nmt_grow2(void *ptrp_a, size_t size_a, void *ptrp_b, size_t size_b, size_t *cap, size_t need);
+#define NMT_GROW2(a, b, cap, need) nmt_grow2(&(a), sizeof *(a), &(b), sizeof *(b), &(cap), (need))
 
 /* Parses a non-negative decimal integer no larger than MAX; 0 on success, -1 on junk/overflow. */
 int nmt_parse_u64(const char *s, uint64_t max, uint64_t *out);

@@ -96,6 +96,55 @@ static int jp_hex4(struct jp *p, unsigned *out)
 
 /* Parses a JSON string into a new NUL-terminated UTF-8 string (*OUT, malloc'ed). Strings holding
  * a NUL byte are refused (names and metadata are C strings). */
+/* The code point of a \\u escape whose "\\u" is consumed (a surrogate pair read whole) into *CP;
+ * 0, or -1 with the error set on a bad hex digit, an unpaired surrogate or NUL. */
+static int jp_unicode_escape(struct jp *p, unsigned *cp)
+{
+    if (jp_hex4(p, cp) < 0)
+        return -1;
+    if (*cp >= 0xD800 && *cp < 0xDC00) {
+        unsigned lo;
+        if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u')
+            return jp_err(p, "unpaired surrogate");
+        p->i += 2;
+        if (jp_hex4(p, &lo) < 0)
+            return -1;
+        if (lo < 0xDC00 || lo > 0xDFFF)
+            return jp_err(p, "unpaired surrogate");
+        *cp = 0x10000 + ((*cp - 0xD800) << 10) + (lo - 0xDC00);
+    } else if (*cp >= 0xDC00 && *cp < 0xE000) {
+        return jp_err(p, "unpaired surrogate");
+    }
+    if (*cp == 0)
+        return jp_err(p, "NUL in string");
+    return 0;
+}
+
+/* Writes code point CP (< 0x110000) as UTF-8 at O; returns the number of bytes (1-4). */
+static size_t utf8_put(char *o, unsigned cp)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xC0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | (cp >> 12));
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | (cp >> 18));
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
 static int jp_string(struct jp *p, char **out)
 {
     *out = NULL;
@@ -140,50 +189,12 @@ static int jp_string(struct jp *p, char **out)
         case 'r': o[k++] = '\r'; break;
         case 't': o[k++] = '\t'; break;
         case 'u':
-            if (jp_hex4(p, &cp) < 0) {
+            if (jp_unicode_escape(p, &cp) < 0) {
                 free(o);
                 return -1;
             }
-            if (cp >= 0xD800 && cp < 0xDC00) {
-                unsigned lo;
-                if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u') {
-                    free(o);
-                    return jp_err(p, "unpaired surrogate");
-                }
-                p->i += 2;
-                if (jp_hex4(p, &lo) < 0) {
-                    free(o);
-                    return -1;
-                }
-                if (lo < 0xDC00 || lo > 0xDFFF) {
-                    free(o);
-                    return jp_err(p, "unpaired surrogate");
-                }
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            } else if (cp >= 0xDC00 && cp < 0xE000) {
-                free(o);
-                return jp_err(p, "unpaired surrogate");
-            }
-            if (cp == 0) {
-                free(o);
-                return jp_err(p, "NUL in string");
-            }
             /* an escape of >= 6 input bytes yields at most 4 output bytes: stays within the bound */
-            if (cp < 0x80) {
-                o[k++] = (char)cp;
-            } else if (cp < 0x800) {
-                o[k++] = (char)(0xC0 | (cp >> 6));
-                o[k++] = (char)(0x80 | (cp & 0x3F));
-            } else if (cp < 0x10000) {
-                o[k++] = (char)(0xE0 | (cp >> 12));
-                o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-                o[k++] = (char)(0x80 | (cp & 0x3F));
-            } else {
-                o[k++] = (char)(0xF0 | (cp >> 18));
-                o[k++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-                o[k++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-                o[k++] = (char)(0x80 | (cp & 0x3F));
-            }
+            k += utf8_put(o + k, cp);
             break;
         default:
             p->i--;
@@ -404,11 +415,92 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Reads one "name": {...} entry of the header object (P after the key's quote) into F, its offset in
+ * the data area into the array *OFFS of capacity *CAP; 0 or -1 with the error set. */
+static int parse_entry(struct jp *p, struct st_file *f, uint64_t **offs, size_t *cap,
+                       const unsigned char *data, uint64_t datalen)
+{
+    char *key;
+    if (jp_string(p, &key) < 0)
+        return -1;
+    if (jp_expect(p, ':') < 0) {
+        free(key);
+        return -1;
+    }
+    if (!strcmp(key, "__metadata__")) {
+        free(key);
+        return parse_metadata(p, f);
+    }
+    if (f->nt >= ST_MAX_TENSORS) {
+        free(key);
+        return nmt_seterr("%s: more than %u tensors", p->name, ST_MAX_TENSORS);
+    }
+    if (NMT_GROW2(f->t, *offs, *cap, f->nt + 1) < 0) {
+        free(key);
+        return -1;
+    }
+    struct st_tensor *t = &f->t[f->nt++];
+    memset(t, 0, sizeof *t);
+    t->name = key;
+    if (parse_tensor(p, t, &(*offs)[f->nt - 1], datalen) < 0)
+        return -1;
+    t->data = data + (*offs)[f->nt - 1];
+    return 0;
+}
+
+/* Reads the header object (P at its start) into F's tensors; 0 or -1 with the error set. */
+static int parse_header_object(struct jp *p, struct st_file *f, const unsigned char *data, uint64_t datalen)
+{
+    size_t cap = 0;
+    uint64_t *offs = NULL;
+    int rc = jp_expect(p, '{');
+    if (rc == 0 && jp_peek(p) != '}') {
+        for (;;) {
+            if ((rc = parse_entry(p, f, &offs, &cap, data, datalen)) < 0)
+                break;
+            char c = jp_peek(p);
+            if (c == ',') {
+                p->i++;
+                continue;
+            }
+            if (c != '}')
+                rc = jp_err(p, "expected ',' or '}'");
+            break;
+        }
+    }
+    free(offs);
+    if (rc < 0)
+        return -1;
+    p->i++;
+    jp_ws(p);
+    if (p->i != p->n)
+        return jp_err(p, "trailing bytes after the header object");
+    return 0;
+}
+
+/* Refuses a tensor name that F holds twice; 0 or -1 with the error set. */
+static int check_unique_names(const struct st_file *f, const char *name)
+{
+    if (f->nt < 2)
+        return 0;
+    char **names = nmt_malloc(f->nt * sizeof *names);
+    if (!names)
+        return -1;
+    for (size_t i = 0; i < f->nt; i++)
+        names[i] = f->t[i].name;
+    qsort(names, f->nt, sizeof *names, cmp_str);
+    int rc = 0;
+    for (size_t i = 1; i < f->nt && rc == 0; i++)
+        if (!strcmp(names[i - 1], names[i]))
+            rc = nmt_seterr("%s: duplicate tensor '%s'", name, names[i]);
+    free(names);
+    return rc;
+}
+
 struct st_file *st_parse(unsigned char *buf, size_t len, int own, const char *name)
 {
-    struct st_file *f = calloc(1, sizeof *f);
+    struct st_file *f = nmt_calloc(1, sizeof *f);
     if (!f) {
-        nmt_seterr("out of memory");
         if (own)
             free(buf);
         return NULL;
@@ -427,91 +519,9 @@ struct st_file *st_parse(unsigned char *buf, size_t len, int own, const char *na
         goto fail;
     }
     struct jp p = {(const char *)buf + 8, (size_t)hlen, 0, name};
-    const unsigned char *data = buf + 8 + hlen;
-    uint64_t datalen = len - 8 - hlen;
-    size_t cap = 0;
-    uint64_t *offs = NULL;
-    if (jp_expect(&p, '{') < 0)
+    if (parse_header_object(&p, f, buf + 8 + hlen, len - 8 - hlen) < 0 || check_unique_names(f, name) < 0)
         goto fail;
-    if (jp_peek(&p) != '}') {
-        for (;;) {
-            char *key;
-            if (jp_string(&p, &key) < 0)
-                goto fail_offs;
-            if (jp_expect(&p, ':') < 0) {
-                free(key);
-                goto fail_offs;
-            }
-            if (!strcmp(key, "__metadata__")) {
-                free(key);
-                if (parse_metadata(&p, f) < 0)
-                    goto fail_offs;
-            } else {
-                if (f->nt >= ST_MAX_TENSORS) {
-                    free(key);
-                    nmt_seterr("%s: more than %u tensors", name, ST_MAX_TENSORS);
-                    goto fail_offs;
-                }
-                if (f->nt == cap) {
-                    cap = cap ? 2 * cap : 32;
-                    struct st_tensor *nt = realloc(f->t, cap * sizeof *nt);
-                    uint64_t *no = nt ? realloc(offs, cap * sizeof *no) : NULL;
-                    if (nt)
-                        f->t = nt;
-                    if (no)
-                        offs = no;
-                    if (!nt || !no) {
-                        free(key);
-                        nmt_seterr("out of memory");
-                        goto fail_offs;
-                    }
-                }
-                struct st_tensor *t = &f->t[f->nt++];
-                memset(t, 0, sizeof *t);
-                t->name = key;
-                if (parse_tensor(&p, t, &offs[f->nt - 1], datalen) < 0)
-                    goto fail_offs;
-                t->data = data + offs[f->nt - 1];
-            }
-            char c = jp_peek(&p);
-            if (c == ',') {
-                p.i++;
-                continue;
-            }
-            if (c == '}')
-                break;
-            jp_err(&p, "expected ',' or '}'");
-            goto fail_offs;
-        }
-    }
-    p.i++;
-    jp_ws(&p);
-    if (p.i != p.n) {
-        jp_err(&p, "trailing bytes after the header object");
-        goto fail_offs;
-    }
-    free(offs);
-    /* duplicate names */
-    if (f->nt > 1) {
-        char **names = malloc(f->nt * sizeof *names);
-        if (!names) {
-            nmt_seterr("out of memory");
-            goto fail;
-        }
-        for (size_t i = 0; i < f->nt; i++)
-            names[i] = f->t[i].name;
-        qsort(names, f->nt, sizeof *names, cmp_str);
-        for (size_t i = 1; i < f->nt; i++)
-            if (!strcmp(names[i - 1], names[i])) {
-                nmt_seterr("%s: duplicate tensor '%s'", name, names[i]);
-                free(names);
-                goto fail;
-            }
-        free(names);
-    }
     return f;
-fail_offs:
-    free(offs);
 fail:
     st_free(f);
     return NULL;

@@ -521,8 +521,130 @@ static int check_same_origin(struct rec_reader *r, const struct rec_header *h, u
     return 0;
 }
 
-/* Reads the next frame boundary: a header, trailer, skippable frame or the start of a chunk.
- * Returns 1 when a chunk begins (state ST_FRAME), REC_END at a clean end, or a negative status. */
+/* The input ended (no byte) at OFF between frames: REC_END after an end marker, else an error. */
+static int input_ended(struct rec_reader *r, uint64_t off)
+{
+    if (r->state == ST_AFTER_TRAILER) {
+        r->state = ST_DONE;
+        return REC_END;
+    }
+    if (r->state == ST_START && off == 0)
+        return fail(r, REC_ETRUNC, off, "empty input (no stream header)");
+    return fail(r, REC_ETRUNC, off, "input ends without the stream's end marker");
+}
+
+/* A zstd data chunk starts at OFF: checks its place and frame header, readies the decoder; 1 or an
+ * error. */
+static int begin_chunk(struct rec_reader *r, uint64_t off)
+{
+    if (r->state != ST_BODY)
+        return fail(r, REC_ECORRUPT, off, "data chunk outside a stream (no header before it)");
+    long long g = fill(r, 5);
+    if (g < 0)
+        return (int)g;
+    if (g < 5)
+        return fail(r, REC_ETRUNC, off, "input ends inside a chunk");
+    unsigned char fhd = r->in[r->in_pos + 4];
+    if (!(fhd & 0x04))
+        return fail(r, REC_ECORRUPT, off, "chunk has no content checksum");
+    ZSTD_DCtx_reset(r->dctx, ZSTD_reset_session_only);
+    r->frame_offset = off;
+    r->state = ST_FRAME;
+    return 1;
+}
+
+/* Checks a following stream's header H (at OFF) against the expected kind and the first stream. */
+static int check_stream_header(struct rec_reader *r, const struct rec_header *h, uint64_t off)
+{
+    if (r->expect[0] && strcmp(h->kind, r->expect) != 0)
+        return fail(r, REC_EKIND, off, "expected a %s stream, got %s %u.%u", r->expect, h->kind, h->major, h->minor);
+    if (r->streams > 0 && strcmp(h->kind, r->header.kind) != 0)
+        return fail(r, REC_EKIND, off, "a stream of kind %s follows one of kind %s", h->kind, r->header.kind);
+    if (r->streams > 0)
+        return check_same_origin(r, h, off);
+    return 0;
+}
+
+/* The stream header frame of SIZE bytes at OFF: parsed, checked, consumed; 0 or an error. */
+static int read_stream_header(struct rec_reader *r, uint64_t off, uint32_t size)
+{
+    if (r->state == ST_BODY)
+        return fail(r, REC_ECORRUPT, off, "stream header inside a stream (missing end marker)");
+    if (size > REC_MAX_HEADER)
+        return fail(r, REC_ECORRUPT, off, "stream header of %u bytes exceeds %u", size, REC_MAX_HEADER);
+    long long g = fill(r, 8 + (size_t)size);
+    if (g < 0)
+        return (int)g;
+    if (g < 8 + (long long)size)
+        return fail(r, REC_ETRUNC, off, "input ends inside the stream header");
+    struct rec_header h = {0};
+    int rc = parse_header(r, r->in + r->in_pos + 8, size, off, &h);
+    if (rc == 0)
+        rc = check_stream_header(r, &h, off);
+    if (rc < 0) {
+        header_clear(&h);
+        return rc;
+    }
+    if (r->streams == 0)
+        r->header = h;
+    else
+        header_clear(&h);
+    r->streams++;
+    r->stream_records = r->stream_chunks = 0;
+    r->in_pos += 8 + (size_t)size;
+    r->state = ST_BODY;
+    return 0;
+}
+
+/* The end marker frame of SIZE bytes at OFF: checksum and counts checked, consumed; 0 or an error. */
+static int read_end_marker(struct rec_reader *r, uint64_t off, uint32_t size)
+{
+    if (r->state != ST_BODY)
+        return fail(r, REC_ECORRUPT, off, "end marker without a stream header");
+    if (size != 28)
+        return fail(r, REC_ECORRUPT, off, "end marker of %u bytes (expected 28)", size);
+    long long g = fill(r, 8 + 28);
+    if (g < 0)
+        return (int)g;
+    if (g < 36)
+        return fail(r, REC_ETRUNC, off, "input ends inside the end marker");
+    const unsigned char *t = r->in + r->in_pos + 8;
+    if (memcmp(t, REC_TRAILER_TAG, 4) != 0 || frame_check(t, 24) != nmt_le32(t + 24))
+        return fail(r, REC_ECORRUPT, off, "end marker checksum mismatch");
+    if (nmt_le32(t + 4) != 0)
+        return fail(r, REC_ECORRUPT, off, "reserved end marker flags are set");
+    if (nmt_le64(t + 8) != r->stream_records || nmt_le64(t + 16) != r->stream_chunks)
+        return fail(r, REC_ECORRUPT, off, "end marker counts %llu records in %llu chunks, stream had %llu in %llu",
+                    (unsigned long long)nmt_le64(t + 8), (unsigned long long)nmt_le64(t + 16),
+                    (unsigned long long)r->stream_records, (unsigned long long)r->stream_chunks);
+    r->in_pos += 36;
+    r->state = ST_AFTER_TRAILER;
+    return 0;
+}
+
+/* Another skippable frame of SIZE bytes: skipped without being stored; 0 or an error. */
+static int skip_frame(struct rec_reader *r, uint32_t size)
+{
+    if (r->state == ST_START)
+        return fail(r, REC_EMAGIC, in_offset(r), "input starts with a skippable frame that is not an nmt header");
+    uint64_t left = size;
+    r->in_pos += 8;
+    while (left > 0) {
+        long long g = fill(r, 1);
+        if (g < 0)
+            return (int)g;
+        if (g == 0)
+            return fail(r, REC_ETRUNC, in_offset(r), "input ends inside a skippable frame");
+        size_t avail = r->in_len - r->in_pos;
+        size_t take = avail < left ? avail : (size_t)left;
+        r->in_pos += take;
+        left -= take;
+    }
+    return 0;
+}
+
+/* Reads frames until the next data chunk: 1 when one starts, REC_END after the last stream's end
+ * marker, or an error. Headers, end markers and other skippable frames are handled on the way. */
 static int next_frame(struct rec_reader *r)
 {
     for (;;) {
@@ -530,33 +652,12 @@ static int next_frame(struct rec_reader *r)
         long long got = fill(r, 8);
         if (got < 0)
             return (int)got;
-        if (got == 0) {
-            if (r->state == ST_AFTER_TRAILER) {
-                r->state = ST_DONE;
-                return REC_END;
-            }
-            if (r->state == ST_START && off == 0)
-                return fail(r, REC_ETRUNC, off, "empty input (no stream header)");
-            return fail(r, REC_ETRUNC, off, "input ends without the stream's end marker");
-        }
+        if (got == 0)
+            return input_ended(r, off);
         const unsigned char *p = r->in + r->in_pos;
         uint32_t magic = got >= 4 ? nmt_le32(p) : 0;
-        if (got >= 4 && magic == REC_MAGIC_ZSTD) {
-            if (r->state != ST_BODY)
-                return fail(r, REC_ECORRUPT, off, "data chunk outside a stream (no header before it)");
-            long long g = fill(r, 5);
-            if (g < 0)
-                return (int)g;
-            if (g < 5)
-                return fail(r, REC_ETRUNC, off, "input ends inside a chunk");
-            unsigned char fhd = r->in[r->in_pos + 4];
-            if (!(fhd & 0x04))
-                return fail(r, REC_ECORRUPT, off, "chunk has no content checksum");
-            ZSTD_DCtx_reset(r->dctx, ZSTD_reset_session_only);
-            r->frame_offset = off;
-            r->state = ST_FRAME;
-            return 1;
-        }
+        if (got >= 4 && magic == REC_MAGIC_ZSTD)
+            return begin_chunk(r, off);
         if (got < 8) {
             if (r->state == ST_START && off == 0 && got >= 4 && (magic & 0xFFFFFFF0U) != 0x184D2A50U)
                 return fail(r, REC_EMAGIC, off, "bad magic 0x%08x", magic);
@@ -568,77 +669,15 @@ static int next_frame(struct rec_reader *r)
                 return fail(r, REC_EMAGIC, off, "bad magic 0x%08x", magic);
             return fail(r, REC_ECORRUPT, off, "bad frame magic 0x%08x", magic);
         }
-        if (magic == REC_MAGIC_HEADER) {
-            if (r->state == ST_BODY)
-                return fail(r, REC_ECORRUPT, off, "stream header inside a stream (missing end marker)");
-            if (size > REC_MAX_HEADER)
-                return fail(r, REC_ECORRUPT, off, "stream header of %u bytes exceeds %u", size, REC_MAX_HEADER);
-            long long g = fill(r, 8 + (size_t)size);
-            if (g < 0)
-                return (int)g;
-            if (g < 8 + (long long)size)
-                return fail(r, REC_ETRUNC, off, "input ends inside the stream header");
-            struct rec_header h = {0};
-            int rc = parse_header(r, r->in + r->in_pos + 8, size, off, &h);
-            if (rc == 0 && r->expect[0] && strcmp(h.kind, r->expect) != 0)
-                rc = fail(r, REC_EKIND, off, "expected a %s stream, got %s %u.%u", r->expect, h.kind, h.major, h.minor);
-            if (rc == 0 && r->streams > 0 && strcmp(h.kind, r->header.kind) != 0)
-                rc = fail(r, REC_EKIND, off, "a stream of kind %s follows one of kind %s", h.kind, r->header.kind);
-            if (rc == 0 && r->streams > 0)
-                rc = check_same_origin(r, &h, off);
-            if (rc < 0) {
-                header_clear(&h);
-                return rc;
-            }
-            if (r->streams == 0)
-                r->header = h;
-            else
-                header_clear(&h);
-            r->streams++;
-            r->stream_records = r->stream_chunks = 0;
-            r->in_pos += 8 + (size_t)size;
-            r->state = ST_BODY;
-            continue;
-        }
-        if (magic == REC_MAGIC_TRAILER) {
-            if (r->state != ST_BODY)
-                return fail(r, REC_ECORRUPT, off, "end marker without a stream header");
-            if (size != 28)
-                return fail(r, REC_ECORRUPT, off, "end marker of %u bytes (expected 28)", size);
-            long long g = fill(r, 8 + 28);
-            if (g < 0)
-                return (int)g;
-            if (g < 36)
-                return fail(r, REC_ETRUNC, off, "input ends inside the end marker");
-            const unsigned char *t = r->in + r->in_pos + 8;
-            if (memcmp(t, REC_TRAILER_TAG, 4) != 0 || frame_check(t, 24) != nmt_le32(t + 24))
-                return fail(r, REC_ECORRUPT, off, "end marker checksum mismatch");
-            if (nmt_le32(t + 4) != 0)
-                return fail(r, REC_ECORRUPT, off, "reserved end marker flags are set");
-            if (nmt_le64(t + 8) != r->stream_records || nmt_le64(t + 16) != r->stream_chunks)
-                return fail(r, REC_ECORRUPT, off, "end marker counts %llu records in %llu chunks, stream had %llu in %llu",
-                            (unsigned long long)nmt_le64(t + 8), (unsigned long long)nmt_le64(t + 16),
-                            (unsigned long long)r->stream_records, (unsigned long long)r->stream_chunks);
-            r->in_pos += 36;
-            r->state = ST_AFTER_TRAILER;
-            continue;
-        }
-        /* another skippable frame: skipped without being stored */
-        if (r->state == ST_START)
-            return fail(r, REC_EMAGIC, off, "input starts with a skippable frame that is not an nmt header");
-        uint64_t left = size;
-        r->in_pos += 8;
-        while (left > 0) {
-            long long g = fill(r, 1);
-            if (g < 0)
-                return (int)g;
-            if (g == 0)
-                return fail(r, REC_ETRUNC, in_offset(r), "input ends inside a skippable frame");
-            size_t avail = r->in_len - r->in_pos;
-            size_t take = avail < left ? avail : (size_t)left;
-            r->in_pos += take;
-            left -= take;
-        }
+        int rc;
+        if (magic == REC_MAGIC_HEADER)
+            rc = read_stream_header(r, off, size);
+        else if (magic == REC_MAGIC_TRAILER)
+            rc = read_end_marker(r, off, size);
+        else
+            rc = skip_frame(r, size);
+        if (rc < 0)
+            return rc;
     }
 }
 
