@@ -110,16 +110,8 @@ int64_t strtab_intern(struct strtab *t, const void *s, size_t len, int *added)
         t->len = ln;
         t->cap = cap;
     }
-    if (len > t->arena_cap - t->arena_len) {
-        size_t cap = t->arena_cap ? t->arena_cap : 4096;
-        while (cap - t->arena_len < len)
-            cap *= 2;
-        char *a = nmt_realloc(t->arena, cap);
-        if (!a)
-            return -1;
-        t->arena = a;
-        t->arena_cap = cap;
-    }
+    if (len > t->arena_cap - t->arena_len && NMT_GROW(t->arena, t->arena_cap, t->arena_len + len) < 0)
+        return -1;
     if (len)
         memcpy(t->arena + t->arena_len, s, len);
     uint32_t id = t->n++;

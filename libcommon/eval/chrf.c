@@ -39,17 +39,8 @@ static int chrf_side(bleu_metric *m, struct metric_side *sd, const char *s, size
         if (bleu_split(t->p, t->n, &sd->toks) < 0)
             return -1;
         size_t need = sd->toks.n * 2;
-        if (need > sd->w_cap) {
-            uint32_t *a = nmt_realloc(sd->wst, need * sizeof *a);
-            if (!a)
-                return -1;
-            sd->wst = a;
-            uint32_t *b = nmt_realloc(sd->wlen, need * sizeof *b);
-            if (!b)
-                return -1;
-            sd->wlen = b;
-            sd->w_cap = need;
-        }
+        if (NMT_GROW2(sd->wst, sd->wlen, sd->w_cap, need) < 0)
+            return -1;
         /* _remove_punctuation: split one ASCII punctuation mark off the end, else the start */
         for (size_t i = 0; i < sd->toks.n; i++) {
             uint32_t st = sd->toks.start[i], ln = sd->toks.len[i];

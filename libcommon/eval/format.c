@@ -162,16 +162,10 @@ static void sb_add(sbuf *b, const char *fmt, ...)
             b->n += (size_t)w;
             return;
         }
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap <= b->n + (size_t)w)
-            cap *= 2;
-        char *p = nmt_realloc(b->p, cap);
-        if (!p) {
+        if (NMT_GROW(b->p, b->cap, b->n + (size_t)w + 1) < 0) {
             b->err = 1;
             return;
         }
-        b->p = p;
-        b->cap = cap;
     }
 }
 

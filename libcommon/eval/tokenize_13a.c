@@ -51,21 +51,7 @@ void bleu_btoks_free(bleu_btoks *t)
 /* Makes room for N tokens (a text of N bytes has at most N). */
 static int btoks_reserve(bleu_btoks *t, size_t n)
 {
-    if (n <= t->cap)
-        return 0;
-    size_t cap = t->cap ? t->cap : 256;
-    while (cap < n)
-        cap *= 2;
-    const char **a = nmt_realloc(t->p, cap * sizeof *a);
-    if (!a)
-        return -1;
-    t->p = a;
-    uint32_t *b = nmt_realloc(t->len, cap * sizeof *b);
-    if (!b)
-        return -1;
-    t->len = b;
-    t->cap = cap;
-    return 0;
+    return NMT_GROW2(t->p, t->len, t->cap, n);
 }
 
 static inline void btoks_push(bleu_btoks *t, const char *p, size_t len)

@@ -294,17 +294,8 @@ static int parse_metadata(struct jp *p, struct st_file *f)
         return f->meta_key && f->meta_val ? 0 : nmt_seterr("out of memory");
     }
     for (;;) {
-        if (f->nmeta == cap) {
-            cap = cap ? 2 * cap : 16;
-            char **k = realloc(f->meta_key, cap * sizeof *k);
-            if (k)
-                f->meta_key = k;
-            char **v = realloc(f->meta_val, cap * sizeof *v);
-            if (v)
-                f->meta_val = v;
-            if (!k || !v)
-                return nmt_seterr("out of memory");
-        }
+        if (NMT_GROW2(f->meta_key, f->meta_val, cap, f->nmeta + 1) < 0)
+            return -1;
         char *key, *val;
         if (jp_string(p, &key) < 0)
             return -1;
@@ -697,18 +688,8 @@ void st_writer_free(struct st_writer *w)
 
 int st_writer_meta(struct st_writer *w, const char *key, const char *value)
 {
-    if (w->nm == w->mcap) {
-        size_t c = w->mcap ? 2 * w->mcap : 16;
-        char **k = realloc(w->mk, c * sizeof *k);
-        if (k)
-            w->mk = k;
-        char **v = realloc(w->mv, c * sizeof *v);
-        if (v)
-            w->mv = v;
-        if (!k || !v)
-            return nmt_seterr("out of memory");
-        w->mcap = c;
-    }
+    if (NMT_GROW2(w->mk, w->mv, w->mcap, w->nm + 1) < 0)
+        return -1;
     char *k = strdup(key), *v = strdup(value);
     if (!k || !v) {
         free(k);
@@ -727,18 +708,8 @@ int st_writer_add(struct st_writer *w, const char *name, int dt, int ndim, const
     for (size_t i = 0; i < w->nt; i++)
         if (!strcmp(w->t[i].name, name))
             return nmt_seterr("safetensors: duplicate tensor '%s'", name);
-    if (w->nt == w->cap) {
-        size_t c = w->cap ? 2 * w->cap : 32;
-        struct st_tensor *t = realloc(w->t, c * sizeof *t);
-        if (!t)
-            return nmt_seterr("out of memory");
-        w->t = t;
-        struct st_fill *fl = realloc(w->fill, c * sizeof *fl);
-        if (!fl)
-            return nmt_seterr("out of memory");
-        w->fill = fl;
-        w->cap = c;
-    }
+    if (NMT_GROW2(w->t, w->fill, w->cap, w->nt + 1) < 0)
+        return -1;
     w->fill[w->nt].fn = NULL;
     w->fill[w->nt].arg = NULL;
     struct st_tensor *t = &w->t[w->nt];
@@ -779,17 +750,9 @@ static void sb_put(struct sbuf *b, const char *s, size_t n)
 {
     if (b->oom)
         return;
-    if (b->len + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 1024;
-        while (c < b->len + n + 1)
-            c *= 2;
-        char *q = realloc(b->p, c);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = c;
+    if (NMT_GROW(b->p, b->cap, b->len + n + 1) < 0) {
+        b->oom = 1;
+        return;
     }
     memcpy(b->p + b->len, s, n);
     b->len += n;

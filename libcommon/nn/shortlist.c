@@ -79,15 +79,8 @@ int shortlist_counts_add(struct shortlist_counts *c, const uint32_t *src, int sl
     for (int i = 0; i < tlen; i++)
         if (tgt[i] >= V)
             return nmt_seterr("target id %u outside the vocabulary of %u", tgt[i], V);
-    if (need > c->set_cap) {
-        uint32_t *a = realloc(c->s_set, need * sizeof *a), *b = a ? realloc(c->t_set, need * sizeof *b) : NULL;
-        if (a)
-            c->s_set = a;
-        if (!b)
-            return nmt_seterr("out of memory");
-        c->t_set = b;
-        c->set_cap = need;
-    }
+    if (NMT_GROW2(c->s_set, c->t_set, c->set_cap, need) < 0)
+        return -1;
     int ns = distinct(src, slen, c->s_set), nt = distinct(tgt, tlen, c->t_set);
     for (int j = 0; j < tlen; j++)
         c->tgt_tokens[tgt[j]]++;
