@@ -38,9 +38,9 @@ static int read_all(struct batch_file *b)
     }
     if (b->n == 0)
         return nmt_seterr("%s: no batches", b->name);
-    b->perm = malloc(b->n * sizeof *b->perm);
+    b->perm = nmt_malloc(b->n * sizeof *b->perm);
     if (!b->perm)
-        return nmt_seterr("out of memory");
+        return -1;
     b->perm_epoch = UINT64_MAX;
     return 0;
 }

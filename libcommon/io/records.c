@@ -58,18 +58,8 @@ int tok_record_decode(struct tok_record *r, const unsigned char *p, size_t len)
         off += 4;
         if (n > (len - off) / 4)
             return nmt_seterr("tok record: %u tokens cannot fit in %zu bytes", n, len - off);
-        if (used + n > r->store_cap) {
-            size_t cap = (used + n) * 2 + 16;
-            const char **t = realloc(r->tok_store, cap * sizeof *t);
-            if (t)
-                r->tok_store = t;
-            uint32_t *l = realloc(r->len_store, cap * sizeof *l);
-            if (l)
-                r->len_store = l;
-            if (!t || !l)
-                return nmt_seterr("out of memory (tok record of %u tokens)", n);
-            r->store_cap = cap;
-        }
+        if (NMT_GROW2(r->tok_store, r->len_store, r->store_cap, used + n) < 0)
+            return -1;
         /* pointers are fixed up after the loop, since the store may move */
         for (uint32_t i = 0; i < n; i++) {
             if (len - off < 4)

@@ -161,9 +161,9 @@ static int jp_string(struct jp *p, char **out)
         p->i = p->n;
         return jp_err(p, "unterminated string");
     }
-    char *o = malloc(end - start + 1);
+    char *o = nmt_malloc(end - start + 1);
     if (!o)
-        return nmt_seterr("out of memory");
+        return -1;
     size_t k = 0;
     while (p->s[p->i] != '"') {
         unsigned char c = (unsigned char)p->s[p->i];
@@ -289,9 +289,9 @@ static int parse_metadata(struct jp *p, struct st_file *f)
         return -1;
     if (jp_peek(p) == '}') {
         p->i++;
-        f->meta_key = calloc(1, sizeof(char *));
-        f->meta_val = calloc(1, sizeof(char *));
-        return f->meta_key && f->meta_val ? 0 : nmt_seterr("out of memory");
+        f->meta_key = nmt_calloc(1, sizeof(char *));
+        f->meta_val = nmt_calloc(1, sizeof(char *));
+        return f->meta_key && f->meta_val ? 0 : -1;
     }
     for (;;) {
         if (NMT_GROW2(f->meta_key, f->meta_val, cap, f->nmeta + 1) < 0)
@@ -663,10 +663,7 @@ struct st_writer {
 
 struct st_writer *st_writer_new(void)
 {
-    struct st_writer *w = calloc(1, sizeof *w);
-    if (!w)
-        nmt_seterr("out of memory");
-    return w;
+    return nmt_calloc(1, sizeof(struct st_writer));
 }
 
 void st_writer_free(struct st_writer *w)
@@ -690,11 +687,10 @@ int st_writer_meta(struct st_writer *w, const char *key, const char *value)
 {
     if (NMT_GROW2(w->mk, w->mv, w->mcap, w->nm + 1) < 0)
         return -1;
-    char *k = strdup(key), *v = strdup(value);
-    if (!k || !v) {
+    char *k = nmt_strdup(key), *v = k ? nmt_strdup(value) : NULL;
+    if (!v) {
         free(k);
-        free(v);
-        return nmt_seterr("out of memory");
+        return -1;
     }
     w->mk[w->nm] = k;
     w->mv[w->nm++] = v;
@@ -714,9 +710,9 @@ int st_writer_add(struct st_writer *w, const char *name, int dt, int ndim, const
     w->fill[w->nt].arg = NULL;
     struct st_tensor *t = &w->t[w->nt];
     memset(t, 0, sizeof *t);
-    t->name = strdup(name);
+    t->name = nmt_strdup(name);
     if (!t->name)
-        return nmt_seterr("out of memory");
+        return -1;
     t->dtype = dt;
     t->ndim = ndim;
     uint64_t count = 1;
@@ -839,8 +835,8 @@ static int write_tensor(const struct st_writer *w, size_t i, int fd, const char 
     const struct st_tensor *t = &w->t[i];
     if (!w->fill[i].fn)
         return write_all_fd(fd, t->data, (size_t)t->nbytes, path);
-    if (!*chunk && !(*chunk = malloc(ST_FILL_CHUNK)))
-        return nmt_seterr("out of memory");
+    if (!*chunk && !(*chunk = nmt_malloc(ST_FILL_CHUNK)))
+        return -1;
     for (uint64_t o = 0; o < t->nbytes; o += ST_FILL_CHUNK) {
         size_t n = t->nbytes - o < ST_FILL_CHUNK ? (size_t)(t->nbytes - o) : ST_FILL_CHUNK;
         if (w->fill[i].fn(w->fill[i].arg, *chunk, o, n) < 0)

@@ -7,11 +7,11 @@
 
 int model_weights_alloc(struct model_weights *w, const struct model_config *c)
 {
-    w->enc = calloc((size_t)c->enc_layers, sizeof *w->enc);
-    w->dec = calloc((size_t)c->dec_layers, sizeof *w->dec);
-    if (!w->enc || !w->dec) {
+    w->enc = nmt_calloc((size_t)c->enc_layers, sizeof *w->enc);
+    w->dec = w->enc ? nmt_calloc((size_t)c->dec_layers, sizeof *w->dec) : NULL;
+    if (!w->dec) {
         model_weights_free(w);
-        return nmt_seterr("out of memory");
+        return -1;
     }
     return 0;
 }
