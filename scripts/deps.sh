@@ -16,6 +16,7 @@ pkgs=(
   libmicrohttpd-dev  # nmt-serve's HTTP server (no hand-written HTTP parser)
   libjansson-dev     # nmt-serve's JSON requests and answers (no hand-written JSON parser)
   bats               # command-line tests
+  parallel           # GNU parallel: Bats runs its files side by side with it (--jobs)
   valgrind           # memory checks of the tools
   man-db groff-base  # man -l to render and check the man pages
   python3            # test helpers

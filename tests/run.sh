@@ -19,6 +19,13 @@ if [ "${VALGRIND:-0}" = 1 ]; then
     export NMT_TEST_QUICK=1
 fi
 status=0
+# Tests run this many at a time: unit tests, and Bats files (each file's tests in order) when GNU
+# parallel is installed, as Bats needs it for --jobs.
+test_jobs=${NMT_TEST_JOBS:-$(nproc)}
+bats_jobs=()
+if [ "$test_jobs" -gt 1 ] && command -v parallel > /dev/null; then
+    bats_jobs=(--jobs "$test_jobs" --no-parallelize-within-files)
+fi
 
 tap_count() { # reads TAP on stdin, echoes "passed failed skipped" (a skip is not a pass)
     awk '/^ok .*# [Ss][Kk][Ii][Pp]/{s++; next} /^ok /{p++} /^not ok /{f++} END{print p+0, f+0, s+0}'
@@ -30,27 +37,43 @@ tap_skips() {
     grep -i '^ok .*# skip' "$2" | sed "s/^ok [0-9]* *-* *//; s/^/[$1] /" >> "$counts.skips"
 }
 
-for t in "$dir"/build/tests/test_*; do
-    [ -x "$t" ] || continue
-    name=$(basename "$t")
-    out=$(mktemp)
-    "${wrap[@]}" "$t" > "$out" 2> "$out.err"
-    rc=$?
+# One unit test: its TAP and stderr into files named after it in $work.
+run_unit() {
+    "${wrap[@]}" "$1" > "$work/$(basename "$1").out" 2> "$work/$(basename "$1").err"
+    echo $? > "$work/$(basename "$1").rc"
+}
+
+# Reports one unit test's results from $work, in the order of the listing.
+report_unit() {
+    local name out rc p f sk
+    name=$(basename "$1"); out=$work/$name.out
+    rc=$(cat "$work/$name.rc")
     read -r p f sk < <(tap_count < "$out")
-    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # a crash or abort counts as a failure
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # a crash or abort counts as a failure
     grep '^not ok' "$out" | sed "s/^/  [$label $name] /"
     if [ "$f" -ne 0 ]; then tail -20 "$out.err" | sed "s/^/  [$label $name stderr] /"; status=1; fi
     tap_skips "$label $name" "$out"
     echo "$label unit $name: $p passed, $f failed, $sk skipped"
     echo "$label-unit-$name $p $f $sk" >> "$counts"
-    rm -f "$out" "$out.err"
+}
+
+# The unit tests, NMT_TEST_JOBS at a time (default: the number of cores).
+work=$(mktemp -d)
+units=()
+for t in "$dir"/build/tests/test_*; do [ -x "$t" ] && units+=("$t"); done
+for t in "${units[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$test_jobs" ]; do wait -n; done
+    run_unit "$t" &
 done
+wait
+for t in "${units[@]}"; do report_unit "$t"; done
+rm -rf "$work"
 
 shopt -s nullglob
 suites=(tests/bats/*.bats)
 if [ ${#suites[@]} -gt 0 ] && [ "${VALGRIND:-0}" != 1 ]; then
     out=$(mktemp)
-    bats --tap "${suites[@]}" > "$out" 2>&1
+    bats --tap "${bats_jobs[@]}" "${suites[@]}" > "$out" 2>&1
     rc=$?
     read -r p f sk < <(tap_count < "$out")
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; cat "$out"; fi
