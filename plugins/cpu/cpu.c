@@ -1,5 +1,5 @@
-/* cpu.c: the cpu backend: context, memory, matrix products through OpenBLAS, and the table. */
-#include <cblas.h>
+/* cpu.c: the cpu backend: opening and closing contexts, memory, gemm, and the table of the plugin;
+ * nothing else in the plugin calls into this file. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -11,73 +11,6 @@
 
 #include "cpu.h"
 #include "kernels.h"
-
-static _Thread_local char open_err[512];
-
-int cpu_err(struct nmt_bctx *ctx, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(ctx ? ctx->err : open_err, ctx ? sizeof ctx->err : sizeof open_err, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-int cpu_scratch(struct nmt_bctx *ctx, size_t per)
-{
-    per = (per + 63) & ~(size_t)63;
-    if (per <= ctx->scratch_per)
-        return 0;
-    void *s = aligned_alloc(64, per * (size_t)ctx->threads);
-    if (!s)
-        return cpu_err(ctx, "out of memory (%zu bytes of scratch)", per * (size_t)ctx->threads);
-    free(ctx->scratch);
-    ctx->scratch = s;
-    ctx->scratch_per = per;
-    return 0;
-}
-
-/* ---------------- OpenBLAS, opened at run time ----------------
- * OpenBLAS reads its settings from the environment once, when it is loaded. One of them hurts
- * here: idle worker threads spin on sched_yield for 2^28 cycles (OPENBLAS_THREAD_TIMEOUT=28)
- * before sleeping, so between two products they take cores from this plugin's own threads (a
- * quarter of a training step's CPU time went to sched_yield). So the plugin opens OpenBLAS itself,
- * after setting the shortest spin (4) where the user has not set one. */
-
-typedef void (*blas_sgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint, blasint, blasint,
-                              float, const float *, blasint, const float *, blasint, float, float *, blasint);
-static struct {
-    blas_sgemm_fn sgemm;
-    void (*set_threads)(int);
-    int (*get_threads)(void);
-    char *(*corename)(void);
-    char err[400];
-} blas;
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-
-static void blas_load(void)
-{
-    if (!getenv("OPENBLAS_THREAD_TIMEOUT") && !getenv("GOTO_THREAD_TIMEOUT"))
-        setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
-    static const char *const names[] = { "libopenblas.so.0", "libopenblas.so" };
-    void *lib = NULL;
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++)
-        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        const char *e = dlerror();
-        snprintf(blas.err, sizeof blas.err, "cannot load OpenBLAS (libopenblas.so.0): %s", e ? e : "not found");
-        return;
-    }
-    /* dlsym returns object pointers; converting them to function pointers is what POSIX requires */
-    *(void **)&blas.sgemm = dlsym(lib, "cblas_sgemm");
-    *(void **)&blas.set_threads = dlsym(lib, "openblas_set_num_threads");
-    *(void **)&blas.get_threads = dlsym(lib, "openblas_get_num_threads");
-    *(void **)&blas.corename = dlsym(lib, "openblas_get_corename");
-    if (!blas.sgemm || !blas.set_threads || !blas.get_threads) {
-        snprintf(blas.err, sizeof blas.err, "%s lacks cblas_sgemm or openblas_set_num_threads", names[0]);
-        blas.sgemm = NULL;
-    }
-}
 
 static int cpu_score(void)
 {
@@ -101,9 +34,9 @@ static nmt_bctx *cpu_open(const struct nmt_backend_opts *opts)
     const char *isa_err = cpu_isa_env_error();
     if (isa_err)
         return cpu_err(NULL, "%s", isa_err), NULL;
-    pthread_once(&blas_once, blas_load);
-    if (!blas.sgemm)
-        return cpu_err(NULL, "%s", blas.err), NULL;
+    const char *blas_err = cpu_blas_open();
+    if (blas_err)
+        return cpu_err(NULL, "%s", blas_err), NULL;
     nmt_bctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return cpu_err(NULL, "out of memory"), NULL;
@@ -113,7 +46,7 @@ static nmt_bctx *cpu_open(const struct nmt_backend_opts *opts)
         free(ctx);
         return cpu_err(NULL, "cannot start %d threads", threads), NULL;
     }
-    blas.set_threads(threads);
+    cpu_blas_set_threads(threads);
     return ctx;
 }
 
@@ -132,7 +65,7 @@ static void cpu_close(nmt_bctx *ctx)
     free(ctx);
 }
 
-static const char *cpu_last_error(nmt_bctx *ctx) { return ctx ? ctx->err : open_err; }
+static const char *cpu_last_error(nmt_bctx *ctx) { return cpu_err_text(ctx); }
 
 static int cpu_props(nmt_bctx *ctx, struct nmt_backend_props *out)
 {
@@ -154,7 +87,7 @@ static int cpu_props(nmt_bctx *ctx, struct nmt_backend_props *out)
         fclose(f);
     }
     snprintf(out->device, sizeof out->device, "cpu: %s (%d thread%s, %s, OpenBLAS %s)", model, ctx->threads,
-             ctx->threads == 1 ? "" : "s", cpu_rowinv_isa_name(), blas.corename ? blas.corename() : "?");
+             ctx->threads == 1 ? "" : "s", cpu_isa_name(), cpu_blas_corename());
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     out->memory_bytes = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
     out->dtypes = NMT_DTYPE_F32 | NMT_DTYPE_BF16; /* bf16 matrix products (emulated exactly, mixed.c) */
@@ -226,44 +159,6 @@ static int cpu_memset_zero(nmt_bctx *ctx, void *dst, size_t bytes)
         return cpu_err(ctx, "memset_zero: NULL pointer");
     if (bytes)
         memset(dst, 0, bytes);
-    return 0;
-}
-
-int cpu_check_gemm(nmt_bctx *ctx, const char *what, int transA, int transB, int M, int N, int K, int lda, int ldb,
-                   int ldc)
-{
-    if (M < 0 || N < 0 || K < 0)
-        return cpu_err(ctx, "%s: negative size M=%d N=%d K=%d", what, M, N, K);
-    int acols = transA ? M : K, bcols = transB ? K : N;
-    if (lda < (acols > 1 ? acols : 1) || ldb < (bcols > 1 ? bcols : 1) || ldc < (N > 1 ? N : 1))
-        return cpu_err(ctx, "%s: leading dimension too small (lda=%d ldb=%d ldc=%d for M=%d N=%d K=%d)", what, lda,
-                       ldb, ldc, M, N, K);
-    return 0;
-}
-
-static void scale_c(float *C, int M, int N, int ldc, float beta)
-{
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++)
-            C[(size_t)i * ldc + j] = beta == 0 ? 0 : beta * C[(size_t)i * ldc + j];
-}
-
-int cpu_gemm_f32(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc)
-{
-    if (cpu_check_gemm(ctx, "gemm", transA, transB, M, N, K, lda, ldb, ldc) < 0)
-        return -1;
-    if (M == 0 || N == 0)
-        return 0;
-    if (K == 0 || alpha == 0) {
-        scale_c(C, M, N, ldc, beta);
-        return 0;
-    }
-    if (blas.get_threads() != ctx->threads) /* process-global: follow this context */
-        blas.set_threads(ctx->threads);
-    pool_set_spin(ctx->pool, 0); /* from now on OpenBLAS's threads need the cores between the pool's jobs */
-    blas.sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K, alpha,
-                A, lda, B, ldb, beta, C, ldc);
     return 0;
 }
 

@@ -85,11 +85,18 @@ int cpu_set_precision(nmt_bctx *ctx, uint32_t dtype);
 int cpu_cast(nmt_bctx *ctx, void *dst, uint32_t dst_dtype, const void *src, uint32_t src_dtype, size_t n);
 int cpu_gemm_ex(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const void *A,
                 uint32_t a_dtype, int lda, const void *B, uint32_t b_dtype, int ldb, float beta, float *C, int ldc);
-/* cpu.c: the float32 product of gemm (OpenBLAS sgemm; A and B are read only when M, N, K > 0 and
+/* blas.c: opens OpenBLAS once per process (setting OPENBLAS_THREAD_TIMEOUT first where unset);
+ * NULL, or the reason it cannot be used. */
+const char *cpu_blas_open(void);
+/* blas.c: OpenBLAS's thread count (process-wide); only after cpu_blas_open succeeded. */
+void cpu_blas_set_threads(int threads);
+/* blas.c: OpenBLAS's name of the CPU core it tuned for, or "?". */
+const char *cpu_blas_corename(void);
+/* blas.c: the float32 product of gemm (OpenBLAS sgemm; A and B are read only when M, N, K > 0 and
  * alpha != 0), whatever the context's precision; 0 or -1. */
 int cpu_gemm_f32(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc);
-/* cpu.c: 0 if gemm's sizes and leading dimensions are valid, else -1 with the error naming WHAT. */
+/* blas.c: 0 if gemm's sizes and leading dimensions are valid, else -1 with the error naming WHAT. */
 int cpu_check_gemm(nmt_bctx *ctx, const char *what, int transA, int transB, int M, int N, int K, int lda, int ldb,
                    int ldc);
 /* attention.c: attention_forward_lse and attention_backward_lse (ABI 2.2). */
@@ -98,9 +105,11 @@ int cpu_attention_forward_lse(nmt_bctx *ctx, float *out, float *lse, const float
 int cpu_attention_backward_lse(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *out,
                                const float *lse, const float *q, const float *k, const float *v,
                                const struct nmt_attn_args *a);
-/* Sets CTX's error text; returns -1. */
+/* ctx.c: sets CTX's error text (a thread's own when CTX is NULL: a failed open); returns -1. */
 int cpu_err(struct nmt_bctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Makes sure each thread has PER bytes of scratch (64-byte aligned); 0 or -1 with the error set. */
+/* ctx.c: the last error text of CTX, or of this thread's failed open when CTX is NULL. */
+const char *cpu_err_text(const struct nmt_bctx *ctx);
+/* ctx.c: makes sure each thread has PER bytes of scratch (64-byte aligned); 0 or -1 with the error set. */
 int cpu_scratch(struct nmt_bctx *ctx, size_t per);
 /* Returns thread TID's scratch area. */
 static inline void *cpu_scratch_of(struct nmt_bctx *ctx, int tid)

@@ -29,7 +29,7 @@ int cpu_isa(void);
 /* NULL when NMT_CPU_ISA is unset, empty or one of the names above, else a message naming it. */
 const char *cpu_isa_env_error(void);
 /* The path gemm_rowinv and linear_rowinv take now: "amx", "avx512vnni", "avx512", "avx2" or
- * "portable" (see gemm.c). */
-const char *cpu_rowinv_isa_name(void);
+ * "portable" (isa.c). */
+const char *cpu_isa_name(void);
 
 #endif
