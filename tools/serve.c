@@ -662,7 +662,7 @@ static void serve(struct server *s, const sigset_t *set)
 
 #define CLIENT_BATCH_BYTES (256u << 10) /* text of one request at most, unless one line is longer */
 
-/* The lines of one request: copies of the input's lines FIRST... */
+/* The lines of one request: copies of the input's lines from line FIRST (1-based) on. */
 struct client_batch {
     char **text;               /* (cap) owned */
     size_t *len;               /* (cap) */
@@ -674,7 +674,6 @@ struct client_batch {
 static int client_flush(struct serve_client *c, struct client_batch *b, struct nmt_buf *out)
 {
     out->len = 0;
-    /* the server's errors name the lines, the input is stdin */
     int rc = b->n ? serve_client_translate(c, b->text, b->len, b->n, b->first, out) : 0;
     if (rc == 0 && out->len && (fwrite(out->data, 1, out->len, stdout) != out->len || fflush(stdout)))
         rc = nmt_seterr("write failed: %s", strerror(errno));
