@@ -33,7 +33,11 @@ class Driver:
         self.profile = tempfile.mkdtemp(prefix="nmt-browser-")
         self.proc = subprocess.Popen(["chromedriver", "--port=0"], stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True)
-        self.base = "http://127.0.0.1:%d" % self._port()
+        try:
+            self.base = "http://127.0.0.1:%d" % self._port()
+        except RuntimeError:
+            self.close()
+            raise
         # the rest of its output is read and dropped, so that it never blocks on a full pipe
         threading.Thread(target=self.proc.stdout.read, daemon=True).start()
 
