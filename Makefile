@@ -92,9 +92,9 @@ $(BIN)/nmt-%: $(OBJ)/tools/%.o $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -rdynamic $< $(LIB_A) $(LIBS) -o $@
 
-# nmt-serve alone links the HTTP and JSON libraries (scripts/deps.sh); the libcommon/serve objects
+# nmt-serve alone links the HTTP server, JSON and HTTP client libraries (scripts/deps.sh); the libcommon/serve objects
 # that use them are pulled from libnmt.a only by what calls them.
-SERVE_LIBS := -lmicrohttpd -ljansson
+SERVE_LIBS := -lmicrohttpd -ljansson -lcurl
 $(BIN)/nmt-serve: LIBS += $(SERVE_LIBS)
 
 $(BIN)/nmt: $(OBJ)/tools/nmt.o $(LIB_A)
@@ -235,7 +235,7 @@ $(FUZZ_LIB_OBJ): fuzz-build/obj/%.o: %.c $(wildcard libcommon/*/*.h)
 	@mkdir -p $(@D)
 	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZERS): fuzz-build/%: tests/fuzz/%.c $(FUZZ_LIB_OBJ)
-	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) $(LIBS) -ljansson -o $@
+	clang $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) $(LIBS) -ljansson -lcurl -o $@
 
 fuzz: $(FUZZERS)
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS) .check-counts $(FUZZERS)

@@ -15,6 +15,8 @@ pkgs=(
   libutf8proc-dev    # Unicode normalisation, case mapping and categories
   libmicrohttpd-dev  # nmt-serve's HTTP server (no hand-written HTTP parser)
   libjansson-dev     # nmt-serve's JSON requests and answers (no hand-written JSON parser)
+  libcurl4-openssl-dev  # nmt-serve --client's HTTP requests (no hand-written HTTP client)
+  chromium chromium-driver  # the test of nmt-serve's page in a headless browser, driven over WebDriver
   bats               # command-line tests
   parallel           # GNU parallel: Bats runs its files side by side with it (--jobs)
   valgrind           # memory checks of the tools

@@ -529,23 +529,11 @@ static int engine_load(struct state *st, struct engine *e, int last)
     /* with sharing the first engine loaded before the others started (run_batches) */
     int share = e != first && engines_share(st) && first->loaded;
     for (int i = 0; i < o->nmodels; i++) {
-        if (share) {
-            e->in[i] = infer_new_shared(e->be, first->in[i]);
-        } else {
-            e->m[i] = model_new(e->be, &st->cfg[i], 0);
-            if (!e->m[i])
-                return -1;
-            if ((last ? model_load_consume(e->m[i], st->ckpt[i]) : model_load(e->m[i], st->ckpt[i], 0)) < 0)
-                return nmt_seterr("'%s': %s", o->model[i], nmt_errmsg());
-            if (last) {
-                st_free(st->ckpt[i]);
-                st->ckpt[i] = NULL;
-            }
-            /* the model is read only through this state (and those sharing it): once packed, the
-             * float32 copies of its layers are given back */
-            e->in[i] = infer_new(e->be, e->m[i], (o->variant ? 0 : INFER_INVARIANT) | INFER_DISCARD, o->precision);
-        }
-        if (!e->in[i] || infer_set_shortlist(e->in[i], st->sl) < 0)
+        /* the model is read only through this state (and those sharing it): once packed, the
+         * float32 copies of its layers are given back */
+        struct infer_load_opts lo = {&st->cfg[i], o->model[i], (o->variant ? 0 : INFER_INVARIANT) | INFER_DISCARD,
+                                     o->precision, st->sl};
+        if (!(e->in[i] = infer_load(e->be, share ? first->in[i] : NULL, &st->ckpt[i], last, &lo, &e->m[i])))
             return -1;
     }
     e->loaded = 1;

@@ -1,6 +1,7 @@
 /* nmt-serve: a translation server over HTTP (nmt-serve(1)). HTTP is libmicrohttpd's, one thread
  * per connection; JSON is libcommon/serve/request.c's; the sentences of all requests are batched
- * and decoded by libcommon/serve/pool.c through the search of nmt-decode. */
+ * and decoded by libcommon/serve/pool.c through the search of nmt-decode. With --client, the
+ * client of such a server instead (libcommon/serve/client.c, through libcurl). */
 #include <errno.h>
 #include <getopt.h>
 #include <microhttpd.h>
@@ -14,15 +15,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/utf8.h"
 #include "cli/cli.h"
 #include "cli/opt.h"
+#include "io/lines.h"
 #include "nn/infer.h"
+#include "serve/client.h"
 #include "serve/pool.h"
 #include "serve/request.h"
 
 static void usage(void)
 {
     printf("Usage: %s [OPTION]... -m CHECKPOINT\n"
+           "  or:  %s --client URL [-b K] [--nbest N] [--scores] [--batch-lines N] < text > translations\n"
            "Serves translations over HTTP: POST /translate takes {\"text\": [\"...\"], \"beam\": K, \"nbest\": N}\n"
            "and answers {\"translations\": [...]}; GET /health, GET /metrics (Prometheus text), GET / (a page\n"
            "to try the model). The sentences of concurrent requests are decoded together in batches; a sentence\n"
@@ -54,19 +59,29 @@ static void usage(void)
            "      --jobs N            batches decoded at once, each with threads/N threads, all reading one\n"
            "                          copy of the model (default: the threads, at most 4; 1 on an accelerator)\n"
            "  -q, --quiet             no log lines on stderr\n"
+           "\n"
+           "Client mode (a client of a running server, no model of its own):\n"
+           "      --client URL        send the lines of stdin to the server at URL (http://HOST:PORT) and write\n"
+           "                          their translations to stdout in order, as nmt-decode writes them; -b and\n"
+           "                          --nbest are sent with each request (default: the server's)\n"
+           "      --scores            score TAB translation, as nmt-decode --scores\n"
+           "      --batch-lines N     lines sent in one request at most (default 32)\n"
+           "      --retry-for SECONDS send a request answered 503 again, after its Retry-After, for that long\n"
+           "                          at most (default 60)\n"
+           "      --timeout SECONDS   with --client: the longest a request may take (default 300)\n"
            "  -h, --help              show this help and exit\n"
            "      --version           show version information and exit\n"
            "\n"
            "SIGTERM or SIGINT: stop accepting connections, answer the requests in flight, exit 0.\n"
            "SIGHUP: read the checkpoint again and serve new requests with it; those in flight finish on the old.\n"
            "Exit status: 0 success, 1 runtime failure, 2 usage error.\n",
-           nmt_progname());
+           nmt_progname(), nmt_progname());
 }
 
 enum {
     OPT_LISTEN = 256, OPT_PORTFILE, OPT_NBEST, OPT_MAXBEAM, OPT_ALPHA, OPT_LA, OPT_LB, OPT_MAXSENT, OPT_WAIT, OPT_QUEUE,
     OPT_REQSENT, OPT_BODY, OPT_LINE, OPT_CONNS, OPT_TIMEOUT, OPT_PRECISION, OPT_SHORTLIST, OPT_BACKEND, OPT_THREADS,
-    OPT_JOBS, OPT_VERSION
+    OPT_JOBS, OPT_VERSION, OPT_CLIENT, OPT_SCORES, OPT_BATCHLINES, OPT_RETRY
 };
 
 struct opts {
@@ -74,8 +89,10 @@ struct opts {
     struct serve_limits lim;   /* the requests' */
     const char *listen, *port_file;
     size_t max_body;
-    unsigned conns, timeout;
+    unsigned conns, timeout;   /* timeout 0: 30 s, or 300 s in client mode */
     int quiet;
+    struct serve_client_opts client; /* client mode when client.url is set */
+    size_t batch_lines;
 };
 
 /* ---- the server ---- */
@@ -420,6 +437,16 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MH
 /* Checks the combinations of options; -1 to go on, or the usage error's exit status. */
 static int check_args(struct opts *o)
 {
+    if (o->client.url) {
+        if (o->so.model)
+            return nmt_usage_error("-m is the server's: with --client the server's model translates");
+        o->client.timeout = o->timeout ? (long)o->timeout : 300;
+        return -1;
+    }
+    if (o->client.scores || o->batch_lines)
+        return nmt_usage_error("--scores and --batch-lines are the client's (--client URL)");
+    if (!o->timeout)
+        o->timeout = 30;
     if (!o->so.model)
         return nmt_usage_error("a checkpoint is required (-m FILE)");
     if (o->lim.beam > o->lim.max_beam)
@@ -452,8 +479,8 @@ static int parse_opt(int c, const char *arg, struct opts *o)
     case 'm': o->so.model = arg; break;
     case OPT_LISTEN: o->listen = arg; break;
     case OPT_PORTFILE: o->port_file = arg; break;
-    case 'b': bad = opt_int("--beam", arg, 1, 256, &o->lim.beam); break;
-    case OPT_NBEST: bad = opt_int("--nbest", arg, 1, 256, &o->lim.nbest); break;
+    case 'b': bad = opt_int("--beam", arg, 1, 256, &o->lim.beam), o->client.beam = o->lim.beam; break;
+    case OPT_NBEST: bad = opt_int("--nbest", arg, 1, 256, &o->lim.nbest), o->client.nbest = o->lim.nbest; break;
     case OPT_MAXBEAM: bad = opt_int("--max-beam", arg, 1, 256, &o->lim.max_beam); break;
     case OPT_ALPHA: bad = opt_double("--alpha", arg, 0, 10, 0, &o->so.so.alpha); break;
     case OPT_LA: bad = opt_double("--max-len-a", arg, 0, 1000, 0, &o->so.so.len_a); break;
@@ -476,6 +503,10 @@ static int parse_opt(int c, const char *arg, struct opts *o)
     case OPT_THREADS: bad = opt_int("--threads", arg, 0, 1024, &o->so.threads); break;
     case OPT_JOBS: bad = opt_int("--jobs", arg, 1, 256, &o->so.jobs); break;
     case 'q': o->quiet = 1; break;
+    case OPT_CLIENT: o->client.url = arg; break;
+    case OPT_SCORES: o->client.scores = 1; break;
+    case OPT_BATCHLINES: bad = opt_size("--batch-lines", arg, 1, 1000000, &o->batch_lines); break;
+    case OPT_RETRY: bad = opt_double("--retry-for", arg, 0, 86400, 0, &o->client.retry_for); break;
     case 'h': usage(); return 1;
     case OPT_VERSION: nmt_print_version(); return 1;
     default: nmt_usage_hint(); return -1;
@@ -500,6 +531,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
         {"jobs", required_argument, 0, OPT_JOBS},       {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},                  {"version", no_argument, 0, OPT_VERSION},
+        {"client", required_argument, 0, OPT_CLIENT},   {"scores", no_argument, 0, OPT_SCORES},
+        {"batch-lines", required_argument, 0, OPT_BATCHLINES}, {"retry-for", required_argument, 0, OPT_RETRY},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "m:b:t:qh", lopts, NULL)) != -1) {
@@ -625,16 +658,107 @@ static void serve(struct server *s, const sigset_t *set)
     stop(s);
 }
 
+/* ---- client mode ---- */
+
+#define CLIENT_BATCH_BYTES (256u << 10) /* text of one request at most, unless one line is longer */
+
+/* The lines of one request: copies of the input's lines from line FIRST (1-based) on. */
+struct client_batch {
+    char **text;               /* (cap) owned */
+    size_t *len;               /* (cap) */
+    size_t n, cap, bytes;
+    uint64_t first;
+};
+
+/* Sends batch B through C, writes its translations to stdout and empties B. 0, or -1 with the error set. */
+static int client_flush(struct serve_client *c, struct client_batch *b, struct nmt_buf *out)
+{
+    out->len = 0;
+    int rc = b->n ? serve_client_translate(c, b->text, b->len, b->n, b->first, out) : 0;
+    if (rc == 0 && out->len && (fwrite(out->data, 1, out->len, stdout) != out->len || fflush(stdout)))
+        rc = nmt_seterr("write failed: %s", strerror(errno));
+    for (size_t i = 0; i < b->n; i++)
+        free(b->text[i]);
+    b->first += b->n;
+    b->n = b->bytes = 0;
+    return rc;
+}
+
+/* Checks line NO of stdin (LEN bytes) and adds a copy of it to B. 0, or -1 with the error set. */
+static int client_add(struct client_batch *b, const char *line, size_t len, uint64_t no)
+{
+    size_t bad;
+    const char *nul = memchr(line, 0, len);
+    if (nul)
+        return nmt_seterr("stdin: line %llu: a NUL byte at byte %zu", (unsigned long long)no, (size_t)(nul - line));
+    if (utf8_check(line, len, &bad) < 0)
+        return nmt_seterr("stdin: line %llu: not valid UTF-8 (byte %zu)", (unsigned long long)no, bad);
+    if (!(b->text[b->n] = malloc(len + 1)))
+        return nmt_seterr("out of memory");
+    memcpy(b->text[b->n], line, len + 1);
+    b->len[b->n++] = len;
+    b->bytes += len;
+    return 0;
+}
+
+/* nmt-serve --client: stdin's lines, --batch-lines a request, translated by the server, to stdout. */
+static int client_main(const struct opts *o)
+{
+    struct client_batch b = {.cap = o->batch_lines ? o->batch_lines : 32, .first = 1};
+    struct nmt_buf out = {0};
+    struct line_reader lr = {0};
+    struct serve_client *c = NULL;
+    b.text = calloc(b.cap, sizeof *b.text);
+    b.len = calloc(b.cap, sizeof *b.len);
+    int rc = b.text && b.len ? 0 : nmt_seterr("out of memory");
+    if (rc == 0 && (line_reader_open(&lr, NULL, 0) < 0 || !(c = serve_client_open(&o->client))))
+        rc = -1;
+    char *line;
+    size_t len;
+    int got = 0;
+    while (rc == 0 && (got = line_next(&lr, &line, &len)) == 1) {
+        if (b.n && b.bytes + len > CLIENT_BATCH_BYTES)
+            rc = client_flush(c, &b, &out);
+        if (rc == 0)
+            rc = client_add(&b, line, len, lr.line);
+        if (rc == 0 && b.n == b.cap)
+            rc = client_flush(c, &b, &out);
+    }
+    if (rc == 0 && got < 0)
+        rc = -1;
+    if (rc == 0)
+        rc = client_flush(c, &b, &out);
+    if (rc < 0)
+        nmt_error("%s", nmt_errmsg());
+    if (c && serve_client_retries(c) && !o->quiet)
+        nmt_error("%llu requests answered 503 (the server's queue full) were sent again",
+                  (unsigned long long)serve_client_retries(c));
+    for (size_t i = 0; b.text && i < b.n; i++)
+        free(b.text[i]);
+    free(b.text);
+    free(b.len);
+    nmt_buf_free(&out);
+    line_reader_close(&lr);
+    serve_client_close(c);
+    if (nmt_close_stdout() < 0) {
+        nmt_error("%s", nmt_errmsg());
+        rc = -1;
+    }
+    return rc == 0 ? NMT_EXIT_OK : NMT_EXIT_DATA;
+}
+
 int main(int argc, char **argv)
 {
     nmt_start(argv);
-    struct opts o = {.listen = "127.0.0.1:8080", .max_body = 1 << 20, .conns = 256, .timeout = 30,
+    struct opts o = {.listen = "127.0.0.1:8080", .max_body = 1 << 20, .conns = 256, .client = {.retry_for = 60},
                      .lim = {.max_sentences = 256, .max_line_bytes = 65536, .max_beam = 16, .beam = 1, .nbest = 1},
                      .so = {.precision = NMT_DTYPE_F32, .max_tokens = 4096, .max_wait_ms = 10, .max_queue = 1024,
                             .so = SEARCH_OPTS_DEFAULT}};
     int status = parse_args(argc, argv, &o);
     if (status >= 0)
         return status;
+    if (o.client.url)
+        return client_main(&o);
     /* the signals are waited for by the main thread alone: every thread started after inherits the mask */
     sigset_t set;
     sigemptyset(&set);

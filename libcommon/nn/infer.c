@@ -3,6 +3,7 @@
  * row-invariant linear layer of decoding. */
 #include "nn/infer.h"
 #include "io/records.h"
+#include "io/safetensors.h"
 #include "base/util.h"
 #include "nn/blocks.h"
 #include "nn/params.h"
@@ -1184,4 +1185,30 @@ int infer_reorder(struct infer *in, int ns, const int *keep, const int *parent)
     in->ns = ns;
     in->R = Rn;
     return 0;
+}
+
+struct infer *infer_load(struct backend *be, const struct infer *owner, struct st_file **ckpt, int consume,
+                         const struct infer_load_opts *o, struct model **m)
+{
+    struct infer *in = NULL;
+    if (owner) {
+        in = infer_new_shared(be, owner);
+    } else {
+        if (!(*m = model_new(be, o->cfg, 0)))
+            return NULL;
+        if ((consume ? model_load_consume(*m, *ckpt) : model_load(*m, *ckpt, 0)) < 0) {
+            nmt_seterr("'%s': %s", o->path, nmt_errmsg());
+            return NULL;
+        }
+        if (consume) {
+            st_free(*ckpt);
+            *ckpt = NULL;
+        }
+        in = infer_new(be, *m, o->flags, o->precision);
+    }
+    if (in && infer_set_shortlist(in, o->sl) < 0) {
+        infer_free(in);
+        in = NULL;
+    }
+    return in;
 }

@@ -48,6 +48,21 @@ struct infer *infer_new(struct backend *be, struct model *m, unsigned flags, uin
  * would, without copies of them; its own decoding memory. OWNER must be freed after it. Returns it,
  * or NULL with the error set. */
 struct infer *infer_new_shared(struct backend *be, const struct infer *owner);
+/* What infer_load reads and how: the one way nmt-decode's engines and nmt-serve's workers get a state. */
+struct st_file;
+struct infer_load_opts {
+    const struct model_config *cfg;  /* the checkpoint's configuration */
+    const char *path;                /* its name, for messages */
+    unsigned flags;                  /* infer_new's */
+    uint32_t precision;              /* infer_new's */
+    const struct shortlist *sl;      /* infer_set_shortlist's (NULL: the whole vocabulary) */
+};
+/* Returns an inference state on BE as O says, limited to O->sl: over OWNER's weights when OWNER is
+ * given (infer_new_shared), else over a new model in *M (which the caller frees after the state)
+ * read from *CKPT; with CONSUME the tensors are moved out of *CKPT (model_load_consume), which is
+ * freed and set NULL before the weights are packed. NULL with the error set (free a *M set). */
+struct infer *infer_load(struct backend *be, const struct infer *owner, struct st_file **ckpt, int consume,
+                         const struct infer_load_opts *o, struct model **m);
 /* Sets *DTYPE to the precision named NAME: "float32", "int8" (NMT_DTYPE_INT8), "int8-all"
  * (NMT_DTYPE_INT8 | INFER_OUTPUT_TOO), "bf16" or "bf16-all" (likewise); 0, or -1 with the error set. */
 int infer_precision_parse(const char *name, uint32_t *dtype);

@@ -92,16 +92,9 @@ static int worker_open(struct serve_pool *p, int i, int threads)
     w->p = p;
     if (!(w->be = backend_open(p->o.backend, &bo)))
         return -1;
-    if (i > 0 && backend_can_share(w->be, p->w[0].be)) {
-        w->in = infer_new_shared(w->be, p->w[0].in);
-    } else {
-        if (!(w->m = model_new(w->be, &p->cfg, 0)))
-            return -1;
-        if (model_load(w->m, p->ckpt, 0) < 0)
-            return nmt_seterr("'%s': %s", p->o.model, nmt_errmsg());
-        w->in = infer_new(w->be, w->m, INFER_INVARIANT | INFER_DISCARD, p->o.precision);
-    }
-    if (!w->in || infer_set_shortlist(w->in, p->sl) < 0)
+    struct infer_load_opts lo = {&p->cfg, p->o.model, INFER_INVARIANT | INFER_DISCARD, p->o.precision, p->sl};
+    int share = i > 0 && backend_can_share(w->be, p->w[0].be);
+    if (!(w->in = infer_load(w->be, share ? p->w[0].in : NULL, &p->ckpt, 0, &lo, &w->m)))
         return -1;
     size_t cap = p->o.max_queue ? p->o.max_queue : 1;
     w->batch = calloc(cap, sizeof *w->batch);

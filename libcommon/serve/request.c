@@ -2,6 +2,7 @@
 #include "serve/request.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -226,4 +227,92 @@ int serve_error_json(const char *msg, struct nmt_buf *out)
         return nmt_seterr("out of memory");
     }
     return dump(o, out);
+}
+
+/* ---- the client's side ---- */
+
+int serve_request_write(char *const *text, const size_t *len, size_t n, int beam, int nbest, int scores,
+                        struct nmt_buf *out)
+{
+    json_t *root = json_object(), *list = json_array();
+    if (!root || !list || json_object_set_new(root, "text", list) < 0) {
+        json_decref(root);
+        return nmt_seterr("out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        if (json_array_append_new(list, json_stringn(text[i], len[i])) < 0) {
+            json_decref(root);
+            return nmt_seterr("sentence %zu of the request: not valid UTF-8, or out of memory", i + 1);
+        }
+    if ((beam && json_object_set_new(root, "beam", json_integer(beam)) < 0) ||
+        (nbest && json_object_set_new(root, "nbest", json_integer(nbest)) < 0) ||
+        (scores && json_object_set_new(root, "scores", json_true()) < 0)) {
+        json_decref(root);
+        return nmt_seterr("out of memory");
+    }
+    return dump(root, out);
+}
+
+/* Appends to OUT the line PREFIX, SCORE TAB (when SCORE is given), TEXT of hypothesis H (a string,
+ * or an object with "text" and "score"). 0, or -1 with the error set. */
+static int read_hyp(json_t *h, const char *prefix, struct nmt_buf *out)
+{
+    json_t *t = json_is_string(h) ? h : json_object_get(h, "text");
+    json_t *sc = json_is_object(h) ? json_object_get(h, "score") : NULL;
+    if (!json_is_string(t) || (json_is_object(h) && !json_is_number(sc)))
+        return nmt_seterr("the answer's translations are neither strings nor {\"text\", \"score\"} objects");
+    char num[64] = "";
+    if (sc)
+        snprintf(num, sizeof num, "%.6f\t", json_number_value(sc));
+    if (nmt_buf_append(out, prefix, strlen(prefix)) < 0 || nmt_buf_append(out, num, strlen(num)) < 0 ||
+        nmt_buf_append(out, json_string_value(t), json_string_length(t)) < 0 || nmt_buf_append(out, "\n", 1) < 0)
+        return nmt_seterr("out of memory");
+    return 0;
+}
+
+/* Appends the lines of entry E of the answer, for input line LINE, to OUT. 0, or -1 with the error set. */
+static int read_entry(json_t *e, uint64_t line, struct nmt_buf *out)
+{
+    json_t *nb = json_is_object(e) ? json_object_get(e, "nbest") : NULL;
+    if (!nb)
+        return read_hyp(e, "", out);
+    if (!json_is_array(nb) || json_array_size(nb) == 0)
+        return nmt_seterr("the answer's 'nbest' is not a list of hypotheses");
+    for (size_t k = 0; k < json_array_size(nb); k++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "%llu\t%zu\t", (unsigned long long)line, k + 1);
+        if (read_hyp(json_array_get(nb, k), prefix, out) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int serve_answer_read(const char *body, size_t len, size_t n, uint64_t first, struct nmt_buf *out)
+{
+    json_error_t err;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &err);
+    if (!root)
+        return nmt_seterr("the answer is not JSON: %s at line %d, column %d", err.text, err.line, err.column);
+    json_t *list = json_object_get(root, "translations");
+    int rc = 0;
+    if (!json_is_array(list))
+        rc = nmt_seterr("the answer has no 'translations' list");
+    else if (json_array_size(list) != n)
+        rc = nmt_seterr("the answer has %zu translations for %zu sentences", json_array_size(list), n);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = read_entry(json_array_get(list, i), first + i, out);
+    json_decref(root);
+    return rc;
+}
+
+int serve_error_read(const char *body, size_t len, char *msg, size_t size)
+{
+    msg[0] = 0;
+    json_t *root = json_loadb(body, len, 0, NULL);
+    json_t *m = json_object_get(root, "error");
+    int rc = json_is_string(m) ? 0 : -1;
+    if (rc == 0)
+        snprintf(msg, size, "%s", json_string_value(m));
+    json_decref(root);
+    return rc;
 }

@@ -4,11 +4,14 @@
  * A request is an object {"text": ["sentence", ...], "beam": K, "nbest": N, "scores": false,
  * "alignment": false}; only "text" is required. The answer is {"translations": [...]}: strings, or,
  * with "scores" or N > 1, objects {"text": best, "score": s} with "nbest": [{"text", "score"}, ...]
- * when N > 1. Errors are {"error": "what was wrong"}. JSON is read and written by Jansson. */
+ * when N > 1. Errors are {"error": "what was wrong"}. JSON is read and written by Jansson, on the
+ * server's side (parse a request, write its answer) and on the client's (nmt-serve --client: write a
+ * request, read its answer). */
 #ifndef NMT_SERVE_REQUEST_H
 #define NMT_SERVE_REQUEST_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/buf.h"
 #include "nn/search.h"
@@ -47,5 +50,20 @@ int serve_answer(const struct serve_request *r, const struct search_result *res,
                  struct nmt_buf *out);
 /* Writes {"error": MSG} into OUT (replacing its contents). 0, or -1 (out of memory). */
 int serve_error_json(const char *msg, struct nmt_buf *out);
+
+/* The client's side. Writes the request {"text": [...], "beam": BEAM, "nbest": NBEST, "scores": SCORES}
+ * for the N sentences TEXT (LEN bytes each, valid UTF-8) into OUT (replacing its contents); BEAM
+ * and NBEST 0 are left out (the server's defaults), SCORES 0 too. 0, or -1 with the error set. */
+int serve_request_write(char *const *text, const size_t *len, size_t n, int beam, int nbest, int scores,
+                        struct nmt_buf *out);
+/* Reads the answer BODY (LEN bytes) to a request of N sentences, the first one line FIRST (1-based)
+ * of the input, and appends nmt-decode's output lines for them to OUT, as the answer's entries ask:
+ * a string gives the text; an object "score TAB text"; an object with "nbest" a line "FIRST+i TAB
+ * rank TAB score TAB text" a hypothesis. 0, or -1 with the error set (not JSON, another shape, or
+ * not N translations). */
+int serve_answer_read(const char *body, size_t len, size_t n, uint64_t first, struct nmt_buf *out);
+/* Copies the message of the error answer BODY (LEN bytes, {"error": MSG}) into MSG (SIZE > 0 bytes,
+ * cut if longer). 0, or -1 when BODY is not such an answer (MSG is then left empty). */
+int serve_error_read(const char *body, size_t len, char *msg, size_t size);
 
 #endif

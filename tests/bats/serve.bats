@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # nmt-serve through the real server on 127.0.0.1 (a free port): translations equal nmt-decode's alone
 # and under 32 concurrent clients, every error's status and message, the full queue, SIGTERM with
-# requests in flight, SIGHUP reload. A tiny model trained for a few steps in setup_file.
+# requests in flight, SIGHUP reload; its client mode (--client) and its page in a headless Chromium.
+# A tiny model trained for a few steps in setup_file.
 
 load common
 
@@ -241,12 +242,19 @@ call() {
     [ "$code" = 503 ]
     grep -qx $'Retry-After: 1\r' "$D/ans.head"
     grep -qF '"error":"the queue is full (4 of --max-queue 4 sentences waiting)"' "$D/ans"
+    # the client gives up at once without retries, and waits out the Retry-After with them
+    sed -n 1p "$D/src.en" > "$D/one.en"
+    run nmt-serve --client "$S" --retry-for 0 < "$D/one.en"
+    [ "$status" -eq 1 ]
+    [[ "$output" == "nmt-serve: line 1: 'http://$S/translate' still answered 503 after 0 s of retries: the queue is full"* ]]
+    nmt-serve --client "$S" < "$D/one.en" > "$D/got1" 2> "$D/client.err"
+    $DEC -m "$D/m.ckpt" | sed -n 1p | same_as "$D/got1"
+    grep -q "requests answered 503 (the server's queue full) were sent again" "$D/client.err"
     wait $bg
     [ "$(sed -n 1p "$D/first")" = 200 ]
     # SIGTERM with 3 requests in flight: each answered, then exit 0
-    sed -n 1p "$D/src.en" > "$D/one.en"
     run $CLIENT drain "$S" "$pid" "$D/one.en" 3
-    [ "$status" -eq 0 ] || { echo "$output"; cat "$D/slow.log"; return 1; }
+    [ "$status" -eq 0 ] || { cat "$D/slow.log"; return 1; }
     [ "$output" = "answered 3" ]
     rm -f "$D/slow.pid"
     wait "$pid"
@@ -278,4 +286,64 @@ call() {
     $CLIENT translate "$S" "$D/src.en" > "$D/gb"
     cmp "$D/rb" "$D/gb"
     grep -q "reloaded '$D/live.ckpt'" "$D/live.log"
+}
+
+@test "--client: stdin's lines through the server, in requests of --batch-lines, as nmt-decode writes them" {
+    $DEC -m "$D/m.ckpt" > "$D/ref1"
+    nmt-serve --client "http://$A" --batch-lines 5 < "$D/src.en" > "$D/got1"
+    cmp "$D/ref1" "$D/got1"
+    $DEC -m "$D/m.ckpt" --beam 4 --scores > "$D/ref4"
+    nmt-serve --client "http://$A/" -b 4 --scores --batch-lines 8 < "$D/src.en" > "$D/got4"
+    cmp "$D/ref4" "$D/got4"
+    # n-best lines carry their input line numbers across requests
+    $DEC -m "$D/m.ckpt" --beam 4 --nbest 3 > "$D/refn"
+    nmt-serve --client "http://$A/translate" -b 4 --nbest 3 --batch-lines 7 < "$D/src.en" > "$D/gotn"
+    cmp "$D/refn" "$D/gotn"
+    # several requests were made: the server counted them
+    [ "$(metric "$A" 'nmt_serve_requests_total{code="200"}')" -ge 9 ]
+    nmt-serve --client "$A" < /dev/null > "$D/none"
+    [ ! -s "$D/none" ]
+}
+
+@test "--client errors: the server down, its error messages naming the input line, bad input, usage" {
+    # nothing listens on port 1
+    run nmt-serve --client http://127.0.0.1:1 < "$D/src.en"
+    [ "$status" -eq 1 ]
+    [[ "$output" == "nmt-serve: cannot reach 'http://127.0.0.1:1/translate': "*"(lines 1-24 not translated)" ]]
+    # line 6 over the server's --max-line-bytes 600: the requests before it are written, then the error
+    { sed -n 1,5p "$D/src.en"; printf 'b %.0s' $(seq 350); echo; sed -n 6,9p "$D/src.en"; } > "$D/long.en"
+    run nmt-serve --client "$A" --batch-lines 2 < "$D/long.en"
+    [ "$status" -eq 1 ]
+        [ "${lines[-1]}" = "nmt-serve: line 6: 'http://$A/translate' answered 413: 'text'[1] has 700 bytes, over the limit of 600 (--max-line-bytes)" ]
+    $DEC -m "$D/m.ckpt" | sed -n 1,4p > "$D/ref4"
+    nmt-serve --client "$A" --batch-lines 2 < "$D/long.en" 2>/dev/null > "$D/part" || true
+    cmp "$D/ref4" "$D/part"
+    run nmt-serve --client "$A" --batch-lines 9 < "$D/src.en"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-serve: lines 1-9: 'http://$A/translate' answered 413: 9 sentences exceed the limit of 8 (--max-request-sentences)" ]
+    run nmt-serve --client "$A" -b 8 < "$D/src.en"
+    [ "$status" -eq 1 ]
+    [[ "$output" == *"answered 400: 'beam' must be from 1 to 4 (--max-beam)" ]]
+    printf 'A man.\nab\xffc\n' > "$D/bad.en"
+    run nmt-serve --client "$A" < "$D/bad.en"
+    [ "$status" -eq 1 ]
+    [ "$output" = "nmt-serve: stdin: line 2: not valid UTF-8 (byte 2)" ]
+    run nmt-serve --client "$A" -m "$D/m.ckpt"
+    [ "$status" -eq 2 ]
+    run nmt-serve -m "$D/m.ckpt" --scores
+    [ "$status" -eq 2 ]
+    [[ "$output" == *"--scores and --batch-lines are the client's (--client URL)"* ]]
+    # the server served on
+    call GET /health
+    [ "$code" = 200 ]
+}
+
+@test "the page in a headless Chromium: a sentence typed, the button clicked, nmt-decode's translation shown" {
+    command -v chromium > /dev/null || skip "chromium is not installed (scripts/deps.sh installs it)"
+    command -v chromedriver > /dev/null || skip "chromedriver is not installed (Debian chromium-driver)"
+    local sentence="A man in a blue shirt is standing on a ladder."
+    echo "$sentence" > "$D/sentence.en"
+    nmt-decode --threads 2 --max-len-b 8 -m "$D/m.ckpt" -i "$D/sentence.en" > "$D/ref"
+    $PY "$NMT_SRCDIR/tests/helpers/browser.py" "$A" "$sentence" 60 > "$D/page"
+    cmp "$D/ref" "$D/page"
 }

@@ -10,9 +10,12 @@
                                               requests; prints what nmt-decode prints with the same
                                               options (text; score TAB text; line TAB rank TAB score
                                               TAB text); exit 1 if a request failed
-  serve_client.py load ADDR FILE C            sends FILE's lines one a request from C concurrent clients
+  serve_client.py load ADDR FILE C [SECONDS]  sends FILE's lines one a request from C concurrent clients
                                               (each client its share, in turn); prints "sentences/s p50_ms
-                                              p99_ms errors"
+                                              p99_ms errors requests" (errors: answers other than 200 with
+                                              one translation a line, and requests that failed). With
+                                              SECONDS: each client goes round its share for that long, in
+                                              requests of 1 to 8 lines in turn (the soak)
   serve_client.py drain ADDR PID FILE N       sends N requests of FILE's lines at once, waits until
                                               the server has them all in flight, sends PID SIGTERM,
                                               and checks that each is answered 200 with a translation
@@ -136,22 +139,44 @@ def drain(addr, pid, path, n):
     return 0
 
 
-def load(addr, path, clients):
+def load(addr, path, clients, seconds=None):
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")[:-1]
-    lat, errors = [], []
+    lat, errors, sent = [], [0], [0]
+    lock = threading.Lock()
+    end = time.time() + seconds if seconds else None
+
+    def one(c, chunk):
+        """Sends CHUNK; returns the connection to go on with (a new one after a failure)."""
+        t = time.time()
+        ok = False
+        try:
+            c.request("POST", "/translate", body=json.dumps({"text": chunk}),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            ok = r.status == 200 and len(json.loads(data)["translations"]) == len(chunk)
+        except (OSError, http.client.HTTPException, ValueError, KeyError):
+            c.close()
+            c = conn(addr)
+        with lock:
+            lat.append(time.time() - t)
+            sent[0] += len(chunk)
+            errors[0] += 0 if ok else 1
+        return c
 
     def client(k):
         c = conn(addr)
-        for line in lines[k::clients]:
-            t = time.time()
-            c.request("POST", "/translate", body=json.dumps({"text": [line]}),
-                      headers={"Content-Type": "application/json"})
-            r = c.getresponse()
-            r.read()
-            lat.append(time.time() - t)
-            if r.status != 200:
-                errors.append(r.status)
+        mine = lines[k::clients]
+        if end is None:
+            for line in mine:
+                c = one(c, [line])
+        else:
+            i, size = 0, 1
+            while mine and time.time() < end:
+                chunk = [mine[(i + j) % len(mine)] for j in range(size)]
+                c = one(c, chunk)
+                i, size = i + size, size % 8 + 1
         c.close()
 
     t0 = time.time()
@@ -162,8 +187,12 @@ def load(addr, path, clients):
         t.join()
     wall = time.time() - t0
     lat.sort()
-    pct = lambda q: 1000 * lat[min(len(lat) - 1, int(q * len(lat)))]
-    print("%.1f %.1f %.1f %d" % (len(lines) / wall, pct(0.5), pct(0.99), len(errors) + len(lines) - len(lat)))
+
+    def pct(q):  # nearest rank
+        return 1000 * lat[max(0, min(len(lat) - 1, -(-int(q * 1000) * len(lat) // 1000) - 1))] if lat else 0.0
+
+    expected = len(lines) if end is None else len(lat)
+    print("%.1f %.1f %.1f %d %d" % (sent[0] / wall, pct(0.5), pct(0.99), errors[0] + expected - len(lat), len(lat)))
     return 0
 
 
@@ -180,7 +209,7 @@ def main(argv):
     if cmd == "translate":
         return translate(addr, argv[3], argv[4:])
     if cmd == "load":
-        return load(addr, argv[3], int(argv[4]))
+        return load(addr, argv[3], int(argv[4]), float(argv[5]) if len(argv) > 5 else None)
     if cmd == "drain":
         return drain(addr, int(argv[3]), argv[4], int(argv[5]))
     raise SystemExit("unknown command " + cmd)
