@@ -227,7 +227,9 @@ call() {
 }
 
 @test "a full queue answers 503 with Retry-After; SIGTERM answers the requests in flight and exits 0" {
-    start_server slow -m "$D/m.ckpt" --max-queue 4 --max-request-sentences 4 --max-wait-ms 1000 -t 100000
+    # the queue stays full for --max-wait-ms: long enough for the three requests below that must
+    # find it full, on a loaded machine under the sanitizers too
+    start_server slow -m "$D/m.ckpt" --max-queue 4 --max-request-sentences 4 --max-wait-ms 4000 -t 100000
     local S pid
     S=$(cat "$D/slow.addr")
     pid=$(cat "$D/slow.pid")
