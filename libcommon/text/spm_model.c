@@ -353,6 +353,9 @@ static int map_ids(struct spm_model *m)
             return nmt_seterr("%s: trainer_spec %s %lld outside the %u pieces", m->name, what[k], (long long)special[k], m->n);
         if (special[k] < 0)
             special[k] = -1;
+        else if (m->ptype[special[k]] != SPM_CONTROL)
+            return nmt_seterr("%s: trainer_spec %s %lld names a piece that is not a control piece", m->name, what[k],
+                              (long long)special[k]);
         for (int j = 0; j < k + 1 && special[k] >= 0; j++)
             if (j != k && special[j] == special[k])
                 return nmt_seterr("%s: trainer_spec %s names the piece of %s", m->name, what[k], what[j]);

@@ -102,3 +102,19 @@ refused() { # nmt-tokenize refuses model $1 with a message naming it and contain
     bytes twice 'b"\x0a\x05\x0a\x01a\x18\x02\x0a\x03\x0a\x01a"'
     refused twice "piece 'a' defined twice"
 }
+
+@test "a model is the vocabulary of training and decoding: the checkpoint keeps it" {
+    model unigram_identity
+    sed -n 1,60p "$F/input.txt" > "$TMP/src"; sed -n 151,210p "$F/input.txt" > "$TMP/tgt"
+    nmt-tokenize --vocab "$TMP/unigram_identity.model" --src "$TMP/src" --tgt "$TMP/tgt" | nmt-batch -t 600 -o "$TMP/b" 2>/dev/null
+    nmt-train --preset tiny --d-model 32 --ff 64 --heads 2 --layers 1 --threads 1 -q --warmup 5 --max-steps 3 \
+        --vocab "$TMP/unigram_identity.model" -i "$TMP/b" -o "$TMP/m.ckpt"
+    nmt-cat "$TMP/m.ckpt" > "$TMP/cat"
+    grep -q "^model.vocab	601$" "$TMP/cat"   # the 600 pieces and nmt's <pad>
+    sed -n 1,3p "$TMP/src" | nmt-decode -m "$TMP/m.ckpt" --threads 1 --max-len-a 0 --max-len-b 5 > "$TMP/out"
+    [ "$(wc -l < "$TMP/out")" -eq 3 ]
+    # and the ids stream of the model's pieces is what the checkpoint's vocabulary reads back
+    sed -n 1,3p "$TMP/src" | nmt-tokenize --vocab "$TMP/unigram_identity.model" -o "$TMP/ids"
+    nmt-decode -m "$TMP/m.ckpt" --threads 1 --max-len-a 0 --max-len-b 5 --in ids -i "$TMP/ids" > "$TMP/out2"
+    cmp "$TMP/out" "$TMP/out2"
+}
