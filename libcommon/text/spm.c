@@ -16,10 +16,14 @@ static size_t one_char_len(const char *s)
     return (size_t)"\1\1\1\1\1\1\1\1\1\1\1\1\2\2\3\4"[(unsigned char)*s >> 4];
 }
 
+static int charsmap_starts(const struct spm_model *m, unsigned char c);
+
 void spm_encoder_init(struct spm_encoder *e, const struct spm_model *m)
 {
     memset(e, 0, sizeof *e);
     e->m = m;
+    for (unsigned char c = 0; c < 128; c++)
+        e->plain[c] = !m->ncharsmap || !charsmap_starts(m, c);
 }
 
 void spm_encoder_free(struct spm_encoder *e)
@@ -87,10 +91,23 @@ static size_t charsmap_match(const struct spm_model *m, const unsigned char *s, 
     return longest;
 }
 
+/* Whether a rule of the character map starts with byte C (the root has a transition on it). */
+static int charsmap_starts(const struct spm_model *m, unsigned char c)
+{
+    uint32_t unit = nmt_le32(m->charsmap), id = (((unit) >> 10) << (((unit) & (1u << 9)) >> 6)) ^ c;
+    return id < m->ncharsmap && (nmt_le32(m->charsmap + 4 * (size_t)id) & ((1u << 31) | 0xFF)) == c;
+}
+
 /* spm's NormalizePrefix: the replacement of the longest rule at S (LEN > 0 bytes) in *OUT, *OUTLEN,
  * returning the bytes it consumes; 0 with the error set for a rule outside the strings. */
-static size_t normalize_prefix(const struct spm_model *m, const char *s, size_t len, const char **out, size_t *outlen)
+static size_t normalize_prefix(const struct spm_encoder *e, const char *s, size_t len, const char **out, size_t *outlen)
 {
+    const struct spm_model *m = e->m;
+    if ((unsigned char)s[0] < 0x80 && e->plain[(unsigned char)s[0]]) {
+        *out = s;
+        *outlen = 1;
+        return 1;
+    }
     uint32_t value = 0;
     size_t n = m->ncharsmap ? charsmap_match(m, (const unsigned char *)s, len, &value) : 0;
     if (n) {
@@ -124,7 +141,7 @@ int spm_normalize(struct spm_encoder *e, const char *s, size_t len)
     size_t rl, c;
     o->len = 0;
     while (m->remove_extra_whitespaces && len) { /* heading spaces */
-        if (!(c = normalize_prefix(m, s, len, &r, &rl)))
+        if (!(c = normalize_prefix(e, s, len, &r, &rl)))
             return -1;
         if (rl != 1 || r[0] != ' ')
             break;
@@ -136,14 +153,21 @@ int spm_normalize(struct spm_encoder *e, const char *s, size_t len)
         return -1;
     int prev_space = m->remove_extra_whitespaces;
     while (len) {
-        if (!(c = normalize_prefix(m, s, len, &r, &rl)))
+        if (!(c = normalize_prefix(e, s, len, &r, &rl)))
             return -1;
         while (prev_space && rl && r[0] == ' ')
             r++, rl--;
         if (rl) {
-            for (size_t k = 0; k < rl; k++)
-                if ((m->escape_whitespaces && r[k] == ' ' ? put_space(o, 1) : nmt_buf_append(o, r + k, 1)) < 0)
-                    return -1;
+            if (o->cap - o->len < rl * 3 && nmt_buf_reserve(o, rl * 3) < 0)
+                return -1;
+            unsigned char *d = o->data + o->len;
+            for (size_t k = 0; k < rl; k++) {
+                if (m->escape_whitespaces && r[k] == ' ')
+                    memcpy(d, space_symbol, 3), d += 3;
+                else
+                    *d++ = (unsigned char)r[k];
+            }
+            o->len = (size_t)(d - o->data);
             prev_space = r[rl - 1] == ' ';
         }
         s += c, len -= c;
@@ -197,13 +221,11 @@ static int encode_unigram(struct spm_encoder *e, uint32_t *nraw)
         if (mblen > size - start)
             mblen = size - start;
         int single = 0;
-        uint64_t node = 0;
+        int32_t node = 0;
         for (size_t k = start; k < size; k++) {
-            const uint64_t *child = u64map_find(&m->trie, node << 8 | (unsigned char)t[k]);
-            if (!child)
+            if ((node = spm_trie_next(m, node, (unsigned char)t[k])) < 0)
                 break;
-            node = *child;
-            int64_t id = m->node_piece[node];
+            int32_t id = m->piece[node];
             if (id < 0 || m->ptype[id] == SPM_UNUSED)
                 continue;
             float cand = m->score[id] + here;
@@ -237,12 +259,14 @@ static int encode_unigram(struct spm_encoder *e, uint32_t *nraw)
 struct bpe_sym {
     int32_t prev, next;        /* neighbours, -1 at the ends */
     uint32_t off, len;         /* bytes of the normalised line; len 0 once merged away */
+    int32_t node;              /* the trie node of its text, -1 when no piece starts with it */
 };
 
 struct bpe_pair {
     float score;
     int32_t left, right;
     uint32_t len;              /* bytes of the merged piece when the pair was seen */
+    int32_t node;              /* the merged piece's trie node */
 };
 
 /* Whether pair A is merged before pair B: the higher score, then the leftmost (spm's agenda). */
@@ -259,12 +283,16 @@ static int bpe_maybe_push(struct spm_encoder *e, size_t *nheap, int32_t left, in
     const struct spm_model *m = e->m;
     const struct bpe_sym *sym = e->sym;
     uint32_t len = sym[left].len + sym[right].len;
-    int64_t id = strtab_find(&m->text, e->norm.data + sym[left].off, len);
+    const unsigned char *s = e->norm.data + sym[right].off;
+    int32_t node = sym[left].node; /* the left symbol's node, then on with the right's bytes */
+    for (uint32_t k = 0; k < sym[right].len && node >= 0; k++)
+        node = spm_trie_next(m, node, s[k]);
+    int32_t id = node < 0 ? -1 : m->piece[node];
     if (id < 0 || m->ptype[id] != SPM_NORMAL)
         return 0;
     if (NMT_GROW(*(struct bpe_pair **)&e->heap, e->heap_cap, *nheap + 1) < 0)
         return -1;
-    struct bpe_pair *h = e->heap, p = {m->score[id], left, right, len};
+    struct bpe_pair *h = e->heap, p = {m->score[id], left, right, len, node};
     size_t i = (*nheap)++;
     for (; i > 0 && pair_before(&p, &h[(i - 1) / 2]); i = (i - 1) / 2)
         h[i] = h[(i - 1) / 2];
@@ -304,7 +332,10 @@ static int bpe_split(struct spm_encoder *e, size_t *nsym)
         size_t l = one_char_len(t + off);
         if (l > size - off)
             l = size - off;
-        sym[n] = (struct bpe_sym){(int32_t)n - 1, off + l < size ? (int32_t)n + 1 : -1, (uint32_t)off, (uint32_t)l};
+        int32_t node = 0;
+        for (size_t k = 0; k < l && node >= 0; k++)
+            node = spm_trie_next(e->m, node, (unsigned char)t[off + k]);
+        sym[n] = (struct bpe_sym){(int32_t)n - 1, off + l < size ? (int32_t)n + 1 : -1, (uint32_t)off, (uint32_t)l, node};
         off += l;
     }
     *nsym = n;
@@ -329,6 +360,7 @@ static int encode_bpe(struct spm_encoder *e, uint32_t *nraw)
         if (l->len == 0 || r->len == 0 || l->len + r->len != top.len)
             continue;
         l->len += r->len;
+        l->node = top.node;
         l->next = r->next;
         if (r->next >= 0)
             sym[r->next].prev = top.left;

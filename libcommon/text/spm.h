@@ -14,7 +14,6 @@
 
 #include "base/buf.h"
 #include "base/strtab.h"
-#include "base/u64map.h"
 
 #define SPM_MAX_FILE (1u << 30)   /* largest model a reader accepts */
 
@@ -45,11 +44,18 @@ struct spm_model {
     uint32_t ncharsmap;
     const char *normalized;    /* (nnormalized) NUL-terminated replacement strings */
     uint32_t nnormalized;
-    /* the piece trie of segmentation: node (k << 8 | byte) -> child k', node 0 the root */
-    struct u64map trie;
-    int64_t *node_piece;       /* (nnodes) model id ending at each node, or -1 */
-    uint32_t nnodes;
+    /* the trie of the normal and unused pieces, a double array: from node s (the root 0) byte c leads
+     * to t = base[s] + c when check[t] == s; piece[t] is the model id ending there, or -1 */
+    int32_t *base, *check, *piece;
+    uint32_t ntrie;
 };
+
+/* The node byte C leads to from node S of M's trie, or -1. */
+static inline int32_t spm_trie_next(const struct spm_model *m, int32_t s, unsigned char c)
+{
+    uint32_t t = (uint32_t)m->base[s] + c;
+    return t < m->ntrie && m->check[t] == s ? (int32_t)t : -1;
+}
 
 /* The scratch of one encoding thread (any number per model). */
 struct spm_encoder {
@@ -63,6 +69,7 @@ struct spm_encoder {
     size_t raw_cap;
     uint32_t *raw_end;         /* (raw) end offset in norm of each piece */
     size_t raw_end_cap;
+    uint8_t plain[128];        /* ASCII bytes no rule of the character map starts with */
 };
 
 /* Parses the SentencePiece model in DATA (LEN bytes, copied); NAME names it in errors. Returns the

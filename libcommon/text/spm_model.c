@@ -386,34 +386,109 @@ static int map_ids(struct spm_model *m)
     return 0;
 }
 
-/* The trie of the unigram lattice: the normal and unused pieces. */
-static int build_trie(struct spm_model *m)
+struct trie_key {
+    const unsigned char *s;
+    uint32_t len, id;
+};
+
+static int key_cmp(const void *a, const void *b)
 {
-    size_t cap = 0;
-    m->nnodes = 1;
-    if (NMT_GROW(m->node_piece, cap, 1) < 0)
+    const struct trie_key *x = a, *y = b;
+    uint32_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->s, y->s, n);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+struct trie_job {
+    int32_t node;
+    uint32_t lo, hi, depth;    /* the sorted keys [lo, hi) below NODE, sharing DEPTH bytes */
+};
+
+/* Makes room for slots up to NEED in M's double array (new slots free: check -1). */
+static int trie_room(struct spm_model *m, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap, c2 = *cap, c3 = *cap;
+    if (need > (1u << 30))
+        return nmt_seterr("%s: piece trie too large", m->name);
+    if (NMT_GROW(m->base, c, need) < 0 || NMT_GROW(m->check, c2, need) < 0 || NMT_GROW(m->piece, c3, need) < 0)
         return -1;
-    m->node_piece[0] = -1;
-    for (uint32_t i = 0; i < m->n; i++) {
-        if (m->ptype[i] != SPM_NORMAL && m->ptype[i] != SPM_UNUSED)
-            continue;
-        uint32_t len, node = 0;
-        const unsigned char *s = (const unsigned char *)strtab_get(&m->text, i, &len);
-        for (uint32_t k = 0; k < len; k++) {
-            uint64_t *child = u64map_get(&m->trie, (uint64_t)node << 8 | s[k]);
-            if (!child)
-                return -1;
-            if (*child == 0) {
-                if (NMT_GROW(m->node_piece, cap, (size_t)m->nnodes + 1) < 0)
-                    return -1;
-                m->node_piece[m->nnodes] = -1;
-                *child = m->nnodes++;
-            }
-            node = (uint32_t)*child;
-        }
-        m->node_piece[node] = i;
+    for (size_t i = *cap; i < c; i++)
+        m->base[i] = 0, m->check[i] = -1, m->piece[i] = -1;
+    *cap = c;
+    return 0;
+}
+
+/* Places the children of job J (the keys' distinct bytes at its depth) at the first free base, and
+ * queues them. */
+static int trie_place(struct spm_model *m, const struct trie_key *k, struct trie_job j, struct trie_job **stack,
+                      size_t *nstack, size_t *stack_cap, size_t *cap, uint32_t *first_free)
+{
+    if (j.lo < j.hi && k[j.lo].len == j.depth)
+        m->piece[j.node] = (int32_t)k[j.lo++].id;
+    if (j.lo == j.hi)
+        return 0;
+    unsigned char label[256];
+    uint32_t from[257], n = 0;
+    for (uint32_t i = j.lo; i < j.hi; i++)
+        if (n == 0 || k[i].s[j.depth] != label[n - 1])
+            from[n] = i, label[n++] = k[i].s[j.depth];
+    from[n] = j.hi;
+    while (*first_free < m->ntrie && m->check[*first_free] >= 0)
+        ++*first_free;
+    uint32_t b = *first_free > label[0] ? *first_free - label[0] : 1;
+    for (;; b++) {
+        if (trie_room(m, cap, (size_t)b + 256) < 0)
+            return -1;
+        uint32_t i = 0;
+        while (i < n && m->check[b + label[i]] < 0)
+            i++;
+        if (i == n)
+            break;
+    }
+    m->base[j.node] = (int32_t)b;
+    if (NMT_GROW(*stack, *stack_cap, *nstack + n) < 0)
+        return -1;
+    for (uint32_t i = 0; i < n; i++) {
+        m->check[b + label[i]] = j.node;
+        if (b + label[i] + 1 > m->ntrie)
+            m->ntrie = b + label[i] + 1;
+        (*stack)[(*nstack)++] = (struct trie_job){(int32_t)(b + label[i]), from[i], from[i + 1], j.depth + 1};
     }
     return 0;
+}
+
+/* The trie of segmentation: the normal and unused pieces, as a double array. */
+static int build_trie(struct spm_model *m)
+{
+    struct trie_key *k = nmt_malloc(((size_t)m->n + 1) * sizeof *k);
+    struct trie_job *stack = NULL;
+    size_t nk = 0, nstack = 0, stack_cap = 0, cap = 0;
+    uint32_t first_free = 1;
+    int rc = k ? trie_room(m, &cap, 256) : -1;
+    for (uint32_t i = 0; rc == 0 && i < m->n; i++) {
+        if (m->ptype[i] == SPM_NORMAL || m->ptype[i] == SPM_UNUSED) {
+            k[nk] = (struct trie_key){NULL, 0, i};
+            k[nk].s = (const unsigned char *)strtab_get(&m->text, i, &k[nk].len);
+            nk++;
+        }
+    }
+    if (rc == 0) {
+        qsort(k, nk, sizeof *k, key_cmp);
+        m->check[0] = 0;
+        m->ntrie = 1;
+        rc = NMT_GROW(stack, stack_cap, 1);
+    }
+    if (rc == 0)
+        stack[nstack++] = (struct trie_job){0, 0, (uint32_t)nk, 0};
+    while (rc == 0 && nstack) {
+        struct trie_job j = stack[--nstack];
+        rc = trie_place(m, k, j, &stack, &nstack, &stack_cap, &cap, &first_free);
+    }
+    free(stack);
+    free(k);
+    return rc;
 }
 
 int spm_sniff(const void *data, size_t len)
@@ -429,7 +504,6 @@ struct spm_model *spm_parse(const void *data, size_t len, const char *name)
     if (!m)
         return NULL;
     strtab_init(&m->text);
-    u64map_init(&m->trie);
     m->type = SPM_UNIGRAM;
     m->bos = 1, m->eos = 2, m->pad = -1;
     m->add_dummy_prefix = m->remove_extra_whitespaces = m->escape_whitespaces = 1;
@@ -444,7 +518,7 @@ struct spm_model *spm_parse(const void *data, size_t len, const char *name)
         memcpy(m->bytes, data, len);
     m->nbytes = len;
     struct pb b = {m->bytes, 0, len, m->name};
-    if (parse_top(m, &b) < 0 || check_pieces(m) < 0 || map_ids(m) < 0 || (m->type == SPM_UNIGRAM && build_trie(m) < 0)) {
+    if (parse_top(m, &b) < 0 || check_pieces(m) < 0 || map_ids(m) < 0 || build_trie(m) < 0) {
         spm_free(m);
         return NULL;
     }
@@ -463,8 +537,9 @@ void spm_free(struct spm_model *m)
     free(m->to_nmt);
     free(m->to_model);
     free(m->unk_surface);
-    u64map_free(&m->trie);
-    free(m->node_piece);
+    free(m->base);
+    free(m->check);
+    free(m->piece);
     free(m);
 }
 
