@@ -468,9 +468,18 @@ int spm_decode(const struct spm_model *m, const uint32_t *ids, size_t n, struct 
         }
         int byte = mid >= 0 && m->ptype[mid] == SPM_BYTE;
         if ((!byte || nbytes == sizeof bytes) && nbytes) {
-            if (put_bytes(out, bytes, nbytes) < 0)
+            /* a full buffer is written up to its last character start, which no character before it
+             * runs over, so the bytes are read as one run would be */
+            size_t cut = nbytes;
+            for (size_t k = nbytes - 1; byte && k + 4 > nbytes; k--)
+                if ((bytes[k] & 0xC0) != 0x80) {
+                    cut = k;
+                    break;
+                }
+            if (put_bytes(out, bytes, cut) < 0)
                 return -1;
-            nbytes = 0;
+            memmove(bytes, bytes + cut, nbytes - cut);
+            nbytes -= cut;
         }
         if (mid < 0 || m->ptype[mid] == SPM_CONTROL)
             continue;

@@ -404,26 +404,46 @@ struct trie_job {
     uint32_t lo, hi, depth;    /* the sorted keys [lo, hi) below NODE, sharing DEPTH bytes */
 };
 
+/* The building double array's free slots: skip[i] == i for a free slot, else a slot after i from
+ * which to search on (path-halved, so finding the next free slot is nearly constant time). */
+struct trie_free {
+    uint32_t *skip;
+    size_t cap;
+};
+
+/* The first free slot at I or after it (a slot past the arrays is free). */
+static uint32_t free_from(struct trie_free *f, uint32_t i)
+{
+    while (i < f->cap && f->skip[i] != i) {
+        uint32_t j = f->skip[i];
+        if (j < f->cap)
+            f->skip[i] = f->skip[j];
+        i = j;
+    }
+    return i;
+}
+
 /* Makes room for slots up to NEED in M's double array (new slots free: check -1). */
-static int trie_room(struct spm_model *m, size_t *cap, size_t need)
+static int trie_room(struct spm_model *m, struct trie_free *f, size_t *cap, size_t need)
 {
     if (need <= *cap)
         return 0;
-    size_t c = *cap, c2 = *cap, c3 = *cap;
+    size_t c = *cap, c2 = *cap, c3 = *cap, c4 = f->cap;
     if (need > (1u << 30))
         return nmt_seterr("%s: piece trie too large", m->name);
-    if (NMT_GROW(m->base, c, need) < 0 || NMT_GROW(m->check, c2, need) < 0 || NMT_GROW(m->piece, c3, need) < 0)
+    if (NMT_GROW(m->base, c, need) < 0 || NMT_GROW(m->check, c2, need) < 0 || NMT_GROW(m->piece, c3, need) < 0 ||
+        NMT_GROW(f->skip, c4, c) < 0)
         return -1;
     for (size_t i = *cap; i < c; i++)
-        m->base[i] = 0, m->check[i] = -1, m->piece[i] = -1;
-    *cap = c;
+        m->base[i] = 0, m->check[i] = -1, m->piece[i] = -1, f->skip[i] = (uint32_t)i;
+    *cap = f->cap = c;
     return 0;
 }
 
 /* Places the children of job J (the keys' distinct bytes at its depth) at the first free base, and
  * queues them. */
 static int trie_place(struct spm_model *m, const struct trie_key *k, struct trie_job j, struct trie_job **stack,
-                      size_t *nstack, size_t *stack_cap, size_t *cap, uint32_t *first_free)
+                      size_t *nstack, size_t *stack_cap, size_t *cap, struct trie_free *f)
 {
     if (j.lo < j.hi && k[j.lo].len == j.depth)
         m->piece[j.node] = (int32_t)k[j.lo++].id;
@@ -435,13 +455,12 @@ static int trie_place(struct spm_model *m, const struct trie_key *k, struct trie
         if (n == 0 || k[i].s[j.depth] != label[n - 1])
             from[n] = i, label[n++] = k[i].s[j.depth];
     from[n] = j.hi;
-    while (*first_free < m->ntrie && m->check[*first_free] >= 0)
-        ++*first_free;
-    uint32_t b = *first_free > label[0] ? *first_free - label[0] : 1;
-    for (;; b++) {
-        if (trie_room(m, cap, (size_t)b + 256) < 0)
+    uint32_t b, slot = free_from(f, (uint32_t)label[0] + 1); /* b >= 1 */
+    for (;; slot = free_from(f, slot + 1)) {
+        b = slot - label[0];
+        if (trie_room(m, f, cap, (size_t)b + 256) < 0)
             return -1;
-        uint32_t i = 0;
+        uint32_t i = 1;
         while (i < n && m->check[b + label[i]] < 0)
             i++;
         if (i == n)
@@ -452,6 +471,7 @@ static int trie_place(struct spm_model *m, const struct trie_key *k, struct trie
         return -1;
     for (uint32_t i = 0; i < n; i++) {
         m->check[b + label[i]] = j.node;
+        f->skip[b + label[i]] = b + label[i] + 1;
         if (b + label[i] + 1 > m->ntrie)
             m->ntrie = b + label[i] + 1;
         (*stack)[(*nstack)++] = (struct trie_job){(int32_t)(b + label[i]), from[i], from[i + 1], j.depth + 1};
@@ -465,8 +485,8 @@ static int build_trie(struct spm_model *m)
     struct trie_key *k = nmt_malloc(((size_t)m->n + 1) * sizeof *k);
     struct trie_job *stack = NULL;
     size_t nk = 0, nstack = 0, stack_cap = 0, cap = 0;
-    uint32_t first_free = 1;
-    int rc = k ? trie_room(m, &cap, 256) : -1;
+    struct trie_free f = {NULL, 0};
+    int rc = k ? trie_room(m, &f, &cap, 256) : -1;
     for (uint32_t i = 0; rc == 0 && i < m->n; i++) {
         if (m->ptype[i] == SPM_NORMAL || m->ptype[i] == SPM_UNUSED) {
             k[nk] = (struct trie_key){NULL, 0, i};
@@ -477,6 +497,7 @@ static int build_trie(struct spm_model *m)
     if (rc == 0) {
         qsort(k, nk, sizeof *k, key_cmp);
         m->check[0] = 0;
+        f.skip[0] = 1;
         m->ntrie = 1;
         rc = NMT_GROW(stack, stack_cap, 1);
     }
@@ -484,8 +505,9 @@ static int build_trie(struct spm_model *m)
         stack[nstack++] = (struct trie_job){0, 0, (uint32_t)nk, 0};
     while (rc == 0 && nstack) {
         struct trie_job j = stack[--nstack];
-        rc = trie_place(m, k, j, &stack, &nstack, &stack_cap, &cap, &first_free);
+        rc = trie_place(m, k, j, &stack, &nstack, &stack_cap, &cap, &f);
     }
+    free(f.skip);
     free(stack);
     free(k);
     return rc;

@@ -47,6 +47,13 @@ model() { # the fixture model $1 as a plain file in $TMP (the large ones are com
     done
 }
 
+@test "a long run of byte pieces decodes as one: characters across any internal buffer, invalid bytes as U+FFFD" {
+    model bpe_nfkc
+    python3 -c 'print(" ".join(["<0x41>"] + ["<0xC3>", "<0xA9>"] * 200 + ["<0xE2>", "<0x82>", "<0xFF>"]))' > "$TMP/bytes"
+    python3 -c 'print("A" + "\u00e9" * 200 + "\ufffd" * 3)' > "$TMP/want"
+    nmt-tokenize --decode --text --vocab "$TMP/bpe_nfkc.model" "$TMP/bytes" | same_as "$TMP/want"
+}
+
 @test "the stream names the model: another model's ids are refused" {
     model unigram_identity; model bpe_identity
     nmt-tokenize --vocab "$TMP/unigram_identity.model" -o "$TMP/ids.nmt" "$F/input.txt"
