@@ -22,6 +22,7 @@ void spm_encoder_init(struct spm_encoder *e, const struct spm_model *m)
 {
     memset(e, 0, sizeof *e);
     e->m = m;
+    strtab_init(&e->cache);
     for (unsigned char c = 0; c < 128; c++)
         e->plain[c] = !m->ncharsmap || !charsmap_starts(m, c);
 }
@@ -34,6 +35,10 @@ void spm_encoder_free(struct spm_encoder *e)
     free(e->heap);
     free(e->raw);
     free(e->raw_end);
+    strtab_free(&e->cache);
+    free(e->cache_first);
+    free(e->cache_id);
+    free(e->cache_end);
     memset(e, 0, sizeof *e);
 }
 
@@ -320,15 +325,15 @@ static struct bpe_pair bpe_pop(struct bpe_pair *h, size_t *nheap)
     return top;
 }
 
-/* Splits the normalised line into characters as spm does; their count in *NSYM. */
-static int bpe_split(struct spm_encoder *e, size_t *nsym)
+/* Splits bytes [FROM, SIZE) of the normalised line into characters as spm does; their count in *NSYM. */
+static int bpe_split(struct spm_encoder *e, size_t from, size_t size, size_t *nsym)
 {
     const char *t = (const char *)e->norm.data;
-    size_t size = e->norm.len, n = 0;
-    if (NMT_GROW(*(struct bpe_sym **)&e->sym, e->sym_cap, size + 1) < 0)
+    size_t n = 0;
+    if (NMT_GROW(*(struct bpe_sym **)&e->sym, e->sym_cap, size - from + 1) < 0)
         return -1;
     struct bpe_sym *sym = e->sym;
-    for (size_t off = 0; off < size; n++) {
+    for (size_t off = from; off < size; n++) {
         size_t l = one_char_len(t + off);
         if (l > size - off)
             l = size - off;
@@ -342,13 +347,13 @@ static int bpe_split(struct spm_encoder *e, size_t *nsym)
     return 0;
 }
 
-/* BPE: spm's merges of the best-scored adjacent pair, into E's raw pieces (*NRAW of them). */
-static int encode_bpe(struct spm_encoder *e, uint32_t *nraw)
+/* BPE: spm's merges of the best-scored adjacent pair in bytes [FROM, TO) of the normalised line,
+ * into E's raw pieces from *NRAW on. */
+static int bpe_segment(struct spm_encoder *e, size_t from, size_t to, uint32_t *nraw)
 {
     const struct spm_model *m = e->m;
     size_t nsym, nheap = 0;
-    *nraw = 0;
-    if (bpe_split(e, &nsym) < 0)
+    if (bpe_split(e, from, to, &nsym) < 0)
         return -1;
     for (size_t i = 1; i < nsym; i++)
         if (bpe_maybe_push(e, &nheap, (int32_t)i - 1, (int32_t)i) < 0)
@@ -374,6 +379,62 @@ static int encode_bpe(struct spm_encoder *e, uint32_t *nraw)
             return -1;
     }
     return 0;
+}
+
+/* bpe_segment of the word [FROM, TO) through E's cache of words. */
+static int bpe_cached(struct spm_encoder *e, size_t from, size_t to, uint32_t *nraw)
+{
+    const unsigned char *w = e->norm.data + from;
+    int64_t k = strtab_find(&e->cache, w, to - from);
+    if (k >= 0) {
+        for (uint32_t j = e->cache_first[k]; j < e->cache_first[k + 1]; j++)
+            if (raw_push(e, nraw, e->cache_id[j], (uint32_t)from + e->cache_end[j]) < 0)
+                return -1;
+        return 0;
+    }
+    uint32_t before = *nraw;
+    if (bpe_segment(e, from, to, nraw) < 0)
+        return -1;
+    if (e->cache.n >= SPM_CACHE_WORDS) { /* start afresh */
+        strtab_free(&e->cache);
+        strtab_init(&e->cache);
+        e->cache_pieces = 0;
+    }
+    size_t np = e->cache_pieces + (*nraw - before);
+    if (NMT_GROW(e->cache_first, e->cache_first_cap, (size_t)e->cache.n + 2) < 0 ||
+        NMT_GROW(e->cache_id, e->cache_id_cap, np) < 0 || NMT_GROW(e->cache_end, e->cache_end_cap, np) < 0 ||
+        (k = strtab_intern(&e->cache, w, to - from, NULL)) < 0)
+        return -1;
+    for (uint32_t j = before; j < *nraw; j++) {
+        e->cache_id[e->cache_pieces] = e->raw[j];
+        e->cache_end[e->cache_pieces++] = e->raw_end[j] - (uint32_t)from;
+    }
+    e->cache_first[k] = (uint32_t)(e->cache_pieces - (*nraw - before));
+    e->cache_first[k + 1] = (uint32_t)e->cache_pieces;
+    return 0;
+}
+
+/* BPE of the whole normalised line: word by word through the cache when the model allows
+ * (spm_model.bpe_words), words starting at each character U+2581. */
+static int encode_bpe(struct spm_encoder *e, uint32_t *nraw)
+{
+    const char *t = (const char *)e->norm.data;
+    size_t size = e->norm.len, word = 0;
+    *nraw = 0;
+    if (!e->m->bpe_words)
+        return bpe_segment(e, 0, size, nraw);
+    for (size_t off = 0; off < size;) {
+        size_t l = one_char_len(t + off);
+        if (l > size - off)
+            l = size - off;
+        if (l == 3 && off > word && memcmp(t + off, space_symbol, 3) == 0) {
+            if (bpe_cached(e, word, off, nraw) < 0)
+                return -1;
+            word = off;
+        }
+        off += l;
+    }
+    return bpe_cached(e, word, size, nraw);
 }
 
 static int push_id(uint32_t **ids, uint32_t *n, uint32_t *cap, uint32_t id)

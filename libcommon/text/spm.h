@@ -16,6 +16,7 @@
 #include "base/strtab.h"
 
 #define SPM_MAX_FILE (1u << 30)   /* largest model a reader accepts */
+#define SPM_CACHE_WORDS (1u << 18) /* BPE words an encoder remembers (then it starts afresh) */
 
 enum spm_type { SPM_UNIGRAM = 1, SPM_BPE = 2 };
 /* piece types of sentencepiece_model.proto */
@@ -30,6 +31,8 @@ struct spm_model {
     struct strtab text;        /* piece texts: strtab id = model id */
     float *score;              /* (n) */
     uint8_t *ptype;            /* (n) enum spm_piece_type */
+    int bpe_words;             /* BPE whose normal pieces have U+2581 only at their start: merges never
+                                * cross a word's start, so words can be segmented apart and cached */
     uint32_t *to_nmt;          /* (n) nmt id of each model id */
     int64_t *to_model;         /* (n_nmt) model id of each nmt id, -1 for a special the model lacks */
     uint32_t n_nmt;            /* pieces in nmt's numbering (n, plus the specials the model lacks) */
@@ -70,6 +73,12 @@ struct spm_encoder {
     uint32_t *raw_end;         /* (raw) end offset in norm of each piece */
     size_t raw_end_cap;
     uint8_t plain[128];        /* ASCII bytes no rule of the character map starts with */
+    /* BPE on a model whose pieces have U+2581 only at their start (spm_model.bpe_words): the words
+     * (from one U+2581 to the next) already segmented, at most SPM_CACHE_WORDS */
+    struct strtab cache;
+    uint32_t *cache_first;     /* (cache.n + 1) word k's pieces are [first[k], first[k + 1]) of: */
+    uint32_t *cache_id, *cache_end; /* model id, end offset in the word */
+    size_t cache_first_cap, cache_id_cap, cache_end_cap, cache_pieces;
 };
 
 /* Parses the SentencePiece model in DATA (LEN bytes, copied); NAME names it in errors. Returns the

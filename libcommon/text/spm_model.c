@@ -337,6 +337,14 @@ static int check_pieces(struct spm_model *m)
     }
     if (m->unk < 0)
         return nmt_seterr("%s: no unknown piece", m->name);
+    m->bpe_words = m->type == SPM_BPE && m->escape_whitespaces;
+    for (uint32_t i = 0; i < m->n && m->bpe_words; i++) {
+        uint32_t len;
+        const char *s = strtab_get(&m->text, i, &len);
+        for (uint32_t k = 1; m->ptype[i] == SPM_NORMAL && k + 3 <= len; k++)
+            if (memcmp(s + k, "\xE2\x96\x81", 3) == 0)
+                m->bpe_words = 0;
+    }
     for (int b = 0; m->byte_fallback && b < 256; b++)
         if (m->byte_piece[b] < 0)
             return nmt_seterr("%s: byte_fallback without the byte piece <0x%02X>", m->name, b);
