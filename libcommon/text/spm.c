@@ -230,7 +230,7 @@ static int encode_unigram(struct spm_encoder *e, uint32_t *nraw)
         for (size_t k = start; k < size; k++) {
             if ((node = spm_trie_next(m, node, (unsigned char)t[k])) < 0)
                 break;
-            int32_t id = m->piece[node];
+            int32_t id = m->trie[node].piece;
             if (id < 0 || m->ptype[id] == SPM_UNUSED)
                 continue;
             float cand = m->score[id] + here;
@@ -292,7 +292,7 @@ static int bpe_maybe_push(struct spm_encoder *e, size_t *nheap, int32_t left, in
     int32_t node = sym[left].node; /* the left symbol's node, then on with the right's bytes */
     for (uint32_t k = 0; k < sym[right].len && node >= 0; k++)
         node = spm_trie_next(m, node, s[k]);
-    int32_t id = node < 0 ? -1 : m->piece[node];
+    int32_t id = node < 0 ? -1 : m->trie[node].piece;
     if (id < 0 || m->ptype[id] != SPM_NORMAL)
         return 0;
     if (NMT_GROW(*(struct bpe_pair **)&e->heap, e->heap_cap, *nheap + 1) < 0)

@@ -48,16 +48,17 @@ struct spm_model {
     const char *normalized;    /* (nnormalized) NUL-terminated replacement strings */
     uint32_t nnormalized;
     /* the trie of the normal and unused pieces, a double array: from node s (the root 0) byte c leads
-     * to t = base[s] + c when check[t] == s; piece[t] is the model id ending there, or -1 */
-    int32_t *base, *check, *piece;
+     * to t = trie[s].base + c when trie[t].check == s; trie[t].piece is the model id ending there, or
+     * -1 (the three side by side: a step reads one cache line) */
+    struct spm_trie_unit { int32_t base, check, piece; } *trie;
     uint32_t ntrie;
 };
 
 /* The node byte C leads to from node S of M's trie, or -1. */
 static inline int32_t spm_trie_next(const struct spm_model *m, int32_t s, unsigned char c)
 {
-    uint32_t t = (uint32_t)m->base[s] + c;
-    return t < m->ntrie && m->check[t] == s ? (int32_t)t : -1;
+    uint32_t t = (uint32_t)m->trie[s].base + c;
+    return t < m->ntrie && m->trie[t].check == s ? (int32_t)t : -1;
 }
 
 /* The scratch of one encoding thread (any number per model). */

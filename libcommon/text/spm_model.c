@@ -436,14 +436,15 @@ static int trie_room(struct spm_model *m, struct trie_free *f, size_t *cap, size
 {
     if (need <= *cap)
         return 0;
-    size_t c = *cap, c2 = *cap, c3 = *cap, c4 = f->cap;
+    size_t c = *cap, c4 = f->cap;
     if (need > (1u << 30))
         return nmt_seterr("%s: piece trie too large", m->name);
-    if (NMT_GROW(m->base, c, need) < 0 || NMT_GROW(m->check, c2, need) < 0 || NMT_GROW(m->piece, c3, need) < 0 ||
-        NMT_GROW(f->skip, c4, c) < 0)
+    if (NMT_GROW(m->trie, c, need) < 0 || NMT_GROW(f->skip, c4, c) < 0)
         return -1;
-    for (size_t i = *cap; i < c; i++)
-        m->base[i] = 0, m->check[i] = -1, m->piece[i] = -1, f->skip[i] = (uint32_t)i;
+    for (size_t i = *cap; i < c; i++) {
+        m->trie[i] = (struct spm_trie_unit){0, -1, -1};
+        f->skip[i] = (uint32_t)i;
+    }
     *cap = f->cap = c;
     return 0;
 }
@@ -454,7 +455,7 @@ static int trie_place(struct spm_model *m, const struct trie_key *k, struct trie
                       size_t *nstack, size_t *stack_cap, size_t *cap, struct trie_free *f)
 {
     if (j.lo < j.hi && k[j.lo].len == j.depth)
-        m->piece[j.node] = (int32_t)k[j.lo++].id;
+        m->trie[j.node].piece = (int32_t)k[j.lo++].id;
     if (j.lo == j.hi)
         return 0;
     unsigned char label[256];
@@ -469,16 +470,16 @@ static int trie_place(struct spm_model *m, const struct trie_key *k, struct trie
         if (trie_room(m, f, cap, (size_t)b + 256) < 0)
             return -1;
         uint32_t i = 1;
-        while (i < n && m->check[b + label[i]] < 0)
+        while (i < n && m->trie[b + label[i]].check < 0)
             i++;
         if (i == n)
             break;
     }
-    m->base[j.node] = (int32_t)b;
+    m->trie[j.node].base = (int32_t)b;
     if (NMT_GROW(*stack, *stack_cap, *nstack + n) < 0)
         return -1;
     for (uint32_t i = 0; i < n; i++) {
-        m->check[b + label[i]] = j.node;
+        m->trie[b + label[i]].check = j.node;
         f->skip[b + label[i]] = b + label[i] + 1;
         if (b + label[i] + 1 > m->ntrie)
             m->ntrie = b + label[i] + 1;
@@ -504,7 +505,7 @@ static int build_trie(struct spm_model *m)
     }
     if (rc == 0) {
         qsort(k, nk, sizeof *k, key_cmp);
-        m->check[0] = 0;
+        m->trie[0].check = 0;
         f.skip[0] = 1;
         m->ntrie = 1;
         rc = NMT_GROW(stack, stack_cap, 1);
@@ -567,9 +568,7 @@ void spm_free(struct spm_model *m)
     free(m->to_nmt);
     free(m->to_model);
     free(m->unk_surface);
-    free(m->base);
-    free(m->check);
-    free(m->piece);
+    free(m->trie);
     free(m);
 }
 
