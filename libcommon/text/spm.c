@@ -231,9 +231,9 @@ static int encode_unigram(struct spm_encoder *e, uint32_t *nraw)
             if ((node = spm_trie_next(m, node, (unsigned char)t[k])) < 0)
                 break;
             int32_t id = m->trie[node].piece;
-            if (id < 0 || m->ptype[id] == SPM_UNUSED)
+            if (id < 0)
                 continue;
-            float cand = m->score[id] + here;
+            float cand = m->trie[node].score + here;
             struct best_node *b = &best[k + 1];
             if (b->start < 0 || cand > b->score)
                 *b = (struct best_node){cand, (int32_t)start, (uint32_t)id};
@@ -293,11 +293,11 @@ static int bpe_maybe_push(struct spm_encoder *e, size_t *nheap, int32_t left, in
     for (uint32_t k = 0; k < sym[right].len && node >= 0; k++)
         node = spm_trie_next(m, node, s[k]);
     int32_t id = node < 0 ? -1 : m->trie[node].piece;
-    if (id < 0 || m->ptype[id] != SPM_NORMAL)
+    if (id < 0)
         return 0;
     if (NMT_GROW(*(struct bpe_pair **)&e->heap, e->heap_cap, *nheap + 1) < 0)
         return -1;
-    struct bpe_pair *h = e->heap, p = {m->score[id], left, right, len, node};
+    struct bpe_pair *h = e->heap, p = {m->trie[node].score, left, right, len, node};
     size_t i = (*nheap)++;
     for (; i > 0 && pair_before(&p, &h[(i - 1) / 2]); i = (i - 1) / 2)
         h[i] = h[(i - 1) / 2];

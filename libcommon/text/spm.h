@@ -48,9 +48,10 @@ struct spm_model {
     const char *normalized;    /* (nnormalized) NUL-terminated replacement strings */
     uint32_t nnormalized;
     /* the trie of the normal and unused pieces, a double array: from node s (the root 0) byte c leads
-     * to t = trie[s].base + c when trie[t].check == s; trie[t].piece is the model id ending there, or
-     * -1 (the three side by side: a step reads one cache line) */
-    struct spm_trie_unit { int32_t base, check, piece; } *trie;
+     * to t = trie[s].base + c when trie[t].check == s; trie[t].piece is the normal piece ending there
+     * and score its score, or -1 (an unused piece too: segmentation passes over those) (side by
+     * side: a step reads one cache line) */
+    struct spm_trie_unit { int32_t base, check, piece; float score; } *trie;
     uint32_t ntrie;
 };
 

@@ -442,7 +442,7 @@ static int trie_room(struct spm_model *m, struct trie_free *f, size_t *cap, size
     if (NMT_GROW(m->trie, c, need) < 0 || NMT_GROW(f->skip, c4, c) < 0)
         return -1;
     for (size_t i = *cap; i < c; i++) {
-        m->trie[i] = (struct spm_trie_unit){0, -1, -1};
+        m->trie[i] = (struct spm_trie_unit){0, -1, -1, 0};
         f->skip[i] = (uint32_t)i;
     }
     *cap = f->cap = c;
@@ -454,8 +454,11 @@ static int trie_room(struct spm_model *m, struct trie_free *f, size_t *cap, size
 static int trie_place(struct spm_model *m, const struct trie_key *k, struct trie_job j, struct trie_job **stack,
                       size_t *nstack, size_t *stack_cap, size_t *cap, struct trie_free *f)
 {
-    if (j.lo < j.hi && k[j.lo].len == j.depth)
-        m->trie[j.node].piece = (int32_t)k[j.lo++].id;
+    if (j.lo < j.hi && k[j.lo].len == j.depth) {
+        uint32_t id = k[j.lo++].id;
+        if (m->ptype[id] == SPM_NORMAL)
+            m->trie[j.node].piece = (int32_t)id, m->trie[j.node].score = m->score[id];
+    }
     if (j.lo == j.hi)
         return 0;
     unsigned char label[256];
