@@ -16,15 +16,22 @@ static size_t one_char_len(const char *s)
     return (size_t)"\1\1\1\1\1\1\1\1\1\1\1\1\2\2\3\4"[(unsigned char)*s >> 4];
 }
 
-static int charsmap_starts(const struct spm_model *m, unsigned char c);
+static int charsmap_path(const struct spm_model *m, const unsigned char *s, size_t len);
+static size_t charsmap_match(const struct spm_model *m, const unsigned char *s, size_t len, uint32_t *value);
 
 void spm_encoder_init(struct spm_encoder *e, const struct spm_model *m)
 {
     memset(e, 0, sizeof *e);
     e->m = m;
     strtab_init(&e->cache);
-    for (unsigned char c = 0; c < 128; c++)
-        e->plain[c] = !m->ncharsmap || !charsmap_starts(m, c);
+    for (unsigned char c = 0; c < 128; c++) {
+        unsigned char cb[2] = {c, 0};
+        uint32_t value;
+        e->plain[c] = !m->ncharsmap || !charsmap_path(m, cb, 1);
+        e->plain_before_ascii[c] = e->plain[c] || charsmap_match(m, cb, 1, &value) == 0;
+        for (cb[1] = 0; cb[1] < 128 && !e->plain[c] && e->plain_before_ascii[c]; cb[1]++)
+            e->plain_before_ascii[c] = !charsmap_path(m, cb, 2);
+    }
 }
 
 void spm_encoder_free(struct spm_encoder *e)
@@ -96,11 +103,21 @@ static size_t charsmap_match(const struct spm_model *m, const unsigned char *s, 
     return longest;
 }
 
-/* Whether a rule of the character map starts with byte C (the root has a transition on it). */
-static int charsmap_starts(const struct spm_model *m, unsigned char c)
+/* Whether a rule of the character map starts with the LEN bytes at S (the trie has their path). */
+static int charsmap_path(const struct spm_model *m, const unsigned char *s, size_t len)
 {
-    uint32_t unit = nmt_le32(m->charsmap), id = (((unit) >> 10) << (((unit) & (1u << 9)) >> 6)) ^ c;
-    return id < m->ncharsmap && (nmt_le32(m->charsmap + 4 * (size_t)id) & ((1u << 31) | 0xFF)) == c;
+    const unsigned char *a = m->charsmap;
+    uint32_t unit = nmt_le32(a), id = ((unit >> 10) << ((unit & (1u << 9)) >> 6));
+    for (size_t i = 0; i < len; i++) {
+        id ^= s[i];
+        if (id >= m->ncharsmap)
+            return 0;
+        unit = nmt_le32(a + 4 * (size_t)id);
+        if ((unit & ((1u << 31) | 0xFF)) != s[i])
+            return 0;
+        id ^= ((unit >> 10) << ((unit & (1u << 9)) >> 6));
+    }
+    return 1;
 }
 
 /* spm's NormalizePrefix: the replacement of the longest rule at S (LEN > 0 bytes) in *OUT, *OUTLEN,
@@ -108,7 +125,8 @@ static int charsmap_starts(const struct spm_model *m, unsigned char c)
 static size_t normalize_prefix(const struct spm_encoder *e, const char *s, size_t len, const char **out, size_t *outlen)
 {
     const struct spm_model *m = e->m;
-    if ((unsigned char)s[0] < 0x80 && e->plain[(unsigned char)s[0]]) {
+    unsigned char c = (unsigned char)s[0];
+    if (c < 0x80 && (e->plain[c] || (e->plain_before_ascii[c] && (len == 1 || (unsigned char)s[1] < 0x80)))) {
         *out = s;
         *outlen = 1;
         return 1;

@@ -75,6 +75,7 @@ struct spm_encoder {
     uint32_t *raw_end;         /* (raw) end offset in norm of each piece */
     size_t raw_end_cap;
     uint8_t plain[128];        /* ASCII bytes no rule of the character map starts with */
+    uint8_t plain_before_ascii[128]; /* ASCII bytes no rule is, nor starts with followed by ASCII */
     /* BPE on a model whose pieces have U+2581 only at their start (spm_model.bpe_words): the words
      * (from one U+2581 to the next) already segmented, at most SPM_CACHE_WORDS */
     struct strtab cache;
