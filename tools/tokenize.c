@@ -34,7 +34,8 @@ static void usage(FILE *f)
             "  -d, --delimiter C       field delimiter for --csv: one character, or 'tab' (default ',')\n"
             "  -f, --fields LIST       columns to read, 1-based: one, or two as source,target (default 1,2)\n"
             "  -N, --normalize MODE    none, nfkc or nfkc_cf (default nfkc, or the vocabulary's)\n"
-            "  -v, --vocab FILE        apply the BPE vocabulary FILE and write an ids stream\n"
+            "  -v, --vocab FILE        apply the vocabulary FILE (nmt-vocab's BPE, or a SentencePiece .model)\n"
+            "                          and write an ids stream\n"
             "      --dropout P         BPE-dropout: skip each merge with probability P (0..1, needs --vocab)\n"
             "      --seed S            seed of the dropout generator (default 1)\n"
             "      --text[=WHAT]       print space-separated text instead of a stream: tokens or pieces\n"
@@ -424,7 +425,7 @@ static int64_t token_id(const struct vocab *v, const char *s, size_t n, int nume
     int64_t id = vocab_find(v, (const char *)tmp->data, tmp->len);
     if (id >= 0)
         return id;
-    for (uint32_t k = 0; k < VOCAB_FIRST_CHAR; k++) {
+    for (uint32_t k = 0; k < VOCAB_FIRST_CHAR && !v->spm; k++) { /* (a model's specials are found above) */
         uint32_t pl;
         const char *p = vocab_piece(v, k, &pl);
         if (pl == tmp->len && memcmp(p, tmp->data, pl) == 0)
@@ -641,6 +642,9 @@ static int setup(struct state *st, const struct opts *o)
             nmt_error("%s", nmt_errmsg());
             return NMT_EXIT_DATA;
         }
+        if (st->v->spm && (o->norm >= 0 || o->dropout > 0))
+            return nmt_usage_error("%s with a SentencePiece model: it normalises and segments by its own rules",
+                                   o->norm >= 0 ? "--normalize" : "--dropout");
         if (o->norm >= 0 && (enum text_norm)o->norm != st->v->normalize)
             return nmt_usage_error("--normalize %s differs from the vocabulary's %s", text_norm_name(o->norm),
                                    text_norm_name(st->v->normalize));
@@ -694,7 +698,7 @@ static int open_output(struct state *st, const struct opts *o)
     char seedbuf[32], dropbuf[32], fp[17];
     struct rec_kv kv[5];
     size_t nkv = 0;
-    kv[nkv++] = (struct rec_kv){"normalize", (char *)text_norm_name(st->norm)};
+    kv[nkv++] = (struct rec_kv){"normalize", st->v && st->v->spm ? "sentencepiece" : (char *)text_norm_name(st->norm)};
     kv[nkv++] = (struct rec_kv){"pretok", "1"};
     if (st->v) {
         vocab_fingerprint_hex(st->v, fp);

@@ -477,6 +477,8 @@ struct bpe_encoder {
 
 struct bpe_encoder *bpe_encoder_new(const struct vocab *v)
 {
+    if (v->spm)
+        return nmt_seterr("a SentencePiece model segments by itself, not by nmt's BPE"), NULL;
     struct bpe_encoder *e = nmt_calloc(1, sizeof *e);
     if (!e)
         return NULL;

@@ -8,6 +8,10 @@ int tokenizer_init(struct tokenizer *t, const struct vocab *v, enum text_norm no
     memset(t, 0, sizeof *t);
     t->v = v;
     t->norm = v ? v->normalize : norm;
+    if (v && v->spm) {
+        spm_encoder_init(&t->spm, v->spm);
+        return 0;
+    }
     if (v && !(t->enc = bpe_encoder_new(v)))
         return -1;
     return 0;
@@ -16,6 +20,7 @@ int tokenizer_init(struct tokenizer *t, const struct vocab *v, enum text_norm no
 void tokenizer_free(struct tokenizer *t)
 {
     bpe_encoder_free(t->enc);
+    spm_encoder_free(&t->spm);
     pretok_free(&t->pt);
     nmt_buf_free(&t->norm_buf);
     nmt_buf_free(&t->cat);
@@ -45,6 +50,8 @@ int tokenizer_pieces(struct tokenizer *t, const char *s, size_t len)
 
 int tokenizer_encode(struct tokenizer *t, const char *s, size_t len, uint32_t **ids, uint32_t *n, uint32_t *cap)
 {
+    if (t->v->spm)
+        return spm_encode(&t->spm, s, len, ids, n, cap);
     int rc = tokenizer_pieces(t, s, len);
     if (rc < 0)
         return rc;
@@ -58,6 +65,10 @@ int tokenizer_encode(struct tokenizer *t, const char *s, size_t len, uint32_t **
 int tokenizer_decode(struct tokenizer *t, const uint32_t *ids, size_t n)
 {
     t->cat.len = 0;
+    if (t->v->spm) {
+        t->text.len = 0;
+        return spm_decode(t->v->spm, ids, n, &t->text);
+    }
     if (vocab_concat(t->v, ids, n, &t->cat) < 0 || pretok_detok((const char *)t->cat.data, t->cat.len, &t->text) < 0)
         return -1;
     return 0;

@@ -1,6 +1,7 @@
 /* tokenizer.h: the one way text becomes subword ids and ids become text, used by every tool:
  * normalisation (the vocabulary's mode), reversible pre-tokenisation, BPE (with optional
- * BPE-dropout); and back: the pieces of the ids concatenated and un-escaped. Without a vocabulary
+ * BPE-dropout); and back: the pieces of the ids concatenated and un-escaped. A SentencePiece model
+ * as the vocabulary does all of it its own way (text/spm.h). Without a vocabulary
  * it stops at the pre-tokenised pieces (what nmt-vocab learns from). */
 #ifndef NMT_TOKENIZER_H
 #define NMT_TOKENIZER_H
@@ -12,6 +13,7 @@
 #include "text/bpe.h"
 #include "text/normalize.h"
 #include "text/pretok.h"
+#include "text/spm.h"
 #include "text/vocab.h"
 
 #define TOKENIZER_EBADTEXT (-2) /* the text cannot be normalised or pre-tokenised (error set) */
@@ -19,7 +21,8 @@
 struct tokenizer {
     const struct vocab *v;     /* NULL: pieces only */
     enum text_norm norm;
-    struct bpe_encoder *enc;   /* (with a vocabulary) */
+    struct bpe_encoder *enc;   /* (with an nmt vocabulary) */
+    struct spm_encoder spm;    /* (with a SentencePiece model) */
     struct pretok pt;          /* the pieces of the last line */
     struct nmt_buf norm_buf, cat;
     struct nmt_buf text;       /* the text of the last tokenizer_decode */

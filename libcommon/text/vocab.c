@@ -42,6 +42,7 @@ void vocab_free(struct vocab *v)
 {
     if (!v)
         return;
+    spm_free(v->spm);
     free(v->kind);
     free(v->left);
     free(v->right);
@@ -135,12 +136,16 @@ int64_t vocab_add_merge(struct vocab *v, uint32_t left, uint32_t right)
 
 int64_t vocab_find(const struct vocab *v, const char *s, size_t len)
 {
+    if (v->spm)
+        return spm_find(v->spm, s, len);
     int64_t k = strtab_find(&v->text, s, len);
     return k < 0 ? -1 : k + VOCAB_FIRST_CHAR;
 }
 
 const char *vocab_piece(const struct vocab *v, uint32_t id, uint32_t *len)
 {
+    if (v->spm)
+        return spm_piece(v->spm, id, len);
     if (id >= v->n)
         return NULL;
     if (id < VOCAB_FIRST_BYTE) {
@@ -156,6 +161,8 @@ const char *vocab_piece(const struct vocab *v, uint32_t id, uint32_t *len)
 
 int vocab_concat(const struct vocab *v, const uint32_t *ids, size_t n, struct nmt_buf *out)
 {
+    if (v->spm)
+        return spm_decode(v->spm, ids, n, out);
     for (size_t i = 0; i < n; i++) {
         uint32_t id = ids[i];
         if (id >= v->n)
@@ -240,6 +247,8 @@ static int format_body(const struct vocab *v, struct nmt_buf *b)
 
 uint64_t vocab_fingerprint(const struct vocab *v)
 {
+    if (v->spm) /* the model file, set apart from every text vocabulary by its first bytes */
+        return nmt_fnv1a(NMT_FNV_INIT, v->spm->bytes, v->spm->nbytes);
     struct nmt_buf b = {0};
     uint64_t h = 0;
     if (format_body(v, &b) == 0)
@@ -257,6 +266,8 @@ int vocab_format(const struct vocab *v, struct nmt_buf *out)
 {
     struct nmt_buf body = {0};
     out->len = 0;
+    if (v->spm)
+        return nmt_buf_append(out, v->spm->bytes, v->spm->nbytes);
     if (format_body(v, &body) < 0) {
         nmt_buf_free(&body);
         return -1;
@@ -583,8 +594,26 @@ out:
     return rc;
 }
 
+/* A vocabulary of the SentencePiece model in DATA (LEN bytes): NULL with the error set. */
+static struct vocab *spm_vocab(const char *data, size_t len, const char *name)
+{
+    struct vocab *v = nmt_calloc(1, sizeof *v);
+    if (!v)
+        return NULL;
+    strtab_init(&v->text);
+    v->normalize = TEXT_NORM_NONE;
+    if (!(v->spm = spm_parse(data, len, name))) {
+        vocab_free(v);
+        return NULL;
+    }
+    v->n = v->spm->n_nmt;
+    return v;
+}
+
 struct vocab *vocab_parse(const char *data, size_t len, const char *name)
 {
+    if (spm_sniff(data, len))
+        return spm_vocab(data, len, name);
     struct parser p = {data, len, 0, 0, name, NULL, 0};
     struct vocab *v = vocab_new(TEXT_NORM_NFKC);
     if (!v)
@@ -632,7 +661,7 @@ struct vocab *vocab_load(const char *path)
         if (n == 0)
             break;
         b.len += (size_t)n;
-        if (b.len - (size_t)n < 10 && b.len >= 10 && memcmp(b.data, "nmt-vocab ", 10) != 0) {
+        if (b.len - (size_t)n < 10 && b.len >= 10 && memcmp(b.data, "nmt-vocab ", 10) != 0 && !spm_sniff(b.data, b.len)) {
             nmt_seterr("%s: line 1: not an nmt vocabulary (expected 'nmt-vocab %d.%d'; nothing more was read)", name,
                        VOCAB_MAJOR, VOCAB_MINOR);
             goto out;

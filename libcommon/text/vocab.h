@@ -13,6 +13,7 @@
 #include "io/records.h"
 #include "base/strtab.h"
 #include "text/normalize.h"
+#include "text/spm.h"
 
 #define VOCAB_MAJOR 1
 #define VOCAB_MINOR 0
@@ -32,6 +33,8 @@ struct vocab {
     enum text_norm normalize;  /* normalisation the pieces were learnt under */
     char *options;             /* learning options, free text for provenance (may be NULL) */
     char byte_text[256][7];    /* "<0x00>".."<0xFF>" */
+    struct spm_model *spm;     /* a SentencePiece model (text/spm.h): then its pieces, normalisation and
+                                * segmentation are the vocabulary's, and kind, left, right and text unused */
 };
 
 /* Returns a new vocabulary holding the 4 specials and 256 byte pieces, or NULL (memory). */
@@ -46,13 +49,15 @@ int64_t vocab_add_char(struct vocab *v, int32_t cp);
 /* Appends the merge of pieces LEFT and RIGHT (char or merge pieces); returns its id, or -1 with
  * the error set (bad parents, its text already a piece, vocabulary full, memory). */
 int64_t vocab_add_merge(struct vocab *v, uint32_t left, uint32_t right);
-/* Returns the id of the char or merge piece whose text is S (LEN bytes), or -1 when none. */
+/* Returns the id of the char or merge piece whose text is S (LEN bytes), or -1 when none (with a
+ * SentencePiece model, of any of its pieces). */
 int64_t vocab_find(const struct vocab *v, const char *s, size_t len);
 /* Returns the displayed text of piece ID ("<pad>", "<0x41>", or the piece's text) and its length
  * in *LEN; NULL when ID is out of range. */
 const char *vocab_piece(const struct vocab *v, uint32_t id, uint32_t *len);
 /* Appends the bytes that ids IDS[0..N) stand for to OUT (byte pieces give their byte, specials
- * nothing, except <unk> which gives U+2047 '⁇'). Returns 0, or -1 (id out of range, memory). */
+ * nothing, except <unk> which gives U+2047 '⁇'; with a SentencePiece model, the text spm_decode
+ * gives). Returns 0, or -1 (id out of range, memory). */
 int vocab_concat(const struct vocab *v, const uint32_t *ids, size_t n, struct nmt_buf *out);
 
 /* Returns the fingerprint: FNV-1a 64 of the canonical content (normalisation and pieces). */
@@ -60,10 +65,12 @@ uint64_t vocab_fingerprint(const struct vocab *v);
 /* Writes the fingerprint of V as 16 lowercase hex digits and a NUL into HEX. */
 void vocab_fingerprint_hex(const struct vocab *v, char hex[17]);
 
-/* Replaces OUT's content with V in the vocabulary file format; 0 or -1 (memory). */
+/* Replaces OUT's content with V in the vocabulary file format (a SentencePiece model: its model
+ * file); 0 or -1 (memory). */
 int vocab_format(const struct vocab *v, struct nmt_buf *out);
-/* Parses a vocabulary file held in DATA (LEN bytes); NAME names it in errors. Returns the
- * vocabulary, or NULL with the error set ("NAME: line N: what"). */
+/* Parses a vocabulary file held in DATA (LEN bytes), or a SentencePiece model (spm_sniff); NAME
+ * names it in errors. Returns the vocabulary, or NULL with the error set ("NAME: line N: what",
+ * "NAME: byte N: what"). */
 struct vocab *vocab_parse(const char *data, size_t len, const char *name);
 /* Reads and parses the vocabulary file PATH. Returns the vocabulary or NULL with the error set. */
 struct vocab *vocab_load(const char *path);

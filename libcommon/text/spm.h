@@ -1,0 +1,115 @@
+/* spm.h: SentencePiece models (`.model` files of spm_train) as nmt vocabularies: the model's
+ * protobuf read by a small wire-format reader (formats/sentencepiece.md), its normalisation (the
+ * precompiled character map and the whitespace rules) and its segmentation (unigram Viterbi or BPE
+ * merges, unknown runs and byte fallback), giving the pieces spm_encode gives.
+ *
+ * Ids are nmt's: 0 <pad>, 1 <s>, 2 </s>, 3 <unk> are the model's pad, bos, eos and unknown pieces
+ * (trainer_spec pad_id, bos_id, eos_id; the UNKNOWN piece), whichever it has; every other piece
+ * follows from 4 in the model's order. */
+#ifndef NMT_SPM_H
+#define NMT_SPM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "base/strtab.h"
+
+#define SPM_MAX_FILE (1u << 30)   /* largest model a reader accepts */
+#define SPM_CACHE_WORDS (1u << 18) /* BPE words an encoder remembers (then it starts afresh) */
+
+enum spm_type { SPM_UNIGRAM = 1, SPM_BPE = 2 };
+/* piece types of sentencepiece_model.proto */
+enum spm_piece_type { SPM_NORMAL = 1, SPM_UNKNOWN = 2, SPM_CONTROL = 3, SPM_USER_DEFINED = 4, SPM_UNUSED = 5, SPM_BYTE = 6 };
+
+struct spm_model {
+    char *name;                /* the file's name, in errors */
+    unsigned char *bytes;      /* (nbytes) the model file, kept for the fingerprint and checkpoints */
+    size_t nbytes;
+    enum spm_type type;
+    uint32_t n;                /* pieces of the model */
+    struct strtab text;        /* piece texts: strtab id = model id */
+    float *score;              /* (n) */
+    uint8_t *ptype;            /* (n) enum spm_piece_type */
+    int bpe_words;             /* BPE whose normal pieces have U+2581 only at their start: merges never
+                                * cross a word's start, so words can be segmented apart and cached */
+    uint32_t *to_nmt;          /* (n) nmt id of each model id */
+    int64_t *to_model;         /* (n_nmt) model id of each nmt id, -1 for a special the model lacks */
+    uint32_t n_nmt;            /* pieces in nmt's numbering (n, plus the specials the model lacks) */
+    int64_t unk, bos, eos, pad;/* model ids, -1 when absent */
+    int32_t byte_piece[256];   /* model ids of <0x00>..<0xFF> with byte fallback, else -1 */
+    int byte_fallback;
+    float min_score;           /* lowest score of the normal pieces (unigram unknown penalty) */
+    char *unk_surface;         /* what decoding writes for <unk> (default " \u2047 ") */
+    /* normalizer_spec */
+    int add_dummy_prefix, remove_extra_whitespaces, escape_whitespaces;
+    const unsigned char *charsmap; /* (4 ncharsmap) double-array trie units, little-endian, in bytes */
+    uint32_t ncharsmap;
+    const char *normalized;    /* (nnormalized) NUL-terminated replacement strings */
+    uint32_t nnormalized;
+    /* the trie of the normal and unused pieces, a double array: from node s (the root 0) byte c leads
+     * to t = trie[s].base + c when trie[t].check == s; trie[t].piece is the normal piece ending there
+     * and score its score, or -1 (an unused piece too: segmentation passes over those) (side by
+     * side: a step reads one cache line) */
+    struct spm_trie_unit { int32_t base, check, piece; float score; } *trie;
+    uint32_t ntrie;
+};
+
+/* The node byte C leads to from node S of M's trie, or -1. */
+static inline int32_t spm_trie_next(const struct spm_model *m, int32_t s, unsigned char c)
+{
+    uint32_t t = (uint32_t)m->trie[s].base + c;
+    return t < m->ntrie && m->trie[t].check == s ? (int32_t)t : -1;
+}
+
+/* The scratch of one encoding thread (any number per model). */
+struct spm_encoder {
+    const struct spm_model *m;
+    struct nmt_buf norm;       /* the normalised line */
+    void *lattice;             /* unigram: best path per byte position */
+    size_t lattice_cap;
+    void *sym, *heap;          /* BPE: symbols and candidate merges */
+    size_t sym_cap, heap_cap;
+    uint32_t *raw;             /* model ids before unknown runs and byte fallback */
+    size_t raw_cap;
+    uint32_t *raw_end;         /* (raw) end offset in norm of each piece */
+    size_t raw_end_cap;
+    uint8_t plain[128];        /* ASCII bytes no rule of the character map starts with */
+    uint8_t plain_before_ascii[128]; /* ASCII bytes no rule is, nor starts with followed by ASCII */
+    /* BPE on a model whose pieces have U+2581 only at their start (spm_model.bpe_words): the words
+     * (from one U+2581 to the next) already segmented, at most SPM_CACHE_WORDS */
+    struct strtab cache;
+    uint32_t *cache_first;     /* (cache.n + 1) word k's pieces are [first[k], first[k + 1]) of: */
+    uint32_t *cache_id, *cache_end; /* model id, end offset in the word */
+    size_t cache_first_cap, cache_id_cap, cache_end_cap, cache_pieces;
+};
+
+/* Parses the SentencePiece model in DATA (LEN bytes, copied); NAME names it in errors. Returns the
+ * model, or NULL with the error set ("NAME: byte N: what"; unsupported features refused by name). */
+struct spm_model *spm_parse(const void *data, size_t len, const char *name);
+/* Frees M; spm_free(NULL) is a no-op. */
+void spm_free(struct spm_model *m);
+/* Whether DATA (LEN bytes) starts like a model file (a protobuf whose first field is a piece). */
+int spm_sniff(const void *data, size_t len);
+/* Returns the text of nmt id ID (the model's piece, or nmt's name of a special the model lacks) and
+ * its length in *LEN; NULL when ID is out of range. */
+const char *spm_piece(const struct spm_model *m, uint32_t id, uint32_t *len);
+/* Returns the nmt id of the piece whose text is S (LEN bytes), or -1. */
+int64_t spm_find(const struct spm_model *m, const char *s, size_t len);
+
+/* Makes E encode with M (kept, not owned). */
+void spm_encoder_init(struct spm_encoder *e, const struct spm_model *m);
+/* Frees E's scratch. */
+void spm_encoder_free(struct spm_encoder *e);
+/* Normalises S (LEN bytes) as the model does into E->norm. 0, or -1 with the error set (a rule
+ * of the character map outside its strings, out of memory). */
+int spm_normalize(struct spm_encoder *e, const char *s, size_t len);
+/* Segments S (LEN bytes) as spm_encode does: *N nmt ids in *IDS (capacity *CAP, grown as needed).
+ * 0, or -1 with the error set. */
+int spm_encode(struct spm_encoder *e, const char *s, size_t len, uint32_t **ids, uint32_t *n, uint32_t *cap);
+/* Appends the text of the N nmt ids at IDS to OUT as spm_decode does (whitespace restored, byte
+ * pieces joined, specials dropped, unknown pieces as the unk surface). 0, or -1 (id out of range,
+ * memory) with the error set. */
+int spm_decode(const struct spm_model *m, const uint32_t *ids, size_t n, struct nmt_buf *out);
+
+#endif
