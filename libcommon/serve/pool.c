@@ -88,11 +88,12 @@ static double now_s(void)
 static int worker_open(struct serve_pool *p, int i, int threads)
 {
     struct worker *w = &p->w[i];
-    struct nmt_backend_opts bo = {sizeof bo, threads, 0};
+    struct nmt_backend_opts bo = {.size = sizeof bo, .threads = threads};
     w->p = p;
     if (!(w->be = backend_open(p->o.backend, &bo)))
         return -1;
-    struct infer_load_opts lo = {&p->cfg, p->o.model, INFER_INVARIANT | INFER_DISCARD, p->o.precision, p->sl};
+    struct infer_load_opts lo = {.cfg = &p->cfg, .path = p->o.model, .flags = INFER_INVARIANT | INFER_DISCARD,
+                                 .precision = p->o.precision, .sl = p->sl};
     int share = i > 0 && backend_can_share(w->be, p->w[0].be);
     if (!(w->in = infer_load(w->be, share ? p->w[0].in : NULL, &p->ckpt, 0, &lo, &w->m)))
         return -1;
