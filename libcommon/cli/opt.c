@@ -2,6 +2,7 @@
 #include "cli/opt.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,4 +50,268 @@ int opt_duration(const char *opt, const char *arg, double *out)
         return nmt_usage_error("invalid %s '%s' (expected seconds, or a number with s, m or h)", opt, arg), -1;
     *out = v * unit;
     return 0;
+}
+
+int opt_choice(const char *opt, const char *arg, const char *const *choices, int *out)
+{
+    int n = 0;
+    for (; choices[n]; n++)
+        if (!strcmp(arg, choices[n])) {
+            *out = n;
+            return 0;
+        }
+    char list[512];
+    size_t len = 0;
+    for (int i = 0; i < n && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ",
+                                choices[i]);
+    return nmt_usage_error("invalid %s '%s' (expected %s)", opt, arg, list), -1;
+}
+
+/* ---- the table ---- */
+
+#define FIELD(o, s, type) ((type *)(void *)((char *)(o) + (s)->off))
+#define CFIELD(o, s, type) ((const type *)(const void *)((const char *)(o) + (s)->off))
+
+int opt_has_arg(const struct opt_spec *s)
+{
+    return s->type != OT_FLAG && s->type != OT_HELP && s->type != OT_VERSION && s->type != OT_TEXT;
+}
+
+int opt_in_config(const struct opt_spec *s)
+{
+    return s->name && s->type != OT_HELP && s->type != OT_VERSION && s->type != OT_CONFIG &&
+           s->type != OT_TEXT && !(s->flags & OF_NO_CONFIG);
+}
+
+const struct opt_spec *opt_find(const struct opt_spec *spec, const char *name)
+{
+    for (; spec->type != OT_END; spec++)
+        if (spec->name && !strcmp(spec->name, name))
+            return spec;
+    return NULL;
+}
+
+void opt_defaults(const struct opt_spec *spec, void *o)
+{
+    for (const struct opt_spec *s = spec; s->type != OT_END; s++) {
+        switch (s->type) {
+        case OT_FLAG: case OT_INT: case OT_CHOICE: *FIELD(o, s, int) = s->def.i; break;
+        case OT_STR: *FIELD(o, s, const char *) = s->def.s; break;
+        case OT_U64: *FIELD(o, s, uint64_t) = s->def.u; break;
+        case OT_DOUBLE: case OT_DURATION: *FIELD(o, s, double) = s->def.d; break;
+        default: break; /* custom fields keep the struct's initial value */
+        }
+    }
+}
+
+/* Describes the range of number entry S into BUF ("a positive number", "a number in [0, 1)"). */
+static void describe_range(const struct opt_spec *s, char *buf, size_t n)
+{
+    int lo = s->flags & OF_MIN_OPEN, hi = s->flags & OF_MAX_OPEN;
+    if (isinf(s->dmax) && s->dmin == 0)
+        snprintf(buf, n, "a %s number", lo ? "positive" : "non-negative");
+    else if (isinf(s->dmax))
+        snprintf(buf, n, "a number %s %g", lo ? "above" : "at least", s->dmin);
+    else
+        snprintf(buf, n, "a number in %c%g, %g%c", lo ? '(' : '[', s->dmin, s->dmax, hi ? ')' : ']');
+}
+
+/* Parses the number ARG of entry S (option OPT): 0, or -1 after the usage error. */
+static int parse_real(const struct opt_spec *s, const char *opt, const char *arg, double *out)
+{
+    double v;
+    if (s->type == OT_DURATION) {
+        if (opt_duration(opt, arg, &v) < 0)
+            return -1;
+    } else if (nmt_parse_double(arg, &v) < 0) {
+        v = NAN;
+    }
+    int lo = s->flags & OF_MIN_OPEN, hi = s->flags & OF_MAX_OPEN;
+    if (!(lo ? v > s->dmin : v >= s->dmin) || !(hi ? v < s->dmax : v <= s->dmax)) {
+        if (s->type == OT_DURATION)
+            return nmt_usage_error("invalid %s '%s' (expected seconds, or a number with s, m or h)", opt, arg), -1;
+        char range[96];
+        describe_range(s, range, sizeof range);
+        return nmt_usage_error("invalid %s '%s' (expected %s)", opt, arg, range), -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Stores ARG (NULL for a flag) of entry S into O: 0, or -1 after the usage error. */
+static int store(const struct opt_spec *s, const char *arg, void *o)
+{
+    char opt[64];
+    snprintf(opt, sizeof opt, "--%s", s->name);
+    switch (s->type) {
+    case OT_FLAG: *FIELD(o, s, int) = 1; return 0;
+    case OT_STR: *FIELD(o, s, const char *) = arg; return 0;
+    case OT_INT: return opt_int(opt, arg, (int)s->imin, (int)s->imax, FIELD(o, s, int));
+    case OT_U64: return opt_u64(opt, arg, s->imin, s->imax, FIELD(o, s, uint64_t));
+    case OT_DOUBLE: case OT_DURATION: return parse_real(s, opt, arg, FIELD(o, s, double));
+    case OT_CHOICE: return opt_choice(opt, arg, s->choices, FIELD(o, s, int));
+    case OT_CUSTOM: return s->parse(opt, arg, FIELD(o, s, void));
+    default: return 0;
+    }
+}
+
+/* The getopt value of entry I of SPEC: its short name, else 256 + I. */
+static int opt_val(const struct opt_spec *spec, int i)
+{
+    return spec[i].short_name ? (unsigned char)spec[i].short_name : 256 + i;
+}
+
+/* The number of entries of SPEC. */
+static int opt_count(const struct opt_spec *spec)
+{
+    int n = 0;
+    while (spec[n].type != OT_END)
+        n++;
+    return n;
+}
+
+/* Builds getopt_long's tables for SPEC (N entries): LO (N + 1 entries) and SHORTS (2N + 1 bytes). */
+static void getopt_tables(const struct opt_spec *spec, int n, struct option *lo, char *shorts)
+{
+    int k = 0, j = 0;
+    for (int i = 0; i < n; i++) {
+        if (!spec[i].name)
+            continue;
+        lo[k++] = (struct option){spec[i].name, opt_has_arg(&spec[i]) ? required_argument : no_argument, NULL,
+                                  opt_val(spec, i)};
+        if (spec[i].short_name) {
+            shorts[j++] = spec[i].short_name;
+            if (opt_has_arg(&spec[i]))
+                shorts[j++] = ':';
+        }
+    }
+    lo[k] = (struct option){NULL, 0, NULL, 0};
+    shorts[j] = 0;
+}
+
+/* The index of the entry of SPEC (N entries) whose getopt value is CH, or -1. */
+static int entry_of(const struct opt_spec *spec, int n, int ch)
+{
+    for (int i = 0; i < n; i++)
+        if (spec[i].name && opt_val(spec, i) == ch)
+            return i;
+    return -1;
+}
+
+int opt_parse(const struct opt_spec *spec, int argc, char **argv, void *o)
+{
+    int n = opt_count(spec), ch, rc = OPT_OK;
+    struct option *lo = malloc(((size_t)n + 1) * sizeof *lo);
+    char *shorts = malloc(2 * (size_t)n + 1);
+    if (!lo || !shorts) {
+        free(lo), free(shorts);
+        nmt_error("out of memory");
+        return OPT_USAGE;
+    }
+    getopt_tables(spec, n, lo, shorts);
+    opt_defaults(spec, o);
+    while (rc == OPT_OK && (ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+        int i = entry_of(spec, n, ch);
+        if (i < 0)
+            rc = (nmt_usage_hint(), OPT_USAGE);
+        else if (spec[i].type == OT_HELP || spec[i].type == OT_VERSION)
+            rc = spec[i].type == OT_HELP ? OPT_GOT_HELP : OPT_GOT_VERSION;
+        else if (store(&spec[i], optarg, o) < 0)
+            rc = OPT_USAGE;
+    }
+    free(lo);
+    free(shorts);
+    return rc;
+}
+
+/* Writes the left column of entry S ("  -o, --output FILE") into BUF (N bytes); returns its width. */
+static int help_left(const struct opt_spec *s, char *buf, size_t n)
+{
+    char shortpart[8] = "    ";
+    if (s->short_name)
+        snprintf(shortpart, sizeof shortpart, "-%c, ", s->short_name);
+    int w = snprintf(buf, n, "  %s--%s%s%s", shortpart, s->name, s->arg ? " " : "", s->arg ? s->arg : "");
+    return w < (int)n ? w : (int)n - 1;
+}
+
+void opt_help(FILE *f, const char *head, const struct opt_spec *spec, const char *tail)
+{
+    int col = 0;
+    for (const struct opt_spec *s = spec; s->type != OT_END; s++)
+        if (s->name) {
+            char left[128];
+            int w = help_left(s, left, sizeof left) + 2;
+            if (w > col && w <= 26)
+                col = w;
+        }
+    fputs(head, f);
+    for (const struct opt_spec *s = spec; s->type != OT_END; s++) {
+        if (!s->name) {
+            fprintf(f, "%s\n", s->help);
+            continue;
+        }
+        char left[128];
+        int w = help_left(s, left, sizeof left);
+        fputs(left, f);
+        const char *h = s->help ? s->help : "";
+        if (!*h)
+            fputc('\n', f);
+        for (int first = 1; first || *h; first = 0) {
+            size_t len = strcspn(h, "\n");
+            if (!first)
+                w = 0;
+            fprintf(f, "%*s%.*s\n", w < col - 1 ? col - w : 2, "", (int)len, h);
+            h += len + (h[len] == '\n');
+        }
+    }
+    fputs(tail, f);
+}
+
+int opt_help_exit(const char *head, const struct opt_spec *spec, const char *tail)
+{
+    opt_help(stdout, head, spec, tail);
+    return nmt_close_stdout() < 0 ? 1 : 0;
+}
+
+/* Writes the value of entry S of O to F as "name: value", or "# name:" when not given. */
+static void dump_one(FILE *f, const struct opt_spec *s, const void *o)
+{
+    char buf[64];
+    const char *v = buf;
+    switch (s->type) {
+    case OT_FLAG: v = *CFIELD(o, s, int) ? "true" : "false"; break;
+    case OT_STR: v = *CFIELD(o, s, const char *); break;
+    case OT_CHOICE: v = s->choices[*CFIELD(o, s, int)]; break;
+    case OT_CUSTOM: v = s->show(CFIELD(o, s, void)); break;
+    case OT_INT: {
+        int x = *CFIELD(o, s, int);
+        snprintf(buf, sizeof buf, "%d", x);
+        v = x == 0 && (s->flags & OF_ZERO_UNSET) ? NULL : buf;
+        break;
+    }
+    case OT_U64: {
+        uint64_t x = *CFIELD(o, s, uint64_t);
+        snprintf(buf, sizeof buf, "%llu", (unsigned long long)x);
+        v = x == 0 && (s->flags & OF_ZERO_UNSET) ? NULL : buf;
+        break;
+    }
+    default: {
+        double x = *CFIELD(o, s, double);
+        snprintf(buf, sizeof buf, "%.7g", x);
+        v = isnan(x) || (x == 0 && (s->flags & OF_ZERO_UNSET)) ? NULL : buf;
+        break;
+    }
+    }
+    if (v)
+        fprintf(f, "%s: %s\n", s->name, v);
+    else
+        fprintf(f, "# %s:\n", s->name);
+}
+
+void opt_dump(FILE *f, const struct opt_spec *spec, const void *o)
+{
+    for (const struct opt_spec *s = spec; s->type != OT_END; s++)
+        if (opt_in_config(s) && !(s->flags & OF_NO_DUMP))
+            dump_one(f, s, o);
 }
