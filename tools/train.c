@@ -436,6 +436,7 @@ static int log_name_ok(const char *log)
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     *o = (struct opts){0};
+    opt_defaults(OPTIONS, o);
     switch (opt_parse(OPTIONS, argc, argv, o)) {
     case OPT_GOT_HELP: return opt_help_exit(USAGE_HEAD, OPTIONS, USAGE_TAIL);
     case OPT_GOT_VERSION: return print_version();

@@ -210,7 +210,6 @@ int opt_parse(const struct opt_spec *spec, int argc, char **argv, void *o)
         return OPT_USAGE;
     }
     getopt_tables(spec, n, lo, shorts);
-    opt_defaults(spec, o);
     while (rc == OPT_OK && (ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
         int i = entry_of(spec, n, ch);
         if (i < 0)
@@ -237,14 +236,7 @@ static int help_left(const struct opt_spec *s, char *buf, size_t n)
 
 void opt_help(FILE *f, const char *head, const struct opt_spec *spec, const char *tail)
 {
-    int col = 0;
-    for (const struct opt_spec *s = spec; s->type != OT_END; s++)
-        if (s->name) {
-            char left[128];
-            int w = help_left(s, left, sizeof left) + 2;
-            if (w > col && w <= 26)
-                col = w;
-        }
+    enum { col = 26 }; /* where the help texts start; a longer option is followed by two blanks */
     fputs(head, f);
     for (const struct opt_spec *s = spec; s->type != OT_END; s++) {
         if (!s->name) {
@@ -257,7 +249,7 @@ void opt_help(FILE *f, const char *head, const struct opt_spec *spec, const char
         const char *h = s->help ? s->help : "";
         if (!*h)
             fputc('\n', f);
-        for (int first = 1; first || *h; first = 0) {
+        for (int first = 1; *h; first = 0) {
             size_t len = strcspn(h, "\n");
             if (!first)
                 w = 0;
@@ -283,7 +275,7 @@ static void dump_one(FILE *f, const struct opt_spec *s, const void *o)
     case OT_FLAG: v = *CFIELD(o, s, int) ? "true" : "false"; break;
     case OT_STR: v = *CFIELD(o, s, const char *); break;
     case OT_CHOICE: v = s->choices[*CFIELD(o, s, int)]; break;
-    case OT_CUSTOM: v = s->show(CFIELD(o, s, void)); break;
+    case OT_CUSTOM: v = s->show ? s->show(CFIELD(o, s, void)) : NULL; break;
     case OT_INT: {
         int x = *CFIELD(o, s, int);
         snprintf(buf, sizeof buf, "%d", x);

@@ -75,7 +75,7 @@ struct opt_spec {
     } def;                /* stored by opt_defaults: .s, .u, .d or .i after the field's type */
     /* OT_CUSTOM: stores ARG of OPT into FIELD: 0, or -1 after a usage error */
     int (*parse)(const char *opt, const char *arg, void *field);
-    /* OT_CUSTOM: the text of FIELD for --dump-config (NULL: not given) */
+    /* OT_CUSTOM: the text of FIELD for --dump-config (NULL: not given); may be NULL */
     const char *(*show)(const void *field);
 };
 
@@ -91,12 +91,13 @@ enum { OPT_USAGE = -1, OPT_OK = 0, OPT_GOT_HELP = 1, OPT_GOT_VERSION = 2 };
 /* Stores the default of every entry of SPEC into the options struct at O (fields of no entry are
  * left as they are). */
 void opt_defaults(const struct opt_spec *spec, void *o);
-/* Parses ARGV's options (ARGC entries) with getopt_long into O, after opt_defaults; the operands
- * then start at argv[optind]. Returns OPT_OK; OPT_GOT_HELP or OPT_GOT_VERSION at the first --help
+/* Parses ARGV's options (ARGC entries) with getopt_long into O (the fields of options not given
+ * are left as they are: opt_defaults first stores the table's); the operands then start at
+ * argv[optind]. Returns OPT_OK; OPT_GOT_HELP or OPT_GOT_VERSION at the first --help
  * or --version (the tool prints them); or OPT_USAGE after printing the usage error (getopt's own
  * message, or opt's, and the --help hint). */
 int opt_parse(const struct opt_spec *spec, int argc, char **argv, void *o);
-/* Writes to F the help text: HEAD, the options of SPEC with their help in a column, then TAIL. */
+/* Writes to F the help text: HEAD, the options of SPEC with their help from column 26, then TAIL. */
 void opt_help(FILE *f, const char *head, const struct opt_spec *spec, const char *tail);
 /* Prints opt_help on stdout and closes it: the exit status of --help (0, or 1 if stdout failed). */
 int opt_help_exit(const char *head, const struct opt_spec *spec, const char *tail);

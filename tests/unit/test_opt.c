@@ -98,6 +98,7 @@ static int parse(struct opts *o, char *err, size_t n, ...)
     dup2(fileno(f), 2);
     optind = 0;
     *o = (struct opts){0};
+    opt_defaults(SPEC, o);
     int rc = opt_parse(SPEC, argc, argv, o);
     fflush(stderr);
     dup2(saved, 2);
@@ -156,9 +157,9 @@ static void test_help(void)
     FILE *f = open_memstream(&text, &n);
     opt_help(f, "Usage: t\n", SPEC, "End.\n");
     fclose(f);
-    test_ok(!strncmp(text, "Usage: t\nSection:\n  -o, --output FILE  where\n", 42), "head, section, first option");
-    test_ok(strstr(text, "\n                     second line\n") != NULL, "a continuation line under the column");
-    test_ok(strstr(text, "\n      --mode M       a mode\n") && strstr(text, "\n  -h, --help         help\n") &&
+    test_ok(!strncmp(text, "Usage: t\nSection:\n  -o, --output FILE       where\n", 47), "head, section, first option");
+    test_ok(strstr(text, "\n                          second line\n") != NULL, "a continuation line under the column");
+    test_ok(strstr(text, "\n      --mode M            a mode\n") && strstr(text, "\n  -h, --help              help\n") &&
                 !strcmp(text + strlen(text) - 5, "End.\n"),
             "long-only and short options in one column; the tail");
     free(text);
