@@ -14,6 +14,7 @@
 #ifndef NMT_OPT_H
 #define NMT_OPT_H
 
+#include <getopt.h> /* optind, where the operands start after opt_parse */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
