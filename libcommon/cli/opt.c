@@ -75,7 +75,7 @@ int opt_choice(const char *opt, const char *arg, const char *const *choices, int
 
 int opt_has_arg(const struct opt_spec *s)
 {
-    return s->type != OT_FLAG && s->type != OT_HELP && s->type != OT_VERSION && s->type != OT_TEXT;
+    return s->type != OT_FLAG && s->type != OT_SET && s->type != OT_HELP && s->type != OT_VERSION && s->type != OT_TEXT;
 }
 
 int opt_in_config(const struct opt_spec *s)
@@ -146,6 +146,7 @@ static int store(const struct opt_spec *s, const char *arg, void *o)
     snprintf(opt, sizeof opt, "--%s", s->name);
     switch (s->type) {
     case OT_FLAG: *FIELD(o, s, int) = 1; return 0;
+    case OT_SET: *FIELD(o, s, int) = (int)s->imin; return 0;
     case OT_STR: *FIELD(o, s, const char *) = arg; return 0;
     case OT_INT: return opt_int(opt, arg, (int)s->imin, (int)s->imax, FIELD(o, s, int));
     case OT_U64: return opt_u64(opt, arg, s->imin, s->imax, FIELD(o, s, uint64_t));
@@ -273,6 +274,7 @@ static void dump_one(FILE *f, const struct opt_spec *s, const void *o)
     const char *v = buf;
     switch (s->type) {
     case OT_FLAG: v = *CFIELD(o, s, int) ? "true" : "false"; break;
+    case OT_SET: v = *CFIELD(o, s, int) == (int)s->imin ? "true" : "false"; break;
     case OT_STR: v = *CFIELD(o, s, const char *); break;
     case OT_CHOICE: v = s->choices[*CFIELD(o, s, int)]; break;
     case OT_CUSTOM: v = s->show ? s->show(CFIELD(o, s, void)) : NULL; break;

@@ -36,6 +36,7 @@ enum opt_type {
     OT_END, /* ends the table */
     OT_TEXT,     /* no option: HELP is a line of the --help text (a section heading) */
     OT_FLAG,     /* no argument; int field set to 1 (in a configuration: true or false) */
+    OT_SET,      /* no argument; int field set to IMIN (options that share a field: a mode) */
     OT_STR,      /* const char * field: the argument itself (NULL: not given) */
     OT_INT,      /* int field in [IMIN, IMAX] (IMIN >= 0) */
     OT_U64,      /* uint64_t field in [IMIN, IMAX] */

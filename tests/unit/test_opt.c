@@ -67,6 +67,9 @@ static const struct opt_spec SPEC[] = {
     {OPTION(OT_CUSTOM, "custom", 0, "K", OFF(custom),
             "twice K"),
      .parse = parse_twice, .show = show_custom},
+    {OPTION(OT_SET, "exact", 'x', NULL, OFF(mode),
+            "--mode exact"),
+     .imin = 2},
     {OPTION(OT_CONFIG, "config", 0, "FILE", 0,
             "read options")},
     {OPTION(OT_FLAG, "hidden", 0, NULL, OFF(flag),
@@ -122,6 +125,8 @@ static void test_parse(void)
                 !strcmp(o.out, "x") && !strcmp(o.name, "y") && o.flag && o.n == 9 && o.mode == 2 &&
                 o.big == UINT64_MAX && o.rate == 0.25 && o.time == 120 && o.custom == 8 && optind == 17,
             "every type stored; the operand left at optind");
+    test_ok(parse(&o, err, sizeof err, "--mode", "fast", "-x", NULL) == OPT_OK && o.mode == 2,
+            "OT_SET stores its value in the field it shares");
     test_ok(parse(&o, err, sizeof err, "--n", "10", NULL) == OPT_USAGE &&
                 strstr(err, "nmt-test: invalid --n '10' (expected an integer from 1 to 9)\n") &&
                 strstr(err, "Try 'nmt-test --help'"),
@@ -176,7 +181,7 @@ static void test_dump(void)
     opt_dump(f, SPEC, &o);
     fclose(f);
     const char *want = "output: -\nname: a b\nflag: false\nn: 3\nmode: fast\nbig: 7\n# unset:\nrate: 0.5\n"
-                       "# time:\n# scale:\ncustom: set\n";
+                       "# time:\n# scale:\ncustom: set\nexact: false\n";
     test_ok(!strcmp(text, want), "the dump: table order, unset values as comments, no hidden option (%s)", text);
     /* read back through a configuration file */
     char conf[80];
