@@ -276,7 +276,7 @@ static void dump_one(FILE *f, const struct opt_spec *s, const void *o)
     case OT_FLAG: v = *CFIELD(o, s, int) ? "true" : "false"; break;
     case OT_SET: v = *CFIELD(o, s, int) == (int)s->imin ? "true" : "false"; break;
     case OT_STR: v = *CFIELD(o, s, const char *); break;
-    case OT_CHOICE: v = s->choices[*CFIELD(o, s, int)]; break;
+    case OT_CHOICE: v = *CFIELD(o, s, int) >= 0 ? s->choices[*CFIELD(o, s, int)] : NULL; break;
     case OT_CUSTOM: v = s->show ? s->show(CFIELD(o, s, void)) : NULL; break;
     case OT_INT: {
         int x = *CFIELD(o, s, int);

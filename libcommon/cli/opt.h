@@ -42,7 +42,7 @@ enum opt_type {
     OT_U64,      /* uint64_t field in [IMIN, IMAX] */
     OT_DOUBLE,   /* double field in [DMIN, DMAX], ends excluded by OF_MIN_OPEN, OF_MAX_OPEN */
     OT_DURATION, /* double field: seconds, or with s, m, h; in [DMIN, DMAX] as OT_DOUBLE */
-    OT_CHOICE,   /* int field: the index of the argument in CHOICES */
+    OT_CHOICE,   /* int field: the index of the argument in CHOICES (a negative default: not given) */
     OT_CUSTOM,   /* the entry's PARSE stores the argument, SHOW writes it for --dump-config */
     OT_HELP,     /* --help: opt_parse returns OPT_GOT_HELP */
     OT_VERSION,  /* --version: opt_parse returns OPT_GOT_VERSION */
