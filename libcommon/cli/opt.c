@@ -75,6 +75,8 @@ int opt_choice(const char *opt, const char *arg, const char *const *choices, int
 
 int opt_has_arg(const struct opt_spec *s)
 {
+    if (s->type == OT_CUSTOM)
+        return s->arg != NULL;
     return s->type != OT_FLAG && s->type != OT_SET && s->type != OT_HELP && s->type != OT_VERSION && s->type != OT_TEXT;
 }
 
@@ -172,18 +174,22 @@ static int opt_count(const struct opt_spec *spec)
     return n;
 }
 
-/* Builds getopt_long's tables for SPEC (N entries): LO (N + 1 entries) and SHORTS (2N + 1 bytes). */
+/* Builds getopt_long's tables for SPEC (N entries): LO (N + 1 entries) and SHORTS (3N + 1 bytes). */
 static void getopt_tables(const struct opt_spec *spec, int n, struct option *lo, char *shorts)
 {
     int k = 0, j = 0;
     for (int i = 0; i < n; i++) {
         if (!spec[i].name)
             continue;
-        lo[k++] = (struct option){spec[i].name, opt_has_arg(&spec[i]) ? required_argument : no_argument, NULL,
-                                  opt_val(spec, i)};
+        int has = !opt_has_arg(&spec[i])                 ? no_argument
+                  : spec[i].flags & OF_OPTIONAL_ARG ? optional_argument
+                                                    : required_argument;
+        lo[k++] = (struct option){spec[i].name, has, NULL, opt_val(spec, i)};
         if (spec[i].short_name) {
             shorts[j++] = spec[i].short_name;
             if (opt_has_arg(&spec[i]))
+                shorts[j++] = ':';
+            if (opt_has_arg(&spec[i]) && (spec[i].flags & OF_OPTIONAL_ARG))
                 shorts[j++] = ':';
         }
     }
@@ -204,7 +210,7 @@ int opt_parse(const struct opt_spec *spec, int argc, char **argv, void *o)
 {
     int n = opt_count(spec), ch, rc = OPT_OK;
     struct option *lo = malloc(((size_t)n + 1) * sizeof *lo);
-    char *shorts = malloc(2 * (size_t)n + 1);
+    char *shorts = malloc(3 * (size_t)n + 1);
     if (!lo || !shorts) {
         free(lo), free(shorts);
         nmt_error("out of memory");
@@ -231,7 +237,9 @@ static int help_left(const struct opt_spec *s, char *buf, size_t n)
     char shortpart[8] = "    ";
     if (s->short_name)
         snprintf(shortpart, sizeof shortpart, "-%c, ", s->short_name);
-    int w = snprintf(buf, n, "  %s--%s%s%s", shortpart, s->name, s->arg ? " " : "", s->arg ? s->arg : "");
+    int optional = s->type == OT_CUSTOM && (s->flags & OF_OPTIONAL_ARG);
+    int w = snprintf(buf, n, "  %s--%s%s%s%s", shortpart, s->name, !s->arg ? "" : optional ? "[=" : " ",
+                     s->arg ? s->arg : "", s->arg && optional ? "]" : "");
     return w < (int)n ? w : (int)n - 1;
 }
 

@@ -43,7 +43,8 @@ enum opt_type {
     OT_DOUBLE,   /* double field in [DMIN, DMAX], ends excluded by OF_MIN_OPEN, OF_MAX_OPEN */
     OT_DURATION, /* double field: seconds, or with s, m, h; in [DMIN, DMAX] as OT_DOUBLE */
     OT_CHOICE,   /* int field: the index of the argument in CHOICES (a negative default: not given) */
-    OT_CUSTOM,   /* the entry's PARSE stores the argument, SHOW writes it for --dump-config */
+    OT_CUSTOM,   /* the entry's PARSE stores the argument (none when ARG is NULL), SHOW writes it
+                  * for --dump-config */
     OT_HELP,     /* --help: opt_parse returns OPT_GOT_HELP */
     OT_VERSION,  /* --version: opt_parse returns OPT_GOT_VERSION */
     OT_CONFIG,   /* --config FILE, expanded by config_args (cli/config.h) before opt_parse */
@@ -55,6 +56,8 @@ enum {
     OF_ZERO_UNSET = 4,/* numbers: 0 means "not given" (--dump-config writes it as a comment) */
     OF_NO_CONFIG = 8, /* never in a configuration file (--dump-config itself) */
     OF_NO_DUMP = 16,  /* a configuration file may hold it, --dump-config does not write it */
+    OF_OPTIONAL_ARG = 32, /* OT_CUSTOM: the argument may be left out (--text or --text=ids); PARSE
+                           * then gets NULL */
 };
 
 /* One option of a tool. */
@@ -75,7 +78,7 @@ struct opt_spec {
         double d;
         int i;
     } def;                /* stored by opt_defaults: .s, .u, .d or .i after the field's type */
-    /* OT_CUSTOM: stores ARG of OPT into FIELD: 0, or -1 after a usage error */
+    /* OT_CUSTOM: stores ARG of OPT (NULL: none given) into FIELD: 0, or -1 after a usage error */
     int (*parse)(const char *opt, const char *arg, void *field);
     /* OT_CUSTOM: the text of FIELD for --dump-config (NULL: not given); may be NULL */
     const char *(*show)(const void *field);

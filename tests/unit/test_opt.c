@@ -18,7 +18,7 @@ struct opts {
     int flag, n, mode;
     uint64_t big, unset;
     double rate, time, scale;
-    int custom;
+    int custom, level;
 };
 
 static int parse_twice(const char *opt, const char *arg, void *field)
@@ -28,6 +28,14 @@ static int parse_twice(const char *opt, const char *arg, void *field)
         return -1;
     *(int *)field = 2 * v;
     return 0;
+}
+
+/* --level[=N]: N, or 1 when left out */
+static int parse_level(const char *opt, const char *arg, void *field)
+{
+    if (!arg)
+        return *(int *)field = 1, 0;
+    return opt_int(opt, arg, 0, 9, field);
 }
 
 static const char *show_custom(const void *field) { return *(const int *)field ? "set" : NULL; }
@@ -70,6 +78,9 @@ static const struct opt_spec SPEC[] = {
     {OPTION(OT_SET, "exact", 'x', NULL, OFF(mode),
             "--mode exact"),
      .imin = 2},
+    {OPTION(OT_CUSTOM, "level", 0, "N", OFF(level),
+            "a level"),
+     .flags = OF_OPTIONAL_ARG, .parse = parse_level},
     {OPTION(OT_CONFIG, "config", 0, "FILE", 0,
             "read options")},
     {OPTION(OT_FLAG, "hidden", 0, NULL, OFF(flag),
@@ -127,6 +138,9 @@ static void test_parse(void)
             "every type stored; the operand left at optind");
     test_ok(parse(&o, err, sizeof err, "--mode", "fast", "-x", NULL) == OPT_OK && o.mode == 2,
             "OT_SET stores its value in the field it shares");
+    test_ok(parse(&o, err, sizeof err, "--level", "x", NULL) == OPT_OK && o.level == 1 && optind == 2,
+            "an optional argument left out: the parser gets NULL; the next word is an operand");
+    test_ok(parse(&o, err, sizeof err, "--level=7", NULL) == OPT_OK && o.level == 7, "an optional argument given");
     test_ok(parse(&o, err, sizeof err, "--n", "10", NULL) == OPT_USAGE &&
                 strstr(err, "nmt-test: invalid --n '10' (expected an integer from 1 to 9)\n") &&
                 strstr(err, "Try 'nmt-test --help'"),
@@ -163,6 +177,7 @@ static void test_help(void)
     opt_help(f, "Usage: t\n", SPEC, "End.\n");
     fclose(f);
     test_ok(!strncmp(text, "Usage: t\nSection:\n  -o, --output FILE       where\n", 47), "head, section, first option");
+    test_ok(strstr(text, "\n      --level[=N]         a level\n") != NULL, "an optional argument in brackets");
     test_ok(strstr(text, "\n                          second line\n") != NULL, "a continuation line under the column");
     test_ok(strstr(text, "\n      --mode M            a mode\n") && strstr(text, "\n  -h, --help              help\n") &&
                 !strcmp(text + strlen(text) - 5, "End.\n"),
@@ -181,7 +196,7 @@ static void test_dump(void)
     opt_dump(f, SPEC, &o);
     fclose(f);
     const char *want = "output: -\nname: a b\nflag: false\nn: 3\nmode: fast\nbig: 7\n# unset:\nrate: 0.5\n"
-                       "# time:\n# scale:\ncustom: set\nexact: false\n";
+                       "# time:\n# scale:\ncustom: set\nexact: false\n# level:\n";
     test_ok(!strcmp(text, want), "the dump: table order, unset values as comments, no hidden option (%s)", text);
     /* read back through a configuration file */
     char conf[80];
