@@ -83,111 +83,137 @@ static const char *side_name(unsigned s, unsigned nsides)
     return nsides == 1 ? "ids" : s == 0 ? "src" : "tgt";
 }
 
+/* Prints a tok record (tokens of each side) of D (LEN bytes) to F as text or JSON; 0, or -1. */
+static int print_tok(FILE *f, struct cat_state *st, const unsigned char *d, size_t len, int json)
+{
+    if (tok_record_decode(&st->tok, d, len) < 0)
+        return -1;
+    struct tok_record *r = &st->tok;
+    if (json) {
+        fprintf(f, "{\"index\":%llu", (unsigned long long)r->index);
+        for (unsigned s = 0; s < r->nsides; s++) {
+            fprintf(f, ",\"%s\":[", r->nsides == 1 ? "tok" : s == 0 ? "src" : "tgt");
+            for (uint32_t i = 0; i < r->side[s].ntok; i++) {
+                if (i)
+                    putc(',', f);
+                nmt_json_string(f, r->side[s].tok[i], r->side[s].len[i]);
+            }
+            putc(']', f);
+        }
+        fputs("}\n", f);
+    } else {
+        fprintf(f, "%llu", (unsigned long long)r->index);
+        for (unsigned s = 0; s < r->nsides; s++) {
+            putc('\t', f);
+            for (uint32_t i = 0; i < r->side[s].ntok; i++) {
+                if (i)
+                    putc(' ', f);
+                nmt_put_token(f, r->side[s].tok[i], r->side[s].len[i]);
+            }
+        }
+        putc('\n', f);
+    }
+    return 0;
+}
+
+/* Prints an ids record of D (LEN bytes) to F as text or JSON; 0, or -1. */
+static int print_ids(FILE *f, struct cat_state *st, const unsigned char *d, size_t len, int json)
+{
+    if (ids_record_decode(&st->ids, d, len) < 0)
+        return -1;
+    struct ids_record *r = &st->ids;
+    if (json) {
+        fprintf(f, "{\"index\":%llu", (unsigned long long)r->index);
+        for (unsigned s = 0; s < r->nsides; s++) {
+            fprintf(f, ",\"%s\":", side_name(s, r->nsides));
+            put_ids(f, r->ids[s], r->n[s], 1);
+        }
+        fputs("}\n", f);
+    } else {
+        fprintf(f, "%llu", (unsigned long long)r->index);
+        for (unsigned s = 0; s < r->nsides; s++) {
+            putc('\t', f);
+            put_ids(f, r->ids[s], r->n[s], 0);
+        }
+        putc('\n', f);
+    }
+    return 0;
+}
+
+/* Prints the batch record of D (LEN bytes), its shape and rows (padding not shown), to F as text or JSON; 0, or -1. */
+static int print_batch(FILE *f, struct cat_state *st, const unsigned char *d, size_t len, int json)
+{
+    if (batch_record_decode(&st->batch, d, len) < 0)
+        return -1;
+    struct batch_record *r = &st->batch;
+    if (json) {
+        fprintf(f, "{\"rows\":%u,\"src_cols\":%u,\"tgt_cols\":%u,\"index\":[", r->B, r->S, r->T);
+        for (uint32_t b = 0; b < r->B; b++)
+            fprintf(f, "%s%llu", b ? "," : "", (unsigned long long)r->index[b]);
+        fputs("],\"src\":[", f);
+        for (uint32_t b = 0; b < r->B; b++) {
+            if (b)
+                putc(',', f);
+            put_ids(f, r->src + (size_t)b * r->S, r->src_len[b], 1);
+        }
+        fputs("],\"tgt\":[", f);
+        for (uint32_t b = 0; b < r->B; b++) {
+            if (b)
+                putc(',', f);
+            put_ids(f, r->tgt + (size_t)b * r->T, r->tgt_len[b], 1);
+        }
+        fputs("]}\n", f);
+    } else {
+        /* one line per batch: shape, then "index:src|tgt" for each row (padding not shown) */
+        fprintf(f, "%ux%u+%u", r->B, r->S, r->T);
+        for (uint32_t b = 0; b < r->B; b++) {
+            fprintf(f, "\t%llu:", (unsigned long long)r->index[b]);
+            put_ids(f, r->src + (size_t)b * r->S, r->src_len[b], 0);
+            putc('|', f);
+            put_ids(f, r->tgt + (size_t)b * r->T, r->tgt_len[b], 0);
+        }
+        putc('\n', f);
+    }
+    return 0;
+}
+
+/* Prints a hyp record (rank, score, ids) of D (LEN bytes) to F as text or JSON; 0, or -1. */
+static int print_hyp(FILE *f, struct cat_state *st, const unsigned char *d, size_t len, int json)
+{
+    if (hyp_record_decode(&st->hyp, d, len) < 0)
+        return -1;
+    struct hyp_record *r = &st->hyp;
+    if (json) {
+        fprintf(f, "{\"index\":%llu,\"rank\":%u,\"score\":", (unsigned long long)r->index, r->rank);
+        if (isfinite(r->score)) /* JSON has no NaN or infinity */
+            fprintf(f, "%.9g,\"ids\":", (double)r->score);
+        else
+            fputs("null,\"ids\":", f);
+        put_ids(f, r->ids, r->n, 1);
+        fputs("}\n", f);
+    } else {
+        fprintf(f, "%llu\t%u\t%.9g\t", (unsigned long long)r->index, r->rank, (double)r->score);
+        put_ids(f, r->ids, r->n, 0);
+        putc('\n', f);
+    }
+    return 0;
+}
+
 static int print_record(FILE *f, struct cat_state *st, const char *kind, const unsigned char *d, size_t len, int json)
 {
-    if (strcmp(kind, "tok") == 0) {
-        if (tok_record_decode(&st->tok, d, len) < 0)
-            return -1;
-        struct tok_record *r = &st->tok;
-        if (json) {
-            fprintf(f, "{\"index\":%llu", (unsigned long long)r->index);
-            for (unsigned s = 0; s < r->nsides; s++) {
-                fprintf(f, ",\"%s\":[", r->nsides == 1 ? "tok" : s == 0 ? "src" : "tgt");
-                for (uint32_t i = 0; i < r->side[s].ntok; i++) {
-                    if (i)
-                        putc(',', f);
-                    nmt_json_string(f, r->side[s].tok[i], r->side[s].len[i]);
-                }
-                putc(']', f);
-            }
-            fputs("}\n", f);
-        } else {
-            fprintf(f, "%llu", (unsigned long long)r->index);
-            for (unsigned s = 0; s < r->nsides; s++) {
-                putc('\t', f);
-                for (uint32_t i = 0; i < r->side[s].ntok; i++) {
-                    if (i)
-                        putc(' ', f);
-                    nmt_put_token(f, r->side[s].tok[i], r->side[s].len[i]);
-                }
-            }
-            putc('\n', f);
-        }
-    } else if (strcmp(kind, "ids") == 0) {
-        if (ids_record_decode(&st->ids, d, len) < 0)
-            return -1;
-        struct ids_record *r = &st->ids;
-        if (json) {
-            fprintf(f, "{\"index\":%llu", (unsigned long long)r->index);
-            for (unsigned s = 0; s < r->nsides; s++) {
-                fprintf(f, ",\"%s\":", side_name(s, r->nsides));
-                put_ids(f, r->ids[s], r->n[s], 1);
-            }
-            fputs("}\n", f);
-        } else {
-            fprintf(f, "%llu", (unsigned long long)r->index);
-            for (unsigned s = 0; s < r->nsides; s++) {
-                putc('\t', f);
-                put_ids(f, r->ids[s], r->n[s], 0);
-            }
-            putc('\n', f);
-        }
-    } else if (strcmp(kind, "batch") == 0) {
-        if (batch_record_decode(&st->batch, d, len) < 0)
-            return -1;
-        struct batch_record *r = &st->batch;
-        if (json) {
-            fprintf(f, "{\"rows\":%u,\"src_cols\":%u,\"tgt_cols\":%u,\"index\":[", r->B, r->S, r->T);
-            for (uint32_t b = 0; b < r->B; b++)
-                fprintf(f, "%s%llu", b ? "," : "", (unsigned long long)r->index[b]);
-            fputs("],\"src\":[", f);
-            for (uint32_t b = 0; b < r->B; b++) {
-                if (b)
-                    putc(',', f);
-                put_ids(f, r->src + (size_t)b * r->S, r->src_len[b], 1);
-            }
-            fputs("],\"tgt\":[", f);
-            for (uint32_t b = 0; b < r->B; b++) {
-                if (b)
-                    putc(',', f);
-                put_ids(f, r->tgt + (size_t)b * r->T, r->tgt_len[b], 1);
-            }
-            fputs("]}\n", f);
-        } else {
-            /* one line per batch: shape, then "index:src|tgt" for each row (padding not shown) */
-            fprintf(f, "%ux%u+%u", r->B, r->S, r->T);
-            for (uint32_t b = 0; b < r->B; b++) {
-                fprintf(f, "\t%llu:", (unsigned long long)r->index[b]);
-                put_ids(f, r->src + (size_t)b * r->S, r->src_len[b], 0);
-                putc('|', f);
-                put_ids(f, r->tgt + (size_t)b * r->T, r->tgt_len[b], 0);
-            }
-            putc('\n', f);
-        }
-    } else if (strcmp(kind, "hyp") == 0) {
-        if (hyp_record_decode(&st->hyp, d, len) < 0)
-            return -1;
-        struct hyp_record *r = &st->hyp;
-        if (json) {
-            fprintf(f, "{\"index\":%llu,\"rank\":%u,\"score\":", (unsigned long long)r->index, r->rank);
-            if (isfinite(r->score)) /* JSON has no NaN or infinity */
-                fprintf(f, "%.9g,\"ids\":", (double)r->score);
-            else
-                fputs("null,\"ids\":", f);
-            put_ids(f, r->ids, r->n, 1);
-            fputs("}\n", f);
-        } else {
-            fprintf(f, "%llu\t%u\t%.9g\t", (unsigned long long)r->index, r->rank, (double)r->score);
-            put_ids(f, r->ids, r->n, 0);
-            putc('\n', f);
-        }
-    } else {
-        if (json)
-            fprintf(f, "{\"bytes\":%zu,\"hex\":\"", len);
-        for (size_t i = 0; i < len; i++)
-            fprintf(f, "%02x", d[i]);
-        fputs(json ? "\"}\n" : "\n", f);
-    }
+    if (strcmp(kind, "tok") == 0)
+        return print_tok(f, st, d, len, json);
+    if (strcmp(kind, "ids") == 0)
+        return print_ids(f, st, d, len, json);
+    if (strcmp(kind, "batch") == 0)
+        return print_batch(f, st, d, len, json);
+    if (strcmp(kind, "hyp") == 0)
+        return print_hyp(f, st, d, len, json);
+    if (json)
+        fprintf(f, "{\"bytes\":%zu,\"hex\":\"", len);
+    for (size_t i = 0; i < len; i++)
+        fprintf(f, "%02x", d[i]);
+    fputs(json ? "\"}\n" : "\n", f);
     return 0;
 }
 
