@@ -610,7 +610,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 {
     switch (opt_parse(OPTIONS, argc, argv, o)) {
     case OPT_GOT_HELP:
-        return opt_help_exit(USAGE_HEAD, OPTIONS, "\nExit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n");
+        return opt_help_exit(USAGE_HEAD, OPTIONS,
+                             "\nExit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n");
     case OPT_GOT_VERSION: nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
     case OPT_USAGE: return NMT_EXIT_USAGE;
     }

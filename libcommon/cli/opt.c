@@ -174,10 +174,13 @@ static int opt_count(const struct opt_spec *spec)
     return n;
 }
 
-/* Builds getopt_long's tables for SPEC (N entries): LO (N + 1 entries) and SHORTS (3N + 1 bytes). */
-static void getopt_tables(const struct opt_spec *spec, int n, struct option *lo, char *shorts)
+/* Builds getopt_long's tables for SPEC (N entries): LO (2N + 1 entries, aliases included) and
+ * SHORTS (3N + 2 bytes, starting with ':' under OPT_OWN_ERRORS of HOW). */
+static void getopt_tables(const struct opt_spec *spec, int n, struct option *lo, char *shorts, int how)
 {
     int k = 0, j = 0;
+    if (how & OPT_OWN_ERRORS)
+        shorts[j++] = ':';
     for (int i = 0; i < n; i++) {
         if (!spec[i].name)
             continue;
@@ -185,6 +188,8 @@ static void getopt_tables(const struct opt_spec *spec, int n, struct option *lo,
                   : spec[i].flags & OF_OPTIONAL_ARG ? optional_argument
                                                     : required_argument;
         lo[k++] = (struct option){spec[i].name, has, NULL, opt_val(spec, i)};
+        if (spec[i].alias)
+            lo[k++] = (struct option){spec[i].alias, has, NULL, opt_val(spec, i)};
         if (spec[i].short_name) {
             shorts[j++] = spec[i].short_name;
             if (opt_has_arg(&spec[i]))
@@ -206,21 +211,40 @@ static int entry_of(const struct opt_spec *spec, int n, int ch)
     return -1;
 }
 
+/* The usage error of getopt's answer CH ('?' or ':') under OPT_OWN_ERRORS, naming the argument
+ * getopt stopped at in ARGV; OPT_USAGE. */
+static int own_error(int ch, char **argv)
+{
+    const char *what = argv[optind > 0 ? optind - 1 : 0];
+    if (ch == ':')
+        nmt_usage_error("option '%s' needs a value", what);
+    else
+        nmt_usage_error("unknown option '%s'", what);
+    return OPT_USAGE;
+}
+
 int opt_parse(const struct opt_spec *spec, int argc, char **argv, void *o)
 {
+    return opt_parse_with(spec, argc, argv, o, 0);
+}
+
+int opt_parse_with(const struct opt_spec *spec, int argc, char **argv, void *o, int how)
+{
     int n = opt_count(spec), ch, rc = OPT_OK;
-    struct option *lo = malloc(((size_t)n + 1) * sizeof *lo);
-    char *shorts = malloc(3 * (size_t)n + 1);
+    struct option *lo = malloc((2 * (size_t)n + 1) * sizeof *lo);
+    char *shorts = malloc(3 * (size_t)n + 2);
     if (!lo || !shorts) {
         free(lo), free(shorts);
         nmt_error("out of memory");
         return OPT_USAGE;
     }
-    getopt_tables(spec, n, lo, shorts);
-    while (rc == OPT_OK && (ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+    getopt_tables(spec, n, lo, shorts, how);
+    opterr = !(how & OPT_OWN_ERRORS);
+    while (rc == OPT_OK && (ch = (how & OPT_LONG_ONLY ? getopt_long_only : getopt_long)(argc, argv, shorts, lo,
+                                                                                        NULL)) != -1) {
         int i = entry_of(spec, n, ch);
         if (i < 0)
-            rc = (nmt_usage_hint(), OPT_USAGE);
+            rc = how & OPT_OWN_ERRORS ? own_error(ch, argv) : (nmt_usage_hint(), OPT_USAGE);
         else if (spec[i].type == OT_HELP || spec[i].type == OT_VERSION)
             rc = spec[i].type == OT_HELP ? OPT_GOT_HELP : OPT_GOT_VERSION;
         else if (store(&spec[i], optarg, o) < 0)
@@ -234,9 +258,11 @@ int opt_parse(const struct opt_spec *spec, int argc, char **argv, void *o)
 /* Writes the left column of entry S ("  -o, --output FILE") into BUF (N bytes); returns its width. */
 static int help_left(const struct opt_spec *s, char *buf, size_t n)
 {
-    char shortpart[8] = "    ";
+    char shortpart[32] = "    ";
     if (s->short_name)
         snprintf(shortpart, sizeof shortpart, "-%c, ", s->short_name);
+    else if (s->alias)
+        snprintf(shortpart, sizeof shortpart, "-%s, ", s->alias);
     int optional = s->type == OT_CUSTOM && (s->flags & OF_OPTIONAL_ARG);
     int w = snprintf(buf, n, "  %s--%s%s%s%s", shortpart, s->name, !s->arg ? "" : optional ? "[=" : " ",
                      s->arg ? s->arg : "", s->arg && optional ? "]" : "");
@@ -248,8 +274,9 @@ void opt_help(FILE *f, const char *head, const struct opt_spec *spec, const char
     enum { col = 26 }; /* where the help texts start; a longer option is followed by two blanks */
     fputs(head, f);
     for (const struct opt_spec *s = spec; s->type != OT_END; s++) {
-        if (!s->name) {
-            fprintf(f, "%s\n", s->help);
+        if (!s->name || !s->help) { /* a heading; an option not listed */
+            if (!s->name)
+                fprintf(f, "%s\n", s->help);
             continue;
         }
         char left[128];

@@ -64,9 +64,11 @@ enum {
 struct opt_spec {
     enum opt_type type;
     const char *name;     /* long name without the dashes; the key in a configuration file */
+    const char *alias;    /* NULL, or a second long name, shown with one dash ("-nr, --num-refs N")
+                           * for opt_parse_with's OPT_LONG_ONLY */
     char short_name;      /* 0: none */
     const char *arg;      /* the argument's name in --help ("N", "FILE"); NULL for a flag */
-    const char *help;     /* its help text; '\n' starts a line under the first */
+    const char *help;     /* its help text; '\n' starts a line under the first; NULL: not in --help */
     size_t off;           /* offsetof the field in the options struct */
     int flags;            /* OF_MIN_OPEN ... */
     uint64_t imin, imax;  /* OT_INT, OT_U64 */
@@ -102,6 +104,14 @@ void opt_defaults(const struct opt_spec *spec, void *o);
  * or --version (the tool prints them); or OPT_USAGE after printing the usage error (getopt's own
  * message, or opt's, and the --help hint). */
 int opt_parse(const struct opt_spec *spec, int argc, char **argv, void *o);
+/* How opt_parse_with parses. */
+enum {
+    OPT_LONG_ONLY = 1,   /* long options after one dash too (-tok 13a), as Python's argparse */
+    OPT_OWN_ERRORS = 2,  /* "unknown option 'ARG'" and "option 'ARG' needs a value" instead of
+                          * getopt's messages */
+};
+/* opt_parse, the parsing chosen by HOW (OPT_LONG_ONLY | OPT_OWN_ERRORS; 0 is opt_parse). */
+int opt_parse_with(const struct opt_spec *spec, int argc, char **argv, void *o, int how);
 /* Writes to F the help text: HEAD, the options of SPEC with their help from column 26, then TAIL. */
 void opt_help(FILE *f, const char *head, const struct opt_spec *spec, const char *tail);
 /* Prints opt_help on stdout and closes it: the exit status of --help (0, or 1 if stdout failed). */

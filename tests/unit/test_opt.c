@@ -48,7 +48,8 @@ static const struct opt_spec SPEC[] = {
             "where\nsecond line"),
      .def.s = "-"},
     {OPTION(OT_STR, "name", 0, "S", OFF(name),
-            "a name")},
+            "a name"),
+     .alias = "nm"},
     {OPTION(OT_FLAG, "flag", 'f', NULL, OFF(flag),
             "a flag")},
     {OPTION(OT_INT, "n", 0, "N", OFF(n),
@@ -84,7 +85,7 @@ static const struct opt_spec SPEC[] = {
     {OPTION(OT_CONFIG, "config", 0, "FILE", 0,
             "read options")},
     {OPTION(OT_FLAG, "hidden", 0, NULL, OFF(flag),
-            "command line only"),
+            NULL),
      .flags = OF_NO_CONFIG},
     {OPTION(OT_HELP, "help", 'h', NULL, 0,
             "help")},
@@ -93,6 +94,7 @@ static const struct opt_spec SPEC[] = {
     {.type = OT_END}};
 
 static char errpath[64];
+static int parse_how; /* opt_parse_with's HOW for parse() */
 
 /* Parses the NULL-terminated arguments after the program name into O with stderr captured; returns
  * opt_parse's result, the captured text in ERR. */
@@ -113,7 +115,7 @@ static int parse(struct opts *o, char *err, size_t n, ...)
     optind = 0;
     *o = (struct opts){0};
     opt_defaults(SPEC, o);
-    int rc = opt_parse(SPEC, argc, argv, o);
+    int rc = opt_parse_with(SPEC, argc, argv, o, parse_how);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -169,6 +171,24 @@ static void test_parse(void)
     test_ok(parse(&o, err, sizeof err, "--version", NULL) == OPT_GOT_VERSION, "--version is reported");
 }
 
+/* OPT_LONG_ONLY and OPT_OWN_ERRORS: sacreBLEU's way. */
+static void test_long_only(void)
+{
+    struct opts o;
+    char err[512];
+    test_ok(parse(&o, err, sizeof err, "-nm", "a", "-flag", NULL) == OPT_USAGE, "without OPT_LONG_ONLY, -nm is -n -m");
+    parse_how = OPT_LONG_ONLY | OPT_OWN_ERRORS;
+    test_ok(parse(&o, err, sizeof err, "-nm", "a", "-flag", "--mode", "exact", NULL) == OPT_OK && !strcmp(o.name, "a") &&
+                o.flag && o.mode == 2,
+            "long options and aliases after one dash");
+    test_ok(parse(&o, err, sizeof err, "--bogus", NULL) == OPT_USAGE &&
+                !strcmp(err, "nmt-test: unknown option '--bogus'\nTry 'nmt-test --help' for more information.\n"),
+            "an unknown option in the own words (%s)", err);
+    test_ok(parse(&o, err, sizeof err, "-o", NULL) == OPT_USAGE && strstr(err, "nmt-test: option '-o' needs a value\n"),
+            "a missing value in the own words (%s)", err);
+    parse_how = 0;
+}
+
 static void test_help(void)
 {
     char *text = NULL;
@@ -178,6 +198,8 @@ static void test_help(void)
     fclose(f);
     test_ok(!strncmp(text, "Usage: t\nSection:\n  -o, --output FILE       where\n", 47), "head, section, first option");
     test_ok(strstr(text, "\n      --level[=N]         a level\n") != NULL, "an optional argument in brackets");
+    test_ok(strstr(text, "\n  -nm, --name S           a name\n") && !strstr(text, "--hidden"),
+            "an alias before the long name; an option without help not listed");
     test_ok(strstr(text, "\n                          second line\n") != NULL, "a continuation line under the column");
     test_ok(strstr(text, "\n      --mode M            a mode\n") && strstr(text, "\n  -h, --help              help\n") &&
                 !strcmp(text + strlen(text) - 5, "End.\n"),
@@ -232,6 +254,7 @@ int main(void)
     nmt_set_progname("nmt-test");
     snprintf(errpath, sizeof errpath, "/tmp/test_opt.%d", (int)getpid());
     test_parse();
+    test_long_only();
     test_help();
     test_dump();
     unlink(errpath);
