@@ -52,6 +52,15 @@ static const struct opt_spec OPTIONS[] = {
     {OPTION(OT_VERSION, "version", 0, NULL, 0, "show version information and exit")},
     {.type = OT_END}};
 
+static const char USAGE_HEAD[] =
+    "Usage: nmt-avg -o OUT CHECKPOINT...\n"
+    "Average the float32 parameters of the CHECKPOINTs (same model shape) into OUT, for decoding.\n"
+    "Vocabulary and configuration come from the last CHECKPOINT; optimizer moments and training\n"
+    "state are left out, so OUT cannot be resumed from.\n"
+    "\n";
+static const char USAGE_TAIL[] =
+    "\nExit status: 0 success, 1 unreadable or mismatched checkpoints, 2 usage error.\n";
+
 /* Tensors that describe training state rather than the model, and a shortlist that --shortlist replaces. */
 static int left_out(const char *name, const struct opts *o)
 {
@@ -315,17 +324,9 @@ int main(int argc, char **argv)
     nmt_start(argv);
     struct opts o = {0};
     opt_defaults(OPTIONS, &o);
-    switch (opt_parse(OPTIONS, argc, argv, &o)) {
-    case OPT_GOT_HELP:
-        return opt_help_exit("Usage: nmt-avg -o OUT CHECKPOINT...\n"
-                             "Average the float32 parameters of the CHECKPOINTs (same model shape) into OUT, for decoding.\n"
-                             "Vocabulary and configuration come from the last CHECKPOINT; optimizer moments and training\n"
-                             "state are left out, so OUT cannot be resumed from.\n"
-                             "\n",
-                             OPTIONS, "\nExit status: 0 success, 1 unreadable or mismatched checkpoints, 2 usage error.\n");
-    case OPT_GOT_VERSION: nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
-    case OPT_USAGE: return NMT_EXIT_USAGE;
-    }
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, &o, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
     int sl_opts = o.sl_targets >= 0 || o.sl_frequent >= 0;
     if (o.sl_targets < 0)
         o.sl_targets = 50;

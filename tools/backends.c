@@ -88,11 +88,9 @@ int main(int argc, char **argv)
 {
     nmt_start(argv);
     struct args a = {0};
-    switch (opt_parse(OPTIONS, argc, argv, &a)) {
-    case OPT_GOT_HELP: return opt_help_exit(USAGE_HEAD, OPTIONS, USAGE_TAIL);
-    case OPT_GOT_VERSION: nmt_print_version(); return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
-    case OPT_USAGE: return NMT_EXIT_USAGE;
-    }
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, &a, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
     const char *spec = a.spec;
     int threads = a.threads;
     if (optind < argc)

@@ -88,26 +88,26 @@ static const struct opt_spec OPTIONS[] = {
     {OPTION(OT_VERSION, "version", 0, NULL, 0, "show the version and exit")},
     {.type = OT_END}};
 
+static const char USAGE_HEAD[] =
+    "Usage: nmt-batch [OPTION]... [-i] [FILE]\n"
+    "Reads an ids stream of source/target pairs (FILE, or stdin) and writes a batch stream of\n"
+    "padded id matrices: pairs are bucketed by length inside a window, cut into batches within\n"
+    "a token budget, and the batches shuffled with a seed. Lengths count the EOS of each row.\n"
+    "\n";
+static const char USAGE_TAIL[] =
+    "\n"
+    "At the end, a summary line on stderr: pairs read, dropped, batches, tokens, padding.\n"
+    "Exit status: 0 success, 1 bad input or failure, 2 usage error.\n";
+
 /* Parses the command line into A. Returns GO_ON, or main's exit status (usage errors, --help,
  * --version). */
 static int parse_args(int argc, char **argv, struct args *a)
 {
     *a = (struct args){.epochs = 1};
     batcher_opts_init(&a->o);
-    switch (opt_parse(OPTIONS, argc, argv, a)) {
-    case OPT_GOT_HELP:
-        return opt_help_exit("Usage: nmt-batch [OPTION]... [-i] [FILE]\n"
-                             "Reads an ids stream of source/target pairs (FILE, or stdin) and writes a batch stream of\n"
-                             "padded id matrices: pairs are bucketed by length inside a window, cut into batches within\n"
-                             "a token budget, and the batches shuffled with a seed. Lengths count the EOS of each row.\n"
-                             "\n",
-                             OPTIONS,
-                             "\n"
-                             "At the end, a summary line on stderr: pairs read, dropped, batches, tokens, padding.\n"
-                             "Exit status: 0 success, 1 bad input or failure, 2 usage error.\n");
-    case OPT_GOT_VERSION: nmt_print_version(); return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
-    case OPT_USAGE: return NMT_EXIT_USAGE;
-    }
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, a, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
     if (a->log_path && !log_style(a->log_path))
         return nmt_usage_error("--log FILE must end in .jsonl or .csv: '%s'", a->log_path);
     if (optind < argc) {

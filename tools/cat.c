@@ -424,11 +424,9 @@ int main(int argc, char **argv)
 {
     nmt_start(argv);
     struct cat_opts o = {0};
-    switch (opt_parse(OPTIONS, argc, argv, &o)) {
-    case OPT_GOT_HELP: return opt_help_exit(USAGE_HEAD, OPTIONS, USAGE_TAIL);
-    case OPT_GOT_VERSION: nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
-    case OPT_USAGE: return NMT_EXIT_USAGE;
-    }
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, &o, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
     const char *outpath = o.outpath;
     if (outpath && strcmp(outpath, "-") != 0 && !freopen(outpath, "w", stdout)) {
         nmt_error("cannot open '%s' for writing: %s", outpath, strerror(errno));

@@ -63,11 +63,9 @@ int main(int argc, char **argv)
     nmt_start(argv);
     struct args a = {0};
     opt_defaults(OPTIONS, &a);
-    switch (opt_parse(OPTIONS, argc, argv, &a)) {
-    case OPT_GOT_HELP: return opt_help_exit(USAGE_HEAD, OPTIONS, USAGE_TAIL);
-    case OPT_GOT_VERSION: nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
-    case OPT_USAGE: return NMT_EXIT_USAGE;
-    }
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, &a, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
     const char *model = a.model, *to = a.to, *out = a.out;
     enum ct2_quant q = (enum ct2_quant)a.quantize;
     if (optind < argc)

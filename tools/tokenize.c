@@ -603,18 +603,17 @@ static const char USAGE_HEAD[] =
     "(reversible pre-tokenisation), or with --vocab into an ids stream; --decode turns ids back to text.\n"
     "\n";
 
+static const char USAGE_TAIL[] =
+    "\nExit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n";
+
 enum { GO_ON = -1 };
 
 /* Parses and checks the options into O: GO_ON, or the exit status (help, version, usage error). */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-    switch (opt_parse(OPTIONS, argc, argv, o)) {
-    case OPT_GOT_HELP:
-        return opt_help_exit(USAGE_HEAD, OPTIONS,
-                             "\nExit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n");
-    case OPT_GOT_VERSION: nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
-    case OPT_USAGE: return NMT_EXIT_USAGE;
-    }
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, o, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
     int delim_set = o->delim_set, fields_set = o->fields_set, dropout_set = o->dropout_set, seed_set = o->seed_set;
     if (optind < argc) {
         if (o->in || optind + 1 < argc)

@@ -42,6 +42,14 @@ static const struct opt_spec OPTIONS[] = {
     {OPTION(OT_VERSION, "version", 0, NULL, 0, "show version information and exit")},
     {.type = OT_END}};
 
+static const char USAGE_HEAD[] =
+    "Usage: nmt-vocab [OPTIONS] [FILE...]\n"
+    "Learn a BPE vocabulary from tok streams written by nmt-tokenize (stdin when no FILE or FILE is -).\n"
+    "Both sides of pair records are counted (a joint vocabulary) unless --side is given.\n"
+    "\n";
+static const char USAGE_TAIL[] =
+    "\nExit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n";
+
 /* Counts the words of one input; 0 or -1 with the error set. *NORM is set from the first header
  * and later inputs must agree. */
 static int count_input(const char *path, struct bpe_counts *c, int side, const char **norm, char *normbuf,
@@ -109,16 +117,9 @@ int main(int argc, char **argv)
     nmt_start(argv);
     struct args a = {0};
     opt_defaults(OPTIONS, &a);
-    switch (opt_parse(OPTIONS, argc, argv, &a)) {
-    case OPT_GOT_HELP:
-        return opt_help_exit("Usage: nmt-vocab [OPTIONS] [FILE...]\n"
-                             "Learn a BPE vocabulary from tok streams written by nmt-tokenize (stdin when no FILE or FILE is -).\n"
-                             "Both sides of pair records are counted (a joint vocabulary) unless --side is given.\n"
-                             "\n",
-                             OPTIONS, "\nExit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n");
-    case OPT_GOT_VERSION: nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
-    case OPT_USAGE: return NMT_EXIT_USAGE;
-    }
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, &a, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
     const char *out = a.out;
     uint64_t size = a.size, min_freq = a.min_freq;
     double coverage = a.coverage;

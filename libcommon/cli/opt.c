@@ -223,6 +223,16 @@ static int own_error(int ch, char **argv)
     return OPT_USAGE;
 }
 
+int opt_parse_tool(const struct opt_spec *spec, int argc, char **argv, void *o, const char *head, const char *tail)
+{
+    switch (opt_parse(spec, argc, argv, o)) {
+    case OPT_GOT_HELP: return opt_help_exit(head, spec, tail);
+    case OPT_GOT_VERSION: nmt_print_version(); return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
+    case OPT_USAGE: return NMT_EXIT_USAGE;
+    default: return OPT_PROCEED;
+    }
+}
+
 int opt_parse(const struct opt_spec *spec, int argc, char **argv, void *o)
 {
     return opt_parse_with(spec, argc, argv, o, 0);

@@ -104,6 +104,12 @@ void opt_defaults(const struct opt_spec *spec, void *o);
  * or --version (the tool prints them); or OPT_USAGE after printing the usage error (getopt's own
  * message, or opt's, and the --help hint). */
 int opt_parse(const struct opt_spec *spec, int argc, char **argv, void *o);
+/* opt_parse with what most tools do at --help (opt_help on stdout from HEAD, SPEC and TAIL) and
+ * --version (nmt_print_version). Returns OPT_PROCEED when the tool goes on, else its exit status:
+ * 0 after --help or --version, 1 when stdout failed, 2 after a usage error. */
+enum { OPT_PROCEED = -1 };
+int opt_parse_tool(const struct opt_spec *spec, int argc, char **argv, void *o, const char *head,
+                   const char *tail);
 /* How opt_parse_with parses. */
 enum {
     OPT_LONG_ONLY = 1,   /* long options after one dash too (-tok 13a), as Python's argparse */
