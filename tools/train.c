@@ -35,7 +35,8 @@ struct opts {
     const char *input, *valid, *output, *vocab, *backend, *log, *preset, *comm;
     const char *init_from;  /* --init-from: the checkpoint whose weights a new run starts from */
     struct freeze_parts freeze; /* --freeze: the parts whose weights stay as they are */
-    int resume, threads, quiet, no_shuffle, preset_set, reduce_fast, overlap, gpu_comm;
+    int resume, threads, quiet, no_shuffle, preset_set, reduce_fast, overlap;
+    int gpu_comm;           /* --gpu-comm: the index in GPU_COMMS, -1 when not given (auto) */
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip, progress_every, peak_lr;
     double ema;             /* --ema: decay of the moving average of the weights (0: none) */
@@ -217,7 +218,7 @@ static const struct opt_spec OPTIONS[] = {
 {OPTION(OT_CHOICE, "gpu-comm", 0, "NAME", OFF(gpu_comm),
         "auto (default: NCCL for --backend cuda with N > 1), nccl (also\n"
         "for one rank), mpi (gradients through host memory)"),
- .choices = GPU_COMMS},
+ .choices = GPU_COMMS, .def.i = -1},
 {.type = OT_TEXT, .help = "Validation, checkpoints, logs:"},
 {OPTION(OT_U64, "valid-every", 0, "N", OFF(valid_every),
         "validate every N steps (default: end of each epoch)"),
@@ -741,7 +742,8 @@ static int setup_training(struct ctx *c)
     struct nmt_backend_opts bo = {sizeof bo, o->threads, comm_local_rank(c->comm)};
     if (!(c->be = backend_open(o->backend, &bo)))
         return -1;
-    const char *gpu = gpu_comm_choose(GPU_COMMS[o->gpu_comm], c->be->ops.name, comm_size(c->comm));
+    const char *gpu =
+        gpu_comm_choose(o->gpu_comm >= 0 ? GPU_COMMS[o->gpu_comm] : NULL, c->be->ops.name, comm_size(c->comm));
     if (!gpu || (!strcmp(gpu, "nccl") && gpu_comm_open(c->comm, bo.device, &c->gpu) < 0))
         return -1;
     if (c->gpu && !o->quiet)
