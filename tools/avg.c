@@ -48,9 +48,7 @@ static const struct opt_spec OPTIONS[] = {
     {OPTION(OT_STR, "backend", 0, "NAME", OFF(backend),
             "compute backend of the calibration (default: $NMT_BACKEND, else auto)")},
     {OPTION(OT_INT, "threads", 0, "N", OFF(threads), "its threads (default: all cores)"), .imin = 0, .imax = 1024},
-    {OPTION(OT_HELP, "help", 'h', NULL, 0, "show this help and exit")},
-    {OPTION(OT_VERSION, "version", 0, NULL, 0, "show version information and exit")},
-    {.type = OT_END}};
+    OPT_HELP_VERSION_END};
 
 static const char USAGE_HEAD[] =
     "Usage: nmt-avg -o OUT CHECKPOINT...\n"

@@ -19,9 +19,7 @@ static const struct opt_spec OPTIONS[] = {
             "and print its properties; exit 1 if it is refused")},
     {OPTION(OT_INT, "threads", 0, "N", OFF(threads), "worker threads for --backend (default: all cores)"),
      .imin = 0, .imax = 1024},
-    {OPTION(OT_HELP, "help", 'h', NULL, 0, "print this help and exit")},
-    {OPTION(OT_VERSION, "version", 0, NULL, 0, "print the version and exit")},
-    {.type = OT_END}};
+    OPT_HELP_VERSION_END};
 
 static const char USAGE_HEAD[] =
     "Usage: nmt-backends [OPTION]...\n"

@@ -84,9 +84,7 @@ static const struct opt_spec OPTIONS[] = {
     {OPTION(OT_CUSTOM, "shard", 0, "K/N", OFF(o), "write only batches j with j % N == K (0 <= K < N)"),
      .parse = parse_shard},
     {OPTION(OT_STR, "log", 0, "FILE", OFF(log_path), "also write the summary to FILE (.jsonl or .csv)")},
-    {OPTION(OT_HELP, "help", 'h', NULL, 0, "show this help and exit")},
-    {OPTION(OT_VERSION, "version", 0, NULL, 0, "show the version and exit")},
-    {.type = OT_END}};
+    OPT_HELP_VERSION_END};
 
 static const char USAGE_HEAD[] =
     "Usage: nmt-batch [OPTION]... [-i] [FILE]\n"

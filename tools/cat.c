@@ -48,9 +48,7 @@ static const struct opt_spec OPTIONS[] = {
      .imax = UINT64_MAX},
     {OPTION(OT_STR, "output", 'o', "FILE", OFF(outpath), "write to FILE instead of stdout")},
     {OPTION(OT_FLAG, "quiet", 'q', NULL, OFF(quiet), "with --check, print nothing on failure either")},
-    {OPTION(OT_HELP, "help", 'h', NULL, 0, "show this help and exit")},
-    {OPTION(OT_VERSION, "version", 0, NULL, 0, "show version information and exit")},
-    {.type = OT_END}};
+    OPT_HELP_VERSION_END};
 
 static const char USAGE_HEAD[] =
     "Usage: nmt-cat [OPTIONS] [FILE...]\n"

@@ -28,9 +28,7 @@ static const struct opt_spec OPTIONS[] = {
             "weights of the embedding and linear layers: float32 (the default) or\n"
             "int8 (a float32 scale a row, as CTranslate2's converter rounds them)"),
      .choices = QUANTIZATIONS, .def.i = CT2_FLOAT32},
-    {OPTION(OT_HELP, "help", 'h', NULL, 0, "show this help and exit")},
-    {OPTION(OT_VERSION, "version", 0, NULL, 0, "show version information and exit")},
-    {.type = OT_END}};
+    OPT_HELP_VERSION_END};
 
 static const char USAGE_HEAD[] =
     "Usage: nmt-export -m CHECKPOINT --to ctranslate2 -o DIR\n"

@@ -591,9 +591,7 @@ static const struct opt_spec OPTIONS[] = {
             "drop bad lines (invalid UTF-8, missing fields, unpaired lines) and\n"
             "report how many at the end, instead of failing")},
     {OPTION(OT_FLAG, "quiet", 'q', NULL, OFF(quiet), "do not report skipped lines")},
-    {OPTION(OT_HELP, "help", 'h', NULL, 0, "show this help and exit")},
-    {OPTION(OT_VERSION, "version", 0, NULL, 0, "show version information and exit")},
-    {.type = OT_END}};
+    OPT_HELP_VERSION_END};
 
 static const char USAGE_HEAD[] =
     "Usage: nmt-tokenize [OPTIONS] [FILE]\n"

@@ -38,9 +38,7 @@ static const struct opt_spec OPTIONS[] = {
     {OPTION(OT_INT, "side", 0, "N", OFF(side), "count only side N (1 source, 2 target) of pair records"), .imin = 1,
      .imax = 2},
     {OPTION(OT_FLAG, "verbose", 0, NULL, OFF(verbose), "print a summary of what was learnt on stderr")},
-    {OPTION(OT_HELP, "help", 'h', NULL, 0, "show this help and exit")},
-    {OPTION(OT_VERSION, "version", 0, NULL, 0, "show version information and exit")},
-    {.type = OT_END}};
+    OPT_HELP_VERSION_END};
 
 static const char USAGE_HEAD[] =
     "Usage: nmt-vocab [OPTIONS] [FILE...]\n"

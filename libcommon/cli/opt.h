@@ -92,6 +92,11 @@ struct opt_spec {
 #define OPTION(type_, name_, short_, arg_, off_, help_)                                                          \
     .type = (type_), .name = (name_), .short_name = (short_), .arg = (arg_), .off = (off_), .help = (help_)
 
+/* The last entries of most tables: -h/--help, --version and the end. */
+#define OPT_HELP_VERSION_END                                                                                     \
+    {OPTION(OT_HELP, "help", 'h', NULL, 0, "show this help and exit")},                                          \
+        {OPTION(OT_VERSION, "version", 0, NULL, 0, "show version information and exit")}, {.type = OT_END}
+
 /* What opt_parse found. */
 enum { OPT_USAGE = -1, OPT_OK = 0, OPT_GOT_HELP = 1, OPT_GOT_VERSION = 2 };
 
