@@ -10,7 +10,7 @@
  * a configuration file holds it. From it come the --help text (opt_help), getopt_long's parsing
  * into the tool's options struct (opt_parse), the keys of `--config FILE` (cli/config.h) and the
  * text of --dump-config (opt_dump). Each entry stores into the field at byte offset OFF of the
- * options struct (offsetof), of the C type its opt_type names. */
+ * options struct (offsetof), of the C type its type (OT_...) names; its flags are OF_... */
 #ifndef NMT_OPT_H
 #define NMT_OPT_H
 
@@ -33,7 +33,7 @@ int opt_duration(const char *opt, const char *arg, double *out);
 int opt_choice(const char *opt, const char *arg, const char *const *choices, int *out);
 
 enum opt_type {
-    OT_END, /* ends the table */
+    OT_END,      /* ends the table */
     OT_TEXT,     /* no option: HELP is a line of the --help text (a section heading) */
     OT_FLAG,     /* no argument; int field set to 1 (in a configuration: true or false) */
     OT_SET,      /* no argument; int field set to IMIN (options that share a field: a mode) */
@@ -53,7 +53,7 @@ enum opt_type {
 enum {
     OF_MIN_OPEN = 1,  /* numbers: DMIN itself excluded */
     OF_MAX_OPEN = 2,  /* numbers: DMAX itself excluded */
-    OF_ZERO_UNSET = 4,/* numbers: 0 means "not given" (--dump-config writes it as a comment) */
+    OF_ZERO_UNSET = 4, /* numbers: 0 means "not given" (--dump-config writes it as a comment) */
     OF_NO_CONFIG = 8, /* never in a configuration file (--dump-config itself) */
     OF_NO_DUMP = 16,  /* a configuration file may hold it, --dump-config does not write it */
     OF_OPTIONAL_ARG = 32, /* OT_CUSTOM: the argument may be left out (--text or --text=ids); PARSE
