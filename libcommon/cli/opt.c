@@ -1,4 +1,4 @@
-/* opt.c: option argument parsers (see opt.h). */
+/* opt.c: a tool's option table (--help, parsing, --dump-config) and the parsers of option arguments (opt.h). */
 #include "cli/opt.h"
 
 #include <errno.h>
@@ -8,6 +8,38 @@
 #include <string.h>
 
 #include "cli/cli.h"
+
+/* Describes [MIN, MAX] (ends excluded by OF_MIN_OPEN, OF_MAX_OPEN of FLAGS) into BUF: "a positive
+ * number", "a number in [0, 1)". */
+static void describe_range(double min, double max, int flags, char *buf, size_t n)
+{
+    int lo = flags & OF_MIN_OPEN, hi = flags & OF_MAX_OPEN;
+    if (isinf(max) && min == 0)
+        snprintf(buf, n, "a %s number", lo ? "positive" : "non-negative");
+    else if (isinf(max))
+        snprintf(buf, n, "a number %s %g", lo ? "above" : "at least", min);
+    else
+        snprintf(buf, n, "a number in %c%g, %g%c", lo ? '(' : '[', min, max, hi ? ')' : ']');
+}
+
+/* 1 when V lies in [MIN, MAX] (ends excluded by OF_MIN_OPEN, OF_MAX_OPEN of FLAGS; NaN never does). */
+static int in_range(double v, double min, double max, int flags)
+{
+    return (flags & OF_MIN_OPEN ? v > min : v >= min) && (flags & OF_MAX_OPEN ? v < max : v <= max);
+}
+
+/* Stores V, read from ARG of option OPT, into *OUT when in_range: 0, or -1 after the usage error. */
+static int store_in_range(const char *opt, const char *arg, double v, double min, double max, int flags,
+                          double *out)
+{
+    if (!in_range(v, min, max, flags)) {
+        char range[96];
+        describe_range(min, max, flags, range, sizeof range);
+        return nmt_usage_error("invalid %s '%s' (expected %s)", opt, arg, range), -1;
+    }
+    *out = v;
+    return 0;
+}
 
 int opt_u64(const char *opt, const char *arg, uint64_t min, uint64_t max, uint64_t *out)
 {
@@ -31,11 +63,9 @@ int opt_int(const char *opt, const char *arg, int min, int max, int *out)
 int opt_double(const char *opt, const char *arg, double min, double max, int max_open, double *out)
 {
     double v;
-    if (nmt_parse_double(arg, &v) < 0 || !(v >= min) || (max_open ? !(v < max) : !(v <= max)))
-        return nmt_usage_error("invalid %s '%s' (expected a number in [%g, %g%s)", opt, arg, min, max,
-                               max_open ? ")" : "]"), -1;
-    *out = v;
-    return 0;
+    if (nmt_parse_double(arg, &v) < 0)
+        v = NAN;
+    return store_in_range(opt, arg, v, min, max, max_open ? OF_MAX_OPEN : 0, out);
 }
 
 int opt_prob(const char *opt, const char *arg, double *out) { return opt_double(opt, arg, 0, 1, 1, out); }
@@ -107,36 +137,19 @@ void opt_defaults(const struct opt_spec *spec, void *o)
     }
 }
 
-/* Describes the range of number entry S into BUF ("a positive number", "a number in [0, 1)"). */
-static void describe_range(const struct opt_spec *s, char *buf, size_t n)
-{
-    int lo = s->flags & OF_MIN_OPEN, hi = s->flags & OF_MAX_OPEN;
-    if (isinf(s->dmax) && s->dmin == 0)
-        snprintf(buf, n, "a %s number", lo ? "positive" : "non-negative");
-    else if (isinf(s->dmax))
-        snprintf(buf, n, "a number %s %g", lo ? "above" : "at least", s->dmin);
-    else
-        snprintf(buf, n, "a number in %c%g, %g%c", lo ? '(' : '[', s->dmin, s->dmax, hi ? ')' : ']');
-}
-
 /* Parses the number ARG of entry S (option OPT): 0, or -1 after the usage error. */
 static int parse_real(const struct opt_spec *s, const char *opt, const char *arg, double *out)
 {
     double v;
-    if (s->type == OT_DURATION) {
-        if (opt_duration(opt, arg, &v) < 0)
-            return -1;
-    } else if (nmt_parse_double(arg, &v) < 0) {
-        v = NAN;
+    if (s->type != OT_DURATION) {
+        if (nmt_parse_double(arg, &v) < 0)
+            v = NAN;
+        return store_in_range(opt, arg, v, s->dmin, s->dmax, s->flags, out);
     }
-    int lo = s->flags & OF_MIN_OPEN, hi = s->flags & OF_MAX_OPEN;
-    if (!(lo ? v > s->dmin : v >= s->dmin) || !(hi ? v < s->dmax : v <= s->dmax)) {
-        if (s->type == OT_DURATION)
-            return nmt_usage_error("invalid %s '%s' (expected seconds, or a number with s, m or h)", opt, arg), -1;
-        char range[96];
-        describe_range(s, range, sizeof range);
-        return nmt_usage_error("invalid %s '%s' (expected %s)", opt, arg, range), -1;
-    }
+    if (opt_duration(opt, arg, &v) < 0)
+        return -1;
+    if (!in_range(v, s->dmin, s->dmax, s->flags))
+        return nmt_usage_error("invalid %s '%s' (expected seconds, or a number with s, m or h)", opt, arg), -1;
     *out = v;
     return 0;
 }
