@@ -1,6 +1,6 @@
 /* nmt-avg: average the parameters of several checkpoints (e.g. the last K of a run), as in the
  * paper, into one checkpoint for decoding. */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,42 +15,49 @@
 #include "nn/quantize.h"
 #include "nn/shortlist.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "Usage: nmt-avg -o OUT CHECKPOINT...\n"
-            "Average the float32 parameters of the CHECKPOINTs (same model shape) into OUT, for decoding.\n"
-            "Vocabulary and configuration come from the last CHECKPOINT; optimizer moments and training\n"
-            "state are left out, so OUT cannot be resumed from.\n"
-            "\n"
-            "  -o, --output FILE     checkpoint to write (atomically)\n"
-            "      --quantize        store the weights of the linear layers (not the embedding) in int8 with\n"
-            "                        a float32 scale a row: a smaller file, which nmt-decode reads as float32\n"
-            "      --calibrate FILE  with --quantize: round the int8 weights by GPTQ, fitted to the inputs\n"
-            "                        the layers get on FILE's batches (nmt-batch, the model's vocabulary;\n"
-            "                        say the validation set), instead of to nearest\n"
-            "      --shortlist FILE  add a vocabulary shortlist for nmt-decode --shortlist, counted on the\n"
-            "                        pairs of FILE's batches (nmt-batch, the model's vocabulary; the\n"
-            "                        training set)\n"
-            "      --shortlist-targets N  target pieces listed for each source piece (default 50)\n"
-            "      --shortlist-frequent N the most frequent target pieces, always candidates (default 300)\n"
-            "      --backend NAME    compute backend of the calibration (default: $NMT_BACKEND, else auto)\n"
-            "      --threads N       its threads (default: all cores)\n"
-            "  -h, --help            show this help and exit\n"
-            "      --version         show version information and exit\n"
-            "\n"
-            "Exit status: 0 success, 1 unreadable or mismatched checkpoints, 2 usage error.\n");
-}
-
 struct opts {
     const char *out;
     int quantize;
     const char *calibrate;  /* batches for GPTQ, or NULL: round to nearest */
     const char *shortlist;  /* batches to count the shortlist on, or NULL: none */
-    int sl_targets, sl_frequent;
+    int sl_targets, sl_frequent; /* -1: not given (50 and 300) */
     const char *backend;
     int threads;
 };
+
+#define OFF(field) offsetof(struct opts, field)
+static const struct opt_spec OPTIONS[] = {
+    {OPTION(OT_STR, "output", 'o', "FILE", OFF(out), "checkpoint to write (atomically)")},
+    {OPTION(OT_FLAG, "quantize", 0, NULL, OFF(quantize),
+            "store the weights of the linear layers (not the embedding) in int8 with\n"
+            "a float32 scale a row: a smaller file, which nmt-decode reads as float32")},
+    {OPTION(OT_STR, "calibrate", 0, "FILE", OFF(calibrate),
+            "with --quantize: round the int8 weights by GPTQ, fitted to the inputs\n"
+            "the layers get on FILE's batches (nmt-batch, the model's vocabulary;\n"
+            "say the validation set), instead of to nearest")},
+    {OPTION(OT_STR, "shortlist", 0, "FILE", OFF(shortlist),
+            "add a vocabulary shortlist for nmt-decode --shortlist, counted on the\n"
+            "pairs of FILE's batches (nmt-batch, the model's vocabulary; the\n"
+            "training set)")},
+    {OPTION(OT_INT, "shortlist-targets", 0, "N", OFF(sl_targets),
+            "target pieces listed for each source piece (default 50)"),
+     .imin = 1, .imax = 1 << 20, .def.i = -1},
+    {OPTION(OT_INT, "shortlist-frequent", 0, "N", OFF(sl_frequent),
+            "the most frequent target pieces, always candidates (default 300)"),
+     .imin = 0, .imax = 1 << 20, .def.i = -1},
+    {OPTION(OT_STR, "backend", 0, "NAME", OFF(backend),
+            "compute backend of the calibration (default: $NMT_BACKEND, else auto)")},
+    {OPTION(OT_INT, "threads", 0, "N", OFF(threads), "its threads (default: all cores)"), .imin = 0, .imax = 1024},
+    OPT_HELP_VERSION_END};
+
+static const char USAGE_HEAD[] =
+    "Usage: nmt-avg -o OUT CHECKPOINT...\n"
+    "Average the float32 parameters of the CHECKPOINTs (same model shape) into OUT, for decoding.\n"
+    "Vocabulary and configuration come from the last CHECKPOINT; optimizer moments and training\n"
+    "state are left out, so OUT cannot be resumed from.\n"
+    "\n";
+static const char USAGE_TAIL[] =
+    "\nExit status: 0 success, 1 unreadable or mismatched checkpoints, 2 usage error.\n";
 
 /* Tensors that describe training state rather than the model, and a shortlist that --shortlist replaces. */
 static int left_out(const char *name, const struct opts *o)
@@ -313,43 +320,16 @@ done:
 int main(int argc, char **argv)
 {
     nmt_start(argv);
-    struct opts o = {.sl_targets = 50, .sl_frequent = 300};
-    enum { OPT_CALIBRATE = 256, OPT_BACKEND, OPT_THREADS, OPT_SHORTLIST, OPT_SL_TARGETS, OPT_SL_FREQUENT };
-    static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
-                                             {"quantize", no_argument, NULL, 'Q'},
-                                             {"calibrate", required_argument, NULL, OPT_CALIBRATE},
-                                             {"shortlist", required_argument, NULL, OPT_SHORTLIST},
-                                             {"shortlist-targets", required_argument, NULL, OPT_SL_TARGETS},
-                                             {"shortlist-frequent", required_argument, NULL, OPT_SL_FREQUENT},
-                                             {"backend", required_argument, NULL, OPT_BACKEND},
-                                             {"threads", required_argument, NULL, OPT_THREADS},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {"version", no_argument, NULL, 'V'},
-                                             {NULL, 0, NULL, 0}};
-    int c, sl_opts = 0;
-    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'o': o.out = optarg; break;
-        case 'Q': o.quantize = 1; break;
-        case OPT_CALIBRATE: o.calibrate = optarg; break;
-        case OPT_SHORTLIST: o.shortlist = optarg; break;
-        case OPT_SL_TARGETS:
-        case OPT_SL_FREQUENT:
-            if (opt_int(c == OPT_SL_TARGETS ? "--shortlist-targets" : "--shortlist-frequent", optarg,
-                        c == OPT_SL_TARGETS ? 1 : 0, 1 << 20, c == OPT_SL_TARGETS ? &o.sl_targets : &o.sl_frequent) < 0)
-                return nmt_usage_error("%s", nmt_errmsg());
-            sl_opts = 1;
-            break;
-        case OPT_BACKEND: o.backend = optarg; break;
-        case OPT_THREADS:
-            if (opt_int("--threads", optarg, 0, 1024, &o.threads) < 0)
-                return nmt_usage_error("%s", nmt_errmsg());
-            break;
-        case 'h': usage(stdout); return nmt_close_stdout() == 0 ? 0 : 1;
-        case 'V': nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
-        default: return nmt_usage_hint();
-        }
-    }
+    struct opts o = {0};
+    opt_defaults(OPTIONS, &o);
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, &o, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
+    int sl_opts = o.sl_targets >= 0 || o.sl_frequent >= 0;
+    if (o.sl_targets < 0)
+        o.sl_targets = 50;
+    if (o.sl_frequent < 0)
+        o.sl_frequent = 300;
     if (!o.out)
         return nmt_usage_error("missing -o OUT");
     if (optind >= argc)

@@ -1,26 +1,35 @@
 /* nmt-backends: lists the compute backend plugins found on the search path, or loads one. */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "run/backend_loader.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
 
-static void usage(void)
-{
-    printf("Usage: nmt-backends [OPTION]...\n"
-           "List the compute backend plugins found (name, score, ABI, path, status) and the one\n"
-           "that would be used by default; or load one backend and print its properties.\n"
-           "\n"
-           "      --backend SPEC   load and open SPEC (a name such as cpu, a path to a .so, or auto)\n"
-           "                       and print its properties; exit 1 if it is refused\n"
-           "      --threads N      worker threads for --backend (default: all cores)\n"
-           "  -h, --help           print this help and exit\n"
-           "      --version        print the version and exit\n"
-           "\n"
-           "Plugins are searched in $NMT_PLUGIN_PATH, then the installed plugin directory, then the\n"
-           "directory of this program. $NMT_BACKEND names the default backend (else auto).\n");
-}
+struct args {
+    const char *spec;
+    int threads;
+};
+
+#define OFF(field) offsetof(struct args, field)
+static const struct opt_spec OPTIONS[] = {
+    {OPTION(OT_STR, "backend", 0, "SPEC", OFF(spec),
+            "load and open SPEC (a name such as cpu, a path to a .so, or auto)\n"
+            "and print its properties; exit 1 if it is refused")},
+    {OPTION(OT_INT, "threads", 0, "N", OFF(threads), "worker threads for --backend (default: all cores)"),
+     .imin = 0, .imax = 1024},
+    OPT_HELP_VERSION_END};
+
+static const char USAGE_HEAD[] =
+    "Usage: nmt-backends [OPTION]...\n"
+    "List the compute backend plugins found (name, score, ABI, path, status) and the one\n"
+    "that would be used by default; or load one backend and print its properties.\n"
+    "\n";
+static const char USAGE_TAIL[] =
+    "\n"
+    "Plugins are searched in $NMT_PLUGIN_PATH, then the installed plugin directory, then the\n"
+    "directory of this program. $NMT_BACKEND names the default backend (else auto).\n";
 
 static int show_one(const char *spec, int threads)
 {
@@ -76,38 +85,15 @@ static int list_all(void)
 int main(int argc, char **argv)
 {
     nmt_start(argv);
-    static const struct option longopts[] = {
-        { "backend", required_argument, NULL, 'B' },
-        { "threads", required_argument, NULL, 'T' },
-        { "help", no_argument, NULL, 'h' },
-        { "version", no_argument, NULL, 'V' },
-        { NULL, 0, NULL, 0 },
-    };
-    const char *spec = NULL;
-    uint64_t threads = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'B':
-            spec = optarg;
-            break;
-        case 'T':
-            if (nmt_parse_u64(optarg, 1024, &threads) < 0)
-                return nmt_usage_error("invalid thread count '%s'", optarg);
-            break;
-        case 'h':
-            usage();
-            return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
-        case 'V':
-            nmt_print_version();
-            return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
-        default:
-            return nmt_usage_hint();
-        }
-    }
+    struct args a = {0};
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, &a, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
+    const char *spec = a.spec;
+    int threads = a.threads;
     if (optind < argc)
         return nmt_usage_error("unexpected argument '%s'", argv[optind]);
-    int rc = spec ? show_one(spec, (int)threads) : list_all();
+    int rc = spec ? show_one(spec, threads) : list_all();
     if (nmt_close_stdout() < 0) {
         nmt_error("cannot write stdout: %s", nmt_errmsg());
         return NMT_EXIT_DATA;

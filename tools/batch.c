@@ -1,8 +1,8 @@
 /* nmt-batch: token-budget batches with length bucketing and seeded shuffling (nmt-batch(1)).
  * Reads an ids stream, writes a batch stream; the work is done by libcommon/data/batcher.c. */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,39 +13,10 @@
 #include "cli/cli.h"
 #include "cli/opt.h"
 
-static void usage(void)
+/* Parses --shard K/N into the struct batcher_opts at FIELD; 0, or -1 after a usage error. */
+static int parse_shard(const char *opt, const char *arg, void *field)
 {
-    printf("Usage: %s [OPTION]... [-i] [FILE]\n"
-           "Reads an ids stream of source/target pairs (FILE, or stdin) and writes a batch stream of\n"
-           "padded id matrices: pairs are bucketed by length inside a window, cut into batches within\n"
-           "a token budget, and the batches shuffled with a seed. Lengths count the EOS of each row.\n"
-           "\n"
-           "  -i, --input FILE        read FILE ('-' for stdin)\n"
-           "  -o, --output FILE       write FILE ('-' for stdout, the default; never a terminal)\n"
-           "  -t, --max-tokens N      padded tokens of the larger side of a batch <= N (default 4096)\n"
-           "      --max-sentences N   at most N pairs per batch (default: no limit)\n"
-           "  -l, --max-len L         drop pairs with a side longer than L tokens (default: no limit\n"
-           "                          besides --max-tokens)\n"
-           "      --truncate          cut sides longer than the limit instead of dropping the pair\n"
-           "  -r, --max-ratio R       drop pairs whose longer side is more than R times the shorter\n"
-           "  -w, --window N          bucket and shuffle N pairs at a time (default 100000); memory\n"
-           "                          grows with N, not with the input\n"
-           "      --seed N            shuffling seed (default 1); epoch e uses N+e\n"
-           "  -e, --epochs E          write E epochs, re-reading the input (needs a seekable input)\n"
-           "      --shard K/N         write only batches j with j %% N == K (0 <= K < N)\n"
-           "      --log FILE          also write the summary to FILE (.jsonl or .csv)\n"
-           "  -h, --help              show this help and exit\n"
-           "      --version           show the version and exit\n"
-           "\n"
-           "At the end, a summary line on stderr: pairs read, dropped, batches, tokens, padding.\n"
-           "Exit status: 0 success, 1 bad input or failure, 2 usage error.\n",
-           nmt_progname());
-}
-
-enum { OPT_TRUNCATE = 256, OPT_SEED, OPT_SHARD, OPT_LOG, OPT_VERSION };
-
-static int parse_shard(const char *arg, struct batcher_opts *o)
-{
+    struct batcher_opts *o = field;
     const char *slash = strchr(arg, '/');
     char k[32];
     if (!slash || (size_t)(slash - arg) >= sizeof k)
@@ -57,7 +28,7 @@ static int parse_shard(const char *arg, struct batcher_opts *o)
         goto bad;
     return 0;
 bad:
-    nmt_usage_error("invalid --shard '%s' (expected K/N with 0 <= K < N)", arg);
+    nmt_usage_error("invalid %s '%s' (expected K/N with 0 <= K < N)", opt, arg);
     return -1;
 }
 
@@ -81,76 +52,68 @@ struct args {
 
 #define GO_ON (-1) /* parse_args' "carry on": anything else is main's exit status */
 
+#define OFF(field) offsetof(struct args, field)
+/* The options; the batching defaults are batcher_opts_init's. */
+static const struct opt_spec OPTIONS[] = {
+    {OPTION(OT_STR, "input", 'i', "FILE", OFF(in_path), "read FILE ('-' for stdin)")},
+    {OPTION(OT_STR, "output", 'o', "FILE", OFF(out_path),
+            "write FILE ('-' for stdout, the default; never a terminal)")},
+    {OPTION(OT_U64, "max-tokens", 't', "N", OFF(o.max_tokens),
+            "padded tokens of the larger side of a batch <= N (default 4096)"),
+     .imin = 1, .imax = BATCHER_MAX_TOKENS},
+    {OPTION(OT_U64, "max-sentences", 0, "N", OFF(o.max_sentences), "at most N pairs per batch (default: no limit)"),
+     .imin = 1, .imax = BATCHER_MAX_TOKENS},
+    {OPTION(OT_U64, "max-len", 'l', "L", OFF(o.max_len),
+            "drop pairs with a side longer than L tokens (default: no limit\n"
+            "besides --max-tokens)"),
+     .imin = 1, .imax = BATCHER_MAX_TOKENS},
+    {OPTION(OT_FLAG, "truncate", 0, NULL, OFF(o.truncate),
+            "cut sides longer than the limit instead of dropping the pair")},
+    {OPTION(OT_DOUBLE, "max-ratio", 'r', "R", OFF(o.max_ratio),
+            "drop pairs whose longer side is more than R times the shorter"),
+     .flags = OF_MAX_OPEN, .dmin = 1, .dmax = INFINITY},
+    {OPTION(OT_U64, "window", 'w', "N", OFF(o.window),
+            "bucket and shuffle N pairs at a time (default 100000); memory\n"
+            "grows with N, not with the input"),
+     .imin = 1, .imax = BATCHER_MAX_WINDOW},
+    {OPTION(OT_U64, "seed", 0, "N", OFF(o.seed), "shuffling seed (default 1); epoch e uses N+e"), .imin = 0,
+     .imax = UINT64_MAX},
+    {OPTION(OT_U64, "epochs", 'e', "E", OFF(epochs),
+            "write E epochs, re-reading the input (needs a seekable input)"),
+     .imin = 1, .imax = 1000000},
+    {OPTION(OT_CUSTOM, "shard", 0, "K/N", OFF(o), "write only batches j with j % N == K (0 <= K < N)"),
+     .parse = parse_shard},
+    {OPTION(OT_STR, "log", 0, "FILE", OFF(log_path), "also write the summary to FILE (.jsonl or .csv)")},
+    OPT_HELP_VERSION_END};
+
+static const char USAGE_HEAD[] =
+    "Usage: nmt-batch [OPTION]... [-i] [FILE]\n"
+    "Reads an ids stream of source/target pairs (FILE, or stdin) and writes a batch stream of\n"
+    "padded id matrices: pairs are bucketed by length inside a window, cut into batches within\n"
+    "a token budget, and the batches shuffled with a seed. Lengths count the EOS of each row.\n"
+    "\n";
+static const char USAGE_TAIL[] =
+    "\n"
+    "At the end, a summary line on stderr: pairs read, dropped, batches, tokens, padding.\n"
+    "Exit status: 0 success, 1 bad input or failure, 2 usage error.\n";
+
 /* Parses the command line into A. Returns GO_ON, or main's exit status (usage errors, --help,
  * --version). */
 static int parse_args(int argc, char **argv, struct args *a)
 {
-    static const struct option longopts[] = {
-        {"input", required_argument, NULL, 'i'},      {"output", required_argument, NULL, 'o'},
-        {"max-tokens", required_argument, NULL, 't'}, {"max-sentences", required_argument, NULL, 's'},
-        {"max-len", required_argument, NULL, 'l'},    {"truncate", no_argument, NULL, OPT_TRUNCATE},
-        {"max-ratio", required_argument, NULL, 'r'},  {"window", required_argument, NULL, 'w'},
-        {"seed", required_argument, NULL, OPT_SEED},  {"epochs", required_argument, NULL, 'e'},
-        {"shard", required_argument, NULL, OPT_SHARD}, {"log", required_argument, NULL, OPT_LOG},
-        {"help", no_argument, NULL, 'h'},             {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0}};
-    struct batcher_opts *o = &a->o;
-    batcher_opts_init(o);
-    a->in_path = a->out_path = a->log_path = NULL;
-    a->epochs = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "i:o:t:l:r:w:e:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'i': a->in_path = optarg; break;
-        case 'o': a->out_path = optarg; break;
-        case 't':
-            if (opt_u64("--max-tokens", optarg, 1, BATCHER_MAX_TOKENS, &o->max_tokens) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case 's':
-            if (opt_u64("--max-sentences", optarg, 1, BATCHER_MAX_TOKENS, &o->max_sentences) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case 'l':
-            if (opt_u64("--max-len", optarg, 1, BATCHER_MAX_TOKENS, &o->max_len) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case OPT_TRUNCATE: o->truncate = 1; break;
-        case 'r':
-            if (opt_double("--max-ratio", optarg, 1, INFINITY, 1, &o->max_ratio) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case 'w':
-            if (opt_u64("--window", optarg, 1, BATCHER_MAX_WINDOW, &o->window) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case OPT_SEED:
-            if (opt_u64("--seed", optarg, 0, UINT64_MAX, &o->seed) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case 'e':
-            if (opt_u64("--epochs", optarg, 1, 1000000, &a->epochs) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case OPT_SHARD:
-            if (parse_shard(optarg, o) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case OPT_LOG:
-            a->log_path = optarg;
-            if (!log_style(a->log_path))
-                return nmt_usage_error("--log FILE must end in .jsonl or .csv: '%s'", a->log_path);
-            break;
-        case 'h': usage(); return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
-        case OPT_VERSION: nmt_print_version(); return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
-        default: return nmt_usage_hint();
-        }
-    }
+    *a = (struct args){.epochs = 1};
+    batcher_opts_init(&a->o);
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, a, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
+    if (a->log_path && !log_style(a->log_path))
+        return nmt_usage_error("--log FILE must end in .jsonl or .csv: '%s'", a->log_path);
     if (optind < argc) {
         if (a->in_path || argc - optind > 1)
             return nmt_usage_error("expected one input, got extra argument '%s'", argv[a->in_path ? optind : optind + 1]);
         a->in_path = argv[optind];
     }
+    struct batcher_opts *o = &a->o;
     if (batcher_opts_check(o) < 0)
         return nmt_usage_error("%s", nmt_errmsg());
     return GO_ON;

@@ -1,8 +1,8 @@
 /* nmt-bleu: BLEU, chrF/chrF++ and TER with sacreBLEU 2.6.0's numbers, options and output.
  * main parses options, reads the files and calls libcommon/eval/bleu.h. */
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,55 +19,6 @@
 
 #define BLEU_TOOL_VERSION "nmt-bleu-" NMT_VERSION "+sacrebleu-" BLEU_SACREBLEU_VERSION
 
-static void usage(void)
-{
-    printf("Usage: %s [OPTIONS] REF [REF...] [-i HYP [HYP...]]\n"
-           "Scores hypotheses against references with sacreBLEU %s's BLEU, chrF/chrF++ and TER.\n"
-           "The hypothesis is read from stdin unless -i is given (stdin lines with tabs hold several\n"
-           "systems). Several HYP files after -i are several systems.\n"
-           "\n"
-           "  -i, --input FILE...         hypothesis file(s) ('-' = stdin)\n"
-           "  -nr, --num-refs N           REF is one file of N tab-separated references a line\n"
-           "  -m, --metrics M...          bleu, chrf, ter (default: bleu)\n"
-           "  -sl, --sentence-level       one score per line (one metric, one system)\n"
-           "  --max-line-bytes N          longest input line accepted (default 1 GiB); a longer one is an error\n"
-           "BLEU:\n"
-           "  -tok, --tokenize T          13a (default), intl, zh, char, none\n"
-           "  -lc, --lowercase            case-insensitive BLEU\n"
-           "  -s, --smooth-method M       exp (default), floor, add-k, none\n"
-           "  -sv, --smooth-value X       value for floor (0.1) and add-k (1)\n"
-           "  --max-ngram-order N         highest n-gram order (default 4; not in the signature)\n"
-           "  --force                     accepted for compatibility (no effect)\n"
-           "chrF:\n"
-           "  -cc, --chrf-char-order N    character n-gram order (default 6)\n"
-           "  -cw, --chrf-word-order N    word n-gram order (default 0; 2 = chrF++)\n"
-           "  --chrf-beta N               recall weight (default 2)\n"
-           "  --chrf-whitespace           keep whitespace in character n-grams\n"
-           "  --chrf-lowercase            case-insensitive chrF\n"
-           "  --chrf-eps-smoothing        epsilon smoothing instead of effective order\n"
-           "TER:\n"
-           "  --ter-case-sensitive        do not lowercase\n"
-           "  --ter-no-punct              remove punctuation\n"
-           "  --ter-normalized            Tercom's western normalisation and tokenization\n"
-           "Statistics:\n"
-           "  -ci, --confidence           bootstrap 95%% confidence interval\n"
-           "  -cin, --confidence-n N      bootstrap resamples (default 1000)\n"
-           "  -pbs, --paired-bs           paired bootstrap test; the first -i system is the baseline\n"
-           "  -pbsn, --paired-bs-n N      paired bootstrap resamples (default 1000)\n"
-           "Output:\n"
-           "  -f, --format F              json (default) or text\n"
-           "  -w, --width N               decimals of the score (default 1)\n"
-           "  -b, --score-only            print the score only\n"
-           "  -sh, --short                short signature\n"
-           "  -q, --quiet                 accepted for compatibility\n"
-           "  -nc, --no-color             accepted for compatibility (no colours are used)\n"
-           "  --full                      one JSON line per score with every value at full precision\n"
-           "  -h, --help                  this help\n"
-           "  -V, --version               version\n"
-           "Environment: SACREBLEU_SEED (default 12345) seeds the bootstrap.\n"
-           "The signature's version field is %s.\n",
-           nmt_progname(), BLEU_SACREBLEU_VERSION, BLEU_TOOL_VERSION);
-}
 
 struct text_lines {
     char *data;        /* the lines, each followed by a newline (malloc'ed) */
@@ -257,11 +208,6 @@ static char **expand_args(int argc, char **argv, int *out_argc)
     return v;
 }
 
-enum {
-    OPT_MAXORDER = 1000, OPT_FORCE, OPT_BETA, OPT_WS, OPT_CLC, OPT_EPS, OPT_TCS, OPT_TNP, OPT_TNORM,
-    OPT_TASIAN, OPT_NR, OPT_SL, OPT_TOK, OPT_LC, OPT_SV, OPT_CC, OPT_CW, OPT_CI, OPT_CIN, OPT_PBS,
-    OPT_PBSN, OPT_SH, OPT_NC, OPT_FULL, OPT_MAXLINE
-};
 
 /* --full: one JSON line with every value at full precision (score, BLEU counts/totals/
  * precisions/bp/ratio/lengths, chrF statistics, TER edits and reference length). */
@@ -433,6 +379,7 @@ struct opts {
     const char *inputs[64];
     int ninputs, use_metric[3], any_metric;
     int num_refs, sentence, ci, ci_n, pbs, pbs_n, json, width, score_only, is_short, full;
+    int ignored; /* --force, --quiet, --no-color: accepted for compatibility */
     uint64_t max_line; /* --max-line-bytes */
     char **ref_files;
     int nref_files;
@@ -454,132 +401,145 @@ struct run {
     char seedlow[64]; /* the seed as the signature writes it */
 };
 
-/* Sets *OUT to the smoothing method named ARG; GO_ON, or the usage error's status. */
-static int parse_smooth(const char *arg, int *out)
+/* The parsers of the options' arguments, with sacreBLEU's messages: 0, or -1 after the usage error. */
+#define INT_PARSER(fn, what, lo, hi)                                                                             \
+    static int fn(const char *opt, const char *arg, void *field)                                                \
+    {                                                                                                            \
+        return parse_int(arg, what, lo, hi, field) == GO_ON ? 0 : -1;                                            \
+    }
+INT_PARSER(parse_num_refs, "number of references", 1, 1000)
+INT_PARSER(parse_resamples, "number of resamples", 1, 1000000)
+INT_PARSER(parse_width, "width", 0, 100)
+INT_PARSER(parse_max_order, "n-gram order", 1, BLEU_MAX_ORDER)
+INT_PARSER(parse_char_order, "character order", 0, BLEU_MAX_ORDER)
+INT_PARSER(parse_word_order, "word order", 0, BLEU_MAX_ORDER)
+INT_PARSER(parse_beta, "beta", 0, 1000)
+
+static int parse_smooth(const char *opt, const char *arg, void *field)
 {
     static const char *names[] = {"exp", "floor", "add-k", "none"};
     static const int methods[] = {BLEU_SMOOTH_EXP, BLEU_SMOOTH_FLOOR, BLEU_SMOOTH_ADDK, BLEU_SMOOTH_NONE};
     for (int i = 0; i < 4; i++)
         if (!strcmp(arg, names[i])) {
-            *out = methods[i];
-            return GO_ON;
+            *(int *)field = methods[i];
+            return 0;
         }
-    return nmt_usage_error("unknown smoothing method '%s' (choose from exp, floor, add-k, none)", arg);
+    return nmt_usage_error("unknown smoothing method '%s' (choose from exp, floor, add-k, none)", arg), -1;
 }
 
-/* Applies option C (with optarg) of BLEU, chrF or TER to CFG. Returns GO_ON, the usage error's
- * status, or 0 when C is no metric option. */
-static int parse_metric_option(bleu_config *cfg, int c)
+static int parse_tokenizer(const char *opt, const char *arg, void *field)
 {
-    switch (c) {
-    case OPT_TOK:
-        if ((cfg[0].tokenize = bleu_tokenizer_parse(optarg)) < 0)
-            return nmt_usage_error("unknown tokenizer '%s' (choose from 13a, intl, zh, char, none)", optarg);
-        return GO_ON;
-    case OPT_LC: cfg[0].lowercase = 1; return GO_ON;
-    case 's': return parse_smooth(optarg, &cfg[0].smooth);
-    case OPT_SV:
-        if (nmt_parse_double(optarg, &cfg[0].smooth_value) < 0)
-            return nmt_usage_error("invalid smoothing value '%s'", optarg);
-        cfg[0].smooth_value_set = 1;
-        return GO_ON;
-    case OPT_MAXORDER: return parse_int(optarg, "n-gram order", 1, BLEU_MAX_ORDER, &cfg[0].max_order);
-    case OPT_CC: return parse_int(optarg, "character order", 0, BLEU_MAX_ORDER, &cfg[1].char_order);
-    case OPT_CW: return parse_int(optarg, "word order", 0, BLEU_MAX_ORDER, &cfg[1].word_order);
-    case OPT_BETA: return parse_int(optarg, "beta", 0, 1000, &cfg[1].beta);
-    case OPT_WS: cfg[1].whitespace = 1; return GO_ON;
-    case OPT_CLC: cfg[1].chrf_lowercase = 1; return GO_ON;
-    case OPT_EPS: cfg[1].eps_smoothing = 1; return GO_ON;
-    case OPT_TCS: cfg[2].case_sensitive = 1; return GO_ON;
-    case OPT_TNP: cfg[2].no_punct = 1; return GO_ON;
-    case OPT_TNORM: cfg[2].normalized = 1; return GO_ON;
-    case OPT_TASIAN: return nmt_usage_error("--ter-asian-support is not supported");
-    default: return 0;
-    }
+    if ((*(int *)field = bleu_tokenizer_parse(arg)) < 0)
+        return nmt_usage_error("unknown tokenizer '%s' (choose from 13a, intl, zh, char, none)", arg), -1;
+    return 0;
 }
 
-/* Adds metric ARG ("bleu", "chrf", "ter") to O; GO_ON, or the usage error's status. */
-static int parse_metric(struct opts *o, const char *arg)
+static int parse_smooth_value(const char *opt, const char *arg, void *field)
 {
+    bleu_config *cfg = field;
+    if (nmt_parse_double(arg, &cfg->smooth_value) < 0)
+        return nmt_usage_error("invalid smoothing value '%s'", arg), -1;
+    cfg->smooth_value_set = 1;
+    return 0;
+}
+
+static int refuse_asian(const char *opt, const char *arg, void *field)
+{
+    return nmt_usage_error("--ter-asian-support is not supported"), -1;
+}
+
+/* -m M...: adds metric ARG ("bleu", "chrf", "ter") to the struct opts at FIELD. */
+static int parse_metric(const char *opt, const char *arg, void *field)
+{
+    struct opts *o = field;
     static const char *names[] = {"bleu", "chrf", "ter"};
     for (int k = 0; k < 3; k++)
         if (!strcmp(arg, names[k])) {
             o->use_metric[k] = 1;
             o->any_metric++;
-            return GO_ON;
+            return 0;
         }
-    return nmt_usage_error("unknown metric '%s' (choose from bleu, chrf, ter)", arg);
+    return nmt_usage_error("unknown metric '%s' (choose from bleu, chrf, ter)", arg), -1;
 }
 
-/* Applies option C (with optarg) of the input, statistics and output groups to R->o. Returns
- * GO_ON, or main's exit status (usage errors, --help, --version). */
-static int parse_option(struct run *r, int c)
+/* -i FILE...: adds a system to the struct opts at FIELD. */
+static int parse_input(const char *opt, const char *arg, void *field)
 {
-    struct opts *o = &r->o;
-    switch (c) {
-    case 'i':
-        if (o->ninputs == 64)
-            return nmt_usage_error("too many input systems (at most 64)");
-        o->inputs[o->ninputs++] = optarg;
-        return GO_ON;
-    case 'm': return parse_metric(o, optarg);
-    case OPT_NR: return parse_int(optarg, "number of references", 1, 1000, &o->num_refs);
-    case OPT_SL: o->sentence = 1; return GO_ON;
-    case OPT_FORCE: case 'q': case OPT_NC: return GO_ON;
-    case OPT_CI: o->ci = 1; return GO_ON;
-    case OPT_CIN: return parse_int(optarg, "number of resamples", 1, 1000000, &o->ci_n);
-    case OPT_PBS: o->pbs = 1; return GO_ON;
-    case OPT_PBSN: return parse_int(optarg, "number of resamples", 1, 1000000, &o->pbs_n);
-    case 'f':
-        if (strcmp(optarg, "json") && strcmp(optarg, "text"))
-            return nmt_usage_error("unknown format '%s' (choose from json, text)", optarg);
-        o->json = !strcmp(optarg, "json");
-        return GO_ON;
-    case 'w': return parse_int(optarg, "width", 0, 100, &o->width);
-    case 'b': o->score_only = 1; return GO_ON;
-    case OPT_SH: o->is_short = 1; return GO_ON;
-    case OPT_FULL: o->full = 1; return GO_ON;
-    case OPT_MAXLINE:
-        return opt_u64("--max-line-bytes", optarg, 1, SIZE_MAX / 2, &o->max_line) < 0 ? NMT_EXIT_USAGE : GO_ON;
-    case 'h':
-        usage();
-        return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
-    case 'V':
-        nmt_print_version();
-        printf("signature version %s\n", BLEU_TOOL_VERSION);
-        return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
-    case ':': return nmt_usage_error("option '%s' needs a value", r->eargv[optind - 1]);
-    default: {
-        int rc = parse_metric_option(o->cfg, c);
-        return rc ? rc : nmt_usage_error("unknown option '%s'", r->eargv[optind - 1]);
-    }
-    }
+    struct opts *o = field;
+    if (o->ninputs == 64)
+        return nmt_usage_error("too many input systems (at most 64)"), -1;
+    o->inputs[o->ninputs++] = arg;
+    return 0;
 }
 
-static const struct option long_options[] = {
-    {"input", required_argument, 0, 'i'}, {"num-refs", required_argument, 0, OPT_NR},
-    {"nr", required_argument, 0, OPT_NR}, {"metrics", required_argument, 0, 'm'},
-    {"sentence-level", no_argument, 0, OPT_SL}, {"sl", no_argument, 0, OPT_SL},
-    {"tokenize", required_argument, 0, OPT_TOK}, {"tok", required_argument, 0, OPT_TOK},
-    {"lowercase", no_argument, 0, OPT_LC}, {"lc", no_argument, 0, OPT_LC},
-    {"smooth-method", required_argument, 0, 's'}, {"smooth-value", required_argument, 0, OPT_SV},
-    {"sv", required_argument, 0, OPT_SV}, {"max-ngram-order", required_argument, 0, OPT_MAXORDER},
-    {"force", no_argument, 0, OPT_FORCE}, {"chrf-char-order", required_argument, 0, OPT_CC},
-    {"cc", required_argument, 0, OPT_CC}, {"chrf-word-order", required_argument, 0, OPT_CW},
-    {"cw", required_argument, 0, OPT_CW}, {"chrf-beta", required_argument, 0, OPT_BETA},
-    {"chrf-whitespace", no_argument, 0, OPT_WS}, {"chrf-lowercase", no_argument, 0, OPT_CLC},
-    {"chrf-eps-smoothing", no_argument, 0, OPT_EPS}, {"ter-case-sensitive", no_argument, 0, OPT_TCS},
-    {"ter-no-punct", no_argument, 0, OPT_TNP}, {"ter-normalized", no_argument, 0, OPT_TNORM},
-    {"ter-asian-support", no_argument, 0, OPT_TASIAN}, {"confidence", no_argument, 0, OPT_CI},
-    {"ci", no_argument, 0, OPT_CI}, {"confidence-n", required_argument, 0, OPT_CIN},
-    {"cin", required_argument, 0, OPT_CIN}, {"paired-bs", no_argument, 0, OPT_PBS},
-    {"pbs", no_argument, 0, OPT_PBS}, {"paired-bs-n", required_argument, 0, OPT_PBSN},
-    {"pbsn", required_argument, 0, OPT_PBSN}, {"format", required_argument, 0, 'f'},
-    {"width", required_argument, 0, 'w'}, {"score-only", no_argument, 0, 'b'},
-    {"short", no_argument, 0, OPT_SH}, {"sh", no_argument, 0, OPT_SH},
-    {"quiet", no_argument, 0, 'q'}, {"no-color", no_argument, 0, OPT_NC},
-    {"nc", no_argument, 0, OPT_NC}, {"full", no_argument, 0, OPT_FULL}, {"help", no_argument, 0, 'h'},
-    {"version", no_argument, 0, 'V'}, {"max-line-bytes", required_argument, 0, OPT_MAXLINE}, {0, 0, 0, 0}};
+static int parse_format(const char *opt, const char *arg, void *field)
+{
+    if (strcmp(arg, "json") && strcmp(arg, "text"))
+        return nmt_usage_error("unknown format '%s' (choose from json, text)", arg), -1;
+    *(int *)field = !strcmp(arg, "json");
+    return 0;
+}
+
+#define OFF(field) offsetof(struct opts, field)
+/* sacreBLEU's options, under its names and short aliases (-tok, -nr), parsed as argparse does. */
+static const struct opt_spec OPTIONS[] = {
+    {OPTION(OT_CUSTOM, "input", 'i', "FILE...", 0, "hypothesis file(s) ('-' = stdin)"), .parse = parse_input},
+    {OPTION(OT_CUSTOM, "num-refs", 0, "N", OFF(num_refs), "REF is one file of N tab-separated references a line"),
+     .alias = "nr", .parse = parse_num_refs},
+    {OPTION(OT_CUSTOM, "metrics", 'm', "M...", 0, "bleu, chrf, ter (default: bleu)"), .parse = parse_metric},
+    {OPTION(OT_FLAG, "sentence-level", 0, NULL, OFF(sentence), "one score per line (one metric, one system)"),
+     .alias = "sl"},
+    {OPTION(OT_U64, "max-line-bytes", 0, "N", OFF(max_line),
+            "longest input line accepted (default 1 GiB); a longer one is an error"),
+     .imin = 1, .imax = SIZE_MAX / 2},
+    {.type = OT_TEXT, .help = "BLEU:"},
+    {OPTION(OT_CUSTOM, "tokenize", 0, "T", OFF(cfg[0].tokenize), "13a (default), intl, zh, char, none"),
+     .alias = "tok", .parse = parse_tokenizer},
+    {OPTION(OT_FLAG, "lowercase", 0, NULL, OFF(cfg[0].lowercase), "case-insensitive BLEU"), .alias = "lc"},
+    {OPTION(OT_CUSTOM, "smooth-method", 's', "M", OFF(cfg[0].smooth), "exp (default), floor, add-k, none"),
+     .parse = parse_smooth},
+    {OPTION(OT_CUSTOM, "smooth-value", 0, "X", OFF(cfg[0]), "value for floor (0.1) and add-k (1)"), .alias = "sv",
+     .parse = parse_smooth_value},
+    {OPTION(OT_CUSTOM, "max-ngram-order", 0, "N", OFF(cfg[0].max_order),
+            "highest n-gram order (default 4; not in the signature)"),
+     .parse = parse_max_order},
+    {OPTION(OT_FLAG, "force", 0, NULL, OFF(ignored), "accepted for compatibility (no effect)")},
+    {.type = OT_TEXT, .help = "chrF:"},
+    {OPTION(OT_CUSTOM, "chrf-char-order", 0, "N", OFF(cfg[1].char_order), "character n-gram order (default 6)"),
+     .alias = "cc", .parse = parse_char_order},
+    {OPTION(OT_CUSTOM, "chrf-word-order", 0, "N", OFF(cfg[1].word_order), "word n-gram order (default 0; 2 = chrF++)"),
+     .alias = "cw", .parse = parse_word_order},
+    {OPTION(OT_CUSTOM, "chrf-beta", 0, "N", OFF(cfg[1].beta), "recall weight (default 2)"), .parse = parse_beta},
+    {OPTION(OT_FLAG, "chrf-whitespace", 0, NULL, OFF(cfg[1].whitespace), "keep whitespace in character n-grams")},
+    {OPTION(OT_FLAG, "chrf-lowercase", 0, NULL, OFF(cfg[1].chrf_lowercase), "case-insensitive chrF")},
+    {OPTION(OT_FLAG, "chrf-eps-smoothing", 0, NULL, OFF(cfg[1].eps_smoothing),
+            "epsilon smoothing instead of effective order")},
+    {.type = OT_TEXT, .help = "TER:"},
+    {OPTION(OT_FLAG, "ter-case-sensitive", 0, NULL, OFF(cfg[2].case_sensitive), "do not lowercase")},
+    {OPTION(OT_FLAG, "ter-no-punct", 0, NULL, OFF(cfg[2].no_punct), "remove punctuation")},
+    {OPTION(OT_FLAG, "ter-normalized", 0, NULL, OFF(cfg[2].normalized),
+            "Tercom's western normalisation and tokenization")},
+    {OPTION(OT_CUSTOM, "ter-asian-support", 0, NULL, 0, NULL), .parse = refuse_asian},
+    {.type = OT_TEXT, .help = "Statistics:"},
+    {OPTION(OT_FLAG, "confidence", 0, NULL, OFF(ci), "bootstrap 95% confidence interval"), .alias = "ci"},
+    {OPTION(OT_CUSTOM, "confidence-n", 0, "N", OFF(ci_n), "bootstrap resamples (default 1000)"), .alias = "cin",
+     .parse = parse_resamples},
+    {OPTION(OT_FLAG, "paired-bs", 0, NULL, OFF(pbs), "paired bootstrap test; the first -i system is the baseline"),
+     .alias = "pbs"},
+    {OPTION(OT_CUSTOM, "paired-bs-n", 0, "N", OFF(pbs_n), "paired bootstrap resamples (default 1000)"),
+     .alias = "pbsn", .parse = parse_resamples},
+    {.type = OT_TEXT, .help = "Output:"},
+    {OPTION(OT_CUSTOM, "format", 'f', "F", OFF(json), "json (default) or text"), .parse = parse_format},
+    {OPTION(OT_CUSTOM, "width", 'w', "N", OFF(width), "decimals of the score (default 1)"), .parse = parse_width},
+    {OPTION(OT_FLAG, "score-only", 'b', NULL, OFF(score_only), "print the score only")},
+    {OPTION(OT_FLAG, "short", 0, NULL, OFF(is_short), "short signature"), .alias = "sh"},
+    {OPTION(OT_FLAG, "quiet", 'q', NULL, OFF(ignored), "accepted for compatibility")},
+    {OPTION(OT_FLAG, "no-color", 0, NULL, OFF(ignored), "accepted for compatibility (no colours are used)"),
+     .alias = "nc"},
+    {OPTION(OT_FLAG, "full", 0, NULL, OFF(full), "one JSON line per score with every value at full precision")},
+    {OPTION(OT_HELP, "help", 'h', NULL, 0, "this help")},
+    {OPTION(OT_VERSION, "version", 'V', NULL, 0, "version")},
+    {.type = OT_END}};
 
 /* Parses the command line into R->o and checks the combination. Returns GO_ON, or main's exit
  * status. */
@@ -597,11 +557,23 @@ static int parse_args(struct run *r, int argc, char **argv)
         nmt_error("out of memory");
         return NMT_EXIT_DATA;
     }
-    int c, rc;
-    opterr = 0;
-    while ((c = getopt_long_only(eargc, r->eargv, ":i:m:s:f:w:bqhV", long_options, NULL)) != -1)
-        if ((rc = parse_option(r, c)) != GO_ON)
-            return rc;
+    switch (opt_parse_with(OPTIONS, eargc, r->eargv, o, OPT_LONG_ONLY | OPT_OWN_ERRORS)) {
+    case OPT_GOT_HELP:
+        return opt_help_exit("Usage: nmt-bleu [OPTIONS] REF [REF...] [-i HYP [HYP...]]\n"
+                             "Scores hypotheses against references with sacreBLEU " BLEU_SACREBLEU_VERSION
+                             "'s BLEU, chrF/chrF++ and TER.\n"
+                             "The hypothesis is read from stdin unless -i is given (stdin lines with tabs hold several\n"
+                             "systems). Several HYP files after -i are several systems.\n"
+                             "\n",
+                             OPTIONS,
+                             "Environment: SACREBLEU_SEED (default 12345) seeds the bootstrap.\n"
+                             "The signature's version field is " BLEU_TOOL_VERSION ".\n");
+    case OPT_GOT_VERSION:
+        nmt_print_version();
+        printf("signature version %s\n", BLEU_TOOL_VERSION);
+        return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : NMT_EXIT_OK;
+    case OPT_USAGE: return NMT_EXIT_USAGE;
+    }
     if (!o->any_metric)
         o->use_metric[0] = 1, o->any_metric = 1;
     o->nref_files = eargc - optind;

@@ -1,7 +1,7 @@
 /* nmt-cat: print, count or validate nmt record streams (see nmt-cat(1), nmt-stream(5)). */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,15 +14,17 @@
 #include "text/vocab.h"
 #include "io/records.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
 
 enum mode { MODE_PRINT, MODE_HEADER, MODE_COUNT, MODE_CHECK };
 
 struct cat_opts {
-    enum mode mode;
+    int mode;                /* enum mode */
     int json;
     int quiet;
     const char *kind;
     uint64_t limit;          /* records to print per input; 0 = all */
+    const char *outpath;     /* --output, or NULL */
 };
 
 struct cat_state {
@@ -32,31 +34,34 @@ struct cat_state {
     struct hyp_record hyp;
 };
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "Usage: nmt-cat [OPTIONS] [FILE...]\n"
-            "Print nmt record streams as text, one record per line (stdin when no FILE or FILE is -).\n"
-            "\n"
-            "  -j, --json          print JSON lines instead of text\n"
-            "  -H, --header        print only the stream header\n"
-            "  -c, --count         print the number of records\n"
-            "  -C, --check         validate the whole stream (header, checksums, end marker); exit 0 if\n"
-            "                      valid, else print one line saying why and exit 1\n"
-            "  -k, --kind KIND     require streams of this kind (tok, ids, batch, hyp, ...)\n"
-            "  -n, --head N        print only the first N records of each input\n"
-            "  -o, --output FILE   write to FILE instead of stdout\n"
-            "  -q, --quiet         with --check, print nothing on failure either\n"
-            "  -h, --help          show this help and exit\n"
-            "      --version       show version information and exit\n"
-            "\n"
-            "Record kinds tok, ids, batch and hyp are decoded; other kinds are shown as hex.\n"
-            "A vocabulary file (nmt-vocab(5)) is shown as it is (--header: its header; --count: its pieces;\n"
-            "--check: that it loads). A checkpoint (nmt-checkpoint(5)) is shown as its metadata (model\n"
-            "configuration, training state, vocabulary fingerprint) and a line per tensor: name, type,\n"
-            "shape (--header: the metadata; --count: the tensors; --check: also every value finite).\n"
-            "Exit status: 0 success, 1 invalid or unreadable stream, 2 usage error.\n");
-}
+#define OFF(field) offsetof(struct cat_opts, field)
+static const struct opt_spec OPTIONS[] = {
+    {OPTION(OT_FLAG, "json", 'j', NULL, OFF(json), "print JSON lines instead of text")},
+    {OPTION(OT_SET, "header", 'H', NULL, OFF(mode), "print only the stream header"), .imin = MODE_HEADER},
+    {OPTION(OT_SET, "count", 'c', NULL, OFF(mode), "print the number of records"), .imin = MODE_COUNT},
+    {OPTION(OT_SET, "check", 'C', NULL, OFF(mode),
+            "validate the whole stream (header, checksums, end marker); exit 0 if\n"
+            "valid, else print one line saying why and exit 1"),
+     .imin = MODE_CHECK},
+    {OPTION(OT_STR, "kind", 'k', "KIND", OFF(kind), "require streams of this kind (tok, ids, batch, hyp, ...)")},
+    {OPTION(OT_U64, "head", 'n', "N", OFF(limit), "print only the first N records of each input"), .imin = 1,
+     .imax = UINT64_MAX},
+    {OPTION(OT_STR, "output", 'o', "FILE", OFF(outpath), "write to FILE instead of stdout")},
+    {OPTION(OT_FLAG, "quiet", 'q', NULL, OFF(quiet), "with --check, print nothing on failure either")},
+    OPT_HELP_VERSION_END};
+
+static const char USAGE_HEAD[] =
+    "Usage: nmt-cat [OPTIONS] [FILE...]\n"
+    "Print nmt record streams as text, one record per line (stdin when no FILE or FILE is -).\n"
+    "\n";
+static const char USAGE_TAIL[] =
+    "\n"
+    "Record kinds tok, ids, batch and hyp are decoded; other kinds are shown as hex.\n"
+    "A vocabulary file (nmt-vocab(5)) is shown as it is (--header: its header; --count: its pieces;\n"
+    "--check: that it loads). A checkpoint (nmt-checkpoint(5)) is shown as its metadata (model\n"
+    "configuration, training state, vocabulary fingerprint) and a line per tensor: name, type,\n"
+    "shape (--header: the metadata; --count: the tensors; --check: also every value finite).\n"
+    "Exit status: 0 success, 1 invalid or unreadable stream, 2 usage error.\n";
 
 static void put_ids(FILE *f, const uint32_t *ids, uint32_t n, int json)
 {
@@ -76,111 +81,137 @@ static const char *side_name(unsigned s, unsigned nsides)
     return nsides == 1 ? "ids" : s == 0 ? "src" : "tgt";
 }
 
+/* Prints a tok record (tokens of each side) of D (LEN bytes) to F as text or JSON; 0, or -1. */
+static int print_tok(FILE *f, struct cat_state *st, const unsigned char *d, size_t len, int json)
+{
+    if (tok_record_decode(&st->tok, d, len) < 0)
+        return -1;
+    struct tok_record *r = &st->tok;
+    if (json) {
+        fprintf(f, "{\"index\":%llu", (unsigned long long)r->index);
+        for (unsigned s = 0; s < r->nsides; s++) {
+            fprintf(f, ",\"%s\":[", r->nsides == 1 ? "tok" : s == 0 ? "src" : "tgt");
+            for (uint32_t i = 0; i < r->side[s].ntok; i++) {
+                if (i)
+                    putc(',', f);
+                nmt_json_string(f, r->side[s].tok[i], r->side[s].len[i]);
+            }
+            putc(']', f);
+        }
+        fputs("}\n", f);
+    } else {
+        fprintf(f, "%llu", (unsigned long long)r->index);
+        for (unsigned s = 0; s < r->nsides; s++) {
+            putc('\t', f);
+            for (uint32_t i = 0; i < r->side[s].ntok; i++) {
+                if (i)
+                    putc(' ', f);
+                nmt_put_token(f, r->side[s].tok[i], r->side[s].len[i]);
+            }
+        }
+        putc('\n', f);
+    }
+    return 0;
+}
+
+/* Prints an ids record of D (LEN bytes) to F as text or JSON; 0, or -1. */
+static int print_ids(FILE *f, struct cat_state *st, const unsigned char *d, size_t len, int json)
+{
+    if (ids_record_decode(&st->ids, d, len) < 0)
+        return -1;
+    struct ids_record *r = &st->ids;
+    if (json) {
+        fprintf(f, "{\"index\":%llu", (unsigned long long)r->index);
+        for (unsigned s = 0; s < r->nsides; s++) {
+            fprintf(f, ",\"%s\":", side_name(s, r->nsides));
+            put_ids(f, r->ids[s], r->n[s], 1);
+        }
+        fputs("}\n", f);
+    } else {
+        fprintf(f, "%llu", (unsigned long long)r->index);
+        for (unsigned s = 0; s < r->nsides; s++) {
+            putc('\t', f);
+            put_ids(f, r->ids[s], r->n[s], 0);
+        }
+        putc('\n', f);
+    }
+    return 0;
+}
+
+/* Prints the batch record of D (LEN bytes), its shape and rows (padding not shown), to F as text or JSON; 0, or -1. */
+static int print_batch(FILE *f, struct cat_state *st, const unsigned char *d, size_t len, int json)
+{
+    if (batch_record_decode(&st->batch, d, len) < 0)
+        return -1;
+    struct batch_record *r = &st->batch;
+    if (json) {
+        fprintf(f, "{\"rows\":%u,\"src_cols\":%u,\"tgt_cols\":%u,\"index\":[", r->B, r->S, r->T);
+        for (uint32_t b = 0; b < r->B; b++)
+            fprintf(f, "%s%llu", b ? "," : "", (unsigned long long)r->index[b]);
+        fputs("],\"src\":[", f);
+        for (uint32_t b = 0; b < r->B; b++) {
+            if (b)
+                putc(',', f);
+            put_ids(f, r->src + (size_t)b * r->S, r->src_len[b], 1);
+        }
+        fputs("],\"tgt\":[", f);
+        for (uint32_t b = 0; b < r->B; b++) {
+            if (b)
+                putc(',', f);
+            put_ids(f, r->tgt + (size_t)b * r->T, r->tgt_len[b], 1);
+        }
+        fputs("]}\n", f);
+    } else {
+        /* one line per batch: shape, then "index:src|tgt" for each row (padding not shown) */
+        fprintf(f, "%ux%u+%u", r->B, r->S, r->T);
+        for (uint32_t b = 0; b < r->B; b++) {
+            fprintf(f, "\t%llu:", (unsigned long long)r->index[b]);
+            put_ids(f, r->src + (size_t)b * r->S, r->src_len[b], 0);
+            putc('|', f);
+            put_ids(f, r->tgt + (size_t)b * r->T, r->tgt_len[b], 0);
+        }
+        putc('\n', f);
+    }
+    return 0;
+}
+
+/* Prints a hyp record (rank, score, ids) of D (LEN bytes) to F as text or JSON; 0, or -1. */
+static int print_hyp(FILE *f, struct cat_state *st, const unsigned char *d, size_t len, int json)
+{
+    if (hyp_record_decode(&st->hyp, d, len) < 0)
+        return -1;
+    struct hyp_record *r = &st->hyp;
+    if (json) {
+        fprintf(f, "{\"index\":%llu,\"rank\":%u,\"score\":", (unsigned long long)r->index, r->rank);
+        if (isfinite(r->score)) /* JSON has no NaN or infinity */
+            fprintf(f, "%.9g,\"ids\":", (double)r->score);
+        else
+            fputs("null,\"ids\":", f);
+        put_ids(f, r->ids, r->n, 1);
+        fputs("}\n", f);
+    } else {
+        fprintf(f, "%llu\t%u\t%.9g\t", (unsigned long long)r->index, r->rank, (double)r->score);
+        put_ids(f, r->ids, r->n, 0);
+        putc('\n', f);
+    }
+    return 0;
+}
+
 static int print_record(FILE *f, struct cat_state *st, const char *kind, const unsigned char *d, size_t len, int json)
 {
-    if (strcmp(kind, "tok") == 0) {
-        if (tok_record_decode(&st->tok, d, len) < 0)
-            return -1;
-        struct tok_record *r = &st->tok;
-        if (json) {
-            fprintf(f, "{\"index\":%llu", (unsigned long long)r->index);
-            for (unsigned s = 0; s < r->nsides; s++) {
-                fprintf(f, ",\"%s\":[", r->nsides == 1 ? "tok" : s == 0 ? "src" : "tgt");
-                for (uint32_t i = 0; i < r->side[s].ntok; i++) {
-                    if (i)
-                        putc(',', f);
-                    nmt_json_string(f, r->side[s].tok[i], r->side[s].len[i]);
-                }
-                putc(']', f);
-            }
-            fputs("}\n", f);
-        } else {
-            fprintf(f, "%llu", (unsigned long long)r->index);
-            for (unsigned s = 0; s < r->nsides; s++) {
-                putc('\t', f);
-                for (uint32_t i = 0; i < r->side[s].ntok; i++) {
-                    if (i)
-                        putc(' ', f);
-                    nmt_put_token(f, r->side[s].tok[i], r->side[s].len[i]);
-                }
-            }
-            putc('\n', f);
-        }
-    } else if (strcmp(kind, "ids") == 0) {
-        if (ids_record_decode(&st->ids, d, len) < 0)
-            return -1;
-        struct ids_record *r = &st->ids;
-        if (json) {
-            fprintf(f, "{\"index\":%llu", (unsigned long long)r->index);
-            for (unsigned s = 0; s < r->nsides; s++) {
-                fprintf(f, ",\"%s\":", side_name(s, r->nsides));
-                put_ids(f, r->ids[s], r->n[s], 1);
-            }
-            fputs("}\n", f);
-        } else {
-            fprintf(f, "%llu", (unsigned long long)r->index);
-            for (unsigned s = 0; s < r->nsides; s++) {
-                putc('\t', f);
-                put_ids(f, r->ids[s], r->n[s], 0);
-            }
-            putc('\n', f);
-        }
-    } else if (strcmp(kind, "batch") == 0) {
-        if (batch_record_decode(&st->batch, d, len) < 0)
-            return -1;
-        struct batch_record *r = &st->batch;
-        if (json) {
-            fprintf(f, "{\"rows\":%u,\"src_cols\":%u,\"tgt_cols\":%u,\"index\":[", r->B, r->S, r->T);
-            for (uint32_t b = 0; b < r->B; b++)
-                fprintf(f, "%s%llu", b ? "," : "", (unsigned long long)r->index[b]);
-            fputs("],\"src\":[", f);
-            for (uint32_t b = 0; b < r->B; b++) {
-                if (b)
-                    putc(',', f);
-                put_ids(f, r->src + (size_t)b * r->S, r->src_len[b], 1);
-            }
-            fputs("],\"tgt\":[", f);
-            for (uint32_t b = 0; b < r->B; b++) {
-                if (b)
-                    putc(',', f);
-                put_ids(f, r->tgt + (size_t)b * r->T, r->tgt_len[b], 1);
-            }
-            fputs("]}\n", f);
-        } else {
-            /* one line per batch: shape, then "index:src|tgt" for each row (padding not shown) */
-            fprintf(f, "%ux%u+%u", r->B, r->S, r->T);
-            for (uint32_t b = 0; b < r->B; b++) {
-                fprintf(f, "\t%llu:", (unsigned long long)r->index[b]);
-                put_ids(f, r->src + (size_t)b * r->S, r->src_len[b], 0);
-                putc('|', f);
-                put_ids(f, r->tgt + (size_t)b * r->T, r->tgt_len[b], 0);
-            }
-            putc('\n', f);
-        }
-    } else if (strcmp(kind, "hyp") == 0) {
-        if (hyp_record_decode(&st->hyp, d, len) < 0)
-            return -1;
-        struct hyp_record *r = &st->hyp;
-        if (json) {
-            fprintf(f, "{\"index\":%llu,\"rank\":%u,\"score\":", (unsigned long long)r->index, r->rank);
-            if (isfinite(r->score)) /* JSON has no NaN or infinity */
-                fprintf(f, "%.9g,\"ids\":", (double)r->score);
-            else
-                fputs("null,\"ids\":", f);
-            put_ids(f, r->ids, r->n, 1);
-            fputs("}\n", f);
-        } else {
-            fprintf(f, "%llu\t%u\t%.9g\t", (unsigned long long)r->index, r->rank, (double)r->score);
-            put_ids(f, r->ids, r->n, 0);
-            putc('\n', f);
-        }
-    } else {
-        if (json)
-            fprintf(f, "{\"bytes\":%zu,\"hex\":\"", len);
-        for (size_t i = 0; i < len; i++)
-            fprintf(f, "%02x", d[i]);
-        fputs(json ? "\"}\n" : "\n", f);
-    }
+    if (strcmp(kind, "tok") == 0)
+        return print_tok(f, st, d, len, json);
+    if (strcmp(kind, "ids") == 0)
+        return print_ids(f, st, d, len, json);
+    if (strcmp(kind, "batch") == 0)
+        return print_batch(f, st, d, len, json);
+    if (strcmp(kind, "hyp") == 0)
+        return print_hyp(f, st, d, len, json);
+    if (json)
+        fprintf(f, "{\"bytes\":%zu,\"hex\":\"", len);
+    for (size_t i = 0; i < len; i++)
+        fprintf(f, "%02x", d[i]);
+    fputs(json ? "\"}\n" : "\n", f);
     return 0;
 }
 
@@ -391,32 +422,10 @@ int main(int argc, char **argv)
 {
     nmt_start(argv);
     struct cat_opts o = {0};
-    const char *outpath = NULL;
-    static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},    {"header", no_argument, NULL, 'H'}, {"count", no_argument, NULL, 'c'},
-        {"check", no_argument, NULL, 'C'},   {"kind", required_argument, NULL, 'k'},
-        {"head", required_argument, NULL, 'n'}, {"output", required_argument, NULL, 'o'},
-        {"quiet", no_argument, NULL, 'q'},   {"help", no_argument, NULL, 'h'},   {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "jHcCk:n:o:qh", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'j': o.json = 1; break;
-        case 'H': o.mode = MODE_HEADER; break;
-        case 'c': o.mode = MODE_COUNT; break;
-        case 'C': o.mode = MODE_CHECK; break;
-        case 'k': o.kind = optarg; break;
-        case 'n':
-            if (nmt_parse_u64(optarg, UINT64_MAX, &o.limit) < 0 || o.limit == 0)
-                return nmt_usage_error("invalid --head value '%s'", optarg);
-            break;
-        case 'o': outpath = optarg; break;
-        case 'q': o.quiet = 1; break;
-        case 'h': usage(stdout); return nmt_close_stdout() == 0 ? 0 : 1;
-        case 'V': nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
-        default: return nmt_usage_hint();
-        }
-    }
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, &o, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
+    const char *outpath = o.outpath;
     if (outpath && strcmp(outpath, "-") != 0 && !freopen(outpath, "w", stdout)) {
         nmt_error("cannot open '%s' for writing: %s", outpath, strerror(errno));
         return NMT_EXIT_DATA;

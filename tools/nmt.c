@@ -2,12 +2,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/opt.h"
 
 /* Directory of the running executable into BUF; returns 0 or -1. */
 static int exe_dir(char *buf, size_t size)
@@ -48,6 +50,17 @@ static void scan_dir(const char *dir, char **list, size_t *n, size_t max)
     closedir(d);
 }
 
+struct args {
+    int backends;
+};
+
+static const struct opt_spec OPTIONS[] = {
+    {OPTION(OT_HELP, "help", 'h', NULL, 0, "show this help and the commands found, and exit")},
+    {OPTION(OT_VERSION, "version", 0, NULL, 0, "show version information and exit")},
+    {OPTION(OT_FLAG, "backends", 0, NULL, offsetof(struct args, backends),
+            "list the backend plugins found (runs nmt-backends)")},
+    {.type = OT_END}};
+
 static void usage(FILE *f)
 {
     char dir[PATH_MAX];
@@ -63,15 +76,11 @@ static void usage(FILE *f)
         free(copy);
     }
     qsort(tools, n, sizeof *tools, cmp_str);
-    fprintf(f,
-            "Usage: nmt COMMAND [ARGS...]\n"
-            "Run the nmt tool nmt-COMMAND with ARGS (e.g. 'nmt cat x.ids').\n"
-            "\n"
-            "  -h, --help       show this help and the commands found, and exit\n"
-            "      --version    show version information and exit\n"
-            "      --backends   list the backend plugins found (runs nmt-backends)\n"
-            "\n"
-            "Commands found:");
+    opt_help(f,
+             "Usage: nmt COMMAND [ARGS...]\n"
+             "Run the nmt tool nmt-COMMAND with ARGS (e.g. 'nmt cat x.ids').\n"
+             "\n",
+             OPTIONS, "\nCommands found:");
     for (size_t i = 0; i < n; i++) {
         fprintf(f, " %s", tools[i]);
         free(tools[i]);
@@ -85,15 +94,20 @@ int main(int argc, char **argv)
     if (argc < 2)
         return nmt_usage_error("missing command");
     const char *cmd = argv[1];
-    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+    struct args a = {0};
+    /* only the first argument is nmt's: the rest belongs to the command */
+    int rc = cmd[0] == '-' && strcmp(cmd, "--") ? opt_parse(OPTIONS, 2, argv, &a) : OPT_OK;
+    if (rc == OPT_GOT_HELP || strcmp(cmd, "help") == 0) {
         usage(stdout);
         return nmt_close_stdout() == 0 ? 0 : 1;
     }
-    if (strcmp(cmd, "--version") == 0) {
+    if (rc == OPT_GOT_VERSION) {
         nmt_print_version();
         return nmt_close_stdout() == 0 ? 0 : 1;
     }
-    if (strcmp(cmd, "--backends") == 0)
+    if (rc == OPT_USAGE)
+        return NMT_EXIT_USAGE;
+    if (a.backends)
         cmd = "backends";
     else if (cmd[0] == '-')
         return nmt_usage_error("unknown option '%s'", cmd);

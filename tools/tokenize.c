@@ -1,6 +1,6 @@
 /* nmt-tokenize: raw text to token or id streams, and ids back to text (see nmt-tokenize(1)). */
 #include <errno.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,42 +15,6 @@
 #include "cli/opt.h"
 #include "text/vocab.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "Usage: nmt-tokenize [OPTIONS] [FILE]\n"
-            "       nmt-tokenize --src FILE --tgt FILE [OPTIONS]\n"
-            "       nmt-tokenize --decode --vocab V [OPTIONS] [FILE]\n"
-            "Turn text (one sentence per line, CSV/TSV pairs, or two line-aligned files) into a tok stream\n"
-            "(reversible pre-tokenisation), or with --vocab into an ids stream; --decode turns ids back to text.\n"
-            "\n"
-            "  -i, --input FILE        read FILE (default stdin; '-' is stdin)\n"
-            "  -o, --output FILE       write FILE (default stdout)\n"
-            "      --src FILE          source side of a line-aligned pair of files (with --tgt)\n"
-            "      --tgt FILE          target side of a line-aligned pair of files (with --src)\n"
-            "      --csv               input is CSV (RFC 4180 quoting), one pair or sentence per row\n"
-            "      --tsv               input is plain TSV: fields split at tabs, a quote is data (for RFC 4180\n"
-            "                          quoting with tabs: --csv --delimiter tab)\n"
-            "  -d, --delimiter C       field delimiter for --csv: one character, or 'tab' (default ',')\n"
-            "  -f, --fields LIST       columns to read, 1-based: one, or two as source,target (default 1,2)\n"
-            "  -N, --normalize MODE    none, nfkc or nfkc_cf (default nfkc, or the vocabulary's)\n"
-            "  -v, --vocab FILE        apply the vocabulary FILE (nmt-vocab's BPE, or a SentencePiece .model)\n"
-            "                          and write an ids stream\n"
-            "      --dropout P         BPE-dropout: skip each merge with probability P (0..1, needs --vocab)\n"
-            "      --seed S            seed of the dropout generator (default 1)\n"
-            "      --text[=WHAT]       print space-separated text instead of a stream: tokens or pieces\n"
-            "                          (WHAT=pieces, the default) or ids (WHAT=ids); sides split by a tab\n"
-            "  -D, --decode            read an ids (or hyp) stream and print the text, one line per record;\n"
-            "                          with --text, read text lines of ids or pieces instead\n"
-            "      --max-line-bytes N  longest input line accepted (default 1 GiB); a longer one is an error\n"
-           "      --skip-bad          drop bad lines (invalid UTF-8, missing fields, unpaired lines) and\n"
-            "                          report how many at the end, instead of failing\n"
-            "  -q, --quiet             do not report skipped lines\n"
-            "  -h, --help              show this help and exit\n"
-            "      --version           show version information and exit\n"
-            "\n"
-            "Exit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n");
-}
 
 enum { TEXT_OFF = 0, TEXT_PIECES = 1, TEXT_IDS = 2 };
 
@@ -66,6 +30,7 @@ struct opts {
     uint64_t seed;
     uint64_t max_line;         /* --max-line-bytes */
     int text, decode, skip_bad, quiet;
+    int delim_set, fields_set, dropout_set, seed_set; /* given on the command line */
 };
 
 struct state {
@@ -497,115 +462,157 @@ static int decode_text(struct state *st, const char *path)
     return rc;
 }
 
-static int parse_fields(const char *s, struct opts *o)
+/* Parses --fields LIST into the struct opts at FIELD; 0, or -1 after a usage error. */
+static int parse_fields(const char *opt, const char *s, void *field)
 {
+    struct opts *o = field;
     uint64_t a, b;
     const char *comma = strchr(s, ',');
     char first[32];
+    o->fields_set = 1;
     if (!comma) {
         if (nmt_parse_u64(s, 1000000, &a) < 0 || a == 0)
-            return -1;
+            goto bad;
         o->nfields = 1;
         o->field[0] = (unsigned)a - 1;
         return 0;
     }
     if ((size_t)(comma - s) >= sizeof first)
-        return -1;
+        goto bad;
     memcpy(first, s, (size_t)(comma - s));
     first[comma - s] = 0;
     if (nmt_parse_u64(first, 1000000, &a) < 0 || a == 0 || nmt_parse_u64(comma + 1, 1000000, &b) < 0 || b == 0 ||
         a == b)
-        return -1;
+        goto bad;
     o->nfields = 2;
     o->field[0] = (unsigned)a - 1;
     o->field[1] = (unsigned)b - 1;
     return 0;
+bad:
+    return nmt_usage_error("invalid %s '%s' (one column, or two different columns, from 1)", opt, s), -1;
 }
+
+/* --tsv: plain TSV, split at tabs. */
+static int parse_tsv(const char *opt, const char *arg, void *field)
+{
+    struct opts *o = field;
+    o->csv = o->tsv = 1;
+    o->delim = '\t';
+    o->delim_set = 1;
+    return 0;
+}
+
+static int parse_delimiter(const char *opt, const char *arg, void *field)
+{
+    struct opts *o = field;
+    if (strcmp(arg, "tab") == 0 || strcmp(arg, "\\t") == 0)
+        o->delim = '\t';
+    else if (strlen(arg) == 1 && arg[0] != '"' && arg[0] != '\n' && arg[0] != '\r')
+        o->delim = (unsigned char)arg[0];
+    else
+        return nmt_usage_error("invalid %s '%s' (one character, or 'tab')", opt, arg), -1;
+    o->delim_set = 1;
+    return 0;
+}
+
+static int parse_normalize(const char *opt, const char *arg, void *field)
+{
+    if ((*(int *)field = text_norm_parse(arg)) < 0)
+        return nmt_usage_error("invalid %s '%s' (none, nfkc or nfkc_cf)", opt, arg), -1;
+    return 0;
+}
+
+static int parse_dropout(const char *opt, const char *arg, void *field)
+{
+    struct opts *o = field;
+    if (nmt_parse_double(arg, &o->dropout) < 0 || o->dropout < 0 || o->dropout > 1)
+        return nmt_usage_error("invalid %s '%s' (a probability, 0 to 1)", opt, arg), -1;
+    o->dropout_set = 1;
+    return 0;
+}
+
+static int parse_seed(const char *opt, const char *arg, void *field)
+{
+    struct opts *o = field;
+    if (nmt_parse_u64(arg, UINT64_MAX, &o->seed) < 0)
+        return nmt_usage_error("invalid %s '%s' (a non-negative integer)", opt, arg), -1;
+    o->seed_set = 1;
+    return 0;
+}
+
+/* --text[=pieces|ids] */
+static int parse_text(const char *opt, const char *arg, void *field)
+{
+    int *text = field;
+    if (!arg || strcmp(arg, "pieces") == 0)
+        *text = TEXT_PIECES;
+    else if (strcmp(arg, "ids") == 0)
+        *text = TEXT_IDS;
+    else
+        return nmt_usage_error("invalid %s '%s' (pieces or ids)", opt, arg), -1;
+    return 0;
+}
+
+#define OFF(field) offsetof(struct opts, field)
+static const struct opt_spec OPTIONS[] = {
+    {OPTION(OT_STR, "input", 'i', "FILE", OFF(in), "read FILE (default stdin; '-' is stdin)")},
+    {OPTION(OT_STR, "output", 'o', "FILE", OFF(out), "write FILE (default stdout)")},
+    {OPTION(OT_STR, "src", 0, "FILE", OFF(src), "source side of a line-aligned pair of files (with --tgt)")},
+    {OPTION(OT_STR, "tgt", 0, "FILE", OFF(tgt), "target side of a line-aligned pair of files (with --src)")},
+    {OPTION(OT_FLAG, "csv", 0, NULL, OFF(csv), "input is CSV (RFC 4180 quoting), one pair or sentence per row")},
+    {OPTION(OT_CUSTOM, "tsv", 0, NULL, 0,
+            "input is plain TSV: fields split at tabs, a quote is data (for RFC 4180\n"
+            "quoting with tabs: --csv --delimiter tab)"),
+     .parse = parse_tsv},
+    {OPTION(OT_CUSTOM, "delimiter", 'd', "C", 0, "field delimiter for --csv: one character, or 'tab' (default ',')"),
+     .parse = parse_delimiter},
+    {OPTION(OT_CUSTOM, "fields", 'f', "LIST", 0,
+            "columns to read, 1-based: one, or two as source,target (default 1,2)"),
+     .parse = parse_fields},
+    {OPTION(OT_CUSTOM, "normalize", 'N', "MODE", OFF(norm),
+            "none, nfkc or nfkc_cf (default nfkc, or the vocabulary's)"),
+     .parse = parse_normalize},
+    {OPTION(OT_STR, "vocab", 'v', "FILE", OFF(vocab_path), "apply the vocabulary FILE (nmt-vocab's BPE, or a SentencePiece .model) and write an ids stream")},
+    {OPTION(OT_CUSTOM, "dropout", 0, "P", 0,
+            "BPE-dropout: skip each merge with probability P (0..1, needs --vocab)"),
+     .parse = parse_dropout},
+    {OPTION(OT_CUSTOM, "seed", 0, "S", 0, "seed of the dropout generator (default 1)"), .parse = parse_seed},
+    {OPTION(OT_CUSTOM, "text", 0, "WHAT", OFF(text),
+            "print space-separated text instead of a stream: tokens or pieces\n"
+            "(WHAT=pieces, the default) or ids (WHAT=ids); sides split by a tab"),
+     .flags = OF_OPTIONAL_ARG, .parse = parse_text},
+    {OPTION(OT_FLAG, "decode", 'D', NULL, OFF(decode),
+            "read an ids (or hyp) stream and print the text, one line per record;\n"
+            "with --text, read text lines of ids or pieces instead")},
+    {OPTION(OT_U64, "max-line-bytes", 0, "N", OFF(max_line),
+            "longest input line accepted (default 1 GiB); a longer one is an error"),
+     .imin = 1, .imax = SIZE_MAX / 2},
+    {OPTION(OT_FLAG, "skip-bad", 0, NULL, OFF(skip_bad),
+            "drop bad lines (invalid UTF-8, missing fields, unpaired lines) and\n"
+            "report how many at the end, instead of failing")},
+    {OPTION(OT_FLAG, "quiet", 'q', NULL, OFF(quiet), "do not report skipped lines")},
+    OPT_HELP_VERSION_END};
+
+static const char USAGE_HEAD[] =
+    "Usage: nmt-tokenize [OPTIONS] [FILE]\n"
+    "       nmt-tokenize --src FILE --tgt FILE [OPTIONS]\n"
+    "       nmt-tokenize --decode --vocab V [OPTIONS] [FILE]\n"
+    "Turn text (one sentence per line, CSV/TSV pairs, or two line-aligned files) into a tok stream\n"
+    "(reversible pre-tokenisation), or with --vocab into an ids stream; --decode turns ids back to text.\n"
+    "\n";
+
+static const char USAGE_TAIL[] =
+    "\nExit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n";
 
 enum { GO_ON = -1 };
 
 /* Parses and checks the options into O: GO_ON, or the exit status (help, version, usage error). */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-    int delim_set = 0, fields_set = 0, dropout_set = 0, seed_set = 0;
-    enum { OPT_SRC = 256, OPT_TGT, OPT_CSV, OPT_TSV, OPT_DROPOUT, OPT_SEED, OPT_SKIP, OPT_MAXLINE, OPT_VERSION };
-    static const struct option longopts[] = {
-        {"input", required_argument, NULL, 'i'},     {"output", required_argument, NULL, 'o'},
-        {"src", required_argument, NULL, OPT_SRC},   {"tgt", required_argument, NULL, OPT_TGT},
-        {"csv", no_argument, NULL, OPT_CSV},         {"tsv", no_argument, NULL, OPT_TSV},
-        {"delimiter", required_argument, NULL, 'd'}, {"fields", required_argument, NULL, 'f'},
-        {"normalize", required_argument, NULL, 'N'}, {"vocab", required_argument, NULL, 'v'},
-        {"dropout", required_argument, NULL, OPT_DROPOUT}, {"seed", required_argument, NULL, OPT_SEED},
-        {"text", optional_argument, NULL, 't'},      {"decode", no_argument, NULL, 'D'},
-        {"skip-bad", no_argument, NULL, OPT_SKIP},   {"quiet", no_argument, NULL, 'q'},
-        {"max-line-bytes", required_argument, NULL, OPT_MAXLINE},
-        {"help", no_argument, NULL, 'h'},            {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0}};
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":i:o:d:f:N:v:Dqh", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'i': o->in = optarg; break;
-        case 'o': o->out = optarg; break;
-        case OPT_SRC: o->src = optarg; break;
-        case OPT_TGT: o->tgt = optarg; break;
-        case OPT_CSV: o->csv = 1; break;
-        case OPT_TSV:
-            o->csv = 1;
-            o->tsv = 1;
-            o->delim = '\t';
-            delim_set = 1;
-            break;
-        case 'd':
-            if (strcmp(optarg, "tab") == 0 || strcmp(optarg, "\\t") == 0)
-                o->delim = '\t';
-            else if (strlen(optarg) == 1 && optarg[0] != '"' && optarg[0] != '\n' && optarg[0] != '\r')
-                o->delim = (unsigned char)optarg[0];
-            else
-                return nmt_usage_error("invalid --delimiter '%s' (one character, or 'tab')", optarg);
-            delim_set = 1;
-            break;
-        case 'f':
-            if (parse_fields(optarg, o) < 0)
-                return nmt_usage_error("invalid --fields '%s' (one column, or two different columns, from 1)", optarg);
-            fields_set = 1;
-            break;
-        case 'N':
-            if ((o->norm = text_norm_parse(optarg)) < 0)
-                return nmt_usage_error("invalid --normalize '%s' (none, nfkc or nfkc_cf)", optarg);
-            break;
-        case 'v': o->vocab_path = optarg; break;
-        case OPT_DROPOUT:
-            if (nmt_parse_double(optarg, &o->dropout) < 0 || o->dropout < 0 || o->dropout > 1)
-                return nmt_usage_error("invalid --dropout '%s' (a probability, 0 to 1)", optarg);
-            dropout_set = 1;
-            break;
-        case OPT_SEED:
-            if (nmt_parse_u64(optarg, UINT64_MAX, &o->seed) < 0)
-                return nmt_usage_error("invalid --seed '%s' (a non-negative integer)", optarg);
-            seed_set = 1;
-            break;
-        case 't':
-            if (!optarg || strcmp(optarg, "pieces") == 0)
-                o->text = TEXT_PIECES;
-            else if (strcmp(optarg, "ids") == 0)
-                o->text = TEXT_IDS;
-            else
-                return nmt_usage_error("invalid --text '%s' (pieces or ids)", optarg);
-            break;
-        case 'D': o->decode = 1; break;
-        case OPT_SKIP: o->skip_bad = 1; break;
-        case OPT_MAXLINE:
-            if (opt_u64("--max-line-bytes", optarg, 1, SIZE_MAX / 2, &o->max_line) < 0)
-                return NMT_EXIT_USAGE;
-            break;
-        case 'q': o->quiet = 1; break;
-        case 'h': usage(stdout); return nmt_close_stdout() == 0 ? 0 : 1;
-        case OPT_VERSION: nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
-        case ':': return nmt_usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: return nmt_usage_error("invalid option '%s'", argv[optind - 1]);
-        }
-    }
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, o, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
+    int delim_set = o->delim_set, fields_set = o->fields_set, dropout_set = o->dropout_set, seed_set = o->seed_set;
     if (optind < argc) {
         if (o->in || optind + 1 < argc)
             return nmt_usage_error("give one input: FILE or -i FILE");

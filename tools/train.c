@@ -2,9 +2,9 @@
  * Options and files here; the model, its checkpoints and the kernels are in libcommon/nn/model.c. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,109 +26,17 @@
 #include "cli/opt.h"
 #include "text/vocab.h"
 
-static void usage(void)
-{
-    printf("Usage: %s [OPTION]... -o CHECKPOINT [-i BATCHES]\n"
-           "Trains a Transformer translation model on a batch stream (from nmt-batch; stdin by default)\n"
-           "and writes safetensors checkpoints holding the model, its vocabulary and the training state.\n"
-           "\n"
-           "Input and output:\n"
-           "  -i, --input FILE        training batch stream ('-' for stdin: one pass, in stream order)\n"
-           "      --valid FILE        validation batch stream\n"
-           "  -o, --output FILE       checkpoint to write (required); also FILE.best, FILE.step-N\n"
-           "  -v, --vocab FILE        vocabulary of the batches (required unless --resume or --init-from)\n"
-           "      --resume            continue from the checkpoint at -o, exactly where it stopped\n"
-           "      --init-from CKPT    start from the weights of checkpoint CKPT (fine-tuning): its shape\n"
-           "                          and vocabulary, a fresh optimizer, schedule and step count\n"
-           "      --force             start afresh even if the checkpoint at -o exists (it is replaced)\n"
-           "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
-           "      --threads N         worker threads of the backend (default: all cores)\n"
-           "      --precision P       float32 (default) or bf16: matrix products on bfloat16 operands\n"
-           "                          with float32 sums (tensor cores on cuda; emulated exactly on cpu),\n"
-           "                          float32 weights, Adam, activations, softmax, layer norm and loss\n"
-           "Length of training (the first limit reached ends it):\n"
-           "      --epochs E          passes over the training file (default 1 unless a limit below)\n"
-           "      --max-steps N       total optimizer steps, counting those before a --resume\n"
-           "      --max-time DUR      wall time of this run: seconds or with s, m, h suffix\n"
-           "Model (a preset, then overrides):\n"
-           "      --preset NAME       tiny, small (default), base or big\n"
-           "      --layers N          encoder and decoder layers\n"
-           "      --enc-layers N, --dec-layers N\n"
-           "      --d-model D         model width\n"
-           "      --heads H           attention heads\n"
-           "      --ff F              feed-forward inner width\n"
-           "      --pre-norm          layer norm before each sublayer (default: after, as the paper)\n"
-           "      --max-len N         longest sentence accepted, in tokens (default 1024)\n"
-           "Optimisation:\n"
-           "      --lr SCALE          learning rate scale of the schedule (default 1; the paper's 1 to 2)\n"
-           "      --peak-lr RATE      instead of --lr: the rate the schedule peaks at (end of warm-up)\n"
-           "      --warmup N          warm-up steps (default 4000); lr = SCALE d^-0.5 min(t^-0.5, t N^-1.5)\n"
-           "      --schedule S        after the warm-up: inverse-sqrt (default: as above), constant (the\n"
-           "                          peak), or linear (down to 0 at --max-steps, which it needs)\n"
-           "      --clip-norm X       clip the gradient norm to X (default 0: off)\n"
-           "      --freeze PARTS      keep the weights of PARTS as they are: embeddings (shared with the\n"
-           "                          output projection), encoder, or both: embeddings,encoder\n"
-           "      --ema DECAY         also keep a moving average of the weights (e.g. 0.9999): validated,\n"
-           "                          and written beside each checkpoint FILE as FILE.ema, a model to decode\n"
-           "      --update-freq K     accumulate K batches per step (default 1)\n"
-           "      --seed N            seed of initialisation, dropout and batch order (default 1)\n"
-           "      --label-smoothing E (default 0.1)\n"
-           "      --dropout P         residual and embedding dropout (default 0.1)\n"
-           "      --attention-dropout P   dropout on attention weights (default 0)\n"
-           "      --activation-dropout P  dropout on the FFN activation (default 0)\n"
-           "      --no-shuffle        keep the file's batch order in every epoch\n"
-           "      --max-bad N         stop after N non-finite steps in a row (default 5)\n"
-           "Several ranks (mpirun -np N nmt-train ...; see nmt-scale(7)):\n"
-           "      --comm NAME         auto (default: MPI when started by mpirun with N > 1), mpi, none\n"
-           "      --reduce MODE       ordered (default: the model of one process with --update-freq\n"
-           "                          N x K, bit for bit) or fast (the MPI library's all-reduce)\n"
-           "      --overlap on|off    reduce each layer's gradient while the backward pass goes on\n"
-           "                          (default on; ordered reduction; the same bits either way)\n"
-           "      --gpu-comm NAME     auto (default: NCCL for --backend cuda with N > 1), nccl (also\n"
-           "                          for one rank), mpi (gradients through host memory)\n"
-           "Validation, checkpoints, logs:\n"
-           "      --valid-every N     validate every N steps (default: end of each epoch)\n"
-           "      --valid-bleu        also translate the validation sources and score them with BLEU\n"
-           "                          (sacreBLEU's default 13a on detokenized text); BLEU then decides\n"
-           "                          FILE.best and --patience\n"
-           "      --valid-beam K      beam of those translations (default 1: greedy)\n"
-           "      --patience N        stop after N validations without improvement (default: never)\n"
-           "      --save-every N      write the checkpoint every N steps (default: at the end)\n"
-           "      --keep N            also keep the last N periodic checkpoints as FILE.step-STEP\n"
-           "      --log FILE          metrics, one row per --log-every steps: .csv or .jsonl; - (stdout)\n"
-           "                          or a device such as /dev/stderr: CSV\n"
-           "      --log-every N       (default 1)\n"
-           "      --progress-every S  when stderr is not a terminal, a progress line every S seconds\n"
-           "                          (default 30; on a terminal one line is updated in place)\n"
-           "  -q, --quiet             no progress display\n"
-           "Configuration:\n"
-           "      --config FILE       read options from FILE, one 'key: value' (or 'key = value') a line,\n"
-           "                          key a long option's name; the command line's options win\n"
-           "      --dump-config       print the full effective configuration in that form and exit\n"
-           "                          (checkpoints store it too, under the metadata key train.config)\n"
-           "  -h, --help              show this help and exit\n"
-           "      --version           show the version and the plugins found, and exit\n"
-           "\n"
-           "SIGINT or SIGTERM: the step finishes, the checkpoint is written, and the message says how\n"
-           "to resume. Exit status: 0 success, 1 bad input or failure, 2 usage error.\n",
-           nmt_progname());
-}
-
-enum {
-    OPT_VALID = 256, OPT_VOCAB, OPT_RESUME, OPT_BACKEND, OPT_THREADS, OPT_EPOCHS, OPT_MAX_STEPS, OPT_MAX_TIME,
-    OPT_PRESET, OPT_LAYERS, OPT_ENC_LAYERS, OPT_DEC_LAYERS, OPT_D_MODEL, OPT_HEADS, OPT_FF, OPT_PRE_NORM, OPT_MAX_LEN,
-    OPT_LR, OPT_WARMUP, OPT_CLIP, OPT_UPDATE_FREQ, OPT_SEED, OPT_LS, OPT_DROPOUT, OPT_ATT_DROPOUT, OPT_ACT_DROPOUT,
-    OPT_NO_SHUFFLE, OPT_MAX_BAD, OPT_VALID_EVERY, OPT_PATIENCE, OPT_SAVE_EVERY, OPT_KEEP, OPT_LOG, OPT_LOG_EVERY, OPT_PROGRESS,
-    OPT_VERSION, OPT_COMM, OPT_REDUCE, OPT_PEAK_LR, OPT_FORCE, OPT_VALID_BLEU, OPT_VALID_BEAM, OPT_CONFIG,
-    OPT_DUMP_CONFIG, OPT_PRECISION, OPT_OVERLAP, OPT_GPU_COMM, OPT_INIT_FROM, OPT_SCHEDULE, OPT_EMA, OPT_FREEZE
+struct freeze_parts {
+    const char *text; /* as given; NULL: nothing frozen */
+    int emb, enc;
 };
 
 struct opts {
-    const char *input, *valid, *output, *vocab, *backend, *log, *preset, *comm, *gpu_comm;
+    const char *input, *valid, *output, *vocab, *backend, *log, *preset, *comm;
     const char *init_from;  /* --init-from: the checkpoint whose weights a new run starts from */
-    const char *freeze;     /* --freeze: the parts whose weights stay as they are (as given) */
-    int freeze_emb, freeze_enc;
-    int resume, threads, quiet, shuffle, preset_set, reduce_fast, overlap;
+    struct freeze_parts freeze; /* --freeze: the parts whose weights stay as they are */
+    int resume, threads, quiet, no_shuffle, preset_set, reduce_fast, overlap;
+    int gpu_comm;           /* --gpu-comm: the index in GPU_COMMS, -1 when not given (auto) */
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip, progress_every, peak_lr;
     double ema;             /* --ema: decay of the moving average of the weights (0: none) */
@@ -136,11 +44,236 @@ struct opts {
     int bf16;               /* --precision bf16 */
     enum lr_schedule schedule;
     uint64_t warmup;
-    /* model overrides; -1 = from the preset */
-    int64_t layers, enc_layers, dec_layers, d_model, heads, ff, max_len;
+    /* model overrides; 0 (NaN for the rates) = from the preset */
+    uint64_t layers, enc_layers, dec_layers, d_model, heads, ff, max_len;
     int pre_norm;
     double ls, dropout, att_dropout, act_dropout;
 };
+
+/* Parses --freeze's comma-separated list of parts into the struct freeze_parts at FIELD; 0, or -1
+ * after a usage error. */
+static int parse_freeze(const char *opt, const char *arg, void *field)
+{
+    struct freeze_parts *f = field;
+    *f = (struct freeze_parts){.text = arg};
+    for (const char *p = arg;; p++) {
+        size_t n = strcspn(p, ",");
+        if (n == 10 && !strncmp(p, "embeddings", n))
+            f->emb = 1;
+        else if (n == 7 && !strncmp(p, "encoder", n))
+            f->enc = 1;
+        else
+            return nmt_usage_error("invalid %s '%s' (expected embeddings, encoder or embeddings,encoder)", opt,
+                                   arg), -1;
+        p += n;
+        if (!*p)
+            return 0;
+    }
+}
+
+static const char *show_freeze(const void *field) { return ((const struct freeze_parts *)field)->text; }
+
+static int parse_schedule(const char *opt, const char *arg, void *field)
+{
+    if (lr_schedule_parse(arg, field) < 0)
+        return nmt_usage_error("invalid %s '%s' (expected inverse-sqrt, constant or linear)", opt, arg), -1;
+    return 0;
+}
+
+static const char *show_schedule(const void *field) { return lr_schedule_name(*(const enum lr_schedule *)field); }
+
+#define OFF(field) offsetof(struct opts, field)
+#define BIG (UINT64_C(1) << 62)
+static const char *const PRECISIONS[] = {"float32", "bf16", NULL};
+static const char *const REDUCTIONS[] = {"ordered", "fast", NULL};
+static const char *const OFF_ON[] = {"off", "on", NULL};
+static const char *const GPU_COMMS[] = {"auto", "nccl", "mpi", NULL};
+/* The options; a configuration file (--config) holds every one but --config, --dump-config,
+ * --help and --version, and --dump-config writes every one but --resume, --force and --layers. */
+static const struct opt_spec OPTIONS[] = {
+{.type = OT_TEXT, .help = "Input and output:"},
+{OPTION(OT_STR, "input", 'i', "FILE", OFF(input),
+        "training batch stream ('-' for stdin: one pass, in stream order)"),
+ .def.s = "-"},
+{OPTION(OT_STR, "valid", 0, "FILE", OFF(valid),
+        "validation batch stream")},
+{OPTION(OT_STR, "output", 'o', "FILE", OFF(output),
+        "checkpoint to write (required); also FILE.best, FILE.step-N")},
+{OPTION(OT_STR, "vocab", 'v', "FILE", OFF(vocab),
+        "vocabulary of the batches (required unless --resume or --init-from)")},
+{OPTION(OT_FLAG, "resume", 0, NULL, OFF(resume),
+        "continue from the checkpoint at -o, exactly where it stopped"),
+ .flags = OF_NO_DUMP},
+{OPTION(OT_STR, "init-from", 0, "CKPT", OFF(init_from),
+        "start from the weights of checkpoint CKPT (fine-tuning): its shape\n"
+        "and vocabulary, a fresh optimizer, schedule and step count")},
+{OPTION(OT_FLAG, "force", 0, NULL, OFF(force),
+        "start afresh even if the checkpoint at -o exists (it is replaced)"),
+ .flags = OF_NO_DUMP},
+{OPTION(OT_STR, "backend", 0, "NAME", OFF(backend),
+        "compute backend (default: $NMT_BACKEND, else auto)")},
+{OPTION(OT_INT, "threads", 0, "N", OFF(threads),
+        "worker threads of the backend (default: all cores)"),
+ .flags = OF_ZERO_UNSET, .imin = 1, .imax = 1024},
+{OPTION(OT_CHOICE, "precision", 0, "P", OFF(bf16),
+        "float32 (default) or bf16: matrix products on bfloat16 operands\n"
+        "with float32 sums (tensor cores on cuda; emulated exactly on cpu),\n"
+        "float32 weights, Adam, activations, softmax, layer norm and loss"),
+ .choices = PRECISIONS},
+{.type = OT_TEXT, .help = "Length of training (the first limit reached ends it):"},
+{OPTION(OT_U64, "epochs", 0, "E", OFF(epochs),
+        "passes over the training file (default 1 unless a limit below)"),
+ .flags = OF_ZERO_UNSET, .imin = 1, .imax = BIG},
+{OPTION(OT_U64, "max-steps", 0, "N", OFF(max_steps),
+        "total optimizer steps, counting those before a --resume"),
+ .flags = OF_ZERO_UNSET, .imin = 1, .imax = BIG},
+{OPTION(OT_DURATION, "max-time", 0, "DUR", OFF(max_time),
+        "wall time of this run: seconds or with s, m, h suffix"),
+ .flags = OF_ZERO_UNSET | OF_MIN_OPEN, .dmin = 0, .dmax = INFINITY},
+{.type = OT_TEXT, .help = "Model (a preset, then overrides):"},
+{OPTION(OT_STR, "preset", 0, "NAME", OFF(preset),
+        "tiny, small (default), base or big")},
+{OPTION(OT_U64, "layers", 0, "N", OFF(layers),
+        "encoder and decoder layers"),
+ .flags = OF_ZERO_UNSET | OF_NO_DUMP, .imin = 1, .imax = 64},
+{OPTION(OT_U64, "enc-layers", 0, "N", OFF(enc_layers),
+        "encoder layers"),
+ .flags = OF_ZERO_UNSET, .imin = 1, .imax = 64},
+{OPTION(OT_U64, "dec-layers", 0, "N", OFF(dec_layers),
+        "decoder layers"),
+ .flags = OF_ZERO_UNSET, .imin = 1, .imax = 64},
+{OPTION(OT_U64, "d-model", 0, "D", OFF(d_model),
+        "model width"),
+ .flags = OF_ZERO_UNSET, .imin = 2, .imax = 16384},
+{OPTION(OT_U64, "heads", 0, "H", OFF(heads),
+        "attention heads"),
+ .flags = OF_ZERO_UNSET, .imin = 1, .imax = 1024},
+{OPTION(OT_U64, "ff", 0, "F", OFF(ff),
+        "feed-forward inner width"),
+ .flags = OF_ZERO_UNSET, .imin = 1, .imax = 65536},
+{OPTION(OT_FLAG, "pre-norm", 0, NULL, OFF(pre_norm),
+        "layer norm before each sublayer (default: after, as the paper)")},
+{OPTION(OT_U64, "max-len", 0, "N", OFF(max_len),
+        "longest sentence accepted, in tokens (default 1024)"),
+ .flags = OF_ZERO_UNSET, .imin = 2, .imax = 65536},
+{.type = OT_TEXT, .help = "Optimisation:"},
+{OPTION(OT_DOUBLE, "lr", 0, "SCALE", OFF(lr),
+        "learning rate scale of the schedule (default 1; the paper's 1 to 2)"),
+ .flags = OF_MIN_OPEN, .dmin = 0, .dmax = INFINITY, .def.d = NAN},
+{OPTION(OT_DOUBLE, "peak-lr", 0, "RATE", OFF(peak_lr),
+        "instead of --lr: the rate the schedule peaks at (end of warm-up)"),
+ .flags = OF_ZERO_UNSET | OF_MIN_OPEN | OF_MAX_OPEN, .dmin = 0, .dmax = 1},
+{OPTION(OT_U64, "warmup", 0, "N", OFF(warmup),
+        "warm-up steps (default 4000); lr = SCALE d^-0.5 min(t^-0.5, t N^-1.5)"),
+ .flags = 0, .imin = 0, .imax = BIG, .def.u = 4000},
+{OPTION(OT_CUSTOM, "schedule", 0, "S", OFF(schedule),
+        "after the warm-up: inverse-sqrt (default: as above), constant (the\n"
+        "peak), or linear (down to 0 at --max-steps, which it needs)"),
+ .parse = parse_schedule, .show = show_schedule},
+{OPTION(OT_DOUBLE, "clip-norm", 0, "X", OFF(clip),
+        "clip the gradient norm to X (default 0: off)"),
+ .dmin = 0, .dmax = INFINITY},
+{OPTION(OT_CUSTOM, "freeze", 0, "PARTS", OFF(freeze),
+        "keep the weights of PARTS as they are: embeddings (shared with the\n"
+        "output projection), encoder, or both: embeddings,encoder"),
+ .parse = parse_freeze, .show = show_freeze},
+{OPTION(OT_DOUBLE, "ema", 0, "DECAY", OFF(ema),
+        "also keep a moving average of the weights (e.g. 0.9999): validated,\n"
+        "and written beside each checkpoint FILE as FILE.ema, a model to decode"),
+ .flags = OF_ZERO_UNSET | OF_MAX_OPEN, .dmin = 0, .dmax = 1},
+{OPTION(OT_U64, "update-freq", 0, "K", OFF(update_freq),
+        "accumulate K batches per step (default 1)"),
+ .flags = 0, .imin = 1, .imax = 1 << 20, .def.u = 1},
+{OPTION(OT_U64, "seed", 0, "N", OFF(seed),
+        "seed of initialisation, dropout and batch order (default 1)"),
+ .flags = 0, .imin = 0, .imax = UINT64_MAX, .def.u = 1},
+{OPTION(OT_DOUBLE, "label-smoothing", 0, "E", OFF(ls),
+        "(default 0.1)"),
+ .flags = OF_MAX_OPEN, .dmin = 0, .dmax = 1, .def.d = NAN},
+{OPTION(OT_DOUBLE, "dropout", 0, "P", OFF(dropout),
+        "residual and embedding dropout (default 0.1)"),
+ .flags = OF_MAX_OPEN, .dmin = 0, .dmax = 1, .def.d = NAN},
+{OPTION(OT_DOUBLE, "attention-dropout", 0, "P", OFF(att_dropout),
+        "dropout on attention weights (default 0)"),
+ .flags = OF_MAX_OPEN, .dmin = 0, .dmax = 1, .def.d = NAN},
+{OPTION(OT_DOUBLE, "activation-dropout", 0, "P", OFF(act_dropout),
+        "dropout on the FFN activation (default 0)"),
+ .flags = OF_MAX_OPEN, .dmin = 0, .dmax = 1, .def.d = NAN},
+{OPTION(OT_FLAG, "no-shuffle", 0, NULL, OFF(no_shuffle),
+        "keep the file's batch order in every epoch")},
+{OPTION(OT_U64, "max-bad", 0, "N", OFF(max_bad),
+        "stop after N non-finite steps in a row (default 5)"),
+ .flags = 0, .imin = 1, .imax = BIG, .def.u = 5},
+{.type = OT_TEXT, .help = "Several ranks (mpirun -np N nmt-train ...; see nmt-scale(7)):"},
+{OPTION(OT_STR, "comm", 0, "NAME", OFF(comm),
+        "auto (default: MPI when started by mpirun with N > 1), mpi, none")},
+{OPTION(OT_CHOICE, "reduce", 0, "MODE", OFF(reduce_fast),
+        "ordered (default: the model of one process with --update-freq\n"
+        "N x K, bit for bit) or fast (the MPI library's all-reduce)"),
+ .choices = REDUCTIONS},
+{OPTION(OT_CHOICE, "overlap", 0, "on|off", OFF(overlap),
+        "reduce each layer's gradient while the backward pass goes on\n"
+        "(default on; ordered reduction; the same bits either way)"),
+ .choices = OFF_ON, .def.i = 1},
+{OPTION(OT_CHOICE, "gpu-comm", 0, "NAME", OFF(gpu_comm),
+        "auto (default: NCCL for --backend cuda with N > 1), nccl (also\n"
+        "for one rank), mpi (gradients through host memory)"),
+ .choices = GPU_COMMS, .def.i = -1},
+{.type = OT_TEXT, .help = "Validation, checkpoints, logs:"},
+{OPTION(OT_U64, "valid-every", 0, "N", OFF(valid_every),
+        "validate every N steps (default: end of each epoch)"),
+ .flags = OF_ZERO_UNSET, .imin = 1, .imax = BIG},
+{OPTION(OT_FLAG, "valid-bleu", 0, NULL, OFF(valid_bleu),
+        "also translate the validation sources and score them with BLEU\n"
+        "(sacreBLEU's default 13a on detokenized text); BLEU then decides\n"
+        "FILE.best and --patience")},
+{OPTION(OT_INT, "valid-beam", 0, "K", OFF(valid_beam),
+        "beam of those translations (default 1: greedy)"),
+ .flags = 0, .imin = 1, .imax = 64, .def.i = 1},
+{OPTION(OT_U64, "patience", 0, "N", OFF(patience),
+        "stop after N validations without improvement (default: never)"),
+ .flags = OF_ZERO_UNSET, .imin = 1, .imax = BIG},
+{OPTION(OT_U64, "save-every", 0, "N", OFF(save_every),
+        "write the checkpoint every N steps (default: at the end)"),
+ .flags = OF_ZERO_UNSET, .imin = 1, .imax = BIG},
+{OPTION(OT_U64, "keep", 0, "N", OFF(keep),
+        "also keep the last N periodic checkpoints as FILE.step-STEP"),
+ .flags = OF_ZERO_UNSET, .imin = 0, .imax = 1000000},
+{OPTION(OT_STR, "log", 0, "FILE", OFF(log),
+        "metrics, one row per --log-every steps: .csv or .jsonl; - (stdout)\n"
+        "or a device such as /dev/stderr: CSV")},
+{OPTION(OT_U64, "log-every", 0, "N", OFF(log_every),
+        "(default 1)"),
+ .flags = 0, .imin = 1, .imax = BIG, .def.u = 1},
+{OPTION(OT_DOUBLE, "progress-every", 0, "S", OFF(progress_every),
+        "when stderr is not a terminal, a progress line every S seconds\n"
+        "(default 30; on a terminal one line is updated in place)"),
+ .dmin = 0, .dmax = 1e9, .def.d = 30},
+{OPTION(OT_FLAG, "quiet", 'q', NULL, OFF(quiet),
+        "no progress display")},
+{.type = OT_TEXT, .help = "Configuration:"},
+{OPTION(OT_CONFIG, "config", 0, "FILE", 0,
+        "read options from FILE, one 'key: value' (or 'key = value') a line,\n"
+        "key a long option's name; the command line's options win")},
+{OPTION(OT_FLAG, "dump-config", 0, NULL, OFF(dump_config),
+        "print the full effective configuration in that form and exit\n"
+        "(checkpoints store it too, under the metadata key train.config)"),
+ .flags = OF_NO_CONFIG},
+{OPTION(OT_HELP, "help", 'h', NULL, 0,
+        "show this help and exit")},
+{OPTION(OT_VERSION, "version", 0, NULL, 0,
+        "show the version and the plugins found, and exit")},
+{.type = OT_END}};
+
+static const char USAGE_HEAD[] =
+    "Usage: nmt-train [OPTION]... -o CHECKPOINT [-i BATCHES]\n"
+    "Trains a Transformer translation model on a batch stream (from nmt-batch; stdin by default)\n"
+    "and writes safetensors checkpoints holding the model, its vocabulary and the training state.\n"
+    "\n";
+static const char USAGE_TAIL[] =
+    "\n"
+    "SIGINT or SIGTERM: the step finishes, the checkpoint is written, and the message says how\n"
+    "to resume. Exit status: 0 success, 1 bad input or failure, 2 usage error.\n";
 
 /* ---- the run ---- */
 
@@ -287,165 +420,6 @@ static int print_version(void)
     return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : 0;
 }
 
-/* The options; a configuration file (--config) may hold every one but those of CONFIG_EXCLUDED. */
-static const struct option long_options[] = {
-{"input", required_argument, NULL, 'i'},          {"output", required_argument, NULL, 'o'},
-{"valid", required_argument, NULL, OPT_VALID},    {"vocab", required_argument, NULL, 'v'},
-{"resume", no_argument, NULL, OPT_RESUME},        {"backend", required_argument, NULL, OPT_BACKEND},
-{"init-from", required_argument, NULL, OPT_INIT_FROM}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
-{"ema", required_argument, NULL, OPT_EMA},        {"freeze", required_argument, NULL, OPT_FREEZE},
-{"threads", required_argument, NULL, OPT_THREADS}, {"epochs", required_argument, NULL, OPT_EPOCHS},
-{"max-steps", required_argument, NULL, OPT_MAX_STEPS}, {"max-time", required_argument, NULL, OPT_MAX_TIME},
-{"preset", required_argument, NULL, OPT_PRESET},  {"layers", required_argument, NULL, OPT_LAYERS},
-{"enc-layers", required_argument, NULL, OPT_ENC_LAYERS}, {"dec-layers", required_argument, NULL, OPT_DEC_LAYERS},
-{"d-model", required_argument, NULL, OPT_D_MODEL}, {"heads", required_argument, NULL, OPT_HEADS},
-{"ff", required_argument, NULL, OPT_FF},          {"pre-norm", no_argument, NULL, OPT_PRE_NORM},
-{"max-len", required_argument, NULL, OPT_MAX_LEN}, {"lr", required_argument, NULL, OPT_LR},
-{"warmup", required_argument, NULL, OPT_WARMUP},  {"clip-norm", required_argument, NULL, OPT_CLIP},
-{"update-freq", required_argument, NULL, OPT_UPDATE_FREQ}, {"seed", required_argument, NULL, OPT_SEED},
-{"label-smoothing", required_argument, NULL, OPT_LS}, {"dropout", required_argument, NULL, OPT_DROPOUT},
-{"attention-dropout", required_argument, NULL, OPT_ATT_DROPOUT},
-{"activation-dropout", required_argument, NULL, OPT_ACT_DROPOUT},
-{"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE}, {"max-bad", required_argument, NULL, OPT_MAX_BAD},
-{"valid-every", required_argument, NULL, OPT_VALID_EVERY}, {"patience", required_argument, NULL, OPT_PATIENCE},
-{"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"keep", required_argument, NULL, OPT_KEEP},
-{"log", required_argument, NULL, OPT_LOG},        {"log-every", required_argument, NULL, OPT_LOG_EVERY},
-{"progress-every", required_argument, NULL, OPT_PROGRESS},
-{"quiet", no_argument, NULL, 'q'},                {"help", no_argument, NULL, 'h'},
-{"version", no_argument, NULL, OPT_VERSION},      {"comm", required_argument, NULL, OPT_COMM},
-{"reduce", required_argument, NULL, OPT_REDUCE}, {"overlap", required_argument, NULL, OPT_OVERLAP},
-{"gpu-comm", required_argument, NULL, OPT_GPU_COMM},
-{"peak-lr", required_argument, NULL, OPT_PEAK_LR},
-{"force", no_argument, NULL, OPT_FORCE},          {"valid-bleu", no_argument, NULL, OPT_VALID_BLEU},
-{"valid-beam", required_argument, NULL, OPT_VALID_BEAM},
-{"precision", required_argument, NULL, OPT_PRECISION},
-{"config", required_argument, NULL, OPT_CONFIG},  {"dump-config", no_argument, NULL, OPT_DUMP_CONFIG},
-{NULL, 0, NULL, 0}};
-static const char *const CONFIG_EXCLUDED[] = {"config", "dump-config", "help", "version", NULL};
-
-
-/* Parses --freeze's comma-separated list of parts into O; 0, or -1 after a usage error. */
-static int parse_freeze(const char *arg, struct opts *o)
-{
-    o->freeze = arg;
-    o->freeze_emb = o->freeze_enc = 0;
-    for (const char *p = arg;; p++) {
-        size_t n = strcspn(p, ",");
-        if (n == 10 && !strncmp(p, "embeddings", n))
-            o->freeze_emb = 1;
-        else if (n == 7 && !strncmp(p, "encoder", n))
-            o->freeze_enc = 1;
-        else
-            return nmt_usage_error("invalid --freeze '%s' (expected embeddings, encoder or embeddings,encoder)",
-                                   arg), -1;
-        p += n;
-        if (!*p)
-            return 0;
-    }
-}
-
-/* Stores option CH with argument OPTARG into O; 0, or -1 after a usage error. */
-static int parse_option(int ch, struct opts *o)
-{
-    uint64_t u;
-    const uint64_t BIG = UINT64_C(1) << 62;
-    switch (ch) {
-    case 'i': o->input = optarg; break;
-    case 'o': o->output = optarg; break;
-    case 'q': o->quiet = 1; break;
-    case OPT_VALID: o->valid = optarg; break;
-    case 'v': o->vocab = optarg; break;
-    case OPT_RESUME: o->resume = 1; break;
-    case OPT_INIT_FROM: o->init_from = optarg; break;
-    case OPT_FORCE: o->force = 1; break;
-    case OPT_VALID_BLEU: o->valid_bleu = 1; break;
-    case OPT_DUMP_CONFIG: o->dump_config = 1; break;
-    case OPT_VALID_BEAM: if (opt_u64("--valid-beam", optarg, 1, 64, &u) < 0) return -1; o->valid_beam = (int)u; break;
-    case OPT_BACKEND: o->backend = optarg; break;
-    case OPT_THREADS:
-        if (opt_u64("--threads", optarg, 1, 1024, &u) < 0)
-            return -1;
-        o->threads = (int)u;
-        break;
-    case OPT_EPOCHS: if (opt_u64("--epochs", optarg, 1, BIG, &o->epochs) < 0) return -1; break;
-    case OPT_MAX_STEPS: if (opt_u64("--max-steps", optarg, 1, BIG, &o->max_steps) < 0) return -1; break;
-    case OPT_MAX_TIME:
-        if (opt_duration("--max-time", optarg, &o->max_time) < 0)
-            return -1;
-        if (o->max_time <= 0)
-            return nmt_usage_error("invalid --max-time '%s' (expected seconds, or a number with s, m or h)", optarg), -1;
-        break;
-    case OPT_PRESET: o->preset = optarg, o->preset_set = 1; break;
-    case OPT_LAYERS: if (opt_u64("--layers", optarg, 1, 64, &u) < 0) return -1; o->layers = (int64_t)u; break;
-    case OPT_ENC_LAYERS: if (opt_u64("--enc-layers", optarg, 1, 64, &u) < 0) return -1; o->enc_layers = (int64_t)u; break;
-    case OPT_DEC_LAYERS: if (opt_u64("--dec-layers", optarg, 1, 64, &u) < 0) return -1; o->dec_layers = (int64_t)u; break;
-    case OPT_D_MODEL: if (opt_u64("--d-model", optarg, 2, 16384, &u) < 0) return -1; o->d_model = (int64_t)u; break;
-    case OPT_HEADS: if (opt_u64("--heads", optarg, 1, 1024, &u) < 0) return -1; o->heads = (int64_t)u; break;
-    case OPT_FF: if (opt_u64("--ff", optarg, 1, 65536, &u) < 0) return -1; o->ff = (int64_t)u; break;
-    case OPT_PRE_NORM: o->pre_norm = 1; break;
-    case OPT_MAX_LEN: if (opt_u64("--max-len", optarg, 2, 65536, &u) < 0) return -1; o->max_len = (int64_t)u; break;
-    case OPT_LR:
-        if (nmt_parse_double(optarg, &o->lr) < 0 || !(o->lr > 0))
-            return nmt_usage_error("invalid --lr '%s' (expected a positive number)", optarg), -1;
-        o->lr_set = 1;
-        break;
-    case OPT_PEAK_LR:
-        if (nmt_parse_double(optarg, &o->peak_lr) < 0 || !(o->peak_lr > 0 && o->peak_lr < 1))
-            return nmt_usage_error("invalid --peak-lr '%s' (expected a rate between 0 and 1, e.g. 7e-4)", optarg), -1;
-        break;
-    case OPT_SCHEDULE:
-        if (lr_schedule_parse(optarg, &o->schedule) < 0)
-            return nmt_usage_error("invalid --schedule '%s' (expected inverse-sqrt, constant or linear)", optarg), -1;
-        break;
-    case OPT_FREEZE: if (parse_freeze(optarg, o) < 0) return -1; break;
-    case OPT_EMA: if (opt_prob("--ema", optarg, &o->ema) < 0) return -1; break;
-    case OPT_WARMUP: if (opt_u64("--warmup", optarg, 0, BIG, &o->warmup) < 0) return -1; break;
-    case OPT_CLIP:
-        if (nmt_parse_double(optarg, &o->clip) < 0 || !(o->clip >= 0))
-            return nmt_usage_error("invalid --clip-norm '%s' (expected a non-negative number)", optarg), -1;
-        break;
-    case OPT_UPDATE_FREQ: if (opt_u64("--update-freq", optarg, 1, 1 << 20, &o->update_freq) < 0) return -1; break;
-    case OPT_SEED: if (opt_u64("--seed", optarg, 0, UINT64_MAX, &o->seed) < 0) return -1; break;
-    case OPT_LS: if (opt_prob("--label-smoothing", optarg, &o->ls) < 0) return -1; break;
-    case OPT_DROPOUT: if (opt_prob("--dropout", optarg, &o->dropout) < 0) return -1; break;
-    case OPT_ATT_DROPOUT: if (opt_prob("--attention-dropout", optarg, &o->att_dropout) < 0) return -1; break;
-    case OPT_ACT_DROPOUT: if (opt_prob("--activation-dropout", optarg, &o->act_dropout) < 0) return -1; break;
-    case OPT_NO_SHUFFLE: o->shuffle = 0; break;
-    case OPT_MAX_BAD: if (opt_u64("--max-bad", optarg, 1, BIG, &o->max_bad) < 0) return -1; break;
-    case OPT_VALID_EVERY: if (opt_u64("--valid-every", optarg, 1, BIG, &o->valid_every) < 0) return -1; break;
-    case OPT_PATIENCE: if (opt_u64("--patience", optarg, 1, BIG, &o->patience) < 0) return -1; break;
-    case OPT_SAVE_EVERY: if (opt_u64("--save-every", optarg, 1, BIG, &o->save_every) < 0) return -1; break;
-    case OPT_KEEP: if (opt_u64("--keep", optarg, 0, 1000000, &o->keep) < 0) return -1; break;
-    case OPT_LOG: o->log = optarg; break;
-    case OPT_COMM: o->comm = optarg; break;
-    case OPT_PRECISION:
-        if (strcmp(optarg, "float32") && strcmp(optarg, "bf16"))
-            return nmt_usage_error("invalid --precision '%s' (expected float32 or bf16)", optarg), -1;
-        o->bf16 = !strcmp(optarg, "bf16");
-        break;
-    case OPT_REDUCE:
-        if (strcmp(optarg, "ordered") && strcmp(optarg, "fast"))
-            return nmt_usage_error("invalid --reduce '%s' (expected ordered or fast)", optarg), -1;
-        o->reduce_fast = !strcmp(optarg, "fast");
-        break;
-    case OPT_OVERLAP:
-        if (strcmp(optarg, "on") && strcmp(optarg, "off"))
-            return nmt_usage_error("invalid --overlap '%s' (expected on or off)", optarg), -1;
-        o->overlap = !strcmp(optarg, "on");
-        break;
-    case OPT_GPU_COMM:
-        if (strcmp(optarg, "auto") && strcmp(optarg, "nccl") && strcmp(optarg, "mpi"))
-            return nmt_usage_error("invalid --gpu-comm '%s' (expected auto, nccl or mpi)", optarg), -1;
-        o->gpu_comm = optarg;
-        break;
-    case OPT_LOG_EVERY: if (opt_u64("--log-every", optarg, 1, BIG, &o->log_every) < 0) return -1; break;
-    case OPT_PROGRESS: if (opt_double("--progress-every", optarg, 0, 1e9, 0, &o->progress_every) < 0) return -1; break;
-    default:
-        return nmt_usage_hint(), -1;
-    }
-    return 0;
-}
-
 enum { GO_ON = -1 };
 
 /* Returns 1 when --log LOG names something nmt-train writes to: a name ending in .csv or .jsonl,
@@ -462,21 +436,19 @@ static int log_name_ok(const char *log)
 /* Parses and checks the options into O: GO_ON, or the exit status (help, version, usage error). */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){.input = "-", .preset = "small", .shuffle = 1, .overlap = 1, .update_freq = 1, .seed = 1, .max_bad = 5,
-                       .log_every = 1, .progress_every = 30, .valid_beam = 1, .lr = 1, .warmup = 4000, .pre_norm = -1, .ls = -1, .dropout = -1,
-                       .att_dropout = -1, .act_dropout = -1};
-    o->layers = o->enc_layers = o->dec_layers = o->d_model = o->heads = o->ff = o->max_len = -1;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "i:o:v:qh", long_options, NULL)) != -1) {
-        if (ch == 'h') {
-            usage();
-            return nmt_close_stdout() < 0 ? NMT_EXIT_DATA : 0;
-        }
-        if (ch == OPT_VERSION)
-            return print_version();
-        if (parse_option(ch, o) < 0)
-            return NMT_EXIT_USAGE;
+    *o = (struct opts){0};
+    opt_defaults(OPTIONS, o);
+    switch (opt_parse(OPTIONS, argc, argv, o)) {
+    case OPT_GOT_HELP: return opt_help_exit(USAGE_HEAD, OPTIONS, USAGE_TAIL);
+    case OPT_GOT_VERSION: return print_version();
+    case OPT_USAGE: return NMT_EXIT_USAGE;
     }
+    o->lr_set = !isnan(o->lr);
+    if (!o->lr_set)
+        o->lr = 1;
+    o->preset_set = o->preset != NULL;
+    if (!o->preset)
+        o->preset = "small";
     if (optind < argc) {
         if (optind + 1 < argc)
             return nmt_usage_error("too many arguments");
@@ -520,41 +492,13 @@ static void write_config(FILE *f, const struct opts *o, const struct model_confi
     apply_overrides(o, &m);
     if (shape) /* the model's own (from a checkpoint): written out, so that the text reads back as it */
         m = *shape;
-    const char *str[][2] = {{"input", o->input},         {"valid", o->valid},     {"output", o->output},
-                            {"vocab", o->vocab},         {"init-from", o->init_from}, {"backend", o->backend},
-                            {"comm", o->comm},           {"gpu-comm", o->gpu_comm}, {"log", o->log},
-                            {"preset", o->preset},       {"schedule", lr_schedule_name(o->schedule)},
-                            {"freeze", o->freeze}};
-    for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
-        fprintf(f, str[i][1] ? "%s: %s\n" : "# %s:\n", str[i][0], str[i][1] ? str[i][1] : "");
-    const struct { const char *k; uint64_t v; } num[] = {
-        {"threads", (uint64_t)o->threads}, {"epochs", o->epochs},           {"max-steps", o->max_steps},
-        {"enc-layers", (uint64_t)m.enc_layers}, {"dec-layers", (uint64_t)m.dec_layers}, {"d-model", (uint64_t)m.d_model},
-        {"heads", (uint64_t)m.heads},       {"ff", (uint64_t)m.ff},          {"max-len", (uint64_t)m.max_len},
-        {"warmup", o->warmup},              {"update-freq", o->update_freq}, {"seed", o->seed},
-        {"max-bad", o->max_bad},            {"valid-every", o->valid_every}, {"valid-beam", (uint64_t)o->valid_beam},
-        {"patience", o->patience},          {"save-every", o->save_every},   {"keep", o->keep},
-        {"log-every", o->log_every}};
-    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) /* 0 is outside every range but --seed's and --warmup's */
-        fprintf(f, num[i].v || !strcmp(num[i].k, "seed") || !strcmp(num[i].k, "warmup") ? "%s: %llu\n" : "# %s:\n",
-                num[i].k, (unsigned long long)num[i].v);
-    const struct { const char *k; double v; } real[] = {
-        {o->peak_lr > 0 ? "peak-lr" : "lr", o->peak_lr > 0 ? o->peak_lr : o->lr},      {"max-time", o->max_time},
-        {"clip-norm", o->clip},  {"ema", o->ema},  {"label-smoothing", m.label_smoothing}, {"dropout", m.dropout},
-        {"attention-dropout", m.attn_dropout}, {"activation-dropout", m.act_dropout},
-        {"progress-every", o->progress_every}};
-    for (size_t i = 0; i < sizeof real / sizeof real[0]; i++)
-        fprintf(f, !strcmp(real[i].k, "lr") && !o->lr_set ? "# %s: %.7g (the default scale)\n"
-                   : real[i].v > 0 || (strcmp(real[i].k, "max-time") && strcmp(real[i].k, "ema")) ? "%s: %.7g\n"
-                                                                    : "# %s:\n",
-                real[i].k, real[i].v);
-    const struct { const char *k; int v; } flag[] = {
-        {"pre-norm", m.pre_norm}, {"no-shuffle", !o->shuffle}, {"valid-bleu", o->valid_bleu}, {"quiet", o->quiet}};
-    for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)
-        fprintf(f, "%s: %s\n", flag[i].k, flag[i].v ? "true" : "false");
-    fprintf(f, "reduce: %s\n", o->reduce_fast ? "fast" : "ordered");
-    fprintf(f, "precision: %s\n", o->bf16 ? "bf16" : "float32");
-    fprintf(f, "overlap: %s\n", o->overlap ? "on" : "off");
+    struct opts d = *o;
+    d.enc_layers = (uint64_t)m.enc_layers, d.dec_layers = (uint64_t)m.dec_layers, d.d_model = (uint64_t)m.d_model;
+    d.heads = (uint64_t)m.heads, d.ff = (uint64_t)m.ff, d.max_len = (uint64_t)m.max_len, d.pre_norm = m.pre_norm;
+    d.ls = m.label_smoothing, d.dropout = m.dropout, d.att_dropout = m.attn_dropout, d.act_dropout = m.act_dropout;
+    if (!o->lr_set) /* the default scale: a comment, so that a --peak-lr may join the file */
+        d.lr = NAN;
+    opt_dump(f, OPTIONS, &d);
 }
 
 /* The text of write_config (malloc'd), or NULL with the error set. */
@@ -585,7 +529,7 @@ int main(int argc, char **argv)
     nmt_start(argv);
     int nargc;
     char **nargv;
-    if (config_args(argc, argv, long_options, CONFIG_EXCLUDED, &nargc, &nargv) < 0)
+    if (config_args(argc, argv, OPTIONS, &nargc, &nargv) < 0)
         return nmt_usage_error("%s", nmt_errmsg());
     struct opts o;
     int rc = parse_args(nargc, nargv, &o);
@@ -621,7 +565,7 @@ static void apply_overrides(const struct opts *o, struct model_config *c)
         c->ff = (int)o->ff;
     if (o->max_len > 0)
         c->max_len = (int)o->max_len;
-    if (o->pre_norm > 0)
+    if (o->pre_norm)
         c->pre_norm = 1;
     if (o->ls >= 0)
         c->label_smoothing = (float)o->ls;
@@ -752,9 +696,9 @@ static int freeze(struct ctx *c)
 {
     const char *parts[3];
     int n = 0;
-    if (c->o->freeze_emb)
+    if (c->o->freeze.emb)
         parts[n++] = "emb.";
-    if (c->o->freeze_enc)
+    if (c->o->freeze.enc)
         parts[n++] = "enc.", parts[n++] = "enc_ln.";
     if (n && model_freeze(c->m, parts, n) < 0)
         return -1;
@@ -798,7 +742,8 @@ static int setup_training(struct ctx *c)
     struct nmt_backend_opts bo = {sizeof bo, o->threads, comm_local_rank(c->comm)};
     if (!(c->be = backend_open(o->backend, &bo)))
         return -1;
-    const char *gpu = gpu_comm_choose(o->gpu_comm, c->be->ops.name, comm_size(c->comm));
+    const char *gpu =
+        gpu_comm_choose(o->gpu_comm >= 0 ? GPU_COMMS[o->gpu_comm] : NULL, c->be->ops.name, comm_size(c->comm));
     if (!gpu || (!strcmp(gpu, "nccl") && gpu_comm_open(c->comm, bo.device, &c->gpu) < 0))
         return -1;
     if (c->gpu && !o->quiet)
@@ -825,7 +770,7 @@ static int setup_training(struct ctx *c)
         c->epochs = 1;
     settle_lr(c);
     struct trainer_opts to = {c->epochs, o->update_freq, o->seed, o->warmup, o->lr, o->clip, o->schedule,
-                              o->max_steps, o->ema, o->shuffle, c->vb.n && !o->valid_every, c->comm,
+                              o->max_steps, o->ema, !o->no_shuffle, c->vb.n && !o->valid_every, c->comm,
                               o->reduce_fast, o->overlap, c->gpu};
     if (trainer_init(&c->t, c->m, &c->cfg, &c->tb, &to, &s) < 0 || resume_ema(c) < 0)
         return -1;

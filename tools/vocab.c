@@ -1,6 +1,6 @@
 /* nmt-vocab: learn a joint BPE vocabulary from tok streams (see nmt-vocab(1), nmt-vocab(5)). */
 #include <errno.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,28 +10,43 @@
 #include "io/stream.h"
 #include "io/records.h"
 #include "cli/cli.h"
+#include "cli/opt.h"
 #include "text/vocab.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "Usage: nmt-vocab [OPTIONS] [FILE...]\n"
-            "Learn a BPE vocabulary from tok streams written by nmt-tokenize (stdin when no FILE or FILE is -).\n"
-            "Both sides of pair records are counted (a joint vocabulary) unless --side is given.\n"
-            "\n"
-            "  -o, --output FILE            write the vocabulary to FILE (default stdout)\n"
-            "  -s, --size N                 vocabulary size, counting the 4 special and 256 byte pieces\n"
-            "                               (default 8000, at least 260)\n"
-            "      --min-freq N             learn a merge only if its pair occurs N times or more (default 2)\n"
-            "      --character-coverage F   keep the most frequent characters covering this fraction of all\n"
-            "                               character occurrences (default 1.0); the rest use byte pieces\n"
-            "      --side N                 count only side N (1 source, 2 target) of pair records\n"
-            "      --verbose                print a summary of what was learnt on stderr\n"
-            "  -h, --help                   show this help and exit\n"
-            "      --version                show version information and exit\n"
-            "\n"
-            "Exit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n");
-}
+/* The command line. */
+struct args {
+    const char *out;
+    uint64_t size, min_freq;
+    double coverage;
+    int side, verbose; /* side: 1 or 2, 0 for both */
+};
+
+#define OFF(field) offsetof(struct args, field)
+static const struct opt_spec OPTIONS[] = {
+    {OPTION(OT_STR, "output", 'o', "FILE", OFF(out), "write the vocabulary to FILE (default stdout)")},
+    {OPTION(OT_U64, "size", 's', "N", OFF(size),
+            "vocabulary size, counting the 4 special and 256 byte pieces\n"
+            "(default 8000, at least 260)"),
+     .imin = VOCAB_FIRST_CHAR, .imax = VOCAB_MAX_SIZE, .def.u = 8000},
+    {OPTION(OT_U64, "min-freq", 0, "N", OFF(min_freq),
+            "learn a merge only if its pair occurs N times or more (default 2)"),
+     .imin = 1, .imax = UINT32_MAX, .def.u = 2},
+    {OPTION(OT_DOUBLE, "character-coverage", 0, "F", OFF(coverage),
+            "keep the most frequent characters covering this fraction of all\n"
+            "character occurrences (default 1.0); the rest use byte pieces"),
+     .flags = OF_MIN_OPEN, .dmin = 0, .dmax = 1, .def.d = 1.0},
+    {OPTION(OT_INT, "side", 0, "N", OFF(side), "count only side N (1 source, 2 target) of pair records"), .imin = 1,
+     .imax = 2},
+    {OPTION(OT_FLAG, "verbose", 0, NULL, OFF(verbose), "print a summary of what was learnt on stderr")},
+    OPT_HELP_VERSION_END};
+
+static const char USAGE_HEAD[] =
+    "Usage: nmt-vocab [OPTIONS] [FILE...]\n"
+    "Learn a BPE vocabulary from tok streams written by nmt-tokenize (stdin when no FILE or FILE is -).\n"
+    "Both sides of pair records are counted (a joint vocabulary) unless --side is given.\n"
+    "\n";
+static const char USAGE_TAIL[] =
+    "\nExit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n";
 
 /* Counts the words of one input; 0 or -1 with the error set. *NORM is set from the first header
  * and later inputs must agree. */
@@ -98,50 +113,15 @@ static int count_input(const char *path, struct bpe_counts *c, int side, const c
 int main(int argc, char **argv)
 {
     nmt_start(argv);
-    const char *out = NULL;
-    uint64_t size = 8000, min_freq = 2, sidev = 0;
-    double coverage = 1.0;
-    int verbose = 0, side = -1;
-    enum { OPT_MINFREQ = 256, OPT_COVERAGE, OPT_SIDE, OPT_VERSION };
-    static const struct option longopts[] = {
-        {"output", required_argument, NULL, 'o'},
-        {"size", required_argument, NULL, 's'},
-        {"min-freq", required_argument, NULL, OPT_MINFREQ},
-        {"character-coverage", required_argument, NULL, OPT_COVERAGE},
-        {"side", required_argument, NULL, OPT_SIDE},
-        {"verbose", no_argument, NULL, 'v'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0}};
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":o:s:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'o': out = optarg; break;
-        case 's':
-            if (nmt_parse_u64(optarg, VOCAB_MAX_SIZE, &size) < 0 || size < VOCAB_FIRST_CHAR)
-                return nmt_usage_error("invalid --size '%s' (%u to %u)", optarg, VOCAB_FIRST_CHAR, VOCAB_MAX_SIZE);
-            break;
-        case OPT_MINFREQ:
-            if (nmt_parse_u64(optarg, UINT32_MAX, &min_freq) < 0 || min_freq == 0)
-                return nmt_usage_error("invalid --min-freq '%s' (a positive integer)", optarg);
-            break;
-        case OPT_COVERAGE:
-            if (nmt_parse_double(optarg, &coverage) < 0 || !(coverage > 0 && coverage <= 1))
-                return nmt_usage_error("invalid --character-coverage '%s' (above 0, at most 1)", optarg);
-            break;
-        case OPT_SIDE:
-            if (nmt_parse_u64(optarg, 2, &sidev) < 0 || sidev == 0)
-                return nmt_usage_error("invalid --side '%s' (1 or 2)", optarg);
-            side = (int)sidev - 1;
-            break;
-        case 'v': verbose = 1; break;
-        case 'h': usage(stdout); return nmt_close_stdout() == 0 ? 0 : 1;
-        case OPT_VERSION: nmt_print_version(); return nmt_close_stdout() == 0 ? 0 : 1;
-        case ':': return nmt_usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: return nmt_usage_error("invalid option '%s'", argv[optind - 1]);
-        }
-    }
+    struct args a = {0};
+    opt_defaults(OPTIONS, &a);
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, &a, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
+    const char *out = a.out;
+    uint64_t size = a.size, min_freq = a.min_freq;
+    double coverage = a.coverage;
+    int verbose = a.verbose, side = a.side - 1;
     struct bpe_counts counts;
     bpe_counts_init(&counts);
     const char *norm = NULL;

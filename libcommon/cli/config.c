@@ -44,22 +44,6 @@ static char *trim(char *s)
     return s;
 }
 
-static const struct option *find_option(const struct option *lo, const char *name)
-{
-    for (; lo->name; lo++)
-        if (!strcmp(lo->name, name))
-            return lo;
-    return NULL;
-}
-
-static int excluded(const char *const *exclude, const char *name)
-{
-    for (; exclude && *exclude; exclude++)
-        if (!strcmp(*exclude, name))
-            return 1;
-    return 0;
-}
-
 /* The truth of VALUE for an option without argument: 1, 0, or -1 when it is neither. */
 static int truth(const char *v)
 {
@@ -72,7 +56,7 @@ static int truth(const char *v)
 
 /* Adds the option of line LINE (number LN of PATH) to A; SEEN holds the keys met so far. 0 or -1. */
 static int config_line(struct argv_buf *a, struct argv_buf *seen, const char *path, int ln, char *line,
-                       const struct option *lo, const char *const *exclude)
+                       const struct opt_spec *spec)
 {
     char *s = trim(line);
     if (!*s || *s == '#')
@@ -83,8 +67,8 @@ static int config_line(struct argv_buf *a, struct argv_buf *seen, const char *pa
     char *value = trim(s + k + 1);
     s[k] = 0;
     char *key = trim(s);
-    const struct option *o = find_option(lo, key);
-    if (!*key || !o || excluded(exclude, key))
+    const struct opt_spec *o = opt_find(spec, key);
+    if (!*key || !o || !opt_in_config(o))
         return nmt_seterr("%s:%d: '%s' is not an option of the configuration", path, ln, key);
     for (int i = 0; i < seen->n; i++)
         if (!strcmp(seen->v[i], key))
@@ -92,7 +76,7 @@ static int config_line(struct argv_buf *a, struct argv_buf *seen, const char *pa
     if (push(seen, strdup(key)) < 0)
         return -1;
     char *arg = NULL;
-    if (o->has_arg == no_argument) {
+    if (!opt_has_arg(o)) {
         int t = truth(value);
         if (t < 0)
             return nmt_seterr("%s:%d: '%s' takes true or false, not '%s'", path, ln, key, value);
@@ -101,7 +85,7 @@ static int config_line(struct argv_buf *a, struct argv_buf *seen, const char *pa
         if (asprintf(&arg, "--%s", key) < 0)
             arg = NULL;
     } else {
-        if (!*value && o->has_arg == required_argument)
+        if (!*value)
             return nmt_seterr("%s:%d: '%s' needs a value", path, ln, key);
         if (asprintf(&arg, "--%s=%s", key, value) < 0)
             arg = NULL;
@@ -110,7 +94,7 @@ static int config_line(struct argv_buf *a, struct argv_buf *seen, const char *pa
 }
 
 /* Adds the options of the file PATH to A. 0 or -1. */
-static int config_file(struct argv_buf *a, const char *path, const struct option *lo, const char *const *exclude)
+static int config_file(struct argv_buf *a, const char *path, const struct opt_spec *spec)
 {
     struct line_reader r;
     if (line_reader_open(&r, path, 0) < 0)
@@ -123,7 +107,7 @@ static int config_file(struct argv_buf *a, const char *path, const struct option
         if (memchr(line, 0, len))
             rc = nmt_seterr("%s:%llu: a NUL byte: not a configuration file", path, (unsigned long long)r.line);
         else
-            rc = config_line(a, &seen, path, (int)r.line, line, lo, exclude);
+            rc = config_line(a, &seen, path, (int)r.line, line, spec);
     }
     if (rc == 0 && got < 0)
         rc = nmt_seterr("cannot read the configuration: %s", nmt_errmsg());
@@ -132,8 +116,7 @@ static int config_file(struct argv_buf *a, const char *path, const struct option
     return rc;
 }
 
-int config_args(int argc, char **argv, const struct option *lo, const char *const *exclude, int *nargc,
-                char ***nargv)
+int config_args(int argc, char **argv, const struct opt_spec *spec, int *nargc, char ***nargv)
 {
     struct argv_buf a = {0}, rest = {0};
     int rc = push(&a, strdup(argc > 0 ? argv[0] : "nmt"));
@@ -152,7 +135,7 @@ int config_args(int argc, char **argv, const struct option *lo, const char *cons
         else
             rc = push(&rest, strdup(argv[i]));
         if (rc == 0 && path)
-            rc = config_file(&a, path, lo, exclude);
+            rc = config_file(&a, path, spec);
     }
     for (int i = 0; rc == 0 && i < rest.n; i++) {
         rc = push(&a, rest.v[i]);

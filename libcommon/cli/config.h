@@ -8,16 +8,15 @@
 #ifndef NMT_CONFIG_H
 #define NMT_CONFIG_H
 
-#include <getopt.h>
+#include "cli/opt.h"
 
 /* Expands every --config FILE (or --config=FILE) of ARGV (ARGC entries) into the options FILE
  * holds, placed before the command line's: *NARGV (*NARGC entries, NULL-terminated) is ARGV[0],
- * the files' options as "--key=value" or "--key", then the rest of ARGV. LO lists the accepted
- * long options (getopt_long's table); keys naming an option of EXCLUDE (NULL-terminated names,
- * e.g. "help") are refused as well as unknown ones. Free the result with config_args_free.
+ * the files' options as "--key=value" or "--key", then the rest of ARGV. The keys are the long
+ * names of the entries of the option table SPEC that opt_in_config accepts; others (unknown, or
+ * "help") are refused. Free the result with config_args_free.
  * 0, or -1 with the error set ("FILE:LINE: ..."; out of memory). */
-int config_args(int argc, char **argv, const struct option *lo, const char *const *exclude, int *nargc,
-                char ***nargv);
+int config_args(int argc, char **argv, const struct opt_spec *spec, int *nargc, char ***nargv);
 /* Frees what config_args returned. */
 void config_args_free(int argc, char **argv);
 

@@ -354,6 +354,22 @@ losses() { cut -d, -f1,3 "$1"; }
     out=$(nmt-cat c.ckpt); grep -qx '	seed: 9' <<< "$out"
 }
 
+@test "--dump-config writes the options in --help's order; unset ones as comments; --peak-lr joins a dump" {
+    nmt-train --vocab "$D/v.txt" -o x.ckpt --dump-config > d.conf
+    nmt-train --help > help.txt
+    grep -oE -- '^ +(-[a-zA-Z], )?--[a-z][a-z0-9-]*' help.txt | sed -E 's/.*--//' > help.keys
+    sed -E 's/^# //; s/:.*//' d.conf > dump.keys
+    # every key of the dump is an option of --help, and they come in its order
+    awk 'NR == FNR { pos[$1] = FNR; next } !($1 in pos) { print "not in --help: " $1; bad = 1 }
+         pos[$1] <= last { print "out of order: " $1; bad = 1 } { last = pos[$1] } END { exit bad }' help.keys dump.keys
+    grep -qx '# lr:' d.conf
+    grep -qx '# gpu-comm:' d.conf
+    grep -qx 'overlap: on' d.conf
+    nmt-train --config d.conf --peak-lr 0.001 --dump-config > p.conf
+    grep -qx 'peak-lr: 0.001' p.conf
+    [ "$(grep -c '^resume\|^force\|^layers:\|^help\|^config' d.conf)" -eq 0 ]
+}
+
 @test "--config errors name the file and the line and exit 2" {
     printf 'max-steps: 3\nbogus: 1\n' > a.conf
     run "${T[@]}" -o c.ckpt --config a.conf
