@@ -624,3 +624,55 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
         [[ "${lines[0]}" == "nmt-decode: "* ]]
     done
 }
+
+# Prints the word alignment that the piece alignment $3 (Pharaoh pairs) of source pieces $1 and output
+# pieces $2 (space-separated, as nmt-tokenize --text=pieces prints them) gives, a word being a piece
+# that begins with '▁' and the pieces after it: each pair once, by output word, then source word.
+words_of_pieces() {
+    awk -v s="$1" -v o="$2" -v a="$3" 'function words(t, m,   n, k, p, w) {
+            n = split(t, p, " "); w = -1
+            for (k = 1; k <= n; k++) { if (k == 1 || p[k] ~ /^▁/) w++; m[k - 1] = w } }
+        BEGIN { words(s, sw); words(o, ow); n = split(a, pr, " ")
+            for (k = 1; k <= n; k++) { split(pr[k], st, "-"); print ow[st[2]], sw[st[1]] } }' |
+        sort -n -k1,1 -k2,2 -u | awk '{ printf "%s%s-%s", (NR > 1 ? " " : ""), $2, $1 } END { print "" }'
+}
+
+@test "--alignment-words: piece alignments merged to words, each pair once, sorted; batch invariant" {
+    # a constructed case: the output forced to the tokenized reference (--prefix, and no room after it),
+    # so that both sides' pieces are known; several words of several pieces on both sides
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 1,3p > "$D/aw.en"
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.de.gz" | sed -n 1,3p > "$D/aw.de"
+    nmt-tokenize --vocab "$D/v.vocab" --text=pieces -i "$D/aw.en" > "$D/aw.en.pieces"
+    nmt-tokenize --vocab "$D/v.vocab" --text=pieces -i "$D/aw.de" > "$D/aw.de.pieces"
+    merged=0
+    for n in 1 2 3; do
+        sed -n "${n}p" "$D/aw.en" > "$D/aw1.en"
+        sed -n "${n}p" "$D/aw.de" > "$D/aw1.de"
+        sp=$(sed -n "${n}p" "$D/aw.en.pieces") op=$(sed -n "${n}p" "$D/aw.de.pieces")
+        np=$(wc -w <<< "$op")
+        for mode in hard soft=0.1 soft=0; do
+            forced="nmt-decode -m $D/m.ckpt --threads 2 --max-len-a 0 --max-len-b $((np + 1)) --prefix $D/aw1.de"
+            pieces=$($forced --alignment $mode -i "$D/aw1.en")
+            words=$($forced --alignment $mode --alignment-words -i "$D/aw1.en")
+            [ "$(cut -f1 <<< "$words")" = "$(cut -f1 <<< "$pieces")" ]
+            [ "$(cut -f1 <<< "$words")" = "$(cat "$D/aw1.de")" ]
+            want=$(words_of_pieces "$sp" "$op" "$(cut -f2 <<< "$pieces")")
+            [ "$(cut -f2 <<< "$words")" = "$want" ] || { echo "line $n $mode: $words, want $want"; return 1; }
+            if [ "$(wc -w <<< "$want")" -lt "$(cut -f2 <<< "$pieces" | wc -w)" ]; then merged=$((merged + 1)); fi
+            if [ "$mode" = soft=0 ]; then
+                # every pair of words, once
+                [ "$(wc -w <<< "$want")" -eq $(( $(wc -w < "$D/aw1.en") * $(wc -w < "$D/aw1.de") )) ]
+            fi
+        done
+    done
+    [ "$merged" -gt 0 ]
+    # free translations: batch invariant, and merged from the same piece alignment
+    $DEC --beam 3 --alignment hard --alignment-words -i "$D/src.en" > "$D/aw.txt"
+    $DEC --beam 3 --alignment hard --alignment-words --max-sentences 1 -i "$D/src.en" | same_as "$D/aw.txt"
+    $DEC --beam 3 --alignment hard --alignment-words --max-tokens 30 --jobs 2 -i "$D/src.en" | same_as "$D/aw.txt"
+    awk -F'\t' 'NF != 2 || ($2 != "" && $2 !~ /^[0-9]+-[0-9]+( [0-9]+-[0-9]+)*$/) { print NR ": " $0; bad = 1 }
+        END { exit bad }' "$D/aw.txt"
+    run $DEC --alignment-words -i "$D/src.en"
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-decode: --alignment-words goes with --alignment" ]
+}
