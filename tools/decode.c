@@ -59,6 +59,7 @@ static void usage(void)
            "      --alignment-words   the --alignment of words instead of pieces (a word: a piece that begins\n"
            "                          with the vocabulary's word boundary and the pieces after it), each pair\n"
            "                          once, sorted by output word, then source word\n"
+           "                          (--alignment with --out hyp: in the hyp records, see nmt-cat)\n"
            "      --sample            draw each token from the model's distribution instead of searching (for\n"
            "                          back-translation); reproducible: a sentence's sample depends on --seed and\n"
            "                          its line number only\n"
@@ -338,6 +339,8 @@ static int emit(struct state *st, struct sent *s)
             const struct search_hyp *h = nh ? &s->res.hyp[r] : NULL;
             if (hyp_record_encode(&st->rec, s->index, (uint32_t)r + 1, h ? h->score : 0, h ? h->n : 0, h ? h->ids : NULL) <
                     0 ||
+                (o->align && (alignment(st, s, h, &st->align) < 0 ||
+                              hyp_record_append_alignment(&st->rec, st->align.np, st->align.p) < 0)) ||
                 rec_write(st->w, st->rec.data, st->rec.len) < 0)
                 return -1;
         }
@@ -1081,9 +1084,8 @@ static int check_args(const struct opts *o)
         return nmt_usage_error("--prefix - and the input cannot both be stdin");
     if (o->align_words && !o->align)
         return nmt_usage_error("--alignment-words goes with --alignment");
-    if (o->align && (o->sample || o->score || o->out_hyp))
-        return nmt_usage_error("--alignment is for translations by search written as text: not with --sample, "
-                               "--score or --out hyp");
+    if (o->align && (o->sample || o->score))
+        return nmt_usage_error("--alignment is for translations by search: not with --sample or --score");
     if (o->sample && (o->so.beam > 1 || o->so.nbest > 1 || o->score))
         return nmt_usage_error("--sample draws its own tokens: not with --beam, --nbest (see --sample-beam) or "
                                "--score");
@@ -1282,7 +1284,8 @@ static int open_output(struct state *st, const struct opts *o, struct out_file *
         char fp[17];
         vocab_fingerprint_hex(st->v, fp);
         struct rec_kv kv[1] = {{"vocab", fp}};
-        st->w = rec_writer_open(out->fd, name, "hyp", "nmt-decode " NMT_VERSION, kv, 1, NULL);
+        struct rec_writer_opts wo = {.flags = o->align ? REC_FLAG_ALIGN : 0};
+        st->w = rec_writer_open(out->fd, name, "hyp", "nmt-decode " NMT_VERSION, kv, 1, &wo);
         return st->w ? 0 : -1;
     }
     st->out = out->mode == 1 ? stdout : fdopen(dup(out->fd), "w");

@@ -618,7 +618,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     $DEC -m "$D/m2.ckpt" --beam 2 --alignment hard --prefix "$D/src.en" -i "$D/src.en" > "$D/ae.txt"
     [ "$(wc -l < "$D/ae.txt")" -eq 24 ]
     for args in "--alignment foo" "--alignment soft=2" "--alignment soft=x" "--alignment softer" \
-                "--alignment hard --sample" "--alignment hard --score" "--alignment hard --out hyp"; do
+                "--alignment hard --sample" "--alignment hard --score"; do
         run $DEC $args -i "$D/src.en"
         [ "$status" -eq 2 ] || { echo "args: $args: $status $output"; return 1; }
         [[ "${lines[0]}" == "nmt-decode: "* ]]
@@ -675,4 +675,27 @@ words_of_pieces() {
     run $DEC --alignment-words -i "$D/src.en"
     [ "$status" -eq 2 ]
     [ "${lines[0]}" = "nmt-decode: --alignment-words goes with --alignment" ]
+}
+
+@test "--alignment with --out hyp: the pairs in the hyp records (format 1.2), as the text output has them" {
+    for mode in hard "hard --alignment-words" "soft=0.05 --alignment-words"; do
+        $DEC --beam 3 --nbest 2 --alignment $mode -i "$D/src.en" > "$D/ah.txt"
+        $DEC --beam 3 --nbest 2 --alignment $mode -i "$D/src.en" --out hyp -o "$D/ah.hyp"
+        nmt-cat "$D/ah.hyp" > "$D/ah.cat"
+        # every record has the alignment column (an empty one for the empty line), the same as the text's
+        awk -F'\t' 'NF != 5 { print NR ": " NF " fields"; bad = 1 } END { exit bad }' "$D/ah.cat"
+        cut -f5 "$D/ah.cat" | same_as <(cut -f5 "$D/ah.txt")
+        cut -f1,2 "$D/ah.cat" | awk -F'\t' '{ print $1 + 1 "\t" $2 }' | same_as <(cut -f1,2 "$D/ah.txt")
+        nmt-tokenize --decode -v "$D/v.vocab" -i "$D/ah.hyp" | same_as <(cut -f4 "$D/ah.txt")
+        nmt-cat --check "$D/ah.hyp"
+        [ "$(nmt-cat --header "$D/ah.hyp" | sed -n 2,3p | tr '\n' ' ')" = "version	1.2 flags	alignment " ]
+        nmt-cat --json "$D/ah.hyp" > "$D/ah.json"
+        [ "$(awk '/"alignment":\[\[[0-9]+,[0-9]+\]/' "$D/ah.json" | wc -l)" -eq "$(awk -F'\t' '$5 != ""' "$D/ah.cat" | wc -l)" ]
+        [ "$(awk -F'\t' '$5 != ""' "$D/ah.cat" | wc -l)" -gt 5 ]
+    done
+    # without --alignment the records and the header are as before
+    $DEC --beam 3 -i "$D/src.en" --out hyp -o "$D/an.hyp"
+    nmt-cat "$D/an.hyp" > "$D/an.cat"
+    awk -F'\t' 'NF != 4 { bad = 1 } END { exit bad }' "$D/an.cat"
+    [ "$(nmt-cat --header "$D/an.hyp" | sed -n 3p)" = "producer	nmt-decode 0.1.0" ]
 }
