@@ -699,3 +699,21 @@ words_of_pieces() {
     awk -F'\t' 'NF != 4 { bad = 1 } END { exit bad }' "$D/an.cat"
     [ "$(nmt-cat --header "$D/an.hyp" | sed -n 3p)" = "producer	nmt-decode 0.1.0" ]
 }
+
+@test "--alignment hard on a copy-task model: the diagonal on at least 90% of the output tokens" {
+    # tests/fixtures/copy/model.ckpt: trained for 600 steps on source = target by
+    # tests/fixtures/make_copy_model.sh; test.txt is not in its training data
+    F="$NMT_SRCDIR/tests/fixtures/copy"
+    nmt-decode -m "$F/model.ckpt" --alignment hard --threads 2 -i "$F/test.txt" > "$D/copy.txt"
+    [ "$(wc -l < "$D/copy.txt")" -eq 100 ]
+    # the fraction of output tokens whose source token is the one at the same position
+    cut -f2 "$D/copy.txt" | awk '{ for (i = 1; i <= NF; i++) { split($i, p, "-"); n++; d += p[1] == p[2] } }
+        END { printf "%d %d %.4f\n", d, n, n ? d / n : 0 }' > "$D/copy.diag"
+    read -r diag tokens frac < "$D/copy.diag"
+    echo "diagonal: $diag of $tokens output tokens ($frac)"
+    [ "$tokens" -ge 500 ]
+    [ $((100 * diag)) -ge $((90 * tokens)) ]
+    # the model does copy, and the alignment does not depend on the batch
+    [ "$(paste "$F/test.txt" <(cut -f1 "$D/copy.txt") | awk -F'\t' '$1 == $2' | wc -l)" -ge 80 ]
+    nmt-decode -m "$F/model.ckpt" --alignment hard --threads 2 --max-sentences 1 -i "$F/test.txt" | same_as "$D/copy.txt"
+}
