@@ -253,9 +253,24 @@ static void test_errors(void)
     fd = fd_from_bytes(img, n);
     st = read_all(fd, NULL, &c, &h);
     close(fd);
-    test_ok(st == REC_EVERSION && strstr(nmt_errmsg(), "version 2.1 is not supported"), "future major: %s",
+    test_ok(st == REC_EVERSION && strstr(nmt_errmsg(), "version 2.2 is not supported"), "future major: %s",
             nmt_errmsg());
     free(img);
+    /* header flags: bit 0 (alignments in hyp records) is read back; an unknown bit is refused */
+    for (uint32_t flags = 1; flags <= 2; flags++) {
+        fd = tmpfd();
+        struct rec_writer_opts o = {.flags = flags};
+        rec_writer_close(rec_writer_open(fd, "tmp", "hyp", "test 1", NULL, 0, &o));
+        lseek(fd, 0, SEEK_SET);
+        struct rec_reader *r = rec_reader_open(fd, "t", "hyp", &st);
+        if (flags == REC_FLAG_ALIGN)
+            test_ok(r && rec_reader_header(r)->flags == REC_FLAG_ALIGN, "flag bit 0 read back");
+        else
+            test_ok(!r && st == REC_ECORRUPT && strstr(nmt_errmsg(), "reserved header flags are set"),
+                    "unknown flag refused: %s", nmt_errmsg());
+        rec_reader_free(r);
+        close(fd);
+    }
     fd = fd_from_bytes((const unsigned char *)"", 0);
     st = read_all(fd, NULL, &c, &h);
     close(fd);
