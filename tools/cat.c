@@ -188,10 +188,20 @@ static int print_hyp(FILE *f, struct cat_state *st, const unsigned char *d, size
         else
             fputs("null,\"ids\":", f);
         put_ids(f, r->ids, r->n, 1);
+        if (r->aligned) {
+            fputs(",\"alignment\":[", f);
+            for (uint32_t k = 0; k < r->npairs; k++)
+                fprintf(f, k ? ",[%u,%u]" : "[%u,%u]", r->pairs[2 * k], r->pairs[2 * k + 1]);
+            putc(']', f);
+        }
         fputs("}\n", f);
     } else {
         fprintf(f, "%llu\t%u\t%.9g\t", (unsigned long long)r->index, r->rank, (double)r->score);
         put_ids(f, r->ids, r->n, 0);
+        if (r->aligned)
+            putc('\t', f);
+        for (uint32_t k = 0; k < r->npairs; k++)
+            fprintf(f, k ? " %u-%u" : "%u-%u", r->pairs[2 * k], r->pairs[2 * k + 1]);
         putc('\n', f);
     }
     return 0;
@@ -218,7 +228,8 @@ static int print_record(FILE *f, struct cat_state *st, const char *kind, const u
 static void print_header(FILE *f, const struct rec_header *h, int json)
 {
     if (json) {
-        fprintf(f, "{\"kind\":\"%s\",\"version\":\"%u.%u\",\"producer\":", h->kind, h->major, h->minor);
+        fprintf(f, "{\"kind\":\"%s\",\"version\":\"%u.%u\",%s\"producer\":", h->kind, h->major, h->minor,
+                h->flags & REC_FLAG_ALIGN ? "\"flags\":\"alignment\"," : "");
         nmt_json_string(f, h->producer, strlen(h->producer));
         fputs(",\"provenance\":{", f);
         for (size_t i = 0; i < h->nkv; i++) {
@@ -231,7 +242,8 @@ static void print_header(FILE *f, const struct rec_header *h, int json)
         fputs("}}\n", f);
         return;
     }
-    fprintf(f, "kind\t%s\nversion\t%u.%u\nproducer\t%s\n", h->kind, h->major, h->minor, h->producer);
+    fprintf(f, "kind\t%s\nversion\t%u.%u\n%sproducer\t%s\n", h->kind, h->major, h->minor,
+            h->flags & REC_FLAG_ALIGN ? "flags\talignment\n" : "", h->producer);
     for (size_t i = 0; i < h->nkv; i++)
         fprintf(f, "%s\t%s\n", h->kv[i].key, h->kv[i].value);
 }

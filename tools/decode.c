@@ -56,6 +56,10 @@ static void usage(void)
            "                          last decoder layer's attention, as 'SRC-TGT' index pairs from 0: hard (each\n"
            "                          output piece with the source piece it attends to most), or soft[=T] (every\n"
            "                          pair of attention at least T, default 0.5)\n"
+           "      --alignment-words   the --alignment of words instead of pieces (a word: a piece that begins\n"
+           "                          with the vocabulary's word boundary and the pieces after it), each pair\n"
+           "                          once, sorted by output word, then source word\n"
+           "                          (--alignment with --out hyp: in the hyp records, see nmt-cat)\n"
            "      --sample            draw each token from the model's distribution instead of searching (for\n"
            "                          back-translation); reproducible: a sentence's sample depends on --seed and\n"
            "                          its line number only\n"
@@ -102,7 +106,7 @@ enum {
     OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK, OPT_MAXSENT, OPT_MAXLINE,
     OPT_INTER, OPT_VARIANT, OPT_PRECISION, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION, OPT_SHARD, OPT_COMM,
     OPT_SHORTLIST, OPT_WSCORES, OPT_SAMPLE, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_SEED, OPT_SAMPLE_BEAM, OPT_PREFIX,
-    OPT_ALIGN
+    OPT_ALIGN, OPT_ALIGN_WORDS
 };
 
 enum { ALIGN_NONE, ALIGN_HARD, ALIGN_SOFT };
@@ -123,6 +127,7 @@ struct opts {
     int sample;                /* --sample */
     int sample_set;            /* a sampling option was given */
     int align;                 /* --alignment: ALIGN_* */
+    int align_words;           /* --alignment-words: merged to words */
     double align_t;            /* its soft threshold */
     struct sample_opts sp;
 };
@@ -153,6 +158,12 @@ struct engine {
 
 #define MAX_AUTO_JOBS 4
 
+/* An alignment: NP pairs of source and output indices, pair k at P[2k] (source), P[2k+1] (output). */
+struct align_pairs {
+    uint32_t *p;
+    uint32_t np, cap;
+};
+
 struct state {
     const struct opts *o;
     struct vocab *v;
@@ -167,6 +178,7 @@ struct state {
     struct nmt_buf rec;
     struct comm *comm;         /* the ranks sharing the batches (NULL: one process) */
     struct shortlist *sl;      /* --shortlist: the first model's */
+    struct align_pairs align;  /* --alignment: the alignment being written */
 };
 
 static void sent_free(struct sent *s)
@@ -217,29 +229,92 @@ static int put_text(struct state *st)
     return fwrite(st->tok.text.data, 1, st->tok.text.len, st->out) == st->tok.text.len ? 0 : -1;
 }
 
-/* Writes H's alignment (H may be NULL) in Pharaoh format, source-target piece indices from 0 by
- * output piece then source piece, EOS on neither side: with ALIGN_HARD each output piece with the
- * source piece of its largest attention (ties: the first), with ALIGN_SOFT every pair of attention
- * at least T. */
-static void put_alignment(FILE *f, const struct search_hyp *h, int mode, double t)
+static int align_add(struct align_pairs *a, uint32_t src, uint32_t out)
 {
-    int first = 1;
-    for (uint32_t j = 0; h && h->att && j < h->n; j++) {
-        const float *a = h->att + (size_t)j * h->sn;
+    if (a->np == a->cap) {
+        uint32_t cap = a->cap ? 2 * a->cap : 64;
+        uint32_t *q = realloc(a->p, (size_t)cap * 2 * sizeof *q);
+        if (!q)
+            return nmt_seterr("out of memory");
+        a->p = q;
+        a->cap = cap;
+    }
+    a->p[2 * a->np] = src;
+    a->p[2 * a->np + 1] = out;
+    a->np++;
+    return 0;
+}
+
+/* Orders pairs by output index, then source index. */
+static int cmp_pair(const void *x, const void *y)
+{
+    const uint32_t *a = x, *b = y;
+    return a[1] != b[1] ? (a[1] > b[1]) - (a[1] < b[1]) : (a[0] > b[0]) - (a[0] < b[0]);
+}
+
+/* Replaces A's piece indices with the indices of the words of the source pieces SRC and output
+ * pieces OUT (tokenizer_word_index), then sorts the pairs (by output word, then source word) and
+ * drops repeated ones. 0, or -1 (memory) with the error set. */
+static int align_to_words(const struct vocab *v, const uint32_t *src, uint32_t sn, const uint32_t *out, uint32_t n,
+                          struct align_pairs *a)
+{
+    uint32_t *sw = malloc(((size_t)sn + n + 1) * sizeof *sw), *ow = sw + sn;
+    if (!sw)
+        return nmt_seterr("out of memory");
+    tokenizer_word_index(v, src, sn, sw);
+    tokenizer_word_index(v, out, n, ow);
+    for (uint32_t k = 0; k < a->np; k++) {
+        a->p[2 * k] = sw[a->p[2 * k]];
+        a->p[2 * k + 1] = ow[a->p[2 * k + 1]];
+    }
+    free(sw);
+    qsort(a->p, a->np, 2 * sizeof *a->p, cmp_pair);
+    uint32_t m = 0;
+    for (uint32_t k = 0; k < a->np; k++)
+        if (!m || cmp_pair(a->p + 2 * k, a->p + 2 * (m - 1))) {
+            a->p[2 * m] = a->p[2 * k];
+            a->p[2 * m + 1] = a->p[2 * k + 1];
+            m++;
+        }
+    a->np = m;
+    return 0;
+}
+
+/* Fills A with the alignment of hypothesis H of sentence S (none when H is NULL or has no attention),
+ * by output piece then source piece, EOS on neither side: with ALIGN_HARD each output piece with the
+ * source piece of its largest attention (ties: the first), with ALIGN_SOFT every pair of attention
+ * at least the threshold; with --alignment-words merged to words. 0, or -1 with the error set. */
+static int alignment(const struct state *st, const struct sent *s, const struct search_hyp *h, struct align_pairs *a)
+{
+    const struct opts *o = st->o;
+    a->np = 0;
+    if (!h || !h->att || h->sn < 2)
+        return 0;
+    for (uint32_t j = 0; j < h->n; j++) {
+        const float *att = h->att + (size_t)j * h->sn;
         uint32_t best = 0;
         for (uint32_t i = 0; i + 1 < h->sn; i++) {
-            if (mode == ALIGN_HARD) {
-                best = a[i] > a[best] ? i : best;
-            } else if ((double)a[i] >= t) {
-                fprintf(f, first ? "%u-%u" : " %u-%u", i, j);
-                first = 0;
-            }
+            if (o->align == ALIGN_HARD)
+                best = att[i] > att[best] ? i : best;
+            else if ((double)att[i] >= o->align_t && align_add(a, i, j) < 0)
+                return -1;
         }
-        if (mode == ALIGN_HARD && h->sn > 1) {
-            fprintf(f, first ? "%u-%u" : " %u-%u", best, j);
-            first = 0;
-        }
+        if (o->align == ALIGN_HARD && align_add(a, best, j) < 0)
+            return -1;
     }
+    if (!o->align_words)
+        return 0;
+    if (h->sn - 1 > (uint32_t)s->n[0])
+        return nmt_seterr("line %llu: the attention covers more source pieces than the sentence has",
+                          (unsigned long long)s->index + 1);
+    return align_to_words(st->v, s->ids[0], h->sn - 1, h->ids, h->n, a);
+}
+
+/* Writes alignment A in Pharaoh format: 'SRC-OUT' pairs separated by spaces. */
+static void put_alignment(FILE *f, const struct align_pairs *a)
+{
+    for (uint32_t k = 0; k < a->np; k++)
+        fprintf(f, k ? " %u-%u" : "%u-%u", a->p[2 * k], a->p[2 * k + 1]);
 }
 
 /* Writes the output of sentence S. 0 or -1. */
@@ -264,6 +339,8 @@ static int emit(struct state *st, struct sent *s)
             const struct search_hyp *h = nh ? &s->res.hyp[r] : NULL;
             if (hyp_record_encode(&st->rec, s->index, (uint32_t)r + 1, h ? h->score : 0, h ? h->n : 0, h ? h->ids : NULL) <
                     0 ||
+                (o->align && (alignment(st, s, h, &st->align) < 0 ||
+                              hyp_record_append_alignment(&st->rec, st->align.np, st->align.p) < 0)) ||
                 rec_write(st->w, st->rec.data, st->rec.len) < 0)
                 return -1;
         }
@@ -285,8 +362,10 @@ static int emit(struct state *st, struct sent *s)
                 fprintf(st->out, j ? " %.6f" : "%.6f", (double)h->lps[j]);
         }
         if (o->align) {
+            if (alignment(st, s, h, &st->align) < 0)
+                return -1;
             putc('\t', st->out);
-            put_alignment(st->out, h, o->align, o->align_t);
+            put_alignment(st->out, &st->align);
         }
         putc('\n', st->out);
         if (o->so.nbest <= 1)
@@ -991,9 +1070,10 @@ static int check_args(const struct opts *o)
                                "(whose candidates may not hold the forced pieces)");
     if (o->prefix && !strcmp(o->prefix, "-") && !o->src && (!o->input || !strcmp(o->input, "-")))
         return nmt_usage_error("--prefix - and the input cannot both be stdin");
-    if (o->align && (o->sample || o->score || o->out_hyp))
-        return nmt_usage_error("--alignment is for translations by search written as text: not with --sample, "
-                               "--score or --out hyp");
+    if (o->align_words && !o->align)
+        return nmt_usage_error("--alignment-words goes with --alignment");
+    if (o->align && (o->sample || o->score))
+        return nmt_usage_error("--alignment is for translations by search: not with --sample or --score");
     if (o->sample && (o->so.beam > 1 || o->so.nbest > 1 || o->score))
         return nmt_usage_error("--sample draws its own tokens: not with --beam, --nbest (see --sample-beam) or "
                                "--score");
@@ -1049,6 +1129,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         {"scores", no_argument, 0, OPT_SCORES},     {"score", no_argument, 0, OPT_SCORE},
         {"word-scores", no_argument, 0, OPT_WSCORES}, {"sample", no_argument, 0, OPT_SAMPLE},
         {"prefix", required_argument, 0, OPT_PREFIX}, {"alignment", required_argument, 0, OPT_ALIGN},
+        {"alignment-words", no_argument, 0, OPT_ALIGN_WORDS},
         {"temperature", required_argument, 0, OPT_TEMP}, {"top-k", required_argument, 0, OPT_TOPK},
         {"top-p", required_argument, 0, OPT_TOPP},  {"seed", required_argument, 0, OPT_SEED},
         {"sample-beam", required_argument, 0, OPT_SAMPLE_BEAM},
@@ -1093,6 +1174,7 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         case OPT_WSCORES: o->word_scores = 1; break;
         case OPT_PREFIX: o->prefix = optarg; break;
         case OPT_ALIGN: bad = parse_alignment(optarg, o); break;
+        case OPT_ALIGN_WORDS: o->align_words = 1; break;
         case OPT_SAMPLE: o->sample = 1; break;
         case OPT_TEMP: bad = opt_double("--temperature", optarg, 0, 1e6, 0, &o->sp.temperature); break;
         case OPT_TOPK: bad = opt_int("--top-k", optarg, 0, 1 << 30, &o->sp.top_k); break;
@@ -1190,7 +1272,8 @@ static int open_output(struct state *st, const struct opts *o, struct out_file *
         char fp[17];
         vocab_fingerprint_hex(st->v, fp);
         struct rec_kv kv[1] = {{"vocab", fp}};
-        st->w = rec_writer_open(out->fd, name, "hyp", "nmt-decode " NMT_VERSION, kv, 1, NULL);
+        struct rec_writer_opts wo = {.flags = o->align ? REC_FLAG_ALIGN : 0};
+        st->w = rec_writer_open(out->fd, name, "hyp", "nmt-decode " NMT_VERSION, kv, 1, &wo);
         return st->w ? 0 : -1;
     }
     st->out = out->mode == 1 ? stdout : fdopen(dup(out->fd), "w");
@@ -1284,6 +1367,7 @@ int main(int argc, char **argv)
     engines_close(&st);
     free(st.eng);
     ckpts_free(&st);
+    free(st.align.p);
     shortlist_free(st.sl);
     tokenizer_free(&st.tok);
     vocab_free(st.v);

@@ -293,12 +293,48 @@ int hyp_record_encode(struct nmt_buf *out, uint64_t index, uint32_t rank, float 
     return 0;
 }
 
+int hyp_record_append_alignment(struct nmt_buf *out, uint32_t npairs, const uint32_t *pairs)
+{
+    if (nmt_buf_reserve(out, 4 + (size_t)npairs * 8) < 0)
+        return -1;
+    nmt_put32(out->data + out->len, npairs);
+    out->len += 4;
+    for (size_t i = 0; i < 2 * (size_t)npairs; i++) {
+        nmt_put32(out->data + out->len, pairs[i]);
+        out->len += 4;
+    }
+    return 0;
+}
+
+/* Decodes the alignment section of NB bytes at P of a hyp record of N ids into R. 0 or -1. */
+static int hyp_alignment_decode(struct hyp_record *r, const unsigned char *p, size_t nb, uint32_t n)
+{
+    uint32_t np = nb >= 4 ? nmt_le32(p) : 0;
+    if (nb < 4 || (uint64_t)np * 8 != nb - 4)
+        return nmt_seterr("hyp record: %zu bytes after the %u ids are not an alignment", nb, n);
+    if (np > r->pairs_cap) {
+        uint32_t *q = nmt_realloc(r->pairs, (size_t)np * 2 * sizeof *q);
+        if (!q)
+            return -1;
+        r->pairs = q;
+        r->pairs_cap = np;
+    }
+    for (size_t i = 0; i < 2 * (size_t)np; i++) {
+        r->pairs[i] = nmt_le32(p + 4 + 4 * i);
+        if (i % 2 && r->pairs[i] >= n)
+            return nmt_seterr("hyp record: alignment pair %zu names output token %u of %u", i / 2 + 1, r->pairs[i], n);
+    }
+    r->npairs = np;
+    r->aligned = 1;
+    return 0;
+}
+
 int hyp_record_decode(struct hyp_record *r, const unsigned char *p, size_t len)
 {
     if (len < 20)
         return nmt_seterr("hyp record: %zu bytes is too short", len);
     uint32_t n = nmt_le32(p + 16);
-    if ((uint64_t)n * 4 != len - 20)
+    if ((uint64_t)n * 4 > len - 20 || (len - 20 - (size_t)n * 4 > 0 && len - 20 - (size_t)n * 4 < 4))
         return nmt_seterr("hyp record: %u ids do not match %zu payload bytes", n, len - 20);
     r->index = nmt_le64(p);
     r->rank = nmt_le32(p + 8);
@@ -314,12 +350,18 @@ int hyp_record_decode(struct hyp_record *r, const unsigned char *p, size_t len)
     for (uint32_t i = 0; i < n; i++)
         r->ids[i] = nmt_le32(p + 20 + 4 * (size_t)i);
     r->n = n;
-    return 0;
+    r->aligned = 0;
+    r->npairs = 0;
+    size_t rest = len - 20 - (size_t)n * 4;
+    return rest ? hyp_alignment_decode(r, p + 20 + (size_t)n * 4, rest, n) : 0;
 }
 
 void hyp_record_free(struct hyp_record *r)
 {
     free(r->ids);
+    free(r->pairs);
     r->ids = NULL;
-    r->cap = r->n = 0;
+    r->pairs = NULL;
+    r->cap = r->n = r->npairs = r->pairs_cap = 0;
+    r->aligned = 0;
 }

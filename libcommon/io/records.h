@@ -81,7 +81,9 @@ int batch_record_resize(struct batch_record *r, uint32_t B, uint32_t S, uint32_t
 void batch_record_free(struct batch_record *r);
 
 /* ---- hyp: one translation hypothesis ----
- * payload: u64 index | u32 rank | f32 score | u32 n | u32 id[n]   (ids exclude BOS/EOS) */
+ * payload: u64 index | u32 rank | f32 score | u32 n | u32 id[n]   (ids exclude BOS/EOS)
+ *          [ | u32 npairs | npairs x (u32 source index, u32 output index) ]   (format 1.2: an
+ * alignment, in a stream whose header has REC_FLAG_ALIGN; without it the payload ends at the ids) */
 struct hyp_record {
     uint64_t index;
     uint32_t rank;
@@ -89,10 +91,21 @@ struct hyp_record {
     uint32_t n;
     uint32_t *ids;             /* (n) owned */
     uint32_t cap;
+    int aligned;               /* the record holds an alignment (possibly of 0 pairs) */
+    uint32_t npairs;
+    uint32_t *pairs;           /* (2 * npairs) owned: source, output index of each pair */
+    uint32_t pairs_cap;        /* pairs allocated */
 };
+/* Encodes a hyp record without an alignment. 0 or -1 (memory). */
 int hyp_record_encode(struct nmt_buf *out, uint64_t index, uint32_t rank, float score, uint32_t n,
                       const uint32_t *ids);
+/* Appends the alignment section to the hyp record that OUT holds (just encoded, without one):
+ * NPAIRS pairs, PAIRS[2k] the source and PAIRS[2k+1] the output index of pair k. 0 or -1 (memory). */
+int hyp_record_append_alignment(struct nmt_buf *out, uint32_t npairs, const uint32_t *pairs);
+/* Decodes PAYLOAD into R (copies), with or without an alignment; an alignment's output indices
+ * must be below n. 0 or -1. */
 int hyp_record_decode(struct hyp_record *r, const unsigned char *payload, size_t len);
+/* Frees R's arrays (not R itself). */
 void hyp_record_free(struct hyp_record *r);
 
 #endif

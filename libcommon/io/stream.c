@@ -212,7 +212,7 @@ struct rec_writer *rec_writer_open(int fd, const char *name, const char *kind, c
     memcpy(p, REC_HEADER_TAG, 4);
     nmt_put16(p + 4, REC_MAJOR);
     nmt_put16(p + 6, REC_MINOR);
-    nmt_put32(p + 8, 0);
+    nmt_put32(p + 8, opts ? opts->flags : 0);
     p += 12;
     *p++ = (unsigned char)strlen(kind);
     memcpy(p, kind, strlen(kind));
@@ -406,7 +406,8 @@ static int parse_header(struct rec_reader *r, const unsigned char *p, size_t n, 
     if (h->major != REC_MAJOR)
         return fail(r, REC_EVERSION, off, "stream format version %u.%u is not supported (this reader reads %d.x)",
                     h->major, h->minor, REC_MAJOR);
-    if (nmt_le32(p + 8) != 0)
+    h->flags = nmt_le32(p + 8);
+    if (h->flags & ~REC_FLAGS_KNOWN)
         return fail(r, REC_ECORRUPT, off, "reserved header flags are set");
     p += 12;
     size_t kl = *p++;

@@ -14,7 +14,10 @@
 #include <stdint.h>
 
 #define REC_MAJOR 1
-#define REC_MINOR 1
+#define REC_MINOR 2
+/* Header flags (format 1.2): a reader refuses a stream with a flag it does not know. */
+#define REC_FLAG_ALIGN 1u             /* hyp records may hold an alignment (records.h) */
+#define REC_FLAGS_KNOWN REC_FLAG_ALIGN
 
 #define REC_MAGIC_HEADER 0x184D2A5EU  /* zstd skippable frame magic, variant 0xE */
 #define REC_MAGIC_TRAILER 0x184D2A5FU /* variant 0xF */
@@ -61,6 +64,7 @@ struct rec_kv {
 struct rec_header {
     char kind[REC_MAX_KIND + 1];
     unsigned major, minor;
+    uint32_t flags;            /* REC_FLAG_* */
     char *producer;            /* "nmt-tokenize 0.1.0" */
     struct rec_kv *kv;
     size_t nkv;
@@ -76,6 +80,7 @@ struct rec_writer;
 struct rec_writer_opts {
     int level;                 /* zstd level; 0 means the default (1) */
     size_t chunk_bound;        /* payload bytes per chunk; 0 means REC_CHUNK_BOUND */
+    uint32_t flags;            /* header flags, REC_FLAG_* */
 };
 
 /* Creates a writer on FD (not closed by the writer), writes the header frame and flushes it.

@@ -73,3 +73,37 @@ int tokenizer_decode(struct tokenizer *t, const uint32_t *ids, size_t n)
         return -1;
     return 0;
 }
+
+/* Updates *ESC, whether an escape '␛' is pending ("␛c" is the literal c, pretok.h), over the
+ * LEN bytes of text S. */
+static void track_escape(const char *s, size_t len, int *esc)
+{
+    size_t el = strlen(PRETOK_ESC);
+    for (size_t i = 0; i < len;) {
+        size_t cl = 1;
+        while (i + cl < len && ((unsigned char)s[i + cl] & 0xC0) == 0x80)
+            cl++;
+        *esc = *esc ? 0 : cl == el && !memcmp(s + i, PRETOK_ESC, el);
+        i += cl;
+    }
+}
+
+uint32_t tokenizer_word_index(const struct vocab *v, const uint32_t *ids, size_t n, uint32_t *word)
+{
+    uint32_t words = 0;
+    int esc = 0;
+    size_t sl = strlen(PRETOK_SPACE);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t len = 0;
+        const char *t = ids[i] < v->n && v->kind[ids[i]] >= VOCAB_CHAR ? vocab_piece(v, ids[i], &len) : NULL;
+        int starts = t && !esc && len >= sl && !memcmp(t, PRETOK_SPACE, sl);
+        if (i == 0 || starts)
+            words++;
+        word[i] = words - 1;
+        if (t)
+            track_escape(t, len, &esc);
+        else
+            esc = 0;
+    }
+    return words;
+}

@@ -47,5 +47,10 @@ int tokenizer_encode(struct tokenizer *t, const char *s, size_t len, uint32_t **
 /* Turns the N ids at IDS back into text, left in T->text (not NUL-terminated). 0, or -1 with the
  * error set (an id outside the vocabulary, out of memory). */
 int tokenizer_decode(struct tokenizer *t, const uint32_t *ids, size_t n);
+/* Numbers the words of the N pieces IDS of vocabulary V: WORD[i] (N entries) gets the 0-based index
+ * of the word of piece i, a word being a piece that begins with an unescaped '▁' (pretok.h) and the
+ * pieces after it up to the next such piece; the first piece begins word 0 whatever its text.
+ * Returns the number of words (0 when N is 0). Ids outside V count as continuations. */
+uint32_t tokenizer_word_index(const struct vocab *v, const uint32_t *ids, size_t n, uint32_t *word);
 
 #endif

@@ -294,7 +294,7 @@ indices() { "$H" dump "$1" | awk '{print $2}'; }
     printf 'a b\tc\n' | "$H" gen --kind tok > "$D/tok"
     run nmt-batch "$D/tok" -o "$D/out"
     [ "$status" -eq 1 ]
-    [ "$output" = "nmt-batch: $D/tok: unexpected kind at byte 0: expected a ids stream, got tok 1.1" ]
+    [ "$output" = "nmt-batch: $D/tok: unexpected kind at byte 0: expected a ids stream, got tok 1.2" ]
 
     head -c $(( $(stat -c %s "$D/m30k.ids") / 2 )) "$D/m30k.ids" > "$D/trunc"
     nmt-batch "$D/small.ids" -o "$D/out" 2>/dev/null

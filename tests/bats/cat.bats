@@ -22,6 +22,13 @@ teardown() { rm -rf "$TMP"; }
     done
 }
 
+@test "a hyp stream of format 1.1 (before alignments) reads as before" {
+    nmt-cat ../stream-1.1/hyp.nmt > "$TMP/out"
+    diff "$TMP/out" expected/hyp.txt
+    run nmt-cat --header ../stream-1.1/hyp.nmt
+    [ "${lines[1]}" = "version	1.1" ]
+}
+
 @test "--json output of each record kind matches the golden files" {
     for k in ids tok batch hyp blob concat; do
         nmt-cat --json "$k.nmt" > "$TMP/out"
@@ -97,7 +104,7 @@ teardown() { rm -rf "$TMP"; }
 @test "--kind requires a kind" {
     run nmt-cat --kind batch ids.nmt
     [ "$status" -eq 1 ]
-    [ "$output" = "nmt-cat: ids.nmt: unexpected kind at byte 0: expected a batch stream, got ids 1.1" ]
+    [ "$output" = "nmt-cat: ids.nmt: unexpected kind at byte 0: expected a batch stream, got ids 1.2" ]
     run nmt-cat --kind ids --count ids.nmt
     [ "$status" -eq 0 ]
 }

@@ -618,9 +618,102 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     $DEC -m "$D/m2.ckpt" --beam 2 --alignment hard --prefix "$D/src.en" -i "$D/src.en" > "$D/ae.txt"
     [ "$(wc -l < "$D/ae.txt")" -eq 24 ]
     for args in "--alignment foo" "--alignment soft=2" "--alignment soft=x" "--alignment softer" \
-                "--alignment hard --sample" "--alignment hard --score" "--alignment hard --out hyp"; do
+                "--alignment hard --sample" "--alignment hard --score"; do
         run $DEC $args -i "$D/src.en"
         [ "$status" -eq 2 ] || { echo "args: $args: $status $output"; return 1; }
         [[ "${lines[0]}" == "nmt-decode: "* ]]
     done
+}
+
+# Prints the word alignment that the piece alignment $3 (Pharaoh pairs) of source pieces $1 and output
+# pieces $2 (space-separated, as nmt-tokenize --text=pieces prints them) gives, a word being a piece
+# that begins with '▁' and the pieces after it: each pair once, by output word, then source word.
+words_of_pieces() {
+    awk -v s="$1" -v o="$2" -v a="$3" 'function words(t, m,   n, k, p, w) {
+            n = split(t, p, " "); w = -1
+            for (k = 1; k <= n; k++) { if (k == 1 || p[k] ~ /^▁/) w++; m[k - 1] = w } }
+        BEGIN { words(s, sw); words(o, ow); n = split(a, pr, " ")
+            for (k = 1; k <= n; k++) { split(pr[k], st, "-"); print ow[st[2]], sw[st[1]] } }' |
+        sort -n -k1,1 -k2,2 -u | awk '{ printf "%s%s-%s", (NR > 1 ? " " : ""), $2, $1 } END { print "" }'
+}
+
+@test "--alignment-words: piece alignments merged to words, each pair once, sorted; batch invariant" {
+    # a constructed case: the output forced to the tokenized reference (--prefix, and no room after it),
+    # so that both sides' pieces are known; several words of several pieces on both sides
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 1,3p > "$D/aw.en"
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.de.gz" | sed -n 1,3p > "$D/aw.de"
+    nmt-tokenize --vocab "$D/v.vocab" --text=pieces -i "$D/aw.en" > "$D/aw.en.pieces"
+    nmt-tokenize --vocab "$D/v.vocab" --text=pieces -i "$D/aw.de" > "$D/aw.de.pieces"
+    merged=0
+    for n in 1 2 3; do
+        sed -n "${n}p" "$D/aw.en" > "$D/aw1.en"
+        sed -n "${n}p" "$D/aw.de" > "$D/aw1.de"
+        sp=$(sed -n "${n}p" "$D/aw.en.pieces") op=$(sed -n "${n}p" "$D/aw.de.pieces")
+        np=$(wc -w <<< "$op")
+        for mode in hard soft=0.1 soft=0; do
+            forced="nmt-decode -m $D/m.ckpt --threads 2 --max-len-a 0 --max-len-b $((np + 1)) --prefix $D/aw1.de"
+            pieces=$($forced --alignment $mode -i "$D/aw1.en")
+            words=$($forced --alignment $mode --alignment-words -i "$D/aw1.en")
+            [ "$(cut -f1 <<< "$words")" = "$(cut -f1 <<< "$pieces")" ]
+            [ "$(cut -f1 <<< "$words")" = "$(cat "$D/aw1.de")" ]
+            want=$(words_of_pieces "$sp" "$op" "$(cut -f2 <<< "$pieces")")
+            [ "$(cut -f2 <<< "$words")" = "$want" ] || { echo "line $n $mode: $words, want $want"; return 1; }
+            if [ "$(wc -w <<< "$want")" -lt "$(cut -f2 <<< "$pieces" | wc -w)" ]; then merged=$((merged + 1)); fi
+            if [ "$mode" = soft=0 ]; then
+                # every pair of words, once
+                [ "$(wc -w <<< "$want")" -eq $(( $(wc -w < "$D/aw1.en") * $(wc -w < "$D/aw1.de") )) ]
+            fi
+        done
+    done
+    [ "$merged" -gt 0 ]
+    # free translations: batch invariant, and merged from the same piece alignment
+    $DEC --beam 3 --alignment hard --alignment-words -i "$D/src.en" > "$D/aw.txt"
+    $DEC --beam 3 --alignment hard --alignment-words --max-sentences 1 -i "$D/src.en" | same_as "$D/aw.txt"
+    $DEC --beam 3 --alignment hard --alignment-words --max-tokens 30 --jobs 2 -i "$D/src.en" | same_as "$D/aw.txt"
+    awk -F'\t' 'NF != 2 || ($2 != "" && $2 !~ /^[0-9]+-[0-9]+( [0-9]+-[0-9]+)*$/) { print NR ": " $0; bad = 1 }
+        END { exit bad }' "$D/aw.txt"
+    run $DEC --alignment-words -i "$D/src.en"
+    [ "$status" -eq 2 ]
+    [ "${lines[0]}" = "nmt-decode: --alignment-words goes with --alignment" ]
+}
+
+@test "--alignment with --out hyp: the pairs in the hyp records (format 1.2), as the text output has them" {
+    for mode in hard "hard --alignment-words" "soft=0.05 --alignment-words"; do
+        $DEC --beam 3 --nbest 2 --alignment $mode -i "$D/src.en" > "$D/ah.txt"
+        $DEC --beam 3 --nbest 2 --alignment $mode -i "$D/src.en" --out hyp -o "$D/ah.hyp"
+        nmt-cat "$D/ah.hyp" > "$D/ah.cat"
+        # every record has the alignment column (an empty one for the empty line), the same as the text's
+        awk -F'\t' 'NF != 5 { print NR ": " NF " fields"; bad = 1 } END { exit bad }' "$D/ah.cat"
+        cut -f5 "$D/ah.cat" | same_as <(cut -f5 "$D/ah.txt")
+        cut -f1,2 "$D/ah.cat" | awk -F'\t' '{ print $1 + 1 "\t" $2 }' | same_as <(cut -f1,2 "$D/ah.txt")
+        nmt-tokenize --decode -v "$D/v.vocab" -i "$D/ah.hyp" | same_as <(cut -f4 "$D/ah.txt")
+        nmt-cat --check "$D/ah.hyp"
+        [ "$(nmt-cat --header "$D/ah.hyp" | sed -n 2,3p | tr '\n' ' ')" = "version	1.2 flags	alignment " ]
+        nmt-cat --json "$D/ah.hyp" > "$D/ah.json"
+        [ "$(awk '/"alignment":\[\[[0-9]+,[0-9]+\]/' "$D/ah.json" | wc -l)" -eq "$(awk -F'\t' '$5 != ""' "$D/ah.cat" | wc -l)" ]
+        [ "$(awk -F'\t' '$5 != ""' "$D/ah.cat" | wc -l)" -gt 5 ]
+    done
+    # without --alignment the records and the header are as before
+    $DEC --beam 3 -i "$D/src.en" --out hyp -o "$D/an.hyp"
+    nmt-cat "$D/an.hyp" > "$D/an.cat"
+    awk -F'\t' 'NF != 4 { bad = 1 } END { exit bad }' "$D/an.cat"
+    [ "$(nmt-cat --header "$D/an.hyp" | sed -n 3p)" = "producer	nmt-decode 0.1.0" ]
+}
+
+@test "--alignment hard on a copy-task model: the diagonal on at least 90% of the output tokens" {
+    # tests/fixtures/copy/model.ckpt: trained for 600 steps on source = target by
+    # tests/fixtures/make_copy_model.sh; test.txt is not in its training data
+    F="$NMT_SRCDIR/tests/fixtures/copy"
+    nmt-decode -m "$F/model.ckpt" --alignment hard --threads 2 -i "$F/test.txt" > "$D/copy.txt"
+    [ "$(wc -l < "$D/copy.txt")" -eq 100 ]
+    # the fraction of output tokens whose source token is the one at the same position
+    cut -f2 "$D/copy.txt" | awk '{ for (i = 1; i <= NF; i++) { split($i, p, "-"); n++; d += p[1] == p[2] } }
+        END { printf "%d %d %.4f\n", d, n, n ? d / n : 0 }' > "$D/copy.diag"
+    read -r diag tokens frac < "$D/copy.diag"
+    echo "diagonal: $diag of $tokens output tokens ($frac)"
+    [ "$tokens" -ge 500 ]
+    [ $((100 * diag)) -ge $((90 * tokens)) ]
+    # the model does copy, and the alignment does not depend on the batch
+    [ "$(paste "$F/test.txt" <(cut -f1 "$D/copy.txt") | awk -F'\t' '$1 == $2' | wc -l)" -ge 80 ]
+    nmt-decode -m "$F/model.ckpt" --alignment hard --threads 2 --max-sentences 1 -i "$F/test.txt" | same_as "$D/copy.txt"
 }

@@ -396,7 +396,7 @@ PY
     run nmt-decode -m "$D/r.ckpt" -i "$D/three.en" --beam 2 --nbest 2 --max-len-b 3 --threads 1
     [ "$(printf '%s\n' "$output" | cut -f2 | sort -u | tr '\n' ' ')" = "1 2 " ]
     run nmt-cat --header "$D/r.hyp"
-    [[ "$output" == *"version	1.1"* ]]
+    [[ "$output" == *"version	1.2"* ]]
 }
 
 @test "hostile: a bad record through nmt-tokenize --decode names the file and the record" {

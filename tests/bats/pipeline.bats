@@ -104,3 +104,20 @@ setup_file() {
     [[ "$output" == *"nosuch"* ]]
     [ ! -e "$D/nob2/ensemble.trained" ]
 }
+
+@test "backtranslate.sh: reverse model, sampled back-translations, real + synthetic training, EMA and averages scored" {
+    run env DATA="$D/data" BIN="$NMT_BIN" REAL=300 STEPS=6 SAVE_EVERY=2 AVG=2 MAX_TOKENS=1024 SPEED_LINES=20 \
+        VOCAB_SIZE=400 MODEL="--layers 1 --d-model 32 --heads 2 --ff 64 --lr 2 --warmup 10" NICE=0 \
+        "$NMT_SRCDIR/pipelines/multi30k/backtranslate.sh" "$D/bt"
+    [ "$status" -eq 0 ] || { echo "$output"; return 1; }
+    # the held-out German side, back-translated line for line by sampling
+    [ "$(wc -l < "$D/bt/mono.de")" -eq 100 ]
+    [ "$(wc -l < "$D/bt/mono.bt.en")" -eq 100 ]
+    fails cmp -s "$D/bt/speed.sample.en" "$D/bt/speed.beam.en"
+    grep -q 'translating the first 20 monolingual lines: --sample [0-9.]* s' "$D/bt/summary.txt"
+    grep -q '^== .* synthetic pairs [0-9]* of 100$' "$D/bt/summary.txt"
+    [ "$(wc -l < "$D/bt/bt.en")" -gt 300 ]
+    # both forward models trained the same steps, each scored as last, average and EMA on val and test
+    [ "$(awk -F, 'NR > 1 { s = $1 } END { print s }' "$D/bt/bt/train.csv")" -eq 6 ]
+    [ "$(grep -c '^\(base\|bt\) \(last\|avg\|ema\) \(val\|test_2016_flickr\) BLEU|' "$D/bt/summary.txt")" -eq 12 ]
+}

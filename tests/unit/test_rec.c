@@ -241,7 +241,7 @@ static void test_errors(void)
     int fd = fd_from_bytes(img, n);
     int st = read_all(fd, "batch", &c, &h);
     close(fd);
-    test_ok(st == REC_EKIND && strstr(nmt_errmsg(), "expected a batch stream, got ids 1.1"), "wrong kind: %s",
+    test_ok(st == REC_EKIND && strstr(nmt_errmsg(), "expected a batch stream, got ids 1.2"), "wrong kind: %s",
             nmt_errmsg());
     img[0] ^= 0xff;
     fd = fd_from_bytes(img, n);
@@ -253,9 +253,24 @@ static void test_errors(void)
     fd = fd_from_bytes(img, n);
     st = read_all(fd, NULL, &c, &h);
     close(fd);
-    test_ok(st == REC_EVERSION && strstr(nmt_errmsg(), "version 2.1 is not supported"), "future major: %s",
+    test_ok(st == REC_EVERSION && strstr(nmt_errmsg(), "version 2.2 is not supported"), "future major: %s",
             nmt_errmsg());
     free(img);
+    /* header flags: bit 0 (alignments in hyp records) is read back; an unknown bit is refused */
+    for (uint32_t flags = 1; flags <= 2; flags++) {
+        fd = tmpfd();
+        struct rec_writer_opts o = {.flags = flags};
+        rec_writer_close(rec_writer_open(fd, "tmp", "hyp", "test 1", NULL, 0, &o));
+        lseek(fd, 0, SEEK_SET);
+        struct rec_reader *r = rec_reader_open(fd, "t", "hyp", &st);
+        if (flags == REC_FLAG_ALIGN)
+            test_ok(r && rec_reader_header(r)->flags == REC_FLAG_ALIGN, "flag bit 0 read back");
+        else
+            test_ok(!r && st == REC_ECORRUPT && strstr(nmt_errmsg(), "reserved header flags are set"),
+                    "unknown flag refused: %s", nmt_errmsg());
+        rec_reader_free(r);
+        close(fd);
+    }
     fd = fd_from_bytes((const unsigned char *)"", 0);
     st = read_all(fd, NULL, &c, &h);
     close(fd);
@@ -399,7 +414,27 @@ static void test_codecs(void)
     hyp_record_encode(&b, 9, 1, -1.5f, 3, s0);
     struct hyp_record hr = {0};
     ok = hyp_record_decode(&hr, b.data, b.len) == 0 && hr.index == 9 && hr.score == -1.5f && hr.n == 3;
-    test_ok(ok, "hyp record round trip");
+    test_ok(ok && !hr.aligned, "hyp record round trip");
+    /* with an alignment (format 1.2): round trip, then a section cut short, and an output index
+     * beyond the ids */
+    const uint32_t pairs[] = {0, 0, 2, 1, 1, 2};
+    test_ok(hyp_record_append_alignment(&b, 3, pairs) == 0, "alignment appended");
+    ok = hyp_record_decode(&hr, b.data, b.len) == 0 && hr.n == 3 && hr.aligned && hr.npairs == 3 &&
+         !memcmp(hr.pairs, pairs, sizeof pairs);
+    test_ok(ok, "hyp record with an alignment round trip");
+    test_ok(hyp_record_decode(&hr, b.data, b.len - 4) < 0, "alignment cut short rejected: %s", nmt_errmsg());
+    test_ok(hyp_record_decode(&hr, b.data, 20 + 12 + 2) < 0, "2 bytes after the ids rejected: %s", nmt_errmsg());
+    nmt_put32(b.data + b.len - 4, 3);
+    test_ok(hyp_record_decode(&hr, b.data, b.len) < 0, "output index 3 of 3 ids rejected: %s", nmt_errmsg());
+    b.len = 0;
+    hyp_record_encode(&b, 9, 1, -1.5f, 3, s0);
+    hyp_record_append_alignment(&b, 0, NULL);
+    ok = hyp_record_decode(&hr, b.data, b.len) == 0 && hr.aligned && hr.npairs == 0;
+    test_ok(ok, "hyp record with an empty alignment round trip");
+    b.len = 0;
+    hyp_record_encode(&b, 9, 1, -1.5f, 3, s0);
+    ok = hyp_record_decode(&hr, b.data, b.len) == 0 && !hr.aligned && hr.npairs == 0;
+    test_ok(ok, "a record without an alignment after one with");
     hyp_record_free(&hr);
     nmt_buf_free(&b);
 }

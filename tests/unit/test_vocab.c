@@ -6,6 +6,7 @@
 #include "text/bpe.h"
 #include "test.h"
 #include "cli/cli.h"
+#include "text/tokenizer.h"
 #include "text/vocab.h"
 
 static struct vocab *sample(void)
@@ -44,8 +45,40 @@ static const char *edit(const struct nmt_buf *file, const char *from, const char
     return msg;
 }
 
+/* Word numbers of piece sequences (tokenizer_word_index): a piece that begins with an unescaped '▁'
+ * starts a word; "␛▁" is a literal '▁', "␛␛" a literal '␛'. */
+static void test_word_index(void)
+{
+    struct vocab *v = vocab_new(TEXT_NORM_NFKC);
+    int64_t sp = vocab_add_char(v, 0x2581), esc = vocab_add_char(v, 0x241B), a = vocab_add_char(v, 'a');
+    int64_t b = vocab_add_char(v, 'b'), spa = vocab_add_merge(v, (uint32_t)sp, (uint32_t)a);
+    test_ok(v && sp >= 0 && esc >= 0 && a >= 0 && b >= 0 && spa >= 0, "vocabulary of the word tests");
+    const struct {
+        const char *what;
+        int n;
+        uint32_t ids[8], want[8], words;
+    } cases[] = {
+        {"▁a ▁a b", 3, {(uint32_t)spa, (uint32_t)spa, (uint32_t)b}, {0, 1, 1}, 2},
+        {"a ▁ b: the first piece starts a word", 3, {(uint32_t)a, (uint32_t)sp, (uint32_t)b}, {0, 1, 1}, 2},
+        {"▁a ␛ ▁ b ▁a: an escaped ▁", 5, {(uint32_t)spa, (uint32_t)esc, (uint32_t)sp, (uint32_t)b, (uint32_t)spa},
+         {0, 0, 0, 0, 1}, 2},
+        {"▁ ␛ ␛ ▁a: a literal ␛ then a word", 4, {(uint32_t)sp, (uint32_t)esc, (uint32_t)esc, (uint32_t)spa},
+         {0, 0, 0, 1}, 2},
+        {"<0x41> ▁a <unk> ▁a, 9999", 5, {4 + 0x41, (uint32_t)spa, NMT_UNK, (uint32_t)spa, 9999}, {0, 1, 1, 2, 2}, 3},
+        {"nothing", 0, {0}, {0}, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        uint32_t got[8] = {0};
+        uint32_t words = tokenizer_word_index(v, cases[c].ids, (size_t)cases[c].n, got);
+        test_ok(words == cases[c].words && !memcmp(got, cases[c].want, sizeof got), "word index: %s (%u words)",
+                cases[c].what, words);
+    }
+    vocab_free(v);
+}
+
 int main(void)
 {
+    test_word_index();
     struct vocab *v = sample();
     struct nmt_buf f = {0};
     test_ok(v && vocab_format(v, &f) == 0, "format");
