@@ -147,7 +147,7 @@ static void calib_run_free(struct calib_run *r)
 static int calib_model(struct calib_run *r, const struct st_file *last, float **avg, const struct opts *o)
 {
     struct model_config cfg;
-    struct nmt_backend_opts bo = {sizeof bo, o->threads, 0};
+    struct nmt_backend_opts bo = {.size = sizeof bo, .threads = o->threads};
     if (model_config_load(&cfg, last) < 0 || !(r->be = backend_open(o->backend, &bo)) ||
         !(r->m = model_new(r->be, &cfg, 0)))
         return -1;

@@ -739,7 +739,7 @@ static int setup_training(struct ctx *c)
     if (o->valid && !c->vb.has_vocab)
         nmt_warn("%s: stream has no vocab fingerprint; cannot check it against the vocabulary", c->vb.name);
     /* one GPU a rank: the rank's index on its machine (the cpu backend ignores it) */
-    struct nmt_backend_opts bo = {sizeof bo, o->threads, comm_local_rank(c->comm)};
+    struct nmt_backend_opts bo = {.size = sizeof bo, .threads = o->threads, .device = comm_local_rank(c->comm)};
     if (!(c->be = backend_open(o->backend, &bo)))
         return -1;
     const char *gpu =
@@ -769,9 +769,11 @@ static int setup_training(struct ctx *c)
     if (c->tb.streaming)
         c->epochs = 1;
     settle_lr(c);
-    struct trainer_opts to = {c->epochs, o->update_freq, o->seed, o->warmup, o->lr, o->clip, o->schedule,
-                              o->max_steps, o->ema, !o->no_shuffle, c->vb.n && !o->valid_every, c->comm,
-                              o->reduce_fast, o->overlap, c->gpu};
+    struct trainer_opts to = {.epochs = c->epochs, .update_freq = o->update_freq, .seed = o->seed,
+                              .warmup = o->warmup, .lr = o->lr, .clip = o->clip, .schedule = o->schedule,
+                              .last_step = o->max_steps, .ema = o->ema, .shuffle = !o->no_shuffle,
+                              .valid_at_epoch_end = c->vb.n && !o->valid_every, .comm = c->comm,
+                              .reduce_fast = o->reduce_fast, .overlap = o->overlap, .gpu = c->gpu};
     if (trainer_init(&c->t, c->m, &c->cfg, &c->tb, &to, &s) < 0 || resume_ema(c) < 0)
         return -1;
     uint64_t update_freq = o->update_freq * (uint64_t)comm_size(c->comm);

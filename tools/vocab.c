@@ -135,8 +135,8 @@ int main(int argc, char **argv)
     struct vocab *v = NULL;
     struct nmt_buf file = {0};
     if (rc == 0) {
-        struct bpe_learn_opts lo = {(uint32_t)size, min_freq, coverage,
-                                    norm ? (enum text_norm)text_norm_parse(norm) : TEXT_NORM_NFKC};
+        struct bpe_learn_opts lo = {.size = (uint32_t)size, .min_freq = min_freq, .char_coverage = coverage,
+                                    .normalize = norm ? (enum text_norm)text_norm_parse(norm) : TEXT_NORM_NFKC};
         struct bpe_learn_stats stats;
         v = bpe_learn(&counts, &lo, &stats);
         char optline[160];
