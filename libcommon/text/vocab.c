@@ -480,6 +480,83 @@ static int parse_header(struct parser *p, struct vocab *v, uint32_t *size, uint6
     return 0;
 }
 
+/* The id and kind fields of a piece line (P's current line) that must hold piece ID: *KIND set and
+ * *Q at the piece text; 0, or -1 with the error set. */
+static int parse_piece_head(struct parser *p, uint32_t id, const char **q, int *kind)
+{
+    const char *end = p->cur + p->curlen;
+    uint32_t got;
+    *q = p->cur;
+    if (parse_u32(q, end, &got) < 0 || *q == end)
+        return perr(p, "expected 'id<TAB>kind<TAB>piece'");
+    if (got != id)
+        return perr(p, "piece id %u out of order (expected %u)", got, id);
+    (*q)++;
+    const char *tab = memchr(*q, '\t', (size_t)(end - *q));
+    if (!tab)
+        return perr(p, "expected 'id<TAB>kind<TAB>piece'");
+    *kind = -1;
+    for (int k = 0; k < 4; k++)
+        if ((size_t)(tab - *q) == strlen(kind_name[k]) && memcmp(*q, kind_name[k], (size_t)(tab - *q)) == 0)
+            *kind = k;
+    if (*kind < 0)
+        return perr(p, "unknown piece kind '%.*s'", (int)(tab - *q < 20 ? tab - *q : 20), *q);
+    *q = tab + 1;
+    return 0;
+}
+
+/* A merge piece ID of text B whose fields after the text start at Q: its parents checked and the
+ * merge added to V; 0, or -1 with the error set. */
+static int add_merge_piece(struct parser *p, struct vocab *v, uint32_t id, const struct nmt_buf *b, const char *q)
+{
+    const char *end = p->cur + p->curlen;
+    uint32_t l, r;
+    if (q == end || (q++, parse_u32(&q, end, &l) < 0) || q == end || (q++, parse_u32(&q, end, &r) < 0) ||
+        q != end)
+        return perr(p, "merge piece needs 'id<TAB>merge<TAB>piece<TAB>left<TAB>right'");
+    if (l >= id || r >= id || v->kind[l] < VOCAB_CHAR || v->kind[r] < VOCAB_CHAR)
+        return perr(p, "merge parents must be char or merge pieces with smaller ids");
+    uint32_t ll, rl;
+    const char *ls = vocab_piece(v, l, &ll), *rs = vocab_piece(v, r, &rl);
+    if ((size_t)ll + rl != b->len || memcmp(b->data, ls, ll) != 0 || memcmp(b->data + ll, rs, rl) != 0)
+        return perr(p, "merge piece text is not the concatenation of pieces %u and %u", l, r);
+    if (vocab_add_merge(v, l, r) < 0)
+        return perr(p, "%s", nmt_errmsg());
+    return 0;
+}
+
+/* Piece ID from P's current line into V (B: room for its text); 0, or -1 with the error set. */
+static int parse_piece(struct parser *p, struct vocab *v, uint32_t id, struct nmt_buf *b)
+{
+    const char *q, *end = p->cur + p->curlen;
+    int kind;
+    if (parse_piece_head(p, id, &q, &kind) < 0)
+        return -1;
+    const char *fend = memchr(q, '\t', (size_t)(end - q));
+    if (!fend)
+        fend = end;
+    if (unescape(b, q, fend) < 0)
+        return perr(p, "bad escape in piece text");
+    int want = id < VOCAB_FIRST_BYTE ? VOCAB_SPECIAL : id < VOCAB_FIRST_CHAR ? VOCAB_BYTE : -1;
+    if (want >= 0) {
+        uint32_t len;
+        const char *s = vocab_piece(v, id, &len);
+        if (kind != want || b->len != len || memcmp(b->data, s, len) != 0 || fend != end)
+            return perr(p, "piece %u must be %s '%s'", id, kind_name[want], s);
+        return 0;
+    }
+    if (kind == VOCAB_MERGE)
+        return add_merge_piece(p, v, id, b, fend);
+    if (kind != VOCAB_CHAR)
+        return perr(p, "%s piece not allowed at id %u", kind_name[kind], id);
+    int32_t cp = -1;
+    if (b->len == 0 || fend != end || utf8_next(b->data, b->len, &cp) != (int)b->len || cp < 0)
+        return perr(p, "char piece must be one valid UTF-8 character");
+    if (vocab_add_char(v, cp) < 0)
+        return perr(p, "%s", nmt_errmsg());
+    return 0;
+}
+
 static int parse_pieces(struct parser *p, struct vocab *v, uint32_t size)
 {
     struct nmt_buf b = {0};
@@ -503,85 +580,8 @@ static int parse_pieces(struct parser *p, struct vocab *v, uint32_t size)
             perr(p, "more pieces than the header's size %u", size);
             goto out;
         }
-        const char *q = p->cur, *end = p->cur + p->curlen;
-        uint32_t got;
-        if (parse_u32(&q, end, &got) < 0 || q == end) {
-            perr(p, "expected 'id<TAB>kind<TAB>piece'");
+        if (parse_piece(p, v, id, &b) < 0)
             goto out;
-        }
-        if (got != id) {
-            perr(p, "piece id %u out of order (expected %u)", got, id);
-            goto out;
-        }
-        q++;
-        const char *tab = memchr(q, '\t', (size_t)(end - q));
-        if (!tab) {
-            perr(p, "expected 'id<TAB>kind<TAB>piece'");
-            goto out;
-        }
-        int kind = -1;
-        for (int k = 0; k < 4; k++)
-            if ((size_t)(tab - q) == strlen(kind_name[k]) && memcmp(q, kind_name[k], (size_t)(tab - q)) == 0)
-                kind = k;
-        if (kind < 0) {
-            perr(p, "unknown piece kind '%.*s'", (int)(tab - q < 20 ? tab - q : 20), q);
-            goto out;
-        }
-        q = tab + 1;
-        const char *fend = memchr(q, '\t', (size_t)(end - q));
-        if (!fend)
-            fend = end;
-        if (unescape(&b, q, fend) < 0) {
-            perr(p, "bad escape in piece text");
-            goto out;
-        }
-        int want = id < VOCAB_FIRST_BYTE ? VOCAB_SPECIAL : id < VOCAB_FIRST_CHAR ? VOCAB_BYTE : -1;
-        if (want >= 0) {
-            uint32_t len;
-            const char *s = vocab_piece(v, id, &len);
-            if (kind != want || b.len != len || memcmp(b.data, s, len) != 0 || fend != end) {
-                perr(p, "piece %u must be %s '%s'", id, kind_name[want], s);
-                goto out;
-            }
-            continue;
-        }
-        if (kind == VOCAB_CHAR) {
-            int32_t cp = -1;
-            if (b.len == 0 || fend != end ||
-                utf8_next(b.data, b.len, &cp) != (int)b.len || cp < 0) {
-                perr(p, "char piece must be one valid UTF-8 character");
-                goto out;
-            }
-            if (vocab_add_char(v, cp) < 0) {
-                perr(p, "%s", nmt_errmsg());
-                goto out;
-            }
-        } else if (kind == VOCAB_MERGE) {
-            uint32_t l, r2;
-            q = fend;
-            if (q == end || (q++, parse_u32(&q, end, &l) < 0) || q == end || (q++, parse_u32(&q, end, &r2) < 0) ||
-                q != end) {
-                perr(p, "merge piece needs 'id<TAB>merge<TAB>piece<TAB>left<TAB>right'");
-                goto out;
-            }
-            if (l >= id || r2 >= id || v->kind[l] < VOCAB_CHAR || v->kind[r2] < VOCAB_CHAR) {
-                perr(p, "merge parents must be char or merge pieces with smaller ids");
-                goto out;
-            }
-            uint32_t ll, rl;
-            const char *ls = vocab_piece(v, l, &ll), *rs = vocab_piece(v, r2, &rl);
-            if ((size_t)ll + rl != b.len || memcmp(b.data, ls, ll) != 0 || memcmp(b.data + ll, rs, rl) != 0) {
-                perr(p, "merge piece text is not the concatenation of pieces %u and %u", l, r2);
-                goto out;
-            }
-            if (vocab_add_merge(v, l, r2) < 0) {
-                perr(p, "%s", nmt_errmsg());
-                goto out;
-            }
-        } else {
-            perr(p, "%s piece not allowed at id %u", kind_name[kind], id);
-            goto out;
-        }
     }
     if (p->pos != p->len) {
         p->line++;
