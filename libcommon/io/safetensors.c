@@ -208,6 +208,20 @@ static int jp_string(struct jp *p, char **out)
     return 0;
 }
 
+/* An object's key and the ':' after it: the key (malloc'ed) in *OUT; 0, or -1 with the error set
+ * and nothing allocated. */
+static int jp_key(struct jp *p, char **out)
+{
+    if (jp_string(p, out) < 0)
+        return -1;
+    if (jp_expect(p, ':') < 0) {
+        free(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 /* Parses a non-negative integer without sign, fraction or exponent, at most 2^53. */
 static int jp_uint(struct jp *p, uint64_t *out)
 {
@@ -297,10 +311,9 @@ static int parse_metadata(struct jp *p, struct st_file *f)
         if (NMT_GROW2(f->meta_key, f->meta_val, cap, f->nmeta + 1) < 0)
             return -1;
         char *key, *val;
-        if (jp_string(p, &key) < 0)
+        if (jp_key(p, &key) < 0)
             return -1;
-        if (jp_expect(p, ':') < 0 || (jp_peek(p) != '"' ? (jp_err(p, "metadata values must be strings"), 1) : 0) ||
-            jp_string(p, &val) < 0) {
+        if ((jp_peek(p) != '"' ? (jp_err(p, "metadata values must be strings"), 1) : 0) || jp_string(p, &val) < 0) {
             free(key);
             return -1;
         }
@@ -337,12 +350,8 @@ static int parse_tensor(struct jp *p, struct st_tensor *t, uint64_t *off0, uint6
     if (jp_peek(p) != '}') {
         for (;;) {
             char *key;
-            if (jp_string(p, &key) < 0)
+            if (jp_key(p, &key) < 0)
                 return -1;
-            if (jp_expect(p, ':') < 0) {
-                free(key);
-                return -1;
-            }
             int r = 0;
             if (!strcmp(key, "dtype") && !have_dt) {
                 char *dt;
@@ -412,12 +421,8 @@ static int parse_entry(struct jp *p, struct st_file *f, uint64_t **offs, size_t 
                        const unsigned char *data, uint64_t datalen)
 {
     char *key;
-    if (jp_string(p, &key) < 0)
+    if (jp_key(p, &key) < 0)
         return -1;
-    if (jp_expect(p, ':') < 0) {
-        free(key);
-        return -1;
-    }
     if (!strcmp(key, "__metadata__")) {
         free(key);
         return parse_metadata(p, f);
