@@ -2,9 +2,9 @@
  * n-best lists, and forced-decoding scores of given pairs. The search is in libcommon/nn/search.c,
  * the model's inference steps in libcommon/nn/infer.c. */
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,86 +29,6 @@
 #include "cli/opt.h"
 #include "text/vocab.h"
 
-static void usage(void)
-{
-    printf("Usage: %s [OPTION]... -m CHECKPOINT [-i INPUT] [-o OUTPUT]\n"
-           "Translates source sentences with a trained model: raw text in (one sentence per line), detokenized\n"
-           "text out, one line per input line in input order. The checkpoint's vocabulary tokenizes the input.\n"
-           "\n"
-           "  -m, --model FILE        checkpoint written by nmt-train (required); given several times, an\n"
-           "                          ensemble: each step's distribution is the mean of the models' (one vocabulary)\n"
-           "  -i, --input FILE        input ('-' for stdin, the default)\n"
-           "  -o, --output FILE       output ('-' for stdout, the default)\n"
-           "      --in FORMAT         text (default) or ids (an ids stream from nmt-tokenize)\n"
-           "      --out FORMAT        text (default) or hyp (a hyp stream)\n"
-           "  -b, --beam K            beam size (default 1: greedy)\n"
-           "      --alpha A           length penalty exponent, ((5+len)/6)^A (default 0.6)\n"
-           "      --max-len-a A, --max-len-b B\n"
-           "                          longest output: A * source tokens + B, with EOS (default 1, 50)\n"
-           "      --nbest N           print the N best translations as TSV rows: line, rank, score, text\n"
-           "      --scores            print each translation's score before it, tab-separated\n"
-           "      --prefix FILE       force the start of each output: line N of FILE (text, tokenized as the\n"
-           "                          output) begins the translation of input line N, the search goes on after\n"
-           "                          it; an empty line forces nothing; the forced pieces count in the score\n"
-           "      --word-scores       print each output token's log-probability after the text, tab-separated:\n"
-           "                          one number per piece, the end of sentence last, separated by spaces\n"
-           "      --alignment MODE    after the text a tab and the alignment of source and output pieces from the\n"
-           "                          last decoder layer's attention, as 'SRC-TGT' index pairs from 0: hard (each\n"
-           "                          output piece with the source piece it attends to most), or soft[=T] (every\n"
-           "                          pair of attention at least T, default 0.5)\n"
-           "      --alignment-words   the --alignment of words instead of pieces (a word: a piece that begins\n"
-           "                          with the vocabulary's word boundary and the pieces after it), each pair\n"
-           "                          once, sorted by output word, then source word\n"
-           "                          (--alignment with --out hyp: in the hyp records, see nmt-cat)\n"
-           "      --sample            draw each token from the model's distribution instead of searching (for\n"
-           "                          back-translation); reproducible: a sentence's sample depends on --seed and\n"
-           "                          its line number only\n"
-           "      --temperature T     sample from p^(1/T) (default 1; 0: the most probable token)\n"
-           "      --top-k K           sample among the K most probable tokens (default 0: all)\n"
-           "      --top-p P           then among the fewest most probable tokens of mass P, 0 < P <= 1 (default 1)\n"
-           "      --seed N            seed of the samples (default 1)\n"
-           "      --sample-beam N     N samples of each sentence, printed as --nbest rows in sample order\n"
-           "      --score             score given pairs instead of translating: input lines 'SOURCE<TAB>TARGET'\n"
-           "                          (or --src/--tgt, or a two-sided ids stream); prints each log-probability\n"
-           "      --src FILE, --tgt FILE  the two sides of --score as parallel files\n"
-           "      --max-tokens N      source tokens per batch (default 4096)\n"
-           "      --max-sentences N   sentences per batch at most (default: as many as --max-tokens allows)\n"
-           "      --interactive       translate and write each line as it arrives (default when the input is\n"
-           "                          not a regular file)\n"
-           "      --batch-variant     faster products whose results may depend on the batch neighbours\n"
-           "      --precision P       float32 (default), int8: the encoder's and decoder's linear layers in\n"
-           "                          8-bit integers (weights per output channel, activations per row; the\n"
-           "                          output projection, attention and layer norms stay float32), bf16\n"
-           "                          (on CPUs with AVX512-BF16: bf16 products, float32 sums), or int8-all,\n"
-           "                          bf16-all: the output projection in that precision too\n"
-           "      --shortlist         the output layer computes only each sentence's candidates in the\n"
-           "                          first model's vocabulary shortlist (nmt-avg --shortlist): faster;\n"
-           "                          the softmax is over them, so scores and some translations change\n"
-           "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
-           "      --threads N         worker threads in all (default: all cores)\n"
-           "      --jobs N            batches decoded at once, each on its own backend context with\n"
-           "                          threads/N threads, all reading one copy of the model on the cpu\n"
-           "                          (default: the threads, at most 4, on the cpu; 1 on an accelerator)\n"
-           "      --max-line-bytes N  longest input line accepted (default 1 GiB); a longer one is an error\n"
-           "      --shard K/N         decode only the input's lines K, K+N, K+2N, ... (K from 1); merge the N\n"
-           "                          text outputs with: paste -d '\\n' out.1 ... out.N | head -n LINES\n"
-           "      --comm NAME         under mpirun: auto (default; MPI with N > 1 ranks), mpi, none. The ranks\n"
-           "                          share the batches and rank 0 writes the output, as one process would\n"
-           "  -q, --quiet             no warnings about long lines\n"
-           "  -h, --help              show this help and exit\n"
-           "      --version           show version information and exit\n"
-           "\n"
-           "Exit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n",
-           nmt_progname());
-}
-
-enum {
-    OPT_IN = 256, OPT_OUT, OPT_ALPHA, OPT_LA, OPT_LB, OPT_SCORES, OPT_SCORE, OPT_SRC, OPT_TGT, OPT_MAXTOK, OPT_MAXSENT, OPT_MAXLINE,
-    OPT_INTER, OPT_VARIANT, OPT_PRECISION, OPT_BACKEND, OPT_THREADS, OPT_JOBS, OPT_VERSION, OPT_SHARD, OPT_COMM,
-    OPT_SHORTLIST, OPT_WSCORES, OPT_SAMPLE, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_SEED, OPT_SAMPLE_BEAM, OPT_PREFIX,
-    OPT_ALIGN, OPT_ALIGN_WORDS
-};
-
 enum { ALIGN_NONE, ALIGN_HARD, ALIGN_SOFT };
 
 #define MAX_MODELS 16
@@ -121,6 +41,7 @@ struct opts {
     uint32_t precision;        /* --precision (infer_new's) */
     uint64_t shard_k, shard_n;  /* --shard K/N (K from 1; N 0: no sharding) */
     long max_tokens;
+    uint64_t max_tokens_u;     /* --max-tokens as parsed, then in max_tokens */
     uint64_t max_sentences;    /* --max-sentences (0: no limit) */
     uint64_t max_line;         /* --max-line-bytes */
     struct search_opts so;
@@ -584,7 +505,7 @@ static int engine_threads(const struct state *st, int i, int n)
 static int engine_open(struct state *st, struct engine *e, int threads)
 {
     const struct opts *o = st->o;
-    struct nmt_backend_opts bo = {sizeof bo, threads, 0};
+    struct nmt_backend_opts bo = {.size = sizeof bo, .threads = threads};
     e->be = backend_open(o->backend, &bo);
     return e->be ? 0 : -1;
 }
@@ -610,8 +531,11 @@ static int engine_load(struct state *st, struct engine *e, int last)
     for (int i = 0; i < o->nmodels; i++) {
         /* the model is read only through this state (and those sharing it): once packed, the
          * float32 copies of its layers are given back */
-        struct infer_load_opts lo = {&st->cfg[i], o->model[i], (o->variant ? 0 : INFER_INVARIANT) | INFER_DISCARD,
-                                     o->precision, st->sl};
+        struct infer_load_opts lo = {.cfg = &st->cfg[i],
+                                     .path = o->model[i],
+                                     .flags = (o->variant ? 0 : INFER_INVARIANT) | INFER_DISCARD,
+                                     .precision = o->precision,
+                                     .sl = st->sl};
         if (!(e->in[i] = infer_load(e->be, share ? first->in[i] : NULL, &st->ckpt[i], last, &lo, &e->m[i])))
             return -1;
     }
@@ -896,24 +820,57 @@ static int share_stdin(struct state *st)
     return rc;
 }
 
+/* Translates the input a line at a time, each written as soon as translated (--interactive).
+ * 0 at the end of the input, or -1 with the error set. */
+static int translate_interactive(struct state *st, struct input *inp)
+{
+    struct sent one;
+    int rc;
+    while ((rc = next(st, inp, &one)) == 1) {
+        struct sent *p = &one;
+        if (run_batch(st, &st->eng[0], &p, 1) < 0 || emit(st, &one) < 0 || flush_out(st) < 0) {
+            sent_free(&one);
+            return -1;
+        }
+        sent_free(&one);
+    }
+    if (rc < 0)
+        sent_free(&one);
+    return rc;
+}
+
+/* Cuts the N sentences ORD (sorted by length) into batches within --max-tokens and
+ * --max-sentences of O: batch b is ORD[START[b]] to ORD[START[b + 1] - 1] (START: N + 1 entries).
+ * Returns the number of batches; START[that number] is N. */
+static size_t batch_starts(const struct opts *o, struct sent *const *ord, size_t n, size_t *start)
+{
+    size_t nb = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        int mx = ord[i]->n[0] + 1;
+        while (j < n && (!o->max_sentences || j - i < o->max_sentences)) {
+            int l = ord[j]->n[0] + 1;
+            if ((long)(j - i + 1) * (mx > l ? mx : l) > o->max_tokens)
+                break;
+            if (l > mx)
+                mx = l;
+            j++;
+        }
+        start[nb++] = i;
+        i = j;
+    }
+    start[nb] = n;
+    return nb;
+}
+
+/* Translates the input (the lines of this shard) into the output: by line with --interactive, else
+ * all of it read, sorted by length and cut into batches. 0, or -1 with the error set. */
 static int translate(struct state *st, struct input *inp)
 {
     const struct opts *o = st->o;
-    struct sent one;
     int rc;
-    if (o->interactive) {
-        while ((rc = next(st, inp, &one)) == 1) {
-            struct sent *p = &one;
-            if (run_batch(st, &st->eng[0], &p, 1) < 0 || emit(st, &one) < 0 || flush_out(st) < 0) {
-                sent_free(&one);
-                return -1;
-            }
-            sent_free(&one);
-        }
-        if (rc < 0)
-            sent_free(&one);
-        return rc;
-    }
+    if (o->interactive)
+        return translate_interactive(st, inp);
     struct sent *all = NULL;
     size_t n = 0, cap = 0;
     int ret = -1;
@@ -949,22 +906,7 @@ static int translate(struct state *st, struct input *inp)
         nmt_seterr("out of memory");
         goto out;
     }
-    size_t nb = 0;
-    for (size_t i = 0; i < n;) {
-        size_t j = i + 1;
-        int mx = ord[i]->n[0] + 1;
-        while (j < n && (!o->max_sentences || j - i < o->max_sentences)) {
-            int l = ord[j]->n[0] + 1;
-            if ((long)(j - i + 1) * (mx > l ? mx : l) > o->max_tokens)
-                break;
-            if (l > mx)
-                mx = l;
-            j++;
-        }
-        start[nb++] = i;
-        i = j;
-    }
-    start[nb] = n;
+    size_t nb = batch_starts(o, ord, n, start);
     if (comm_size(st->comm) > 1 ? run_rank_batches(st, all, n, ord, start, nb) < 0 : run_batches(st, ord, start, nb) < 0)
         goto out;
     for (size_t i = 0; i < n && comm_rank(st->comm) == 0; i++)
@@ -1081,10 +1023,12 @@ static int check_args(const struct opts *o)
 }
 
 /* Parses --shard K/N into O; 0, or -1 after a usage error. */
-static int parse_shard(const char *arg, struct opts *o)
+static int parse_shard(const char *opt, const char *arg, void *field)
 {
+    struct opts *o = field;
     const char *slash = strchr(arg, '/');
     char k[32];
+    (void)opt;
     if (!slash || (size_t)(slash - arg) >= sizeof k)
         return nmt_usage_error("invalid --shard '%s' (expected K/N, e.g. 2/8)", arg), -1;
     memcpy(k, arg, (size_t)(slash - arg));
@@ -1096,8 +1040,10 @@ static int parse_shard(const char *arg, struct opts *o)
 }
 
 /* Parses --alignment hard|soft[=T] into O; 0, or -1 after a usage error. */
-static int parse_alignment(const char *arg, struct opts *o)
+static int parse_alignment(const char *opt, const char *arg, void *field)
 {
+    struct opts *o = field;
+    (void)opt;
     o->align_t = 0.5;
     o->align = !strcmp(arg, "hard") ? ALIGN_HARD : !strncmp(arg, "soft", 4) ? ALIGN_SOFT : ALIGN_NONE;
     if (o->align == ALIGN_HARD || !strcmp(arg, "soft"))
@@ -1107,113 +1053,191 @@ static int parse_alignment(const char *arg, struct opts *o)
     return nmt_usage_error("invalid --alignment '%s' (hard, soft or soft=THRESHOLD)", arg), -1;
 }
 
-/* Parses --top-p P (0 < P <= 1) into *P; 0, or -1 after a usage error. */
-static int parse_top_p(const char *arg, double *p)
+/* -m FILE: one more model of the ensemble of O; 0, or -1 after a usage error. */
+static int parse_model(const char *opt, const char *arg, void *field)
 {
-    if (opt_double("--top-p", arg, 0, 1, 0, p) < 0)
+    struct opts *o = field;
+    (void)opt;
+    if (o->nmodels == MAX_MODELS)
+        return nmt_usage_error("at most %d models (-m)", MAX_MODELS), -1;
+    o->model[o->nmodels++] = arg;
+    return 0;
+}
+
+/* --precision P: infer_precision_parse's names into the uint32_t FIELD; 0, or -1 after a usage error. */
+static int parse_precision(const char *opt, const char *arg, void *field)
+{
+    (void)opt;
+    if (infer_precision_parse(arg, field) < 0)
+        return nmt_usage_error("%s", nmt_errmsg()), -1;
+    return 0;
+}
+
+/* The sampling options, which go with --sample (O->sample_set): each parses into O->sp. */
+static int parse_temperature(const char *opt, const char *arg, void *field)
+{
+    struct opts *o = field;
+    o->sample_set = 1;
+    return opt_double(opt, arg, 0, 1e6, 0, &o->sp.temperature);
+}
+
+static int parse_top_k(const char *opt, const char *arg, void *field)
+{
+    struct opts *o = field;
+    o->sample_set = 1;
+    return opt_int(opt, arg, 0, 1 << 30, &o->sp.top_k);
+}
+
+/* --top-p P, 0 < P <= 1. */
+static int parse_top_p(const char *opt, const char *arg, void *field)
+{
+    struct opts *o = field;
+    o->sample_set = 1;
+    if (opt_double(opt, arg, 0, 1, 0, &o->sp.top_p) < 0)
         return -1;
-    if (*p == 0)
+    if (o->sp.top_p == 0)
         return nmt_usage_error("invalid --top-p '%s' (expected a mass above 0, at most 1: 0 leaves no token)", arg), -1;
     return 0;
 }
 
+static int parse_seed(const char *opt, const char *arg, void *field)
+{
+    struct opts *o = field;
+    o->sample_set = 1;
+    return opt_u64(opt, arg, 0, UINT64_MAX, &o->sp.seed);
+}
+
+static int parse_sample_beam(const char *opt, const char *arg, void *field)
+{
+    struct opts *o = field;
+    o->sample_set = 1;
+    return opt_int(opt, arg, 1, 256, &o->sp.samples);
+}
+
+static const char *const IN_FORMATS[] = {"text", "ids", NULL}, *const OUT_FORMATS[] = {"text", "hyp", NULL};
+
+#define OFF(field) offsetof(struct opts, field)
+#define WHOLE 0 /* the field of a custom entry that parses into several: the options struct itself */
+static const struct opt_spec OPTIONS[] = {
+    {OPTION(OT_CUSTOM, "model", 'm', "FILE", WHOLE,
+            "checkpoint written by nmt-train (required); given several times, an\n"
+            "ensemble: each step's distribution is the mean of the models' (one vocabulary)"),
+     .parse = parse_model},
+    {OPTION(OT_STR, "input", 'i', "FILE", OFF(input), "input ('-' for stdin, the default)")},
+    {OPTION(OT_STR, "output", 'o', "FILE", OFF(output), "output ('-' for stdout, the default)")},
+    {OPTION(OT_CHOICE, "in", 0, "FORMAT", OFF(in_ids), "text (default) or ids (an ids stream from nmt-tokenize)"),
+     .choices = IN_FORMATS},
+    {OPTION(OT_CHOICE, "out", 0, "FORMAT", OFF(out_hyp), "text (default) or hyp (a hyp stream)"),
+     .choices = OUT_FORMATS},
+    {OPTION(OT_INT, "beam", 'b', "K", OFF(so.beam), "beam size (default 1: greedy)"), .imin = 1, .imax = 256,
+     .def.i = 1},
+    {OPTION(OT_DOUBLE, "alpha", 0, "A", OFF(so.alpha), "length penalty exponent, ((5+len)/6)^A (default 0.6)"),
+     .dmin = 0, .dmax = 10, .def.d = 0.6},
+    {OPTION(OT_DOUBLE, "max-len-a", 0, "A", OFF(so.len_a),
+            "longest output: A * source tokens + B, with EOS (default 1)"),
+     .dmin = 0, .dmax = 1000, .def.d = 1},
+    {OPTION(OT_DOUBLE, "max-len-b", 0, "B", OFF(so.len_b), "B of --max-len-a (default 50)"), .dmin = 0, .dmax = 1e6,
+     .def.d = 50},
+    {OPTION(OT_INT, "nbest", 0, "N", OFF(so.nbest), "print the N best translations as TSV rows: line, rank, score, text"),
+     .imin = 1, .imax = 256, .def.i = 1},
+    {OPTION(OT_FLAG, "scores", 0, NULL, OFF(scores), "print each translation's score before it, tab-separated")},
+    {OPTION(OT_STR, "prefix", 0, "FILE", OFF(prefix),
+            "force the start of each output: line N of FILE (text, tokenized as the\n"
+            "output) begins the translation of input line N, the search goes on after\n"
+            "it; an empty line forces nothing; the forced pieces count in the score")},
+    {OPTION(OT_FLAG, "word-scores", 0, NULL, OFF(word_scores),
+            "print each output token's log-probability after the text, tab-separated:\n"
+            "one number per piece, the end of sentence last, separated by spaces")},
+    {OPTION(OT_CUSTOM, "alignment", 0, "MODE", WHOLE,
+            "after the text a tab and the alignment of source and output pieces from the\n"
+            "last decoder layer's attention, as 'SRC-TGT' index pairs from 0: hard (each\n"
+            "output piece with the source piece it attends to most), or soft[=T] (every\n"
+            "pair of attention at least T, default 0.5)"),
+     .parse = parse_alignment},
+    {OPTION(OT_FLAG, "alignment-words", 0, NULL, OFF(align_words),
+            "the --alignment of words instead of pieces (a word: a piece that begins\n"
+            "with the vocabulary's word boundary and the pieces after it), each pair\n"
+            "once, sorted by output word, then source word\n"
+            "(--alignment with --out hyp: in the hyp records, see nmt-cat)")},
+    {OPTION(OT_FLAG, "sample", 0, NULL, OFF(sample),
+            "draw each token from the model's distribution instead of searching (for\n"
+            "back-translation); reproducible: a sentence's sample depends on --seed and\n"
+            "its line number only")},
+    {OPTION(OT_CUSTOM, "temperature", 0, "T", WHOLE, "sample from p^(1/T) (default 1; 0: the most probable token)"),
+     .parse = parse_temperature},
+    {OPTION(OT_CUSTOM, "top-k", 0, "K", WHOLE, "sample among the K most probable tokens (default 0: all)"),
+     .parse = parse_top_k},
+    {OPTION(OT_CUSTOM, "top-p", 0, "P", WHOLE,
+            "then among the fewest most probable tokens of mass P, 0 < P <= 1 (default 1)"),
+     .parse = parse_top_p},
+    {OPTION(OT_CUSTOM, "seed", 0, "N", WHOLE, "seed of the samples (default 1)"), .parse = parse_seed},
+    {OPTION(OT_CUSTOM, "sample-beam", 0, "N", WHOLE, "N samples of each sentence, printed as --nbest rows in sample order"),
+     .parse = parse_sample_beam},
+    {OPTION(OT_FLAG, "score", 0, NULL, OFF(score),
+            "score given pairs instead of translating: input lines 'SOURCE<TAB>TARGET'\n"
+            "(or --src/--tgt, or a two-sided ids stream); prints each log-probability")},
+    {OPTION(OT_STR, "src", 0, "FILE", OFF(src), "the source side of --score as a file, parallel to --tgt")},
+    {OPTION(OT_STR, "tgt", 0, "FILE", OFF(tgt), "the target side of --score as a file, parallel to --src")},
+    {OPTION(OT_U64, "max-tokens", 0, "N", OFF(max_tokens_u), "source tokens per batch (default 4096)"), .imin = 1,
+     .imax = 100000000, .def.u = 4096},
+    {OPTION(OT_U64, "max-sentences", 0, "N", OFF(max_sentences),
+            "sentences per batch at most (default: as many as --max-tokens allows)"),
+     .imin = 1, .imax = 100000000},
+    {OPTION(OT_FLAG, "interactive", 0, NULL, OFF(interactive),
+            "translate and write each line as it arrives (default when the input is\nnot a regular file)")},
+    {OPTION(OT_FLAG, "batch-variant", 0, NULL, OFF(variant),
+            "faster products whose results may depend on the batch neighbours")},
+    {OPTION(OT_CUSTOM, "precision", 0, "P", OFF(precision),
+            "float32 (default), int8: the encoder's and decoder's linear layers in\n"
+            "8-bit integers (weights per output channel, activations per row; the\n"
+            "output projection, attention and layer norms stay float32), bf16\n"
+            "(on CPUs with AVX512-BF16: bf16 products, float32 sums), or int8-all,\n"
+            "bf16-all: the output projection in that precision too"),
+     .parse = parse_precision},
+    {OPTION(OT_FLAG, "shortlist", 0, NULL, OFF(shortlist),
+            "the output layer computes only each sentence's candidates in the\n"
+            "first model's vocabulary shortlist (nmt-avg --shortlist): faster;\n"
+            "the softmax is over them, so scores and some translations change")},
+    {OPTION(OT_STR, "backend", 0, "NAME", OFF(backend), "compute backend (default: $NMT_BACKEND, else auto)")},
+    {OPTION(OT_INT, "threads", 0, "N", OFF(threads), "worker threads in all (default: all cores)"), .imin = 0,
+     .imax = 1024},
+    {OPTION(OT_INT, "jobs", 0, "N", OFF(jobs),
+            "batches decoded at once, each on its own backend context with\n"
+            "threads/N threads, all reading one copy of the model on the cpu\n"
+            "(default: the threads, at most 4, on the cpu; 1 on an accelerator)"),
+     .imin = 1, .imax = 256},
+    {OPTION(OT_U64, "max-line-bytes", 0, "N", OFF(max_line),
+            "longest input line accepted (default 1 GiB); a longer one is an error"),
+     .imin = 1, .imax = SIZE_MAX / 2, .def.u = LINES_DEFAULT_MAX},
+    {OPTION(OT_CUSTOM, "shard", 0, "K/N", WHOLE,
+            "decode only the input's lines K, K+N, K+2N, ... (K from 1); merge the N\n"
+            "text outputs with: paste -d '\\n' out.1 ... out.N | head -n LINES"),
+     .parse = parse_shard},
+    {OPTION(OT_STR, "comm", 0, "NAME", OFF(comm),
+            "under mpirun: auto (default; MPI with N > 1 ranks), mpi, none. The ranks\n"
+            "share the batches and rank 0 writes the output, as one process would")},
+    {OPTION(OT_FLAG, "quiet", 'q', NULL, OFF(quiet), "no warnings about long lines")},
+    OPT_HELP_VERSION_END};
+#undef WHOLE
+
+static const char USAGE_HEAD[] =
+    "Usage: nmt-decode [OPTION]... -m CHECKPOINT [-i INPUT] [-o OUTPUT]\n"
+    "Translates source sentences with a trained model: raw text in (one sentence per line), detokenized\n"
+    "text out, one line per input line in input order. The checkpoint's vocabulary tokenizes the input.\n"
+    "\n";
+static const char USAGE_TAIL[] = "\nExit status: 0 success, 1 bad input or runtime failure, 2 usage error.\n";
+
 /* Parses the options into O (*INTER_SET: --interactive was given); GO_ON, or the exit status. */
 static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
 {
-    static const struct option lopts[] = {
-        {"model", required_argument, 0, 'm'},       {"input", required_argument, 0, 'i'},
-        {"output", required_argument, 0, 'o'},      {"in", required_argument, 0, OPT_IN},
-        {"out", required_argument, 0, OPT_OUT},     {"beam", required_argument, 0, 'b'},
-        {"alpha", required_argument, 0, OPT_ALPHA}, {"max-len-a", required_argument, 0, OPT_LA},
-        {"max-len-b", required_argument, 0, OPT_LB}, {"nbest", required_argument, 0, 'n'},
-        {"scores", no_argument, 0, OPT_SCORES},     {"score", no_argument, 0, OPT_SCORE},
-        {"word-scores", no_argument, 0, OPT_WSCORES}, {"sample", no_argument, 0, OPT_SAMPLE},
-        {"prefix", required_argument, 0, OPT_PREFIX}, {"alignment", required_argument, 0, OPT_ALIGN},
-        {"alignment-words", no_argument, 0, OPT_ALIGN_WORDS},
-        {"temperature", required_argument, 0, OPT_TEMP}, {"top-k", required_argument, 0, OPT_TOPK},
-        {"top-p", required_argument, 0, OPT_TOPP},  {"seed", required_argument, 0, OPT_SEED},
-        {"sample-beam", required_argument, 0, OPT_SAMPLE_BEAM},
-        {"src", required_argument, 0, OPT_SRC},     {"tgt", required_argument, 0, OPT_TGT},
-        {"max-tokens", required_argument, 0, OPT_MAXTOK}, {"interactive", no_argument, 0, OPT_INTER},
-        {"max-sentences", required_argument, 0, OPT_MAXSENT},
-        {"batch-variant", no_argument, 0, OPT_VARIANT}, {"backend", required_argument, 0, OPT_BACKEND},
-        {"precision", required_argument, 0, OPT_PRECISION}, {"shortlist", no_argument, 0, OPT_SHORTLIST},
-        {"threads", required_argument, 0, OPT_THREADS}, {"jobs", required_argument, 0, OPT_JOBS},
-        {"max-line-bytes", required_argument, 0, OPT_MAXLINE}, {"quiet", no_argument, 0, 'q'},
-        {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, OPT_VERSION},
-        {"shard", required_argument, 0, OPT_SHARD}, {"comm", required_argument, 0, OPT_COMM},
-        {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "m:i:o:b:qh", lopts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 'm':
-            if (o->nmodels == MAX_MODELS)
-                return nmt_usage_error("at most %d models (-m)", MAX_MODELS);
-            o->model[o->nmodels++] = optarg;
-            break;
-        case 'i': o->input = optarg; break;
-        case 'o': o->output = optarg; break;
-        case OPT_IN:
-            if (strcmp(optarg, "text") && strcmp(optarg, "ids"))
-                return nmt_usage_error("invalid --in '%s' (text or ids)", optarg);
-            o->in_ids = !strcmp(optarg, "ids");
-            break;
-        case OPT_OUT:
-            if (strcmp(optarg, "text") && strcmp(optarg, "hyp"))
-                return nmt_usage_error("invalid --out '%s' (text or hyp)", optarg);
-            o->out_hyp = !strcmp(optarg, "hyp");
-            break;
-        case 'b': bad = opt_int("--beam", optarg, 1, 256, &o->so.beam); break;
-        case 'n': bad = opt_int("--nbest", optarg, 1, 256, &o->so.nbest); break;
-        case OPT_ALPHA: bad = opt_double("--alpha", optarg, 0, 10, 0, &o->so.alpha); break;
-        case OPT_LA: bad = opt_double("--max-len-a", optarg, 0, 1000, 0, &o->so.len_a); break;
-        case OPT_LB: bad = opt_double("--max-len-b", optarg, 0, 1e6, 0, &o->so.len_b); break;
-        case OPT_SCORES: o->scores = 1; break;
-        case OPT_SCORE: o->score = 1; break;
-        case OPT_WSCORES: o->word_scores = 1; break;
-        case OPT_PREFIX: o->prefix = optarg; break;
-        case OPT_ALIGN: bad = parse_alignment(optarg, o); break;
-        case OPT_ALIGN_WORDS: o->align_words = 1; break;
-        case OPT_SAMPLE: o->sample = 1; break;
-        case OPT_TEMP: bad = opt_double("--temperature", optarg, 0, 1e6, 0, &o->sp.temperature); break;
-        case OPT_TOPK: bad = opt_int("--top-k", optarg, 0, 1 << 30, &o->sp.top_k); break;
-        case OPT_TOPP: bad = parse_top_p(optarg, &o->sp.top_p); break;
-        case OPT_SEED: bad = opt_u64("--seed", optarg, 0, UINT64_MAX, &o->sp.seed); break;
-        case OPT_SAMPLE_BEAM: bad = opt_int("--sample-beam", optarg, 1, 256, &o->sp.samples); break;
-        case OPT_SRC: o->src = optarg; break;
-        case OPT_TGT: o->tgt = optarg; break;
-        case OPT_MAXTOK: {
-            uint64_t v;
-            bad = opt_u64("--max-tokens", optarg, 1, 100000000, &v);
-            o->max_tokens = (long)v;
-            break;
-        }
-        case OPT_MAXSENT: bad = opt_u64("--max-sentences", optarg, 1, 100000000, &o->max_sentences); break;
-        case OPT_MAXLINE: bad = opt_u64("--max-line-bytes", optarg, 1, SIZE_MAX / 2, &o->max_line); break;
-        case OPT_INTER: o->interactive = 1, *inter_set = 1; break;
-        case OPT_VARIANT: o->variant = 1; break;
-        case OPT_SHORTLIST: o->shortlist = 1; break;
-        case OPT_PRECISION:
-            if (infer_precision_parse(optarg, &o->precision) < 0)
-                return nmt_usage_error("%s", nmt_errmsg());
-            break;
-        case OPT_BACKEND: o->backend = optarg; break;
-        case OPT_THREADS: bad = opt_int("--threads", optarg, 0, 1024, &o->threads); break;
-        case OPT_JOBS: bad = opt_int("--jobs", optarg, 1, 256, &o->jobs); break;
-        case OPT_SHARD: bad = parse_shard(optarg, o); break;
-        case OPT_COMM: o->comm = optarg; break;
-        case 'q': o->quiet = 1; break;
-        case 'h': usage(); return 0;
-        case OPT_VERSION: nmt_print_version(); return 0;
-        default: return nmt_usage_hint();
-        }
-        if (bad < 0)
-            return NMT_EXIT_USAGE;
-        o->sample_set |= c == OPT_TEMP || c == OPT_TOPK || c == OPT_TOPP || c == OPT_SEED || c == OPT_SAMPLE_BEAM;
-    }
+    opt_defaults(OPTIONS, o);
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, o, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
     if (optind < argc)
         return nmt_usage_error("unexpected argument '%s'", argv[optind]);
+    o->max_tokens = (long)o->max_tokens_u;
+    *inter_set = o->interactive;
     return check_args(o);
 }
 
@@ -1331,8 +1355,7 @@ static int join_ranks(struct state *st, struct opts *o)
 int main(int argc, char **argv)
 {
     nmt_start(argv);
-    struct opts o = {.max_tokens = 4096, .precision = NMT_DTYPE_F32, .max_line = LINES_DEFAULT_MAX,
-                     .so = SEARCH_OPTS_DEFAULT,
+    struct opts o = {.precision = NMT_DTYPE_F32, .so = SEARCH_OPTS_DEFAULT, /* the rest: the table's */
                      .sp = {.samples = 1, .temperature = 1, .top_k = 0, .top_p = 1, .seed = 1}};
     int inter_set = 0;
     int status = parse_args(argc, argv, &o, &inter_set);

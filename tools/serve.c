@@ -3,11 +3,11 @@
  * and decoded by libcommon/serve/pool.c through the search of nmt-decode. With --client, the
  * client of such a server instead (libcommon/serve/client.c, through libcurl). */
 #include <errno.h>
-#include <getopt.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,66 +24,6 @@
 #include "serve/pool.h"
 #include "serve/request.h"
 
-static void usage(void)
-{
-    printf("Usage: %s [OPTION]... -m CHECKPOINT\n"
-           "  or:  %s --client URL [-b K] [--nbest N] [--scores] [--batch-lines N] < text > translations\n"
-           "Serves translations over HTTP: POST /translate takes {\"text\": [\"...\"], \"beam\": K, \"nbest\": N}\n"
-           "and answers {\"translations\": [...]}; GET /health, GET /metrics (Prometheus text), GET / (a page\n"
-           "to try the model). The sentences of concurrent requests are decoded together in batches; a sentence\n"
-           "translates exactly as nmt-decode translates it with the same options.\n"
-           "\n"
-           "  -m, --model FILE        checkpoint written by nmt-train (required)\n"
-           "      --listen HOST:PORT  address to listen on (default 127.0.0.1:8080; port 0: any free port)\n"
-           "      --port-file FILE    write the address listened on to FILE once listening\n"
-           "  -b, --beam K            beam size of requests that give none (default 1: greedy)\n"
-           "      --nbest N           translations per sentence of requests that give none (default 1)\n"
-           "      --max-beam K        largest beam a request may ask (default 16)\n"
-           "      --alpha A           length penalty exponent, ((5+len)/6)^A (default 0.6)\n"
-           "      --max-len-a A, --max-len-b B\n"
-           "                          longest output: A * source tokens + B, with EOS (default 1, 50)\n"
-           "  -t, --max-tokens N      source tokens per batch (default 4096)\n"
-           "      --max-sentences N   sentences per batch at most (default: as many as --max-tokens allows)\n"
-           "      --max-wait-ms MS    how long a batch that is not full waits for more sentences (default 10)\n"
-           "      --max-queue N       sentences waiting at most; a request that does not fit is answered 503\n"
-           "                          with Retry-After (default 1024)\n"
-           "      --max-request-sentences N  sentences of one request at most (default 256)\n"
-           "      --max-body-bytes N  bytes of a request body at most (default 1048576)\n"
-           "      --max-line-bytes N  bytes of one sentence at most (default 65536)\n"
-           "      --max-connections N connections at once at most (default 256)\n"
-           "      --timeout SECONDS   close a connection idle or stalled that long (default 30)\n"
-           "      --precision P       float32 (default), int8, int8-all, bf16, bf16-all (as nmt-decode)\n"
-           "      --shortlist         the output layer over each sentence's shortlisted pieces (as nmt-decode)\n"
-           "      --backend NAME      compute backend (default: $NMT_BACKEND, else auto)\n"
-           "      --threads N         worker threads in all (default: all cores)\n"
-           "      --jobs N            batches decoded at once, each with threads/N threads, all reading one\n"
-           "                          copy of the model (default: the threads, at most 4; 1 on an accelerator)\n"
-           "  -q, --quiet             no log lines on stderr\n"
-           "\n"
-           "Client mode (a client of a running server, no model of its own):\n"
-           "      --client URL        send the lines of stdin to the server at URL (http://HOST:PORT) and write\n"
-           "                          their translations to stdout in order, as nmt-decode writes them; -b and\n"
-           "                          --nbest are sent with each request (default: the server's)\n"
-           "      --scores            score TAB translation, as nmt-decode --scores\n"
-           "      --batch-lines N     lines sent in one request at most (default 32)\n"
-           "      --retry-for SECONDS send a request answered 503 again, after its Retry-After, for that long\n"
-           "                          at most (default 60)\n"
-           "      --timeout SECONDS   with --client: the longest a request may take (default 300)\n"
-           "  -h, --help              show this help and exit\n"
-           "      --version           show version information and exit\n"
-           "\n"
-           "SIGTERM or SIGINT: stop accepting connections, answer the requests in flight, exit 0.\n"
-           "SIGHUP: read the checkpoint again and serve new requests with it; those in flight finish on the old.\n"
-           "Exit status: 0 success, 1 runtime failure, 2 usage error.\n",
-           nmt_progname(), nmt_progname());
-}
-
-enum {
-    OPT_LISTEN = 256, OPT_PORTFILE, OPT_NBEST, OPT_MAXBEAM, OPT_ALPHA, OPT_LA, OPT_LB, OPT_MAXSENT, OPT_WAIT, OPT_QUEUE,
-    OPT_REQSENT, OPT_BODY, OPT_LINE, OPT_CONNS, OPT_TIMEOUT, OPT_PRECISION, OPT_SHORTLIST, OPT_BACKEND, OPT_THREADS,
-    OPT_JOBS, OPT_VERSION, OPT_CLIENT, OPT_SCORES, OPT_BATCHLINES, OPT_RETRY
-};
-
 struct opts {
     struct serve_opts so;      /* the pool's */
     struct serve_limits lim;   /* the requests' */
@@ -93,6 +33,10 @@ struct opts {
     int quiet;
     struct serve_client_opts client; /* client mode when client.url is set */
     size_t batch_lines;
+    struct { /* the table's numbers, copied into the fields above by apply_sizes */
+        uint64_t max_tokens, max_batch, max_queue, max_request_sentences, max_line_bytes, max_body, conns, timeout,
+            batch_lines;
+    } u;
 };
 
 /* ---- the server ---- */
@@ -434,6 +378,115 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MH
 
 /* ---- options ---- */
 
+/* --precision: infer_precision_parse's names into the uint32_t FIELD. */
+static int parse_precision(const char *opt, const char *arg, void *field)
+{
+    (void)opt;
+    if (infer_precision_parse(arg, field) < 0)
+        return nmt_usage_error("%s", nmt_errmsg()), -1;
+    return 0;
+}
+
+#define OFF(field) offsetof(struct opts, field)
+#define MANY UINT64_C(100000000)
+static const struct opt_spec OPTIONS[] = {
+    {OPTION(OT_STR, "model", 'm', "FILE", OFF(so.model), "checkpoint written by nmt-train (required)")},
+    {OPTION(OT_STR, "listen", 0, "HOST:PORT", OFF(listen),
+            "address to listen on (default 127.0.0.1:8080; port 0: any free port)"),
+     .def.s = "127.0.0.1:8080"},
+    {OPTION(OT_STR, "port-file", 0, "FILE", OFF(port_file), "write the address listened on to FILE once listening")},
+    {OPTION(OT_INT, "beam", 'b', "K", OFF(lim.beam), "beam size of requests that give none (default 1: greedy)"),
+     .imin = 1, .imax = 256},
+    {OPTION(OT_INT, "nbest", 0, "N", OFF(lim.nbest), "translations per sentence of requests that give none (default 1)"),
+     .imin = 1, .imax = 256},
+    {OPTION(OT_INT, "max-beam", 0, "K", OFF(lim.max_beam), "largest beam a request may ask (default 16)"), .imin = 1,
+     .imax = 256, .def.i = 16},
+    {OPTION(OT_DOUBLE, "alpha", 0, "A", OFF(so.so.alpha), "length penalty exponent, ((5+len)/6)^A (default 0.6)"),
+     .dmin = 0, .dmax = 10, .def.d = 0.6},
+    {OPTION(OT_DOUBLE, "max-len-a", 0, "A", OFF(so.so.len_a),
+            "longest output: A * source tokens + B, with EOS (default 1)"),
+     .dmin = 0, .dmax = 1000, .def.d = 1},
+    {OPTION(OT_DOUBLE, "max-len-b", 0, "B", OFF(so.so.len_b), "B of --max-len-a (default 50)"), .dmin = 0, .dmax = 1e6,
+     .def.d = 50},
+    {OPTION(OT_U64, "max-tokens", 't', "N", OFF(u.max_tokens), "source tokens per batch (default 4096)"), .imin = 1,
+     .imax = MANY, .def.u = 4096},
+    {OPTION(OT_U64, "max-sentences", 0, "N", OFF(u.max_batch),
+            "sentences per batch at most (default: as many as --max-tokens allows)"),
+     .imin = 1, .imax = MANY},
+    {OPTION(OT_INT, "max-wait-ms", 0, "MS", OFF(so.max_wait_ms),
+            "how long a batch that is not full waits for more sentences (default 10)"),
+     .imin = 0, .imax = 60000, .def.i = 10},
+    {OPTION(OT_U64, "max-queue", 0, "N", OFF(u.max_queue),
+            "sentences waiting at most; a request that does not fit is answered 503\nwith Retry-After (default 1024)"),
+     .imin = 1, .imax = MANY, .def.u = 1024},
+    {OPTION(OT_U64, "max-request-sentences", 0, "N", OFF(u.max_request_sentences),
+            "sentences of one request at most (default 256)"),
+     .imin = 1, .imax = MANY, .def.u = 256},
+    {OPTION(OT_U64, "max-body-bytes", 0, "N", OFF(u.max_body), "bytes of a request body at most (default 1048576)"),
+     .imin = 1, .imax = UINT64_C(1) << 32, .def.u = 1 << 20},
+    {OPTION(OT_U64, "max-line-bytes", 0, "N", OFF(u.max_line_bytes), "bytes of one sentence at most (default 65536)"),
+     .imin = 1, .imax = UINT64_C(1) << 32, .def.u = 65536},
+    {OPTION(OT_U64, "max-connections", 0, "N", OFF(u.conns), "connections at once at most (default 256)"), .imin = 1,
+     .imax = 100000, .def.u = 256},
+    {OPTION(OT_U64, "timeout", 0, "SECONDS", OFF(u.timeout),
+            "close a connection idle or stalled that long (default 30); with\n"
+            "--client: the longest a request may take (default 300)"),
+     .imin = 1, .imax = 86400},
+    {OPTION(OT_CUSTOM, "precision", 0, "P", OFF(so.precision),
+            "float32 (default), int8, int8-all, bf16, bf16-all (as nmt-decode)"),
+     .parse = parse_precision},
+    {OPTION(OT_FLAG, "shortlist", 0, NULL, OFF(so.shortlist),
+            "the output layer over each sentence's shortlisted pieces (as nmt-decode)")},
+    {OPTION(OT_STR, "backend", 0, "NAME", OFF(so.backend), "compute backend (default: $NMT_BACKEND, else auto)")},
+    {OPTION(OT_INT, "threads", 0, "N", OFF(so.threads), "worker threads in all (default: all cores)"), .imin = 0,
+     .imax = 1024},
+    {OPTION(OT_INT, "jobs", 0, "N", OFF(so.jobs),
+            "batches decoded at once, each with threads/N threads, all reading one\n"
+            "copy of the model (default: the threads, at most 4; 1 on an accelerator)"),
+     .imin = 1, .imax = 256},
+    {OPTION(OT_FLAG, "quiet", 'q', NULL, OFF(quiet), "no log lines on stderr")},
+    {.type = OT_TEXT, .help = "\nClient mode (a client of a running server, no model of its own):"},
+    {OPTION(OT_STR, "client", 0, "URL", OFF(client.url),
+            "send the lines of stdin to the server at URL (http://HOST:PORT) and write\n"
+            "their translations to stdout in order, as nmt-decode writes them; -b and\n"
+            "--nbest are sent with each request (default: the server's)")},
+    {OPTION(OT_FLAG, "scores", 0, NULL, OFF(client.scores), "score TAB translation, as nmt-decode --scores")},
+    {OPTION(OT_U64, "batch-lines", 0, "N", OFF(u.batch_lines), "lines sent in one request at most (default 32)"),
+     .imin = 1, .imax = 1000000},
+    {OPTION(OT_DOUBLE, "retry-for", 0, "SECONDS", OFF(client.retry_for),
+            "send a request answered 503 again, after its Retry-After, for that long\nat most (default 60)"),
+     .dmin = 0, .dmax = 86400, .def.d = 60},
+    OPT_HELP_VERSION_END};
+#undef MANY
+
+static const char USAGE_HEAD[] =
+    "Usage: nmt-serve [OPTION]... -m CHECKPOINT\n"
+    "  or:  nmt-serve --client URL [-b K] [--nbest N] [--scores] [--batch-lines N] < text > translations\n"
+    "Serves translations over HTTP: POST /translate takes {\"text\": [\"...\"], \"beam\": K, \"nbest\": N}\n"
+    "and answers {\"translations\": [...]}; GET /health, GET /metrics (Prometheus text), GET / (a page\n"
+    "to try the model). The sentences of concurrent requests are decoded together in batches; a sentence\n"
+    "translates exactly as nmt-decode translates it with the same options.\n"
+    "\n";
+static const char USAGE_TAIL[] =
+    "\n"
+    "SIGTERM or SIGINT: stop accepting connections, answer the requests in flight, exit 0.\n"
+    "SIGHUP: read the checkpoint again and serve new requests with it; those in flight finish on the old.\n"
+    "Exit status: 0 success, 1 runtime failure, 2 usage error.\n";
+
+/* Copies the table's 64-bit numbers into the fields of O of other types. */
+static void apply_sizes(struct opts *o)
+{
+    o->so.max_tokens = (long)o->u.max_tokens;
+    o->so.max_batch = (size_t)o->u.max_batch;
+    o->so.max_queue = (size_t)o->u.max_queue;
+    o->lim.max_sentences = (size_t)o->u.max_request_sentences;
+    o->lim.max_line_bytes = (size_t)o->u.max_line_bytes;
+    o->max_body = (size_t)o->u.max_body;
+    o->conns = (unsigned)o->u.conns;
+    o->timeout = (unsigned)o->u.timeout;
+    o->batch_lines = (size_t)o->u.batch_lines;
+}
+
 /* Checks the combinations of options; -1 to go on, or the usage error's exit status. */
 static int check_args(struct opts *o)
 {
@@ -459,89 +512,23 @@ static int check_args(struct opts *o)
     return -1;
 }
 
-/* Parses an option argument in [MIN, MAX] into *OUT (a size_t). 0, or -1 after a usage error. */
-static int opt_size(const char *opt, const char *arg, uint64_t min, uint64_t max, size_t *out)
-{
-    uint64_t v;
-    if (opt_u64(opt, arg, min, max, &v) < 0)
-        return -1;
-    *out = (size_t)v;
-    return 0;
-}
-
-/* Parses one option C (argument ARG) into O; 0, 1 to exit 0 (--help, --version), or -1 (usage). */
-static int parse_opt(int c, const char *arg, struct opts *o)
-{
-    uint64_t v;
-    size_t z;
-    int bad = 0;
-    switch (c) {
-    case 'm': o->so.model = arg; break;
-    case OPT_LISTEN: o->listen = arg; break;
-    case OPT_PORTFILE: o->port_file = arg; break;
-    case 'b': bad = opt_int("--beam", arg, 1, 256, &o->lim.beam), o->client.beam = o->lim.beam; break;
-    case OPT_NBEST: bad = opt_int("--nbest", arg, 1, 256, &o->lim.nbest), o->client.nbest = o->lim.nbest; break;
-    case OPT_MAXBEAM: bad = opt_int("--max-beam", arg, 1, 256, &o->lim.max_beam); break;
-    case OPT_ALPHA: bad = opt_double("--alpha", arg, 0, 10, 0, &o->so.so.alpha); break;
-    case OPT_LA: bad = opt_double("--max-len-a", arg, 0, 1000, 0, &o->so.so.len_a); break;
-    case OPT_LB: bad = opt_double("--max-len-b", arg, 0, 1e6, 0, &o->so.so.len_b); break;
-    case 't': bad = opt_u64("--max-tokens", arg, 1, 100000000, &v), o->so.max_tokens = (long)v; break;
-    case OPT_MAXSENT: bad = opt_size("--max-sentences", arg, 1, 100000000, &o->so.max_batch); break;
-    case OPT_WAIT: bad = opt_int("--max-wait-ms", arg, 0, 60000, &o->so.max_wait_ms); break;
-    case OPT_QUEUE: bad = opt_size("--max-queue", arg, 1, 100000000, &o->so.max_queue); break;
-    case OPT_REQSENT: bad = opt_size("--max-request-sentences", arg, 1, 100000000, &o->lim.max_sentences); break;
-    case OPT_BODY: bad = opt_size("--max-body-bytes", arg, 1, UINT64_C(1) << 32, &o->max_body); break;
-    case OPT_LINE: bad = opt_size("--max-line-bytes", arg, 1, UINT64_C(1) << 32, &o->lim.max_line_bytes); break;
-    case OPT_CONNS: bad = opt_size("--max-connections", arg, 1, 100000, &z), o->conns = (unsigned)z; break;
-    case OPT_TIMEOUT: bad = opt_size("--timeout", arg, 1, 86400, &z), o->timeout = (unsigned)z; break;
-    case OPT_PRECISION:
-        if (infer_precision_parse(arg, &o->so.precision) < 0)
-            return nmt_usage_error("%s", nmt_errmsg()), -1;
-        break;
-    case OPT_SHORTLIST: o->so.shortlist = 1; break;
-    case OPT_BACKEND: o->so.backend = arg; break;
-    case OPT_THREADS: bad = opt_int("--threads", arg, 0, 1024, &o->so.threads); break;
-    case OPT_JOBS: bad = opt_int("--jobs", arg, 1, 256, &o->so.jobs); break;
-    case 'q': o->quiet = 1; break;
-    case OPT_CLIENT: o->client.url = arg; break;
-    case OPT_SCORES: o->client.scores = 1; break;
-    case OPT_BATCHLINES: bad = opt_size("--batch-lines", arg, 1, 1000000, &o->batch_lines); break;
-    case OPT_RETRY: bad = opt_double("--retry-for", arg, 0, 86400, 0, &o->client.retry_for); break;
-    case 'h': usage(); return 1;
-    case OPT_VERSION: nmt_print_version(); return 1;
-    default: nmt_usage_hint(); return -1;
-    }
-    return bad < 0 ? -1 : 0;
-}
-
 /* Parses the options into O; -1 to go on, or the exit status. */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-    static const struct option lopts[] = {
-        {"model", required_argument, 0, 'm'},           {"listen", required_argument, 0, OPT_LISTEN},
-        {"port-file", required_argument, 0, OPT_PORTFILE}, {"beam", required_argument, 0, 'b'},
-        {"nbest", required_argument, 0, OPT_NBEST},     {"max-beam", required_argument, 0, OPT_MAXBEAM},
-        {"alpha", required_argument, 0, OPT_ALPHA},     {"max-len-a", required_argument, 0, OPT_LA},
-        {"max-len-b", required_argument, 0, OPT_LB},    {"max-tokens", required_argument, 0, 't'},
-        {"max-sentences", required_argument, 0, OPT_MAXSENT}, {"max-wait-ms", required_argument, 0, OPT_WAIT},
-        {"max-queue", required_argument, 0, OPT_QUEUE}, {"max-request-sentences", required_argument, 0, OPT_REQSENT},
-        {"max-body-bytes", required_argument, 0, OPT_BODY}, {"max-line-bytes", required_argument, 0, OPT_LINE},
-        {"max-connections", required_argument, 0, OPT_CONNS}, {"timeout", required_argument, 0, OPT_TIMEOUT},
-        {"precision", required_argument, 0, OPT_PRECISION}, {"shortlist", no_argument, 0, OPT_SHORTLIST},
-        {"backend", required_argument, 0, OPT_BACKEND}, {"threads", required_argument, 0, OPT_THREADS},
-        {"jobs", required_argument, 0, OPT_JOBS},       {"quiet", no_argument, 0, 'q'},
-        {"help", no_argument, 0, 'h'},                  {"version", no_argument, 0, OPT_VERSION},
-        {"client", required_argument, 0, OPT_CLIENT},   {"scores", no_argument, 0, OPT_SCORES},
-        {"batch-lines", required_argument, 0, OPT_BATCHLINES}, {"retry-for", required_argument, 0, OPT_RETRY},
-        {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "m:b:t:qh", lopts, NULL)) != -1) {
-        int rc = parse_opt(c, optarg, o);
-        if (rc)
-            return rc > 0 ? NMT_EXIT_OK : NMT_EXIT_USAGE;
-    }
+    opt_defaults(OPTIONS, o);
+    int parsed = opt_parse_tool(OPTIONS, argc, argv, o, USAGE_HEAD, USAGE_TAIL);
+    if (parsed != OPT_PROCEED)
+        return parsed;
     if (optind < argc)
         return nmt_usage_error("unexpected argument '%s'", argv[optind]);
+    apply_sizes(o);
+    /* -b and --nbest given are also the client's, sent with each request (0: the server's) */
+    o->client.beam = o->lim.beam;
+    o->client.nbest = o->lim.nbest;
+    if (!o->lim.beam)
+        o->lim.beam = 1;
+    if (!o->lim.nbest)
+        o->lim.nbest = 1;
     return check_args(o);
 }
 
@@ -750,10 +737,7 @@ static int client_main(const struct opts *o)
 int main(int argc, char **argv)
 {
     nmt_start(argv);
-    struct opts o = {.listen = "127.0.0.1:8080", .max_body = 1 << 20, .conns = 256, .client = {.retry_for = 60},
-                     .lim = {.max_sentences = 256, .max_line_bytes = 65536, .max_beam = 16, .beam = 1, .nbest = 1},
-                     .so = {.precision = NMT_DTYPE_F32, .max_tokens = 4096, .max_wait_ms = 10, .max_queue = 1024,
-                            .so = SEARCH_OPTS_DEFAULT}};
+    struct opts o = {.so = {.precision = NMT_DTYPE_F32, .so = SEARCH_OPTS_DEFAULT}}; /* the rest: the table's */
     int status = parse_args(argc, argv, &o);
     if (status >= 0)
         return status;
