@@ -179,9 +179,10 @@ static int cmp_pair(const void *x, const void *y)
 static int align_to_words(const struct vocab *v, const uint32_t *src, uint32_t sn, const uint32_t *out, uint32_t n,
                           struct align_pairs *a)
 {
-    uint32_t *sw = malloc(((size_t)sn + n + 1) * sizeof *sw), *ow = sw + sn;
+    uint32_t *sw = nmt_malloc(((size_t)sn + n + 1) * sizeof *sw);
     if (!sw)
-        return nmt_seterr("out of memory");
+        return -1;
+    uint32_t *ow = sw + sn;
     tokenizer_word_index(v, src, sn, sw);
     tokenizer_word_index(v, out, n, ow);
     for (uint32_t k = 0; k < a->np; k++) {
@@ -189,6 +190,8 @@ static int align_to_words(const struct vocab *v, const uint32_t *src, uint32_t s
         a->p[2 * k + 1] = ow[a->p[2 * k + 1]];
     }
     free(sw);
+    if (a->np < 2) /* nothing to sort or merge (and no array at all when no pair was added) */
+        return 0;
     qsort(a->p, a->np, 2 * sizeof *a->p, cmp_pair);
     uint32_t m = 0;
     for (uint32_t k = 0; k < a->np; k++)
