@@ -19,13 +19,8 @@ if [ "${VALGRIND:-0}" = 1 ]; then
     export NMT_TEST_QUICK=1
 fi
 status=0
-# Tests run this many at a time: unit tests, and Bats files (each file's tests in order) when GNU
-# parallel is installed, as Bats needs it for --jobs.
-test_jobs=${NMT_TEST_JOBS:-$(nproc)}
-bats_jobs=()
-if [ "$test_jobs" -gt 1 ] && command -v parallel > /dev/null; then
-    bats_jobs=(--jobs "$test_jobs" --no-parallelize-within-files)
-fi
+# Tests run this many at a time: unit tests, and Bats files (each file's tests in order).
+. "$(dirname "$0")/jobs.bash"
 
 tap_count() { # reads TAP on stdin, echoes "passed failed skipped" (a skip is not a pass)
     awk '/^ok .*# [Ss][Kk][Ii][Pp]/{s++; next} /^ok /{p++} /^not ok /{f++} END{print p+0, f+0, s+0}'

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Bats suites under load: runs tests/bats/*.bats N times (default 5) against the plain build
-# (bin/, build/) while a busy loop spins on every core, and reports every test that failed in any
+# (bin/, build/), as many files at a time as make check runs them (NMT_TEST_JOBS, tests/jobs.bash),
+# while a busy loop spins on every core, and reports every test that failed in any
 # round, with how many times. A test that passes on an idle machine but fails here depends on timing:
 # a pipe whose reader stops early under pipefail, a deadline, an assumed order of processes.
 #
@@ -16,6 +17,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 cd "$src"
 [ -x bin/nmt-train ] || { echo "stress: no build in bin/: run make tests-built first" >&2; exit 2; }
 bin=$(cd bin && pwd)
+. tests/jobs.bash
 export NMT_SRCDIR=$src NMT_BIN=$bin NMT_PLUGIN_PATH=$bin PATH="$bin:$PATH"
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/nmt-stress.XXXXXX")
@@ -35,11 +37,11 @@ for ((c = 0; c < cores; c++)); do
     busy+=($!)
 done
 
-echo "stress: $rounds round(s) of the Bats suites beside $cores busy loop(s); logs in $logs"
+echo "stress: $rounds round(s) of the Bats suites, $test_jobs file(s) at a time, beside $cores busy loop(s); logs in $logs"
 start=$(date +%s)
 for ((r = 1; r <= rounds; r++)); do
     t=$(date +%s)
-    bats --tap tests/bats/*.bats > "$logs/round-$r.tap" 2>&1
+    bats --tap "${bats_jobs[@]}" tests/bats/*.bats > "$logs/round-$r.tap" 2>&1
     rc=$?
     # "not ok N name", then "# (in test file F, line L)" or "# (from function `f' in file F, ...)":
     # one "F: name" line per failed test
