@@ -270,3 +270,49 @@ int out_remove_stale(const char *path)
     free(dir);
     return removed;
 }
+
+int nmt_read_whole(const char *path, size_t max, struct nmt_buf *out)
+{
+    out->len = 0;
+    int fd = nmt_open_in(path);
+    if (fd < 0)
+        return -1;
+    const char *name = nmt_path_name(path, 0);
+    int rc = 0;
+    for (;;) {
+        if (out->len > max) {
+            rc = nmt_seterr("'%s' is larger than %zu bytes", name, max);
+            break;
+        }
+        if (nmt_buf_reserve(out, 65536) < 0) {
+            rc = -1;
+            break;
+        }
+        ssize_t n = read(fd, out->data + out->len, out->cap - out->len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = nmt_seterr("cannot read '%s': %s", name, strerror(errno));
+            break;
+        }
+        if (n == 0)
+            break;
+        out->len += (size_t)n;
+    }
+    if (fd != STDIN_FILENO)
+        close(fd);
+    return rc;
+}
+
+int nmt_write_whole(const char *path, const void *data, size_t len)
+{
+    struct out_file f;
+    if (out_file_open(&f, path) < 0)
+        return -1;
+    if (nmt_write_all(f.fd, data, len) < 0) {
+        nmt_seterr("cannot write '%s': %s", path, strerror(errno));
+        out_file_abort(&f);
+        return -1;
+    }
+    return out_file_commit(&f);
+}

@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "base/buf.h"
+
 /* Opens PATH for reading ("-" or NULL = stdin); returns an fd or -1 with the error set. */
 int nmt_open_in(const char *path);
 /* Opens PATH for writing ("-" or NULL = stdout, refused when BINARY and stdout is a terminal);
@@ -56,5 +58,13 @@ int out_remove_stale(const char *path);
 
 /* Writes all LEN bytes to FD, retrying short writes and EINTR; 0 or -1 with the error set. */
 int nmt_write_all(int fd, const void *buf, size_t len);
+
+/* Reads the whole input PATH ("-" or NULL: stdin) into OUT (its content replaced), refusing one
+ * larger than MAX bytes. 0, or -1 with the error set ("cannot read 'PATH': ...", "'PATH' is larger
+ * than MAX bytes"). */
+int nmt_read_whole(const char *path, size_t max, struct nmt_buf *out);
+/* Writes LEN bytes at DATA as the named output PATH, atomically (out_file_open ... commit). 0, or
+ * -1 with the error set and PATH left as it was. */
+int nmt_write_whole(const char *path, const void *data, size_t len);
 
 #endif
