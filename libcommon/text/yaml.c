@@ -159,7 +159,7 @@ static char *yp_scalar(struct yp *p, enum ctx ctx)
         yp_err(p, "expected ',' or ']' in a flow list");
         return NULL;
     }
-    if (memchr(p->tmp.data, 0, p->tmp.len)) {
+    if (p->tmp.len && memchr(p->tmp.data, 0, p->tmp.len)) {
         yp_err(p, "NUL byte in a scalar");
         return NULL;
     }
@@ -343,7 +343,7 @@ int yaml_parse(const char *data, size_t len, const char *name, struct yaml_map *
         return nmt_seterr("%s: larger than %u bytes", name, YAML_MAX_FILE);
     while (len > 0 && data[len - 1] == 0)
         len--;
-    const char *nul = memchr(data, 0, len);
+    const char *nul = len ? memchr(data, 0, len) : NULL;
     if (nul)
         return nmt_seterr("%s: byte %zu: NUL byte in YAML text", name, (size_t)(nul - data));
     size_t bad;
