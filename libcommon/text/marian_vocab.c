@@ -10,6 +10,7 @@
 #include "base/utf8.h"
 #include "base/util.h"
 #include "io/file.h"
+#include "text/spm.h"
 #include "text/yaml.h"
 
 struct mvocab *mvocab_new(void)
@@ -183,4 +184,52 @@ int mvocab_save(const struct mvocab *v, const char *path)
         rc = nmt_write_whole(path, b.data, b.len);
     nmt_buf_free(&b);
     return rc;
+}
+
+struct vocab *mvocab_to_vocab(const struct mvocab *mv)
+{
+    int64_t eos = mvocab_find(mv, MVOCAB_EOS, strlen(MVOCAB_EOS)), unk = mvocab_find(mv, MVOCAB_UNK, strlen(MVOCAB_UNK));
+    if (eos < 0 || unk < 0) {
+        nmt_seterr("the vocabulary lacks '%s' (Marian needs '" MVOCAB_EOS "' and '" MVOCAB_UNK "')",
+                   eos < 0 ? MVOCAB_EOS : MVOCAB_UNK);
+        return NULL;
+    }
+    struct strtab words;
+    struct nmt_buf w = {0}, model = {0};
+    struct vocab *v = NULL;
+    strtab_init(&words);
+    int rc = 0;
+    for (uint32_t id = 0; id < mvocab_size(mv) && rc == 0; id++) {
+        uint32_t len;
+        const char *s = mvocab_piece(mv, id, &len);
+        w.len = 0;
+        if (id != eos && id != unk)
+            rc = nmt_buf_append(&w, "\xE2\x96\x81", 3);
+        rc = rc < 0 || nmt_buf_append(&w, s, len) < 0 || strtab_intern(&words, w.data, w.len, NULL) < 0 ? -1 : 0;
+    }
+    if (rc == 0 && spm_format_word_model(&words, unk, eos, &model) == 0)
+        v = vocab_parse((const char *)model.data, model.len, "marian-vocabulary");
+    strtab_free(&words);
+    nmt_buf_free(&w);
+    nmt_buf_free(&model);
+    return v;
+}
+
+struct mvocab *mvocab_from_vocab(const struct vocab *v)
+{
+    struct mvocab *mv = mvocab_new();
+    for (uint32_t id = NMT_EOS; mv && id < v->n; id++) {
+        uint32_t len;
+        const char *s = id == NMT_EOS ? MVOCAB_EOS : id == NMT_UNK ? MVOCAB_UNK : vocab_piece(v, id, &len);
+        if (id <= NMT_UNK)
+            len = (uint32_t)strlen(s);
+        else if (v->spm && v->spm->type == SPM_WORD && len > 3 && !memcmp(s, "\xE2\x96\x81", 3))
+            s += 3, len -= 3; /* a word model's piece is U+2581 + the word */
+        if (mvocab_add(mv, s, len) < 0) {
+            nmt_seterr("piece %u: %s", id, nmt_errmsg());
+            mvocab_free(mv);
+            return NULL;
+        }
+    }
+    return mv;
 }

@@ -10,6 +10,7 @@
 
 #include "base/buf.h"
 #include "base/strtab.h"
+#include "text/vocab.h"
 
 #define MVOCAB_MAX_SIZE (1u << 24)   /* most pieces a reader accepts */
 #define MVOCAB_EOS "</s>"
@@ -51,5 +52,17 @@ int mvocab_is_yml(const char *path);
 int mvocab_format_yml(const struct mvocab *v, struct nmt_buf *out);
 /* Writes V to PATH atomically, as .yml when mvocab_is_yml(PATH), else as plain text. 0 or -1. */
 int mvocab_save(const struct mvocab *v, const char *path);
+
+/* The nmt vocabulary of Marian vocabulary MV, as Marian reads its input: each space-separated word
+ * of a line is one piece, or <unk> (a SentencePiece word model, text/spm.h, whose pieces are
+ * U+2581 + each piece of MV, but "</s>" and "<unk>", which are its end of sentence and unknown
+ * pieces). Marian id k is nmt id v->spm->to_nmt[k]. Returns it, or NULL with the error set (MV
+ * lacks "</s>" or "<unk>"). */
+struct vocab *mvocab_to_vocab(const struct mvocab *mv);
+/* The Marian vocabulary of nmt vocabulary V: "</s>" (nmt id 2) is id 0, "<unk>" (3) id 1, and nmt
+ * id i >= 4 is id i - 2 (nmt's <pad> and <s> have none); the pieces' texts as vocab_piece gives
+ * them (a word model's without their leading U+2581: mvocab_to_vocab's inverse). Returns it, or NULL with the error set (a piece Marian's files cannot hold: empty, with a
+ * NUL or line break, or the same text twice). */
+struct mvocab *mvocab_from_vocab(const struct vocab *v);
 
 #endif

@@ -455,6 +455,33 @@ static int encode_bpe(struct spm_encoder *e, uint32_t *nraw)
     return bpe_cached(e, word, size, nraw);
 }
 
+/* Word model: each word of the normalised line (from one U+2581 to the next) is the normal piece of
+ * that text, or the unknown piece, into E's raw pieces (*NRAW). */
+static int encode_word(struct spm_encoder *e, uint32_t *nraw)
+{
+    const struct spm_model *m = e->m;
+    const char *t = (const char *)e->norm.data;
+    size_t size = e->norm.len, word = 0;
+    *nraw = 0;
+    for (size_t off = 0; off <= size;) {
+        size_t l = off < size ? one_char_len(t + off) : 0;
+        if (l > size - off)
+            l = size - off;
+        if (off == size || (l == 3 && off > word && memcmp(t + off, space_symbol, 3) == 0)) {
+            int64_t id = strtab_find(&m->text, t + word, off - word);
+            if (id < 0 || m->ptype[id] != SPM_NORMAL)
+                id = m->unk;
+            if (raw_push(e, nraw, (uint32_t)id, (uint32_t)off) < 0)
+                return -1;
+            word = off;
+        }
+        if (off == size)
+            break;
+        off += l;
+    }
+    return 0;
+}
+
 static int push_id(uint32_t **ids, uint32_t *n, uint32_t *cap, uint32_t id)
 {
     if (*n == *cap) {
@@ -480,10 +507,11 @@ int spm_encode(struct spm_encoder *e, const char *s, size_t len, uint32_t **ids,
         return nmt_seterr("%s: a line of more than 2^31 bytes", m->name);
     if (e->norm.len == 0)
         return 0;
-    if ((m->type == SPM_BPE ? encode_bpe(e, &nraw) : encode_unigram(e, &nraw)) < 0)
+    if ((m->type == SPM_BPE ? encode_bpe(e, &nraw) : m->type == SPM_WORD ? encode_word(e, &nraw)
+                                                                        : encode_unigram(e, &nraw)) < 0)
         return -1;
     /* spm's PopulateSentencePieceText: unknown pieces as their bytes (byte fallback), or a run of
-     * them as one */
+     * them as one (a word model keeps each unknown word, as Marian's vocabularies do) */
     int prev_unk = 0;
     for (uint32_t i = 0, start = 0; i < nraw; start = e->raw_end[i++]) {
         uint32_t id = e->raw[i];
@@ -492,7 +520,7 @@ int spm_encode(struct spm_encoder *e, const char *s, size_t len, uint32_t **ids,
         if (unk && m->byte_fallback) {
             for (uint32_t k = start; k < e->raw_end[i] && rc == 0; k++)
                 rc = push_id(ids, n, cap, m->to_nmt[m->byte_piece[e->norm.data[k]]]);
-        } else if (!(unk && prev_unk)) {
+        } else if (!(unk && prev_unk && m->type != SPM_WORD)) {
             rc = push_id(ids, n, cap, m->to_nmt[id]);
         }
         if (rc < 0)

@@ -18,7 +18,7 @@
 #define SPM_MAX_FILE (1u << 30)   /* largest model a reader accepts */
 #define SPM_CACHE_WORDS (1u << 18) /* BPE words an encoder remembers (then it starts afresh) */
 
-enum spm_type { SPM_UNIGRAM = 1, SPM_BPE = 2 };
+enum spm_type { SPM_UNIGRAM = 1, SPM_BPE = 2, SPM_WORD = 3 };
 /* piece types of sentencepiece_model.proto */
 enum spm_piece_type { SPM_NORMAL = 1, SPM_UNKNOWN = 2, SPM_CONTROL = 3, SPM_USER_DEFINED = 4, SPM_UNUSED = 5, SPM_BYTE = 6 };
 
@@ -87,6 +87,13 @@ struct spm_encoder {
 /* Parses the SentencePiece model in DATA (LEN bytes, copied); NAME names it in errors. Returns the
  * model, or NULL with the error set ("NAME: byte N: what"; unsupported features refused by name). */
 struct spm_model *spm_parse(const void *data, size_t len, const char *name);
+/* Replaces OUT's content with a SentencePiece model file of type WORD whose pieces are those of
+ * PIECES in order (score 0), piece UNK the unknown one and piece EOS (or -1: none) the end of
+ * sentence (a CONTROL piece, trainer_spec eos_id), without bos and pad; its normaliser has no
+ * character map, a dummy prefix, extra spaces removed and spaces escaped as U+2581, so that each
+ * space-separated word of a line is the piece U+2581 + word, or unknown (decoded as " <unk>", the
+ * way Marian writes it). 0, or -1 with the error set. */
+int spm_format_word_model(const struct strtab *pieces, int64_t unk, int64_t eos, struct nmt_buf *out);
 /* Frees M; spm_free(NULL) is a no-op. */
 void spm_free(struct spm_model *m);
 /* Whether DATA (LEN bytes) starts like a model file (a protobuf whose first field is a piece). */

@@ -11,6 +11,7 @@
 #include "io/npz.h"
 #include "test.h"
 #include "text/marian_vocab.h"
+#include "text/spm.h"
 #include "text/yaml.h"
 
 /* Parses TEXT; returns the error, or "" when it parsed (the map then freed). */
@@ -183,11 +184,60 @@ static void test_vocab(void)
     }
 }
 
+/* Marian's vocabulary as an nmt vocabulary (a word model) and back. */
+static void test_word_model(void)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/marian/vocab.yml", test_srcdir());
+    struct mvocab *mv = mvocab_load(path);
+    struct vocab *v = mv ? mvocab_to_vocab(mv) : NULL;
+    test_ok(v && v->spm && v->n == 258, "vocab.yml as an nmt vocabulary: 256 pieces and <pad>, <s> (%s)",
+            v ? "" : nmt_errmsg());
+    if (!v) {
+        mvocab_free(mv);
+        return;
+    }
+    test_ok(v->spm->to_nmt[0] == NMT_EOS && v->spm->to_nmt[1] == NMT_UNK && v->spm->to_nmt[5] == 7,
+            "Marian's </s> and <unk> are nmt's, piece k is nmt id k + 2");
+    struct spm_encoder e;
+    spm_encoder_init(&e, v->spm);
+    uint32_t *ids = NULL, n = 0, cap = 0;
+    const char *line = "  ein mann  hemdchen xyz . einem", *first = "xyz ein";
+    int rc = spm_encode(&e, line, strlen(line), &ids, &n, &cap);
+    test_ok(rc == 0 && n == 6 && ids[0] == 7 && ids[1] == 17 && ids[2] == NMT_UNK && ids[3] == NMT_UNK &&
+                ids[4] == 4 && ids[5] == 9, "each word is its piece, each unknown word one <unk>");
+    struct nmt_buf out = {0};
+    const char *want = "ein mann <unk> <unk> . einem";
+    int dec = rc == 0 && spm_decode(v->spm, ids, n, &out) == 0;
+    test_ok(dec && out.len == strlen(want) && !memcmp(out.data, want, out.len), "decoded with spaces between the "
+            "words: '%.*s'", dec ? (int)out.len : 0, dec ? (const char *)out.data : "");
+    out.len = 0;
+    dec = spm_encode(&e, first, strlen(first), &ids, &n, &cap) == 0 && spm_decode(v->spm, ids, n, &out) == 0;
+    test_ok(dec && n == 2 && ids[0] == NMT_UNK, "an unknown first word: '%.*s'", dec ? (int)out.len : 0,
+            dec ? (const char *)out.data : "");
+    nmt_buf_free(&out);
+    free(ids);
+    spm_encoder_free(&e);
+    struct mvocab *back = mvocab_from_vocab(v);
+    struct nmt_buf a = {0}, b = {0};
+    test_ok(back && mvocab_format_yml(back, &a) == 0 && mvocab_format_yml(mv, &b) == 0 && a.len == b.len &&
+                !memcmp(a.data, b.data, a.len), "and back to the same Marian vocabulary");
+    nmt_buf_free(&a);
+    nmt_buf_free(&b);
+    mvocab_free(back);
+    vocab_free(v);
+    struct mvocab *t = mvocab_parse_txt("a\nb\n<unk>\n", 10, "v.txt");
+    test_ok(t && !mvocab_to_vocab(t) && strstr(nmt_errmsg(), "lacks '</s>'"), "a vocabulary without </s> is refused");
+    mvocab_free(t);
+    mvocab_free(mv);
+}
+
 int main(void)
 {
     test_model_yml();
     test_scalars();
     test_hostile_yaml();
     test_vocab();
+    test_word_model();
     return test_done();
 }
