@@ -455,31 +455,42 @@ static int encode_bpe(struct spm_encoder *e, uint32_t *nraw)
     return bpe_cached(e, word, size, nraw);
 }
 
-/* Word model: each word of the normalised line (from one U+2581 to the next) is the normal piece of
- * that text, or the unknown piece, into E's raw pieces (*NRAW). */
+/* Word model: each word of the normalised line is the normal piece of that text, or the unknown
+ * piece, into E's raw pieces (*NRAW). With escaped whitespace a word runs from one U+2581 to the
+ * next (as spm splits words); without, a word is a run of non-spaces, looked up as U+2581 + word
+ * (the models of spm_format_word_model: Marian's words, which may hold U+2581 themselves). */
 static int encode_word(struct spm_encoder *e, uint32_t *nraw)
 {
     const struct spm_model *m = e->m;
     const char *t = (const char *)e->norm.data;
-    size_t size = e->norm.len, word = 0;
+    size_t size = e->norm.len;
+    struct nmt_buf key = {0};
+    int rc = 0;
     *nraw = 0;
-    for (size_t off = 0; off <= size;) {
-        size_t l = off < size ? one_char_len(t + off) : 0;
-        if (l > size - off)
-            l = size - off;
-        if (off == size || (l == 3 && off > word && memcmp(t + off, space_symbol, 3) == 0)) {
-            int64_t id = strtab_find(&m->text, t + word, off - word);
-            if (id < 0 || m->ptype[id] != SPM_NORMAL)
-                id = m->unk;
-            if (raw_push(e, nraw, (uint32_t)id, (uint32_t)off) < 0)
-                return -1;
-            word = off;
+    for (size_t at = 0, end; at < size && rc == 0; at = end) {
+        key.len = 0;
+        if (m->escape_whitespaces) {
+            end = at + (size - at >= 3 && !memcmp(t + at, space_symbol, 3) ? 3 : 1);
+            while (end < size && !(size - end >= 3 && !memcmp(t + end, space_symbol, 3)))
+                end++;
+            rc = nmt_buf_append(&key, t + at, end - at);
+        } else {
+            if (t[at] == ' ') {
+                end = at + 1;
+                continue;
+            }
+            for (end = at; end < size && t[end] != ' '; end++)
+                ;
+            rc = nmt_buf_append(&key, space_symbol, 3) < 0 || nmt_buf_append(&key, t + at, end - at) < 0 ? -1 : 0;
         }
-        if (off == size)
-            break;
-        off += l;
+        int64_t id = rc < 0 ? -1 : strtab_find(&m->text, key.data, key.len);
+        if (id < 0 || m->ptype[id] != SPM_NORMAL)
+            id = m->unk;
+        if (rc == 0)
+            rc = raw_push(e, nraw, (uint32_t)id, (uint32_t)end);
     }
-    return 0;
+    nmt_buf_free(&key);
+    return rc;
 }
 
 static int push_id(uint32_t **ids, uint32_t *n, uint32_t *cap, uint32_t id)

@@ -90,7 +90,7 @@ struct spm_model *spm_parse(const void *data, size_t len, const char *name);
 /* Replaces OUT's content with a SentencePiece model file of type WORD whose pieces are those of
  * PIECES in order (score 0), piece UNK the unknown one and piece EOS (or -1: none) the end of
  * sentence (a CONTROL piece, trainer_spec eos_id), without bos and pad; its normaliser has no
- * character map, a dummy prefix, extra spaces removed and spaces escaped as U+2581, so that each
+ * character map nor dummy prefix, removes extra spaces and keeps them unescaped, so that each
  * space-separated word of a line is the piece U+2581 + word, or unknown (decoded as " <unk>", the
  * way Marian writes it). 0, or -1 with the error set. */
 int spm_format_word_model(const struct strtab *pieces, int64_t unk, int64_t eos, struct nmt_buf *out);

@@ -642,8 +642,8 @@ int spm_format_word_model(const struct strtab *pieces, int64_t unk, int64_t eos,
     p.len = 0; /* trainer_spec: model_type, unk, bos, eos and pad ids, unk_surface */
     rc |= put_int(&p, 3, SPM_WORD) | put_int(&p, 40, unk) | put_int(&p, 41, -1) | put_int(&p, 42, eos) |
           put_int(&p, 43, -1) | put_bytes_field(&p, 44, " <unk>", 6) | put_bytes_field(out, 2, p.data, p.len);
-    p.len = 0; /* normalizer_spec: no character map; dummy prefix, extra spaces removed, spaces escaped */
-    rc |= put_bytes_field(&p, 1, "identity", 8) | put_int(&p, 3, 1) | put_int(&p, 4, 1) | put_int(&p, 5, 1) |
+    p.len = 0; /* normalizer_spec: no character map, no dummy prefix, extra spaces removed, spaces kept */
+    rc |= put_bytes_field(&p, 1, "identity", 8) | put_int(&p, 3, 0) | put_int(&p, 4, 1) | put_int(&p, 5, 0) |
           put_bytes_field(out, 3, p.data, p.len);
     nmt_buf_free(&p);
     return rc ? -1 : 0;
