@@ -55,6 +55,29 @@ for a, b, x, y in zip(ns, cs, nt, ct):
 print('  sentence scores (mean log-probability a piece) of the %d identical lines: largest difference %.2g' % (k, worst))
 PY
     [ "${KEEP:-}" ] && cp "$tmp/$1.txt" "$KEEP.$1.txt"
+    [ "$1" = f32 ] || continue
+    # Per-token scores: CTranslate2 scores its own output pieces (--task score --with_tokens_score:
+    # one log-probability a piece, the end's last); on the identical lines that ended before the
+    # length bound these are the pieces nmt-decode produced, so each token's score is compared with
+    # nmt-decode --word-scores
+    "$ct2/bin/ct2-translator" --model "$tmp/$1" --compute_type "$2" --task score --with_tokens_score \
+        --max_input_length "$mlen" --intra_threads "$threads" --src "$tmp/src.pieces" --tgt "$tmp/$1.pieces" \
+        > "$tmp/$1.tokscores" || exit 1
+    python3 - "$tmp/nmt.scored" "$tmp/$1.tokscores" "$tmp/nmt.txt" "$tmp/$1.txt" "$maxlen" <<'PY'
+import sys
+ns, cs, nt, ct = (open(f, encoding='utf-8').read().split('\n')[:-1] for f in sys.argv[1:5])
+worst, lines, toks, over = 0.0, 0, 0, 0
+for a, b, x, y in zip(ns, cs, nt, ct):
+    w = [float(v) for v in a.split('\t')[-1].split()]
+    _, pieces, scores = b.split(' ||| ')
+    c = [float(v) for v in scores.split()]
+    if x != y or len(pieces.split()) > int(sys.argv[5]) or len(w) != len(c):
+        continue
+    d = max(abs(p - q) for p, q in zip(w, c))
+    worst, lines, toks, over = max(worst, d), lines + 1, toks + len(w), over + sum(abs(p - q) > 1e-4 for p, q in zip(w, c))
+print('  per-token scores on %d identical lines ended before the bound (%d tokens, the end included): '
+      'largest difference %.2g, %d tokens differ by more than 1e-4' % (lines, toks, worst, over))
+PY
 done
 [ "${KEEP:-}" ] && cp "$tmp/nmt.txt" "$KEEP.nmt.txt"
 exit 0

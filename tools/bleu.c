@@ -37,18 +37,8 @@ static void lines_free(struct text_lines *l)
 
 static int lines_push(struct text_lines *l, size_t *cap, const char *p, size_t len)
 {
-    if (l->n == *cap) {
-        size_t c = *cap ? *cap * 2 : 1024;
-        const char **a = nmt_realloc(l->line, c * sizeof *a);
-        if (!a)
-            return -1;
-        l->line = a;
-        size_t *b = nmt_realloc(l->len, c * sizeof *b);
-        if (!b)
-            return -1;
-        l->len = b;
-        *cap = c;
-    }
+    if (NMT_GROW2(l->line, l->len, *cap, l->n + 1) < 0)
+        return -1;
     l->line[l->n] = p;
     l->len[l->n++] = len;
     return 0;

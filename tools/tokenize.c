@@ -44,7 +44,8 @@ struct state {
     FILE *tf;                  /* text output */
     struct nmt_buf rec;
     const char **tokp[2];
-    uint32_t *tokl[2], tokcap[2];
+    uint32_t *tokl[2];
+    size_t tokcap[2];
     uint32_t *ids[2], nids[2], capids[2];
     uint64_t written;
     uint64_t bad_utf8, bad_fields, bad_unpaired, bad_csv;
@@ -52,20 +53,8 @@ struct state {
 
 static int grow_tok(struct state *st, unsigned s, uint32_t n)
 {
-    if (n <= st->tokcap[s])
-        return 0;
-    uint32_t cap = st->tokcap[s] ? st->tokcap[s] : 64;
-    while (cap < n)
-        cap *= 2;
-    const char **p = nmt_realloc(st->tokp[s], cap * sizeof *p);
-    if (!p)
+    if (NMT_GROW2(st->tokp[s], st->tokl[s], st->tokcap[s], n) < 0)
         return -1;
-    st->tokp[s] = p;
-    uint32_t *l = nmt_realloc(st->tokl[s], cap * sizeof *l);
-    if (!l)
-        return -1;
-    st->tokl[s] = l;
-    st->tokcap[s] = cap;
     return 0;
 }
 
@@ -405,7 +394,8 @@ static int decode_text(struct state *st, const char *path)
     if (line_reader_open(&r, path, st->o->max_line) < 0)
         return -1;
     struct nmt_buf tmp = {0};
-    uint32_t *ids = NULL, cap = 0;
+    uint32_t *ids = NULL;
+    size_t cap = 0;
     int rc = 0;
     char *buf;
     size_t len;
@@ -432,14 +422,9 @@ static int decode_text(struct state *st, const char *path)
                         rc = nmt_seterr("%s: line %llu: %s", r.name, (unsigned long long)r.line, nmt_errmsg());
                         break;
                     }
-                    if (n == cap) {
-                        cap = cap ? cap * 2 : 256;
-                        uint32_t *x = nmt_realloc(ids, cap * sizeof *x);
-                        if (!x) {
-                            rc = -1;
-                            break;
-                        }
-                        ids = x;
+                    if (NMT_GROW(ids, cap, (size_t)n + 1) < 0) {
+                        rc = -1;
+                        break;
                     }
                     ids[n++] = (uint32_t)id;
                 }

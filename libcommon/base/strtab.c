@@ -98,18 +98,8 @@ int64_t strtab_intern(struct strtab *t, const void *s, size_t len, int *added)
         return (int64_t)t->slot[i] - 1;
     if (t->n == UINT32_MAX - 1)
         return nmt_seterr("too many distinct strings");
-    if (t->n == t->cap) {
-        uint32_t cap = t->cap ? (t->cap > UINT32_MAX / 2 ? UINT32_MAX - 1 : t->cap * 2) : 64;
-        uint64_t *off = nmt_realloc(t->off, (size_t)cap * sizeof *off);
-        if (!off)
-            return -1;
-        t->off = off;
-        uint32_t *ln = nmt_realloc(t->len, (size_t)cap * sizeof *ln);
-        if (!ln)
-            return -1;
-        t->len = ln;
-        t->cap = cap;
-    }
+    if (NMT_GROW2(t->off, t->len, t->cap, (size_t)t->n + 1) < 0)
+        return -1;
     if (len > t->arena_cap - t->arena_len && NMT_GROW(t->arena, t->arena_cap, t->arena_len + len) < 0)
         return -1;
     if (len)

@@ -12,7 +12,8 @@ struct strtab {
     size_t arena_len, arena_cap;
     uint64_t *off;             /* (n) start of string i in arena */
     uint32_t *len;             /* (n) byte length of string i */
-    uint32_t n, cap;           /* strings stored, capacity of off/len */
+    uint32_t n;                /* strings stored */
+    size_t cap;                /* capacity of off/len */
     uint32_t *slot;            /* (nslot) open addressing: id + 1, 0 = empty */
     uint32_t *slot_hash;       /* (nslot) low 32 bits of the hash, to skip most compares */
     size_t nslot;              /* power of two */

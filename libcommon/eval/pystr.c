@@ -210,18 +210,8 @@ int bleu_split(const int32_t *p, size_t n, bleu_toks *t)
         size_t st = i;
         while (i < n && !bleu_isspace_fast(p[i]))
             i++;
-        if (t->n == t->cap) {
-            size_t cap = t->cap ? t->cap * 2 : 64;
-            uint32_t *a = nmt_realloc(t->start, cap * sizeof *a);
-            if (!a)
-                return -1;
-            t->start = a;
-            uint32_t *b = nmt_realloc(t->len, cap * sizeof *b);
-            if (!b)
-                return -1;
-            t->len = b;
-            t->cap = cap;
-        }
+        if (NMT_GROW2(t->start, t->len, t->cap, t->n + 1) < 0)
+            return -1;
         t->start[t->n] = (uint32_t)st;
         t->len[t->n] = (uint32_t)(i - st);
         t->n++;

@@ -31,14 +31,11 @@ int bpe_counts_add(struct bpe_counts *c, const char *s, size_t len, uint64_t n)
     int64_t id = strtab_intern(&c->words, s, len, NULL);
     if (id < 0)
         return -1;
-    if ((uint32_t)id >= c->cap) {
-        uint32_t cap = c->cap ? c->cap * 2 : 1024;
-        uint64_t *cnt = nmt_realloc(c->count, (size_t)cap * sizeof *cnt);
-        if (!cnt)
+    if ((size_t)id >= c->cap) {
+        size_t old = c->cap;
+        if (NMT_GROW(c->count, c->cap, (size_t)id + 1) < 0)
             return -1;
-        memset(cnt + c->cap, 0, (size_t)(cap - c->cap) * sizeof *cnt);
-        c->count = cnt;
-        c->cap = cap;
+        memset(c->count + old, 0, (c->cap - old) * sizeof *c->count);
     }
     c->count[id] += n;
     return 0;
@@ -62,12 +59,14 @@ struct heap_ent {
 
 struct learner {
     struct pair *pairs;
-    uint32_t npairs, cap_pairs;
+    uint32_t npairs;
+    size_t cap_pairs;
     struct u64map pair_index;  /* (a << 32 | b) -> index in pairs */
     struct heap_ent *heap;
     size_t nheap, cap_heap;
     uint32_t *touched;         /* (ntouched) pairs whose count rose during the current merge */
-    uint32_t ntouched, cap_touched;
+    uint32_t ntouched;
+    size_t cap_touched;
 };
 
 static int heap_less(const struct heap_ent *x, const struct heap_ent *y) /* x ranks below y */
@@ -81,14 +80,8 @@ static int heap_less(const struct heap_ent *x, const struct heap_ent *y) /* x ra
 
 static int heap_push(struct learner *L, int64_t count, uint32_t a, uint32_t b)
 {
-    if (L->nheap == L->cap_heap) {
-        size_t cap = L->cap_heap ? L->cap_heap * 2 : 4096;
-        struct heap_ent *h = nmt_realloc(L->heap, cap * sizeof *h);
-        if (!h)
-            return -1;
-        L->heap = h;
-        L->cap_heap = cap;
-    }
+    if (NMT_GROW(L->heap, L->cap_heap, L->nheap + 1) < 0)
+        return -1;
     struct heap_ent e = {count, a, b};
     size_t i = L->nheap++;
     while (i > 0) {
@@ -130,14 +123,10 @@ static int64_t pair_get(struct learner *L, uint32_t a, uint32_t b)
     uint64_t *slot = u64map_find(&L->pair_index, key);
     if (slot)
         return (int64_t)*slot;
-    if (L->npairs == L->cap_pairs) {
-        uint32_t cap = L->cap_pairs ? L->cap_pairs * 2 : 4096;
-        struct pair *p = nmt_realloc(L->pairs, (size_t)cap * sizeof *p);
-        if (!p)
-            return -1;
-        L->pairs = p;
-        L->cap_pairs = cap;
-    }
+    if (L->npairs == UINT32_MAX)
+        return nmt_seterr("too many distinct pairs of pieces");
+    if (NMT_GROW(L->pairs, L->cap_pairs, (size_t)L->npairs + 1) < 0)
+        return -1;
     slot = u64map_get(&L->pair_index, key);
     if (!slot)
         return -1;
@@ -154,7 +143,9 @@ static int pair_add_word(struct pair *p, uint32_t w)
 {
     if (p->nw && p->w[p->nw - 1] == w)
         return 0;
-    if (p->nw == p->capw) {
+    if (p->nw == p->capw) { /* not NMT_GROW: millions of these lists, most of a few words, start at 4 */
+        if (p->capw > UINT32_MAX / 2)
+            return nmt_seterr("a pair of pieces in too many words");
         uint32_t cap = p->capw ? p->capw * 2 : 4;
         uint32_t *x = nmt_realloc(p->w, (size_t)cap * sizeof *x);
         if (!x)
@@ -207,14 +198,8 @@ static int add_pairs(struct learner *L, const uint32_t *sym, uint32_t n, int64_t
                 return -1;
             if (newid != BARRIER && p->touched != step) {
                 p->touched = step;
-                if (L->ntouched == L->cap_touched) {
-                    uint32_t cap = L->cap_touched ? L->cap_touched * 2 : 256;
-                    uint32_t *t = nmt_realloc(L->touched, (size_t)cap * sizeof *t);
-                    if (!t)
-                        return -1;
-                    L->touched = t;
-                    L->cap_touched = cap;
-                }
+                if (NMT_GROW(L->touched, L->cap_touched, (size_t)L->ntouched + 1) < 0)
+                    return -1;
                 L->touched[L->ntouched++] = (uint32_t)k;
             }
         }
@@ -470,7 +455,7 @@ struct bpe_encoder {
     uint32_t cap_sym;
     struct strtab cache;       /* words seen (only without dropout) */
     uint32_t *cache_off, *cache_n; /* (cache.n) ids of cached word k: cache_ids[cache_off[k] ..] */
-    uint32_t cache_cap;
+    size_t cache_cap;
     uint32_t *cache_ids;
     size_t ncache_ids, cap_cache_ids;
 };
@@ -564,28 +549,9 @@ static int cache_put(struct bpe_encoder *e, const char *s, size_t len, const uin
         return -1;
     if (!added)
         return 0;
-    if ((uint32_t)k >= e->cache_cap) {
-        uint32_t cap = e->cache_cap ? e->cache_cap * 2 : 1024;
-        uint32_t *o = nmt_realloc(e->cache_off, (size_t)cap * sizeof *o);
-        if (!o)
-            return -1;
-        e->cache_off = o;
-        uint32_t *c = nmt_realloc(e->cache_n, (size_t)cap * sizeof *c);
-        if (!c)
-            return -1;
-        e->cache_n = c;
-        e->cache_cap = cap;
-    }
-    if (e->ncache_ids + n > e->cap_cache_ids) {
-        size_t cap = e->cap_cache_ids ? e->cap_cache_ids * 2 : 4096;
-        while (cap < e->ncache_ids + n)
-            cap *= 2;
-        uint32_t *x = nmt_realloc(e->cache_ids, cap * sizeof *x);
-        if (!x)
-            return -1;
-        e->cache_ids = x;
-        e->cap_cache_ids = cap;
-    }
+    if (NMT_GROW2(e->cache_off, e->cache_n, e->cache_cap, (size_t)k + 1) < 0 ||
+        NMT_GROW(e->cache_ids, e->cap_cache_ids, e->ncache_ids + n) < 0)
+        return -1;
     if (e->ncache_ids + n > UINT32_MAX) { /* offsets are 32-bit: stop caching */
         e->cache_off[k] = 0;
         e->cache_n[k] = UINT32_MAX;

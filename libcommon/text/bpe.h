@@ -13,7 +13,7 @@
 struct bpe_counts {
     struct strtab words;       /* distinct words */
     uint64_t *count;           /* (words.n) occurrences */
-    uint32_t cap;
+    size_t cap;
 };
 /* Initialises C as empty. */
 void bpe_counts_init(struct bpe_counts *c);

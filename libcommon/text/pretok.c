@@ -44,18 +44,10 @@ static int char_class(int32_t cp)
 
 static int add_piece(struct pretok *p, size_t off)
 {
-    if (p->n == p->cap) {
-        uint32_t cap = p->cap ? p->cap * 2 : 64;
-        uint32_t *o = nmt_realloc(p->off, cap * sizeof *o);
-        if (!o)
-            return -1;
-        p->off = o;
-        uint32_t *l = nmt_realloc(p->len, cap * sizeof *l);
-        if (!l)
-            return -1;
-        p->len = l;
-        p->cap = cap;
-    }
+    if (p->n == UINT32_MAX)
+        return nmt_seterr("too many pieces in one line");
+    if (NMT_GROW2(p->off, p->len, p->cap, (size_t)p->n + 1) < 0)
+        return -1;
     p->off[p->n] = (uint32_t)off;
     p->len[p->n] = 0;
     p->n++;

@@ -23,7 +23,8 @@ struct pretok {
     struct nmt_buf text;       /* escaped line, all pieces back to back */
     uint32_t *off;             /* (n) */
     uint32_t *len;             /* (n) */
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap;
 };
 
 /* Splits S (LEN bytes of valid UTF-8, normalised) into P's pieces, replacing its content.

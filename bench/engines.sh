@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# nmt-decode against CTranslate2 and Marian on the same weights, side by side:
+#   bash bench/engines.sh decode CHECKPOINT VOCAB SOURCE REFERENCE
+# Exports CHECKPOINT with nmt-export (--to ctranslate2 in float32 and int8; --to marian when the model
+# can be expressed there, then marian-conv makes its intgemm8 model), segments SOURCE once with VOCAB
+# (the checkpoint's vocabulary), and gives every engine the same pre-segmented input (nmt-decode an
+# ids stream, the others its pieces), the same beam, the same thread count and the same length bound
+# (MAXLEN output pieces, default 256), each in its fastest CPU setting:
+#   nmt-decode --max-tokens 4096 --threads T --precision float32|int8
+#   ct2-translator --intra_threads T, each batching of CT2_BATCHES (default "tokens:4096 examples:32",
+#     each its own columns), --compute_type float32|int8
+#   marian-decoder --cpu-threads T (its workers, one thread each) --mini-batch 32 --maxi-batch 100
+#     --maxi-batch-sort src; int8: the marian-conv -g intgemm8avx2 model (intgemm8avx512 when the CPU has
+#     AVX-512 and NMT_CPU_ISA is not avx2)
+# Rows: MODES (default "greedy beam4") x THREADS (default "1 2") x PRECISIONS (default
+# "float32 int8"); ROUNDS (default 6) rounds, each running every engine of every row once in turn
+# (interleaved), timed whole (process start and model load included) with /usr/bin/time, which also
+# gives the peak RSS. Prints one line per run, then a Markdown table of medians: seconds, nmt's
+# speed-up over each engine, peak RSS, BLEU (nmt-bleu against REFERENCE) and the number of lines
+# identical to nmt-decode's float32 greedy output. ENGINES (default "nmt ct2 marian", nmt first) picks engines.
+# CT2=DIR and MARIAN=DIR name the peers (default ../shared/peers/{ctranslate2,marian}; CT2's library
+# is found in DIR/lib). NMT_CPU_ISA is passed to nmt-decode. Run it alone: timings need an idle machine.
+set -u
+[ $# -ge 5 ] && [ "$1" = decode ] || { sed -n 2,23p "$0" >&2; exit 2; }
+ckpt=$2 vocab=$3 src=$4 ref=$5
+top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
+ct2=${CT2:-$top/../shared/peers/ctranslate2} marian=${MARIAN:-$top/../shared/peers/marian}
+rounds=${ROUNDS:-6} maxlen=${MAXLEN:-256}
+modes=${MODES:-greedy beam4} threads_list=${THREADS:-1 2} precisions=${PRECISIONS:-float32 int8}
+engines=${ENGINES:-nmt ct2 marian} ct2_batches=${CT2_BATCHES:-tokens:4096 examples:32}
+case $engines in nmt | "nmt "*) ;; *) echo "engines.sh: ENGINES must begin with nmt (the speed-ups are over it)" >&2; exit 2 ;; esac
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export LD_LIBRARY_PATH="$ct2/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+has() { case " $engines " in *" $1 "*) return 0 ;; esac; return 1; }
+
+# ---- the models and the input, once ----
+"$B/nmt-tokenize" --vocab "$vocab" < "$src" > "$tmp/src.ids" || exit 1
+"$B/nmt-tokenize" --vocab "$vocab" --text=pieces < "$src" > "$tmp/src.pieces" || exit 1
+mlen=$("$B/nmt-cat" --header "$ckpt" | awk -F '\t' '$1 == "model.max_len" {print $2}')
+if has ct2; then
+    "$B/nmt-export" -m "$ckpt" --to ctranslate2 -o "$tmp/ct2.float32" || exit 1
+    "$B/nmt-export" -m "$ckpt" --to ctranslate2 -o "$tmp/ct2.int8" --quantize int8 || exit 1
+fi
+if has marian; then
+    if "$B/nmt-export" -m "$ckpt" --to marian -o "$tmp/marian.npz" 2> "$tmp/marian.err"; then
+        isa=avx2
+        grep -qw avx512bw /proc/cpuinfo && [ "${NMT_CPU_ISA:-}" != avx2 ] && isa=avx512
+        "$marian/bin/marian-conv" -f "$tmp/marian.npz" -t "$tmp/marian.int8.bin" -g "intgemm8$isa" > "$tmp/conv.log" 2>&1 ||
+            { cat "$tmp/conv.log" >&2; exit 1; }
+    else
+        echo "marian: left out: $(cat "$tmp/marian.err")"
+        engines=${engines/marian/}
+    fi
+fi
+n=$(wc -l < "$src")
+echo "$n sentences; rounds $rounds; NMT_CPU_ISA=${NMT_CPU_ISA:-(widest)}; $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# run ENGINE MODE THREADS PRECISION BATCHING OUT: one timed run, appends "ENGINE[/BATCHING] MODE T P seconds KB" to rows
+run() {
+    local e=$1 mode=$2 t=$3 p=$4 batching=$5 out=$6 beam=1 raw=$tmp/raw
+    [ "$mode" = greedy ] || beam=${mode#beam}
+    case $e in
+    nmt)
+        /usr/bin/time -f "%e %M" -o "$tmp/time" "$B/nmt-decode" -m "$ckpt" --in ids --threads "$t" --beam "$beam" \
+            --precision "$p" --max-tokens 4096 --max-len-a 0 --max-len-b $((maxlen + 1)) -i "$tmp/src.ids" -o "$out" || exit 1 ;;
+    ct2)
+        /usr/bin/time -f "%e %M" -o "$tmp/time" "$ct2/bin/ct2-translator" --model "$tmp/ct2.$p" --compute_type "$p" \
+            --beam_size "$beam" --intra_threads "$t" --batch_type "${batching%%:*}" --batch_size "${batching#*:}" \
+            --max_decoding_length "$maxlen" --min_decoding_length 0 --max_input_length "$mlen" \
+            < "$tmp/src.pieces" > "$raw" || exit 1 ;;
+    marian)
+        local m=$tmp/marian.npz
+        [ "$p" = int8 ] && m=$tmp/marian.int8.bin
+        /usr/bin/time -f "%e %M" -o "$tmp/time" "$marian/bin/marian-decoder" -m "$m" -v "$tmp/marian.yml" "$tmp/marian.yml" \
+            -b "$beam" --cpu-threads "$t" --mini-batch 32 --maxi-batch 100 --maxi-batch-sort src \
+            --max-length-factor 1000 --max-length "$mlen" --max-length-crop --quiet < "$tmp/src.pieces" > "$raw" 2> "$tmp/marian.log" ||
+            { cat "$tmp/marian.log" >&2; exit 1; } ;;
+    esac
+    [ "$e" = nmt ] || "$B/nmt-tokenize" --decode --vocab "$vocab" --text < "$raw" > "$out" || exit 1
+    read -r s kb < "$tmp/time"
+    local label=$e
+    [ "$e" = ct2 ] && label=ct2/$batching
+    echo "$label $mode $t $p $s $kb" | tee -a "$tmp/rows"
+}
+
+# ---- the rounds ----
+for r in $(seq "$rounds"); do
+    for mode in $modes; do
+        for t in $threads_list; do
+            for p in $precisions; do
+                for e in $engines; do
+                    if [ "$e" = ct2 ]; then
+                        for cb in $ct2_batches; do run ct2 "$mode" "$t" "$p" "$cb" "$tmp/out.ct2-${cb%%:*}.$mode.$t.$p"; done
+                    else
+                        run "$e" "$mode" "$t" "$p" - "$tmp/out.$e.$mode.$t.$p"
+                    fi
+                done
+            done
+        done
+    done
+done
+
+# ---- quality of the last round's outputs: BLEU, lines identical to nmt's float32 greedy ----
+base=$(ls "$tmp"/out.nmt.greedy.*.float32 2> /dev/null | head -1)
+for f in "$tmp"/out.*; do
+    k=${f#"$tmp"/out.}
+    bleu=$("$B/nmt-bleu" "$ref" -i "$f" | sed -n 's/^ "score": \([0-9.]*\).*/\1/p')
+    same=-
+    [ -n "$base" ] && same=$(paste "$base" "$f" | awk -F '\t' '$1 == $2' | wc -l)
+    echo "quality $k $bleu $same" >> "$tmp/quality"
+done
+
+# ---- the table ----
+awk -v n="$n" '
+    function med(a, k,   i, j, t) { for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                                    return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
+    FILENAME ~ /quality$/ { q[$2] = $3; same[$2] = $4; next }
+    { e = $1; row = $2 " " $3 " " $4; key = e SUBSEP row
+      if (!(row in seen)) { seen[row] = 1; rows[++nr] = row }
+      if (!(e in eseen)) { eseen[e] = 1; es[++ne] = e }
+      c = ++cnt[key]; S[key, c] = $5; K[key, c] = $6 }
+    END {
+        printf "| mode | threads | precision |"
+        for (i = 1; i <= ne; i++) printf " %s s | %s MiB | %s BLEU | %s same |", es[i], es[i], es[i], es[i]
+        for (i = 1; i <= ne; i++) if (es[i] != "nmt") printf " nmt speed-up over %s |", es[i]
+        printf "\n|---|---|---|"
+        for (i = 1; i <= ne; i++) printf "---|---|---|---|"
+        for (i = 1; i <= ne; i++) if (es[i] != "nmt") printf "---|"
+        printf "\n"
+        for (r = 1; r <= nr; r++) {
+            split(rows[r], f, " "); printf "| %s | %s | %s |", f[1], f[2], f[3]
+            for (i = 1; i <= ne; i++) {
+                key = es[i] SUBSEP rows[r]; k = cnt[key]
+                for (j = 1; j <= k; j++) { a[j] = S[key, j]; b[j] = K[key, j] }
+                ms[i] = k ? med(a, k) : 0; mk = k ? med(b, k) : 0
+                e = es[i]; sub(/\/.*/, "", e); b2 = es[i]; sub(/.*:/, "", b2)
+                o = (es[i] ~ /^ct2/ ? "ct2-" substr(es[i], 5, index(es[i], ":") - 5) : e) "." f[1] "." f[2] "." f[3]
+                printf " %.2f | %.0f | %s | %s/%d |", ms[i], mk / 1024, q[o], same[o], n
+            }
+            for (i = 1; i <= ne; i++) if (es[i] != "nmt" && ms[i] > 0) printf " %.2fx |", ms[i] / ms[1]
+            printf "\n"
+        }
+    }' "$tmp/quality" "$tmp/rows"
