@@ -169,26 +169,28 @@ static int keep_chars(struct unigram_learner *l, double coverage, struct u64map 
 static int split_words(const struct nmt_buf *text, struct strtab *words, uint64_t **wcount, struct strtab *tokens,
                        uint64_t **tcount)
 {
-    size_t wcap = 0, tcap = 0;
+    size_t wcap = 0, tcap = 0, keycap = 0;
     char *key = NULL;
-    size_t keycap = 0;
     for (size_t i = 0; i < text->len;) {
         const char *s = (const char *)text->data + i;
-        size_t n = strlen(s), end = 3 <= n && memcmp(s, "\xE2\x96\x81", 3) == 0 ? 3 : 0;
-        while (end < n && !(end + 3 <= n && memcmp(s + end, "\xE2\x96\x81", 3) == 0))
-            end++;
-        int last = end == n, added_w, added_t;
-        int64_t w = strtab_intern(words, s, end, &added_w);
-        if (w < 0 || NMT_GROW(*wcount, wcap, (size_t)words->n) < 0 || NMT_GROW(key, keycap, end + 1) < 0)
-            goto fail;
-        memcpy(key, s, end);
-        key[end] = (char)last;
-        int64_t t = strtab_intern(tokens, key, end + 1, &added_t);
-        if (t < 0 || NMT_GROW(*tcount, tcap, (size_t)tokens->n) < 0)
-            goto fail;
-        (*wcount)[w] = added_w ? 1 : (*wcount)[w] + 1;
-        (*tcount)[t] = added_t ? 1 : (*tcount)[t] + 1;
-        i += end + (last ? 1 : 0);
+        size_t n = strlen(s);
+        for (size_t b = 0, end; b < n; b = end) {
+            end = b + (b + 3 <= n && memcmp(s + b, "\xE2\x96\x81", 3) == 0 ? 3 : 1);
+            while (end < n && !(end + 3 <= n && memcmp(s + end, "\xE2\x96\x81", 3) == 0))
+                end++;
+            int last = end == n, added_w, added_t;
+            int64_t w = strtab_intern(words, s + b, end - b, &added_w);
+            if (w < 0 || NMT_GROW(*wcount, wcap, (size_t)words->n) < 0 || NMT_GROW(key, keycap, end - b + 1) < 0)
+                goto fail;
+            memcpy(key, s + b, end - b);
+            key[end - b] = (char)last;
+            int64_t t = strtab_intern(tokens, key, end - b + 1, &added_t);
+            if (t < 0 || NMT_GROW(*tcount, tcap, (size_t)tokens->n) < 0)
+                goto fail;
+            (*wcount)[w] = added_w ? 1 : (*wcount)[w] + 1;
+            (*tcount)[t] = added_t ? 1 : (*tcount)[t] + 1;
+        }
+        i += n + 1;
     }
     free(key);
     return 0;
@@ -697,31 +699,81 @@ static int loss_cmp(const void *a, const void *b)
     return (x->i > y->i) - (x->i < y->i);
 }
 
-/* Each piece's second-best segmentation when its best is itself (its alternatives, ALT[FIRST[i]..
- * FIRST[i + 1]), piece ids or -1), KEEP[i] 0 when its best segmentation is not itself. 0, or -1. */
-static int alternatives(const struct spm_model *m, const struct pset *p, const struct substrings *ss,
-                        uint8_t *keep, uint32_t *first, int32_t **alt, size_t *alt_cap)
+/* A thread's share of the pieces in the search of their second-best segmentations. */
+struct alt_job {
+    const struct spm_model *m;
+    const struct pset *p;
+    const struct substrings *ss;
+    uint32_t from, to;
+    uint8_t *keep;
+    uint32_t *first;           /* offsets into this job's ALT until merged */
+    int32_t *alt;
+    size_t nalt, cap;
+    int rc;
+};
+
+static void *alt_run(void *arg)
 {
+    struct alt_job *j = arg;
     struct lattice lat = {0};
-    size_t nalt = 0;
-    int rc = 0;
-    for (uint32_t i = 0; i < p->n && rc == 0; i++) {
-        first[i] = (uint32_t)nalt;
+    for (uint32_t i = j->from; i < j->to && j->rc == 0; i++) {
+        j->first[i] = (uint32_t)j->nalt;
         uint32_t len;
-        const char *s = strtab_get(&ss->tab, p->sid[i], &len);
-        if ((rc = lattice_build(&lat, m, (float)(m->min_score - UNK_PENALTY), s, len)) < 0)
+        const char *s = strtab_get(&j->ss->tab, j->p->sid[i], &len);
+        if ((j->rc = lattice_build(&lat, j->m, (float)(j->m->min_score - UNK_PENALTY), s, len)) < 0)
             break;
         uint32_t n = lattice_viterbi(&lat, 0);
-        keep[i] = n < 2;
+        j->keep[i] = n < 2;
         if (n != 1 || (n = lattice_viterbi(&lat, 1)) == 0)
             continue;
-        if ((rc = NMT_GROW(*alt, *alt_cap, nalt + n)) < 0)
+        if ((j->rc = NMT_GROW(j->alt, j->cap, j->nalt + n)) < 0)
             break;
         for (uint32_t k = 0; k < n; k++)
-            (*alt)[nalt++] = lat.node[lat.path[k]].id;
+            j->alt[j->nalt++] = lat.node[lat.path[k]].id;
     }
-    first[p->n] = (uint32_t)nalt;
     lattice_free(&lat);
+    return NULL;
+}
+
+/* Each piece's second-best segmentation when its best is itself (its alternatives, ALT[FIRST[i]..
+ * FIRST[i + 1]), piece ids or -1), KEEP[i] 0 when its best segmentation is not itself; on THREADS
+ * threads, each a run of the pieces, merged in order. 0, or -1. */
+static int alternatives(const struct spm_model *m, const struct pset *p, const struct substrings *ss,
+                        uint32_t threads, uint8_t *keep, uint32_t *first, int32_t **alt)
+{
+    struct alt_job *j = nmt_calloc(threads, sizeof *j);
+    pthread_t *tid = nmt_calloc(threads, sizeof *tid);
+    int rc = j && tid ? 0 : -1;
+    uint32_t started = 0;
+    for (uint32_t t = 0; rc == 0 && t < threads; t++)
+        j[t] = (struct alt_job){.m = m, .p = p, .ss = ss, .keep = keep, .first = first,
+                                .from = (uint32_t)((uint64_t)p->n * t / threads),
+                                .to = (uint32_t)((uint64_t)p->n * (t + 1) / threads)};
+    for (uint32_t t = 1; rc == 0 && t < threads; t++, started++)
+        if (pthread_create(&tid[t], NULL, alt_run, &j[t]) != 0)
+            rc = nmt_seterr("cannot start a thread");
+    if (rc == 0)
+        alt_run(&j[0]);
+    for (uint32_t t = 1; t <= started; t++)
+        pthread_join(tid[t], NULL);
+    size_t total = 0;
+    for (uint32_t t = 0; rc == 0 && t < threads; t++)
+        rc = j[t].rc < 0 ? nmt_seterr("out of memory") : 0, total += j[t].nalt;
+    if (rc == 0 && !(*alt = nmt_malloc((total + 1) * sizeof **alt)))
+        rc = -1;
+    size_t at = 0;
+    for (uint32_t t = 0; rc == 0 && t < threads; t++) {
+        for (uint32_t i = j[t].from; i < j[t].to; i++)
+            first[i] += (uint32_t)at;
+        if (j[t].nalt)
+            memcpy(*alt + at, j[t].alt, j[t].nalt * sizeof **alt);
+        at += j[t].nalt;
+    }
+    first[p->n] = (uint32_t)at;
+    for (uint32_t t = 0; j && t < threads; t++)
+        free(j[t].alt);
+    free(j);
+    free(tid);
     return rc;
 }
 
@@ -729,16 +781,16 @@ static int alternatives(const struct spm_model *m, const struct pset *p, const s
  * off every Viterbi path and pieces better segmented otherwise go; of the rest, the pieces with a
  * second-best segmentation are kept by the likelihood lost without them, the largest first. */
 static int prune(struct pset *p, const struct spm_model *m, const struct substrings *ss, const int64_t *vfreq,
-                 double vsum, size_t desired)
+                 double vsum, size_t desired, uint32_t threads)
 {
     uint8_t *keep = nmt_malloc((size_t)p->n + 1);
     uint32_t *first = nmt_malloc(((size_t)p->n + 1) * sizeof *first);
     struct loss *cand = nmt_malloc(((size_t)p->n + 1) * sizeof *cand);
     struct pset q = {0};
     int32_t *alt = NULL;
-    size_t alt_cap = 0, ncand = 0;
+    size_t ncand = 0;
     int rc = keep && first && cand ? pset_alloc(&q, p->n) : -1;
-    rc = rc ? rc : alternatives(m, p, ss, keep, first, &alt, &alt_cap);
+    rc = rc ? rc : alternatives(m, p, ss, threads, keep, first, &alt);
     double sum = 0;
     for (uint32_t i = 0; i < p->n; i++)
         sum += (double)vfreq[i];
@@ -889,7 +941,7 @@ static int em_rounds(const struct unigram_opts *o, struct spm_model *m, struct p
         double vsum;
         rc = model_set(m, ss, p);
         rc = rc ? rc : run_words(m, words, wcount, o->threads, 1, acc, &vsum);
-        rc = rc ? rc : prune(p, m, ss, acc, (double)total, desired);
+        rc = rc ? rc : prune(p, m, ss, acc, (double)total, desired, o->threads);
         if (rc == 0)
             say(o, "round %u, pruned to %u pieces", round, p->n);
     }
