@@ -70,8 +70,22 @@ int unigram_add(struct unigram_learner *l, const char *s, size_t len)
         return -1;
     if (l->enc.norm.len == 0)
         return 0;
+    size_t at = l->text.len;
     if (nmt_buf_append(&l->text, l->enc.norm.data, l->enc.norm.len) < 0 || nmt_buf_append(&l->text, "", 1) < 0)
         return -1;
+    static const char *const meta[] = {"<unk>", "<s>", "</s>"}; /* as a tab, which no piece holds */
+    for (char *c = (char *)l->text.data + at; (c = strchr(c, '<')) != NULL;) {
+        size_t k = 0, n = 0;
+        while (k < 3 && strncmp(c, meta[k], n = strlen(meta[k])) != 0)
+            k++;
+        if (k == 3) {
+            c++;
+            continue;
+        }
+        *c++ = '\t';
+        memmove(c, c + n - 1, strlen(c + n - 1) + 1);
+        l->text.len -= n - 1;
+    }
     l->nsent++;
     return 0;
 }

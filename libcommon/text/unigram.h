@@ -38,7 +38,8 @@ struct unigram_learner;
 struct unigram_learner *unigram_new(void);
 /* Frees L; unigram_free(NULL) is a no-op. */
 void unigram_free(struct unigram_learner *l);
-/* Normalises the sentence S (LEN bytes) and keeps it; skips (0) an empty one, one longer than
+/* Normalises the sentence S (LEN bytes) and keeps it, "<unk>", "<s>" and "</s>" in it written as a
+ * tab (never in a piece), as spm_train does; skips (0) an empty one, one longer than
  * UNIGRAM_MAX_SENTENCE bytes and one holding U+2585, as spm_train does. 0, or -1 with the error set
  * (a NUL byte, memory). */
 int unigram_add(struct unigram_learner *l, const char *s, size_t len);
