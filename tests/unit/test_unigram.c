@@ -1,6 +1,7 @@
 /* test_unigram.c: unigram learning on a small corpus: the size asked for, every character kept, the
  * scores in order, the same pieces and scores on 1 and 3 threads and on a second run, the model file
- * written read back and segmenting every sentence into pieces that spell it, and the errors. */
+ * written read back and segmenting every sentence into pieces that spell it, the errors, and what
+ * never joins a piece. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,6 +116,24 @@ int main(void)
             nmt_errmsg());
     test_ok(unigram_add(l, "a\0b", 3) < 0 && strstr(nmt_errmsg(), "NUL"), "a NUL byte is refused");
     test_ok(unigram_add(l, "   ", 3) == 0 && unigram_learn(l, &o, &p1, &s1, NULL) < 0, "blank lines are skipped");
+    unigram_free(l);
+
+    /* the specials' texts never join a piece; no piece mixes letters and punctuation (scripts) */
+    l = unigram_new();
+    for (int t = 0; l && t < 20; t++) {
+        unigram_add(l, "dogs. <s>cats</s> dogs.", 23);
+        unigram_add(l, "the cat sat", 11);
+    }
+    o.size = 30;
+    int clean = l && unigram_learn(l, &o, &p1, &s1, NULL) == 0;
+    for (uint32_t i = 0; clean && i < p1.n; i++) {
+        uint32_t len;
+        const char *s = strtab_get(&p1, i, &len);
+        clean = !memchr(s, '\t', len) && !memchr(s, '>', len) && !(len > 1 && memchr(s, '.', len));
+    }
+    test_ok(clean, "no piece holds a tab, '<s>' or '</s>', or a letter beside a full stop");
+    strtab_free(&p1);
+    free(s1);
     unigram_free(l);
     return test_done();
 }
