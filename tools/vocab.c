@@ -51,8 +51,8 @@ static const struct opt_spec OPTIONS[] = {
     {OPTION(OT_INT, "side", 0, "N", OFF(side), "BPE: count only side N (1 source, 2 target) of pair records"),
      .imin = 1, .imax = 2},
     {OPTION(OT_STR, "normalize", 'N', "NAME", OFF(normalize),
-            "unigram: the model's normalisation: identity (the default; nmt_nfkc and\n"
-            "the other rules of spm_train need a character map nmt-vocab does not build)")},
+            "unigram: the model's normalisation, as spm_train's: nmt_nfkc (the default),\n"
+            "nfkc or identity (no character map)")},
     {OPTION(OT_INT, "threads", 0, "N", OFF(threads),
             "unigram: threads of the EM steps (default 1; the model is the same)"),
      .flags = OF_ZERO_UNSET, .imin = 1, .imax = 256},
@@ -201,8 +201,11 @@ static void show_progress(const char *line, void *arg)
  * the model file, checked by reading it back. 0, or -1. */
 static int learn_unigram(const struct args *a, int nfile, char **files, struct nmt_buf *out)
 {
-    struct unigram_learner *l = unigram_new();
-    int rc = !l ? -1 : nfile ? 0 : read_sentences(l, NULL);
+    const char *norm = a->normalize ? a->normalize : "nmt_nfkc";
+    struct nmt_buf map = {0};
+    int rc = strcmp(norm, "identity") == 0 ? 0 : spm_charsmap_nfkc(&map, strcmp(norm, "nmt_nfkc") == 0);
+    struct unigram_learner *l = rc ? NULL : unigram_new(map.data, map.len);
+    rc = !l ? -1 : nfile ? 0 : read_sentences(l, NULL);
     for (int i = 0; i < nfile && rc == 0; i++)
         rc = read_sentences(l, strcmp(files[i], "-") == 0 ? NULL : files[i]);
     struct unigram_opts o = {.size = (uint32_t)a->size, .char_coverage = a->coverage,
@@ -225,7 +228,8 @@ static int learn_unigram(const struct args *a, int nfile, char **files, struct n
                                   .character_coverage = (float)a->coverage, .shrinking = (float)UNIGRAM_SHRINKING,
                                   .seed_size = UNIGRAM_SEED_SIZE, .threads = o.threads,
                                   .sub_iterations = UNIGRAM_SUB_ITERATIONS, .max_sentence_length = UNIGRAM_MAX_SENTENCE,
-                                  .max_piece_chars = UNIGRAM_MAX_PIECE_CHARS, .normalization = "identity"};
+                                  .max_piece_chars = UNIGRAM_MAX_PIECE_CHARS, .normalization = norm,
+                                  .charsmap = map.data, .ncharsmap = map.len};
     rc = rc ? rc : spm_write_unigram(out, &pieces, score, &spec);
     struct spm_model *check = rc ? NULL : spm_parse(out->data, out->len, "the model written");
     if (rc == 0 && !check)
@@ -245,13 +249,14 @@ static int learn_unigram(const struct args *a, int nfile, char **files, struct n
     strtab_free(&pieces);
     free(score);
     unigram_free(l);
+    nmt_buf_free(&map);
     return rc;
 }
 
 /* Refuses the options that do not apply to the type asked for: 0, or NMT_EXIT_USAGE after saying why. */
 static int check_options(const struct args *a)
 {
-    static const char *const spm_rules[] = {"nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", NULL};
+    static const char *const spm_rules[] = {"nmt_nfkc_cf", "nfkc_cf", NULL};
     if (a->type == TYPE_BPE) {
         if (a->size < VOCAB_FIRST_CHAR)
             return nmt_usage_error("invalid --size '%llu' (a BPE vocabulary has at least %u pieces)",
@@ -266,12 +271,13 @@ static int check_options(const struct args *a)
         return nmt_usage_error("--min-freq applies to --type bpe");
     if (a->side)
         return nmt_usage_error("--side applies to --type bpe (unigram input is text)");
-    if (a->normalize && strcmp(a->normalize, "identity") != 0) {
+    if (a->normalize && strcmp(a->normalize, "identity") != 0 && strcmp(a->normalize, "nfkc") != 0 &&
+        strcmp(a->normalize, "nmt_nfkc") != 0) {
         for (int i = 0; spm_rules[i]; i++)
             if (strcmp(a->normalize, spm_rules[i]) == 0)
-                return nmt_usage_error("--normalize %s: needs spm_train's precompiled character map, which "
-                                       "nmt-vocab does not build (identity only)", a->normalize);
-        return nmt_usage_error("invalid --normalize '%s' (identity)", a->normalize);
+                return nmt_usage_error("--normalize %s: nmt-vocab builds no case-folding character map "
+                                       "(nmt_nfkc, nfkc or identity)", a->normalize);
+        return nmt_usage_error("invalid --normalize '%s' (nmt_nfkc, nfkc or identity)", a->normalize);
     }
     return 0;
 }

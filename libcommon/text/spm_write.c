@@ -99,10 +99,11 @@ static int put_trainer(struct nmt_buf *t, const struct spm_train_spec *s, uint32
     return rc;
 }
 
-/* The NormalizerSpec message, without a character map. */
-static int put_normalizer(struct nmt_buf *t, const char *name)
+/* The NormalizerSpec message, with SPEC's character map. */
+static int put_normalizer(struct nmt_buf *t, const struct spm_train_spec *spec)
 {
-    if (pb_put_str(t, 1, name) < 0 || pb_put_str(t, 2, "") < 0 || pb_put_uint(t, 3, 1) < 0 || pb_put_uint(t, 4, 1) < 0)
+    if (pb_put_str(t, 1, spec->normalization) < 0 || pb_put_bytes(t, 2, spec->charsmap, spec->ncharsmap) < 0 ||
+        pb_put_uint(t, 3, 1) < 0 || pb_put_uint(t, 4, 1) < 0)
         return -1;
     return pb_put_str(t, 6, "");
 }
@@ -124,7 +125,7 @@ int spm_write_unigram(struct nmt_buf *out, const struct strtab *pieces, const fl
     rc = rc ? rc : put_trainer(&tmp, spec, pieces->n + 3);
     rc = rc ? rc : pb_put_bytes(out, 2, tmp.data, tmp.len);
     tmp.len = 0;
-    rc = rc ? rc : put_normalizer(&tmp, spec->normalization);
+    rc = rc ? rc : put_normalizer(&tmp, spec);
     rc = rc ? rc : pb_put_bytes(out, 3, tmp.data, tmp.len);
     nmt_buf_free(&tmp);
     return rc;

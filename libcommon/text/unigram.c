@@ -25,18 +25,26 @@
 #define FIX_ONE 16777216.0 /* expected counts in units of 2^-24 */
 
 struct unigram_learner {
-    struct spm_model norm;     /* a model of no pieces: the identity normaliser's whitespace rules */
+    struct spm_model norm;     /* a model of no pieces: the normaliser's map and whitespace rules */
     struct spm_encoder enc;
     struct nmt_buf text;       /* the normalised sentences, each ended by a NUL */
     uint64_t nsent, skipped_long, skipped_unk;
 };
 
-struct unigram_learner *unigram_new(void)
+struct unigram_learner *unigram_new(const void *charsmap, size_t len)
 {
     struct unigram_learner *l = nmt_calloc(1, sizeof *l);
     if (!l)
         return NULL;
     l->norm.name = "unigram";
+    if (charsmap && len >= 4) { /* u32le trie size, the trie, the replacement strings */
+        const unsigned char *b = charsmap;
+        uint32_t size = nmt_le32(b);
+        l->norm.charsmap = b + 4;
+        l->norm.ncharsmap = size / 4;
+        l->norm.normalized = (const char *)b + 4 + size;
+        l->norm.nnormalized = (uint32_t)(len - 4 - size);
+    }
     l->norm.add_dummy_prefix = l->norm.remove_extra_whitespaces = l->norm.escape_whitespaces = 1;
     spm_encoder_init(&l->enc, &l->norm);
     return l;

@@ -1,6 +1,6 @@
 /* unigram.h: learning a SentencePiece unigram language model vocabulary as spm_train does
  * (unigram_model_trainer.cc, trainer_interface.cc of sentencepiece 0.1.97): sentences normalised
- * (identity: the whitespace rules only), the characters covering the asked fraction of all kept
+ * (a character map, or none, then the whitespace rules), the characters covering the asked fraction of all kept
  * (the others become U+2585 and never join a piece), seed pieces from the frequent substrings of
  * words, EM rounds with forward-backward expected counts and the digamma update, pruning by loss of
  * likelihood down to the size in stages, and the final pieces' log-probability scores. */
@@ -34,8 +34,9 @@ struct unigram_stats {
 
 struct unigram_learner;
 
-/* A learner with no sentences; NULL when out of memory (error set). */
-struct unigram_learner *unigram_new(void);
+/* A learner with no sentences normalising with the precompiled character map CHARSMAP (LEN bytes,
+ * from spm_charsmap_nfkc, kept, not copied; NULL: identity); NULL when out of memory (error set). */
+struct unigram_learner *unigram_new(const void *charsmap, size_t len);
 /* Frees L; unigram_free(NULL) is a no-op. */
 void unigram_free(struct unigram_learner *l);
 /* Normalises the sentence S (LEN bytes) and keeps it, "<unk>", "<s>" and "</s>" in it written as a

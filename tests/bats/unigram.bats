@@ -37,17 +37,32 @@ EOF
 }
 
 @test "a learnt model segments as spm_encode does with it (golden pieces)" {
-    nmt-vocab --type unigram --size 500 -o "$TMP/m.model" "$F/input.txt"
+    nmt-vocab --type unigram --size 500 --normalize identity -o "$TMP/m.model" "$F/input.txt"
     nmt-tokenize --vocab "$TMP/m.model" --text "$F/input.txt" | same_as "$F/learnt.pieces"
     [ "$(model_size "$TMP/m.model")" = "$(printf '500\t500')" ]
 }
 
-@test "spm_encode reads the model and gives nmt-tokenize's ids" {
+@test "spm_encode reads the model and gives nmt-tokenize's ids (nmt_nfkc, nfkc, identity)" {
     command -v spm_encode > /dev/null || skip "spm_encode not installed (Debian package sentencepiece)"
-    nmt-vocab --type unigram --size 300 -o "$TMP/m.model" < "$F/input.txt"
-    spm_encode --model="$TMP/m.model" --output_format=id < "$F/input.txt" |
-        awk '{ s = ""; for (i = 1; i <= NF; i++) s = s (i > 1 ? " " : "") ($i == 0 ? 3 : $i < 3 ? $i : $i + 1); print s }' > "$TMP/want"
-    nmt-tokenize --vocab "$TMP/m.model" --text=ids "$F/input.txt" | same_as "$TMP/want"
+    for norm in nmt_nfkc nfkc identity; do
+        nmt-vocab --type unigram --size 300 --normalize $norm -o "$TMP/m.model" < "$F/input.txt"
+        spm_encode --model="$TMP/m.model" --output_format=id < "$F/input.txt" > "$TMP/ids"
+        awk '{ s = ""; for (i = 1; i <= NF; i++) s = s (i > 1 ? " " : "") ($i == 0 ? 3 : $i < 3 ? $i : $i + 1); print s }' \
+            "$TMP/ids" > "$TMP/want"
+        nmt-tokenize --vocab "$TMP/m.model" --text=ids "$F/input.txt" | same_as "$TMP/want"
+        spm_decode --model="$TMP/m.model" --input_format=id < "$TMP/ids" > "$TMP/text"
+        nmt-tokenize --vocab "$TMP/m.model" "$F/input.txt" | nmt-tokenize --decode --vocab "$TMP/m.model" | same_as "$TMP/text"
+    done
+}
+
+@test "nmt_nfkc, the default, writes its character map: compatibility characters and spaces normalised" {
+    nmt-vocab --type unigram --size 300 -o "$TMP/m.model" "$F/input.txt"
+    printf '\xef\xbc\xa1\xef\xac\x80 \xe2\x91\xa0\tx\xe2\x80\x8by\x01\n' > "$TMP/in"   # full-width A, ff ligature, circled 1, tab, ZWSP, U+0001
+    nmt-tokenize --vocab "$TMP/m.model" "$TMP/in" | nmt-tokenize --decode --vocab "$TMP/m.model" > "$TMP/out"
+    [ "$(cat "$TMP/out")" = "Aff 1 x y" ]
+    nmt-vocab --type unigram --size 300 --normalize identity -o "$TMP/i.model" "$F/input.txt"
+    nmt-tokenize --vocab "$TMP/i.model" "$TMP/in" | nmt-tokenize --decode --vocab "$TMP/i.model" > "$TMP/out"
+    [ "$(cat "$TMP/out")" != "Aff 1 x y" ]
 }
 
 @test "the same text and options give the same model bytes; more threads the same pieces" {
@@ -76,12 +91,12 @@ EOF
 }
 
 @test "options that do not apply, a size below the characters, a NUL byte are refused" {
-    run nmt-vocab --type unigram --normalize nmt_nfkc "$F/input.txt"
+    run nmt-vocab --type unigram --normalize nmt_nfkc_cf "$F/input.txt"
     [ "$status" -eq 2 ]
-    [[ "$output" == *"--normalize nmt_nfkc: needs spm_train's precompiled character map"* ]]
+    [[ "$output" == *"--normalize nmt_nfkc_cf: nmt-vocab builds no case-folding character map"* ]]
     run nmt-vocab --type unigram --normalize nfd "$F/input.txt"
     [ "$status" -eq 2 ]
-    [[ "$output" == *"invalid --normalize 'nfd' (identity)"* ]]
+    [[ "$output" == *"invalid --normalize 'nfd' (nmt_nfkc, nfkc or identity)"* ]]
     run nmt-vocab --type unigram --side 1 "$F/input.txt"
     [ "$status" -eq 2 ]
     [[ "$output" == *"--side applies to --type bpe"* ]]

@@ -19,7 +19,7 @@ static const char *const corpus[] = {
 
 static struct unigram_learner *fill(int times)
 {
-    struct unigram_learner *l = unigram_new();
+    struct unigram_learner *l = unigram_new(NULL, 0);
     for (int t = 0; l && t < times; t++)
         for (size_t i = 0; i < NCORPUS; i++)
             if (unigram_add(l, corpus[i], strlen(corpus[i])) < 0)
@@ -110,7 +110,7 @@ int main(void)
 
     test_ok(learn(20, 1, &p1, &s1) < 0 && strstr(nmt_errmsg(), "characters kept"), "a size below the characters: %s",
             nmt_errmsg());
-    struct unigram_learner *l = unigram_new();
+    struct unigram_learner *l = unigram_new(NULL, 0);
     struct unigram_opts o = {.size = 100, .char_coverage = 1, .threads = 1};
     test_ok(l && unigram_learn(l, &o, &p1, &s1, NULL) < 0 && strstr(nmt_errmsg(), "no sentence"), "no sentence: %s",
             nmt_errmsg());
@@ -119,7 +119,7 @@ int main(void)
     unigram_free(l);
 
     /* the specials' texts never join a piece; no piece mixes letters and punctuation (scripts) */
-    l = unigram_new();
+    l = unigram_new(NULL, 0);
     for (int t = 0; l && t < 20; t++) {
         unigram_add(l, "dogs. <s>cats</s> dogs.", 23);
         unigram_add(l, "the cat sat", 11);
@@ -135,5 +135,23 @@ int main(void)
     strtab_free(&p1);
     free(s1);
     unigram_free(l);
+
+    /* nmt_nfkc's character map: full-width letters, ligatures and circled digits become plain ones */
+    struct nmt_buf map = {0};
+    test_ok(spm_charsmap_nfkc(&map, 1) == 0 && map.len > 4 && nmt_le32(map.data) % 4 == 0 &&
+                nmt_le32(map.data) < map.len - 4 && map.data[map.len - 1] == 0,
+            "the nmt_nfkc map: a trie of units, then NUL-terminated strings (%zu bytes)", map.len);
+    l = unigram_new(map.data, map.len);
+    const char *odd = "\xEF\xBC\xA1\xEF\xAC\x80 \xE2\x91\xA0 Aff 1";
+    for (int t = 0; l && t < 5; t++)
+        unigram_add(l, odd, strlen(odd));
+    o.size = 10;
+    int plain = l && unigram_learn(l, &o, &p1, &s1, NULL) == 0 && strtab_find(&p1, "A", 1) >= 0 &&
+                strtab_find(&p1, "\xEF\xBC\xA1", 3) < 0 && strtab_find(&p1, "\xE2\x91\xA0", 3) < 0;
+    test_ok(plain, "learnt through the map: A and 1 are pieces, their full-width and circled forms not");
+    strtab_free(&p1);
+    free(s1);
+    unigram_free(l);
+    nmt_buf_free(&map);
     return test_done();
 }
