@@ -2,13 +2,15 @@
  * formats/sentencepiece.md): the NFKC rules as spm_train's builder.cc derives them (each character's
  * NFKC, then every sequence that decomposes as a character does, the rules that shorter ones already
  * give dropped), from utf8proc's NFKC instead of ICU's, the nmt_nfkc additions, and the Darts
- * double-array trie with its replacement strings, laid out as spm_encode reads them. */
+ * double-array trie with its replacement strings, laid out as spm_encode reads them, nodes of the same
+ * subtree sharing their children as in Darts-clone's DAWG. */
 #include "text/spm.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
+#include "base/u64map.h"
 #include "base/utf8.h"
 #include "base/util.h"
 
@@ -230,11 +232,46 @@ static int da_key_cmp(const void *a, const void *b)
     return c ? c : (x->len > y->len) - (x->len < y->len);
 }
 
+/* A placed node's subtree: its keys [lo, hi) below DEPTH and its children's base, so that a node of
+ * the same subtree reuses the base (Darts-clone shares them too: a DAWG). */
+struct da_shape {
+    uint32_t lo, hi, depth, base;
+};
+
 struct da {
     uint32_t *unit;
     uint8_t *used, *base_used;
     size_t cap, size, cursor;
+    struct u64map seen;        /* subtree hash -> index in shape */
+    struct da_shape *shape;
+    size_t nshape, shape_cap;
 };
+
+/* The hash of the subtree of keys [LO, HI) below DEPTH: their suffixes and values. */
+static uint64_t da_hash(const struct da_key *k, size_t lo, size_t hi, uint32_t depth)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = lo; i < hi; i++) {
+        uint32_t tail[2] = {k[i].len - depth, k[i].value};
+        h = nmt_fnv1a(h, tail, sizeof tail);
+        h = nmt_fnv1a(h, k[i].s + depth, k[i].len - depth);
+    }
+    return h & ~(1ULL << 63); /* never U64MAP_EMPTY */
+}
+
+/* Whether the subtrees [LO, HI) below DEPTH and SH's hold the same suffixes with the same values. */
+static int da_same(const struct da_key *k, size_t lo, size_t hi, uint32_t depth, const struct da_shape *sh)
+{
+    if (hi - lo != sh->hi - sh->lo)
+        return 0;
+    for (size_t i = 0; i < hi - lo; i++) {
+        const struct da_key *a = &k[lo + i], *b = &k[sh->lo + i];
+        if (a->len - depth != b->len - sh->depth || a->value != b->value ||
+            memcmp(a->s + depth, b->s + sh->depth, a->len - depth) != 0)
+            return 0;
+    }
+    return 1;
+}
 
 static int da_room(struct da *d, size_t need)
 {
@@ -258,6 +295,14 @@ static int da_place(struct da *d, const struct da_key *k, uint32_t p, size_t lo,
                     uint32_t **stack, size_t *nstack, size_t *scap)
 {
     int leaf = lo < hi && k[lo].len == depth;
+    uint64_t h = da_hash(k, lo, hi, depth), *seen = u64map_get(&d->seen, h);
+    if (!seen)
+        return -1;
+    if (*seen && da_same(k, lo, hi, depth, &d->shape[*seen - 1])) { /* the same subtree: share its base */
+        d->unit[p] |= (p ^ d->shape[*seen - 1].base) << 10 | (uint32_t)leaf << 8;
+        return 0;
+    }
+    size_t shape_lo = lo;
     uint32_t value = leaf ? k[lo++].value : 0;
     unsigned char label[256];
     size_t from[257], n = 0;
@@ -284,6 +329,12 @@ static int da_place(struct da *d, const struct da_key *k, uint32_t p, size_t lo,
     }
     uint32_t off = p ^ b;
     d->base_used[b] = 1;
+    if (!*seen) { /* the first subtree of its hash is the one shared */
+        if (NMT_GROW(d->shape, d->shape_cap, d->nshape + 1) < 0)
+            return -1;
+        d->shape[d->nshape++] = (struct da_shape){(uint32_t)shape_lo, (uint32_t)hi, depth, b};
+        *(u64map_find(&d->seen, h)) = d->nshape;
+    }
     d->unit[p] |= off << 10 | (uint32_t)leaf << 8;
     if (leaf)
         d->used[b] = 1, d->unit[b] = value | 1u << 31;
@@ -305,6 +356,7 @@ static int da_place(struct da *d, const struct da_key *k, uint32_t p, size_t lo,
 static int da_build(const struct da_key *k, size_t n, struct nmt_buf *out, uint32_t *nunit)
 {
     struct da d = {0};
+    u64map_init(&d.seen);
     uint32_t *stack = NULL;
     size_t nstack = 0, scap = 0;
     int rc = da_room(&d, 512);
@@ -324,6 +376,8 @@ static int da_build(const struct da_key *k, size_t n, struct nmt_buf *out, uint3
     free(d.unit);
     free(d.used);
     free(d.base_used);
+    free(d.shape);
+    u64map_free(&d.seen);
     free(stack);
     return rc;
 }
