@@ -491,9 +491,11 @@ static int trie_place(struct spm_model *m, const struct trie_key *k, struct trie
     return 0;
 }
 
-/* The trie of segmentation: the normal and unused pieces, as a double array. */
-static int build_trie(struct spm_model *m)
+int spm_build_trie(struct spm_model *m)
 {
+    free(m->trie);
+    m->trie = NULL;
+    m->ntrie = 0;
     struct trie_key *k = nmt_malloc(((size_t)m->n + 1) * sizeof *k);
     struct trie_job *stack = NULL;
     size_t nk = 0, nstack = 0, stack_cap = 0, cap = 0;
@@ -552,7 +554,7 @@ struct spm_model *spm_parse(const void *data, size_t len, const char *name)
         memcpy(m->bytes, data, len);
     m->nbytes = len;
     struct pb b = {m->bytes, 0, len, m->name};
-    if (parse_top(m, &b) < 0 || check_pieces(m) < 0 || map_ids(m) < 0 || build_trie(m) < 0) {
+    if (parse_top(m, &b) < 0 || check_pieces(m) < 0 || map_ids(m) < 0 || spm_build_trie(m) < 0) {
         spm_free(m);
         return NULL;
     }
