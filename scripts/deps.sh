@@ -18,6 +18,7 @@ pkgs=(
   libcurl4-openssl-dev  # nmt-serve --client's HTTP requests (no hand-written HTTP client)
   chromium chromium-driver  # the test of nmt-serve's page in a headless browser, driven over WebDriver
   bats               # command-line tests
+  sentencepiece      # spm_encode/spm_decode: the tests compare nmt-vocab --type unigram's models with them
   parallel           # GNU parallel: Bats runs its files side by side with it (--jobs)
   valgrind           # memory checks of the tools
   man-db groff-base  # man -l to render and check the man pages

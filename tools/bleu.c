@@ -105,7 +105,7 @@ fail:
  * line (1-based) and its field count in *GOT, or 0. */
 static size_t split_tabs(const struct text_lines *l, int k, struct text_lines *fields, int *got, int strip_fields)
 {
-    size_t *caps = calloc((size_t)k, sizeof *caps);
+    size_t *caps = nmt_calloc((size_t)k, sizeof *caps);
     if (!caps) {
         *got = -1;
         return 1;
@@ -168,7 +168,7 @@ static int parse_int(const char *s, const char *what, int lo, int hi, int *out)
  * getopt_long_only can parse them. Returns a new argv (malloc'ed array, strings shared). */
 static char **expand_args(int argc, char **argv, int *out_argc)
 {
-    char **v = malloc(((size_t)argc * 2 + 1) * sizeof *v);
+    char **v = nmt_malloc(((size_t)argc * 2 + 1) * sizeof *v);
     if (!v)
         return NULL;
     int k = 0;
@@ -261,8 +261,8 @@ static void *half_run(void *arg)
 {
     half_job *j = arg;
     bleu_metric *m = bleu_metric_new(j->cfg);
-    const char **rp = malloc((size_t)j->nrefs * sizeof *rp);
-    size_t *rl = malloc((size_t)j->nrefs * sizeof *rl);
+    const char **rp = nmt_malloc((size_t)j->nrefs * sizeof *rp);
+    size_t *rl = nmt_malloc((size_t)j->nrefs * sizeof *rl);
     double row[3 * BLEU_MAX_ORDER + 2];
     memset(j->sum, 0, sizeof j->sum);
     if (!m || !rp || !rl) {
@@ -544,7 +544,7 @@ static int parse_args(struct run *r, int argc, char **argv)
     o->max_line = LINES_DEFAULT_MAX;
     int eargc;
     if (!(r->eargv = expand_args(argc, argv, &eargc))) {
-        nmt_error("out of memory");
+        nmt_error("%s", nmt_errmsg());
         return NMT_EXIT_DATA;
     }
     switch (opt_parse_with(OPTIONS, eargc, r->eargv, o, OPT_LONG_ONLY | OPT_OWN_ERRORS)) {
@@ -587,10 +587,10 @@ static int read_refs(struct run *r)
 {
     const struct opts *o = &r->o;
     r->nrefs = o->num_refs > 1 ? o->num_refs : o->nref_files;
-    r->reflines = calloc((size_t)r->nrefs, sizeof *r->reflines);
-    r->reffile = calloc((size_t)o->nref_files, sizeof *r->reffile);
+    r->reflines = nmt_calloc((size_t)r->nrefs, sizeof *r->reflines);
+    r->reffile = nmt_calloc((size_t)o->nref_files, sizeof *r->reffile);
     if (!r->reflines || !r->reffile) {
-        nmt_error("out of memory");
+        nmt_error("%s", nmt_errmsg());
         return NMT_EXIT_DATA;
     }
     for (int i = 0; i < o->nref_files; i++)
@@ -605,7 +605,7 @@ static int read_refs(struct run *r)
     size_t bad = split_tabs(&r->reffile[0], o->num_refs, r->reflines, &got, 0);
     if (bad) {
         if (got < 0)
-            nmt_error("out of memory");
+            nmt_error("%s", nmt_errmsg());
         else
             nmt_error("'%s' line %zu: expected %d tab-separated references, found %d", o->ref_files[0], bad,
                       o->num_refs, got);
@@ -622,8 +622,8 @@ static int read_stdin_systems(struct run *r)
         return NMT_EXIT_DATA;
     struct text_lines in = r->stdin_lines;
     int k = in.n ? count_fields(in.line[0], in.len[0]) : 1;
-    if (!(r->sys = calloc((size_t)k, sizeof *r->sys))) {
-        nmt_error("out of memory");
+    if (!(r->sys = nmt_calloc((size_t)k, sizeof *r->sys))) {
+        nmt_error("%s", nmt_errmsg());
         return NMT_EXIT_DATA;
     }
     r->nsys = k;
@@ -631,10 +631,10 @@ static int read_stdin_systems(struct run *r)
         r->sys[0].l = in;
         memset(&r->stdin_lines, 0, sizeof r->stdin_lines);
     } else {
-        struct text_lines *cols = r->stdin_cols = calloc((size_t)k, sizeof *cols);
+        struct text_lines *cols = r->stdin_cols = nmt_calloc((size_t)k, sizeof *cols);
         int got;
         if (!cols) {
-            nmt_error("out of memory");
+            nmt_error("%s", nmt_errmsg());
             return NMT_EXIT_DATA;
         }
         size_t bad = split_tabs(&in, k, cols, &got, 1);
@@ -646,9 +646,9 @@ static int read_stdin_systems(struct run *r)
             r->sys[s].l = cols[s];
     }
     for (int s = 0; s < r->nsys; s++) {
-        char *nm = malloc(32);
+        char *nm = nmt_malloc(32);
         if (!nm) {
-            nmt_error("out of memory");
+            nmt_error("%s", nmt_errmsg());
             return NMT_EXIT_DATA;
         }
         if (r->o.pbs)
@@ -666,8 +666,8 @@ static int read_stdin_systems(struct run *r)
 static int read_file_systems(struct run *r)
 {
     const struct opts *o = &r->o;
-    if (!(r->sys = calloc((size_t)o->ninputs, sizeof *r->sys))) {
-        nmt_error("out of memory");
+    if (!(r->sys = nmt_calloc((size_t)o->ninputs, sizeof *r->sys))) {
+        nmt_error("%s", nmt_errmsg());
         return NMT_EXIT_DATA;
     }
     for (int s = 0; s < o->ninputs; s++) {
@@ -686,9 +686,9 @@ static int read_file_systems(struct run *r)
         r->sys[r->nsys++].name = o->inputs[s];
     }
     if (o->pbs) {
-        char *nm = malloc(strlen(r->sys[0].name) + 16);
+        char *nm = nmt_malloc(strlen(r->sys[0].name) + 16);
         if (!nm) {
-            nmt_error("out of memory");
+            nmt_error("%s", nmt_errmsg());
             return NMT_EXIT_DATA;
         }
         sprintf(nm, "Baseline: %s", r->sys[0].name);
@@ -743,10 +743,10 @@ static void read_seed(struct run *r)
  * pointers of a line. Returns 0, or main's exit status. */
 static int start_metrics(struct run *r)
 {
-    r->refp = malloc((size_t)r->nrefs * sizeof *r->refp);
-    r->refl = malloc((size_t)r->nrefs * sizeof *r->refl);
+    r->refp = nmt_malloc((size_t)r->nrefs * sizeof *r->refp);
+    r->refl = nmt_malloc((size_t)r->nrefs * sizeof *r->refl);
     if (!r->refp || !r->refl) {
-        nmt_error("out of memory");
+        nmt_error("%s", nmt_errmsg());
         return NMT_EXIT_DATA;
     }
     read_seed(r);
@@ -775,10 +775,11 @@ static int score_sentences(struct run *r, int *st)
     const struct opts *o = &r->o;
     int k = o->use_metric[0] ? 0 : o->use_metric[1] ? 1 : 2;
     int ns = bleu_metric_nstats(r->met[k]);
-    double *row = malloc((size_t)ns * sizeof *row);
+    double *row = nmt_malloc((size_t)ns * sizeof *row);
     char sig[512];
     if (!row || bleu_signature(r->met[k], r->nrefs, o->is_short, 0, NULL, BLEU_TOOL_VERSION, sig, sizeof sig) < 0) {
-        nmt_error("out of memory");
+        nmt_error("%s", row ? "metric signature too long" : nmt_errmsg());
+        free(row);
         return NMT_EXIT_DATA;
     }
     for (size_t i = 0; i < r->nlines && !*st; i++) {
@@ -843,10 +844,10 @@ static int score_system(struct run *r, int s, int k)
     int ns = bleu_metric_nstats(r->met[k]);
     int keep = r->o.ci || r->o.pbs;
     size_t nlines = r->nlines, from = 0;
-    sy->rows[k] = malloc((keep ? nlines : 1) * (size_t)ns * sizeof(double));
-    double *sum = sy->sum[k] = calloc((size_t)ns, sizeof *sum);
+    sy->rows[k] = nmt_malloc((keep ? nlines : 1) * (size_t)ns * sizeof(double));
+    double *sum = sy->sum[k] = nmt_calloc((size_t)ns, sizeof *sum);
     if (!sy->rows[k] || !sum) {
-        nmt_error("out of memory");
+        nmt_error("%s", nmt_errmsg());
         return NMT_EXIT_DATA;
     }
     if (!keep && k != BLEU_METRIC_TER && nlines >= 4096) {
@@ -1036,14 +1037,14 @@ static int print_systems_table(const struct run *r)
     int cols = 1, rows = r->nsys + 1;
     for (int k = 0; k < 3; k++)
         cols += r->met[k] != NULL;
-    char ***cells = calloc((size_t)rows, sizeof *cells);
+    char ***cells = nmt_calloc((size_t)rows, sizeof *cells);
     if (!cells) {
-        nmt_error("out of memory");
+        nmt_error("%s", nmt_errmsg());
         return NMT_EXIT_DATA;
     }
     for (int row = 0; row < rows; row++) {
-        if (!(cells[row] = calloc((size_t)cols, sizeof **cells))) {
-            nmt_error("out of memory");
+        if (!(cells[row] = nmt_calloc((size_t)cols, sizeof **cells))) {
+            nmt_error("%s", nmt_errmsg());
             return NMT_EXIT_DATA;
         }
         int c = 0;

@@ -251,10 +251,11 @@ static int encode_unigram(struct spm_encoder *e, uint32_t *nraw)
             int32_t id = m->trie[node].piece;
             if (id < 0)
                 continue;
-            float cand = m->trie[node].score + here;
+            /* in double, compared with the float kept, as spm (its score is a double there) */
+            double cand = (double)m->trie[node].score + here;
             struct best_node *b = &best[k + 1];
             if (b->start < 0 || cand > b->score)
-                *b = (struct best_node){cand, (int32_t)start, (uint32_t)id};
+                *b = (struct best_node){(float)cand, (int32_t)start, (uint32_t)id};
             if (k + 1 - start == mblen)
                 single = 1;
         }

@@ -87,13 +87,9 @@ struct spm_encoder {
 /* Parses the SentencePiece model in DATA (LEN bytes, copied); NAME names it in errors. Returns the
  * model, or NULL with the error set ("NAME: byte N: what"; unsupported features refused by name). */
 struct spm_model *spm_parse(const void *data, size_t len, const char *name);
-/* Replaces OUT's content with a SentencePiece model file of type WORD whose pieces are those of
- * PIECES in order (score 0), piece UNK the unknown one and piece EOS (or -1: none) the end of
- * sentence (a CONTROL piece, trainer_spec eos_id), without bos and pad; its normaliser has no
- * character map nor dummy prefix, removes extra spaces and keeps them unescaped, so that each
- * space-separated word of a line is the piece U+2581 + word, or unknown (decoded as " <unk>", the
- * way Marian writes it). 0, or -1 with the error set. */
-int spm_format_word_model(const struct strtab *pieces, int64_t unk, int64_t eos, struct nmt_buf *out);
+/* (Re)builds M's trie of segmentation from its N pieces' TEXT, PTYPE and SCORE: the normal and
+ * unused pieces, as a double array. 0, or -1 with the error set (memory, a trie over 2^30 units). */
+int spm_build_trie(struct spm_model *m);
 /* Frees M; spm_free(NULL) is a no-op. */
 void spm_free(struct spm_model *m);
 /* Whether DATA (LEN bytes) starts like a model file (a protobuf whose first field is a piece). */
@@ -118,5 +114,35 @@ int spm_encode(struct spm_encoder *e, const char *s, size_t len, uint32_t **ids,
  * pieces joined, specials dropped, unknown pieces as the unk surface). 0, or -1 (id out of range,
  * memory) with the error set. */
 int spm_decode(const struct spm_model *m, const uint32_t *ids, size_t n, struct nmt_buf *out);
+
+/* Appends to OUT the precompiled character map of spm's "nfkc" rule (NMT 0) or "nmt_nfkc" (NMT 1:
+ * also the other spaces as a space, control characters dropped, U+FF5E kept), made as spm_train's
+ * builder makes it but from utf8proc's NFKC: the u32le size of the trie, its units, the replacement
+ * strings. 0, or -1 with the error set (memory). */
+int spm_charsmap_nfkc(struct nmt_buf *out, int nmt);
+
+/* What a learnt unigram model's trainer_spec and normalizer_spec say (spm_train's names). */
+struct spm_train_spec {
+    const char *const *input;  /* (ninput) the training files' names */
+    size_t ninput;
+    const char *model_prefix;  /* the output's name without ".model" ("" when none) */
+    float character_coverage, shrinking;
+    uint32_t seed_size, threads, sub_iterations, max_sentence_length, max_piece_chars;
+    const char *normalization; /* the normalizer's name: "identity", "nfkc", "nmt_nfkc" */
+    const void *charsmap;      /* (ncharsmap bytes) its precompiled character map (spm_charsmap_nfkc), or none */
+    size_t ncharsmap;
+};
+/* Appends to OUT the model file of a unigram model: <unk> 0, <s> 1, </s> 2 (score 0), then the
+ * PIECES (strtab id order) with their SCOREs, SPEC's trainer_spec and normalizer_spec (its map, add_dummy_prefix,
+ * remove_extra_whitespaces and escape_whitespaces on). 0, or -1 with the error set (memory). */
+int spm_write_unigram(struct nmt_buf *out, const struct strtab *pieces, const float *score,
+                      const struct spm_train_spec *spec);
+/* Replaces OUT's content with a SentencePiece model file of type WORD whose pieces are those of
+ * PIECES in order (score 0), piece UNK the unknown one and piece EOS (or -1: none) the end of
+ * sentence (a CONTROL piece, trainer_spec eos_id), without bos and pad; its normaliser has no
+ * character map nor dummy prefix, removes extra spaces and keeps them unescaped, so that each
+ * space-separated word of a line is the piece U+2581 + word, or unknown (decoded as " <unk>", the
+ * way Marian writes it). 0, or -1 with the error set. */
+int spm_format_word_model(const struct strtab *pieces, int64_t unk, int64_t eos, struct nmt_buf *out);
 
 #endif

@@ -491,9 +491,11 @@ static int trie_place(struct spm_model *m, const struct trie_key *k, struct trie
     return 0;
 }
 
-/* The trie of segmentation: the normal and unused pieces, as a double array. */
-static int build_trie(struct spm_model *m)
+int spm_build_trie(struct spm_model *m)
 {
+    free(m->trie);
+    m->trie = NULL;
+    m->ntrie = 0;
     struct trie_key *k = nmt_malloc(((size_t)m->n + 1) * sizeof *k);
     struct trie_job *stack = NULL;
     size_t nk = 0, nstack = 0, stack_cap = 0, cap = 0;
@@ -552,7 +554,7 @@ struct spm_model *spm_parse(const void *data, size_t len, const char *name)
         memcpy(m->bytes, data, len);
     m->nbytes = len;
     struct pb b = {m->bytes, 0, len, m->name};
-    if (parse_top(m, &b) < 0 || check_pieces(m) < 0 || map_ids(m) < 0 || build_trie(m) < 0) {
+    if (parse_top(m, &b) < 0 || check_pieces(m) < 0 || map_ids(m) < 0 || spm_build_trie(m) < 0) {
         spm_free(m);
         return NULL;
     }
@@ -595,56 +597,4 @@ int64_t spm_find(const struct spm_model *m, const char *s, size_t len)
         if (m->to_model[id] < 0 && strlen(nmt_special[id]) == len && memcmp(nmt_special[id], s, len) == 0)
             return id;
     return -1;
-}
-
-/* ---- writing word models ---- */
-
-/* Appends the varint V. 0 or -1. */
-static int put_varint(struct nmt_buf *o, uint64_t v)
-{
-    unsigned char b[10];
-    size_t n = 0;
-    do {
-        b[n++] = (unsigned char)((v & 0x7F) | (v > 0x7F ? 0x80 : 0));
-        v >>= 7;
-    } while (v);
-    return nmt_buf_append(o, b, n);
-}
-
-/* Appends field F as a varint (int32 values sign-extended, as protobuf writes them). 0 or -1. */
-static int put_int(struct nmt_buf *o, uint32_t f, int64_t v)
-{
-    return put_varint(o, (uint64_t)f << 3) | put_varint(o, (uint64_t)v) ? -1 : 0;
-}
-
-/* Appends field F as length-delimited bytes S[0..LEN). 0 or -1. */
-static int put_bytes_field(struct nmt_buf *o, uint32_t f, const void *s, size_t len)
-{
-    return put_varint(o, (uint64_t)f << 3 | 2) | put_varint(o, len) | nmt_buf_append(o, s, len) ? -1 : 0;
-}
-
-int spm_format_word_model(const struct strtab *pieces, int64_t unk, int64_t eos, struct nmt_buf *out)
-{
-    struct nmt_buf p = {0};
-    int rc = 0;
-    out->len = 0;
-    if (unk < 0 || unk >= (int64_t)pieces->n || eos >= (int64_t)pieces->n || eos == unk)
-        return nmt_seterr("a word model needs an unknown piece, and an end of sentence apart from it");
-    for (uint32_t i = 0; i < pieces->n && rc == 0; i++) {
-        uint32_t len;
-        const char *s = strtab_get(pieces, i, &len);
-        unsigned char score[5] = {2 << 3 | 5, 0, 0, 0, 0}; /* score 0.0f, a fixed32 */
-        p.len = 0;
-        rc = put_bytes_field(&p, 1, s, len) | nmt_buf_append(&p, score, 5) |
-             put_int(&p, 3, i == unk ? SPM_UNKNOWN : i == eos ? SPM_CONTROL : SPM_NORMAL) |
-             put_bytes_field(out, 1, p.data, p.len);
-    }
-    p.len = 0; /* trainer_spec: model_type, unk, bos, eos and pad ids, unk_surface */
-    rc |= put_int(&p, 3, SPM_WORD) | put_int(&p, 40, unk) | put_int(&p, 41, -1) | put_int(&p, 42, eos) |
-          put_int(&p, 43, -1) | put_bytes_field(&p, 44, " <unk>", 6) | put_bytes_field(out, 2, p.data, p.len);
-    p.len = 0; /* normalizer_spec: no character map, no dummy prefix, extra spaces removed, spaces kept */
-    rc |= put_bytes_field(&p, 1, "identity", 8) | put_int(&p, 3, 0) | put_int(&p, 4, 1) | put_int(&p, 5, 0) |
-          put_bytes_field(out, 3, p.data, p.len);
-    nmt_buf_free(&p);
-    return rc ? -1 : 0;
 }
