@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "run/backend_loader.h"
+#include "nn/blocks.h"
 #include "nn/model.h"
 #include "nn/params.h"
 #include "io/safetensors.h"
@@ -540,6 +541,31 @@ static void check_options_saved(void)
     unlink(pbad);
 }
 
+/* A backend without the ABI 2.5 slots a configuration needs is refused, naming the option; a model
+ * of the defaults needs none of them. */
+static void check_backend_refusal(void)
+{
+    struct model_config c;
+    variant_config(&c, V_MARIAN);
+    struct backend b = *be;
+    b.ops.swish_backward = NULL;
+    struct model *m = model_new(&b, &c, 1);
+    test_ok(!m && strstr(nmt_errmsg(), "activation swish") && strstr(nmt_errmsg(), "cpu"),
+            "a backend without swish is refused: %s", nmt_errmsg());
+    b.ops = be->ops;
+    b.ops.embedding_table_forward = NULL;
+    test_ok(nn_check_backend(&b.ops, &c) < 0 && strstr(nmt_errmsg(), "positions marian"),
+            "nor without the table embedding: %s", nmt_errmsg());
+    c.positions = MODEL_POS_PAPER;
+    test_ok(nn_check_backend(&b.ops, &c) < 0 && strstr(nmt_errmsg(), "start embedding zero"),
+            "which the zero start needs too: %s", nmt_errmsg());
+    b.ops.swish_forward = NULL;
+    tiny_config(&c, 0);
+    m = model_new(&b, &c, 1);
+    test_ok(m != NULL, "a model of the defaults runs without them");
+    model_free(m);
+}
+
 /* Forced decoding (model_score) gives each sentence's share of the batch NLL. */
 static void check_score(int pre_norm)
 {
@@ -731,6 +757,7 @@ int main(void)
     check_buckets(V_MARIAN);
     check_buckets(V_MARIAN_NONE);
     check_marian_layout();
+    check_backend_refusal();
     check_fixture("post");
     check_fixture("pre");
     check_fixture("marian");
