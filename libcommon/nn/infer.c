@@ -316,11 +316,12 @@ static struct infer *infer_alloc(struct backend *be, struct model *m, int invari
     in->enc.layer = calloc((size_t)Le, sizeof *in->enc.layer);
     in->ckv = calloc((size_t)Ld, sizeof *in->ckv);
     in->kv = calloc((size_t)Ld, sizeof *in->kv);
-    int err = 0;
-    if (!in->enc.layer || !in->ckv || !in->kv || check_precision(in) < 0 || nn_check_backend(in->k, &in->c) < 0 ||
-        ((in->run.pe = in->pe = nn_pe_table(in->k, in->ctx, &in->c, &err)), err < 0)) {
-        if (!in->enc.layer || !in->ckv || !in->kv)
-            nmt_seterr("out of memory");
+    int err = !in->enc.layer || !in->ckv || !in->kv ? nmt_seterr("out of memory") : 0;
+    if (err == 0 && (check_precision(in) < 0 || nn_check_backend(in->k, &in->c) < 0))
+        err = -1;
+    if (err == 0)
+        in->run.pe = in->pe = nn_pe_table(in->k, in->ctx, &in->c, &err);
+    if (err < 0) {
         infer_free(in);
         return NULL;
     }
