@@ -77,7 +77,7 @@
 #include <stdint.h>
 
 #define NMT_BACKEND_ABI_MAJOR 2
-#define NMT_BACKEND_ABI_MINOR 4
+#define NMT_BACKEND_ABI_MINOR 5
 #define NMT_BACKEND_ENTRY "nmt_backend_entry"
 
 /* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 2 kernels are F32;
@@ -378,6 +378,24 @@ struct nmt_backend {
      * them is allowed (their memory comes back); the rest of the buffer keeps its contents. The cpu
      * plugin gives back the whole pages inside the range. 0, or negative with the error set. */
     int (*discard)(nmt_bctx *ctx, void *p, size_t bytes);
+
+    /* ---- OPTIONAL, ABI 2.5: position tables and zero start embeddings (both slots or none) ---- */
+    /* As embedding_forward, but the positions come from the table PE (device, (P, D) row-major, row p
+     * the encoding of position p; pos[n] < P), computed by the host for the model's formula, and a row
+     * with ids[n] < 0 (and pos[n] >= 0) gets a zero embedding: out[n] = PE(pos[n]) only. Rows with
+     * pos[n] < 0 are padding (zeros). 0 or negative (cpu: id >= V, position past P). */
+    int (*embedding_table_forward)(nmt_bctx *ctx, float *out, const int32_t *ids, const int32_t *pos,
+                                   const float *emb, const float *pe, int N, int D, int V, int P, float scale);
+    /* As embedding_backward, skipping the rows with ids[n] < 0 as well as those with pos[n] < 0. */
+    int (*embedding_table_backward)(nmt_bctx *ctx, float *demb, const float *dout, const int32_t *ids,
+                                    const int32_t *pos, int N, int D, int V, float scale);
+
+    /* ---- OPTIONAL, ABI 2.5: the swish activation (both slots or none) ---- */
+    /* out = x * sigmoid(x) = x / (1 + exp(-x)); out may alias x. */
+    int (*swish_forward)(nmt_bctx *ctx, float *out, const float *x, size_t n);
+    /* dx = dout * (s + x s (1 - s)), s = sigmoid(x), from the forward's INPUT x (not its output:
+     * swish is not monotonic); dx may alias dout. */
+    int (*swish_backward)(nmt_bctx *ctx, float *dx, const float *dout, const float *x, size_t n);
     /* New slots are appended here, bumping NMT_BACKEND_ABI_MINOR. */
 };
 

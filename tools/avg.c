@@ -29,7 +29,7 @@ struct opts {
 static const struct opt_spec OPTIONS[] = {
     {OPTION(OT_STR, "output", 'o', "FILE", OFF(out), "checkpoint to write (atomically)")},
     {OPTION(OT_FLAG, "quantize", 0, NULL, OFF(quantize),
-            "store the weights of the linear layers (not the embedding) in int8 with\n"
+            "store the weights of the linear layers (not the embeddings) in int8 with\n"
             "a float32 scale a row: a smaller file, which nmt-decode reads as float32")},
     {OPTION(OT_STR, "calibrate", 0, "FILE", OFF(calibrate),
             "with --quantize: round the int8 weights by GPTQ, fitted to the inputs\n"

@@ -48,6 +48,9 @@ struct opts {
     uint64_t layers, enc_layers, dec_layers, d_model, heads, ff, max_len;
     int pre_norm;
     double ls, dropout, att_dropout, act_dropout;
+    /* the options of Marian models: -1 (NaN for ln_eps, 0 for the flag) = the default */
+    int positions, start_zero, activation, tie, output_bias;
+    double ln_eps;
 };
 
 /* Parses --freeze's comma-separated list of parts into the struct freeze_parts at FIELD; 0, or -1
@@ -87,6 +90,11 @@ static const char *show_schedule(const void *field) { return lr_schedule_name(*(
 static const char *const PRECISIONS[] = {"float32", "bf16", NULL};
 static const char *const REDUCTIONS[] = {"ordered", "fast", NULL};
 static const char *const OFF_ON[] = {"off", "on", NULL};
+/* in the order of the enums of nn/model_config.h */
+static const char *const POSITIONS[] = {"paper", "marian", NULL};
+static const char *const START_EMBEDDINGS[] = {"bos", "zero", NULL};
+static const char *const ACTIVATIONS[] = {"relu", "swish", NULL};
+static const char *const TIES[] = {"all", "target", "none", NULL};
 static const char *const GPU_COMMS[] = {"auto", "nccl", "mpi", NULL};
 /* The options; a configuration file (--config) holds every one but --config, --dump-config,
  * --help and --version, and --dump-config writes every one but --resume, --force and --layers. */
@@ -156,6 +164,27 @@ static const struct opt_spec OPTIONS[] = {
 {OPTION(OT_U64, "max-len", 0, "N", OFF(max_len),
         "longest sentence accepted, in tokens (default 1024)"),
  .flags = OF_ZERO_UNSET, .imin = 2, .imax = 65536},
+{OPTION(OT_CHOICE, "positions", 0, "paper|marian", OFF(positions),
+        "position encoding: the paper's interleaved sines and cosines\n"
+        "(default), or Marian's (sines in the first half, cosines after)"),
+ .choices = POSITIONS, .def.i = -1},
+{OPTION(OT_CHOICE, "start-embedding", 0, "bos|zero", OFF(start_zero),
+        "the decoder's first input: the embedding of <s> (default) or a\n"
+        "zero vector, plus the position encoding (Marian)"),
+ .choices = START_EMBEDDINGS, .def.i = -1},
+{OPTION(OT_CHOICE, "activation", 0, "relu|swish", OFF(activation),
+        "FFN activation (default relu; swish: x * sigmoid(x))"),
+ .choices = ACTIVATIONS, .def.i = -1},
+{OPTION(OT_CHOICE, "tied-embeddings", 0, "all|target|none", OFF(tie),
+        "all (default): one matrix for the source and target embeddings\n"
+        "and the output projection; target: a separate source embedding;\n"
+        "none: three matrices"),
+ .choices = TIES, .def.i = -1},
+{OPTION(OT_FLAG, "output-bias", 0, NULL, OFF(output_bias),
+        "add a bias to the output logits")},
+{OPTION(OT_DOUBLE, "ln-eps", 0, "X", OFF(ln_eps),
+        "layer norm epsilon (default 1e-5; Marian's is 1e-6)"),
+ .flags = OF_MIN_OPEN | OF_MAX_OPEN, .dmin = 0, .dmax = 1, .def.d = NAN},
 {.type = OT_TEXT, .help = "Optimisation:"},
 {OPTION(OT_DOUBLE, "lr", 0, "SCALE", OFF(lr),
         "learning rate scale of the schedule (default 1; the paper's 1 to 2)"),
@@ -174,8 +203,9 @@ static const struct opt_spec OPTIONS[] = {
         "clip the gradient norm to X (default 0: off)"),
  .dmin = 0, .dmax = INFINITY},
 {OPTION(OT_CUSTOM, "freeze", 0, "PARTS", OFF(freeze),
-        "keep the weights of PARTS as they are: embeddings (shared with the\n"
-        "output projection), encoder, or both: embeddings,encoder"),
+        "keep the weights of PARTS as they are: embeddings (every embedding\n"
+        "matrix and the output projection and bias), encoder, or both:\n"
+        "embeddings,encoder"),
  .parse = parse_freeze, .show = show_freeze},
 {OPTION(OT_DOUBLE, "ema", 0, "DECAY", OFF(ema),
         "also keep a moving average of the weights (e.g. 0.9999): validated,\n"
@@ -496,6 +526,8 @@ static void write_config(FILE *f, const struct opts *o, const struct model_confi
     d.enc_layers = (uint64_t)m.enc_layers, d.dec_layers = (uint64_t)m.dec_layers, d.d_model = (uint64_t)m.d_model;
     d.heads = (uint64_t)m.heads, d.ff = (uint64_t)m.ff, d.max_len = (uint64_t)m.max_len, d.pre_norm = m.pre_norm;
     d.ls = m.label_smoothing, d.dropout = m.dropout, d.att_dropout = m.attn_dropout, d.act_dropout = m.act_dropout;
+    d.positions = m.positions, d.start_zero = m.start_zero, d.activation = m.activation, d.tie = m.tie;
+    d.output_bias = m.output_bias, d.ln_eps = m.ln_eps;
     if (!o->lr_set) /* the default scale: a comment, so that a --peak-lr may join the file */
         d.lr = NAN;
     opt_dump(f, OPTIONS, &d);
@@ -575,6 +607,18 @@ static void apply_overrides(const struct opts *o, struct model_config *c)
         c->attn_dropout = (float)o->att_dropout;
     if (o->act_dropout >= 0)
         c->act_dropout = (float)o->act_dropout;
+    if (o->positions >= 0)
+        c->positions = o->positions;
+    if (o->start_zero >= 0)
+        c->start_zero = o->start_zero;
+    if (o->activation >= 0)
+        c->activation = o->activation;
+    if (o->tie >= 0)
+        c->tie = o->tie;
+    if (o->output_bias)
+        c->output_bias = 1;
+    if (o->ln_eps > 0)
+        c->ln_eps = (float)o->ln_eps;
 }
 
 /* Builds the configuration from the preset and the overrides. */
@@ -590,6 +634,14 @@ static int same_shape(const struct model_config *a, const struct model_config *b
 {
     return a->enc_layers == b->enc_layers && a->dec_layers == b->dec_layers && a->d_model == b->d_model &&
            a->heads == b->heads && a->ff == b->ff && a->pre_norm == b->pre_norm && a->max_len == b->max_len;
+}
+
+/* 1 when A and B have the same options of Marian models (positions, start, activation, ties,
+ * output bias, layer norm epsilon). */
+static int same_options(const struct model_config *a, const struct model_config *b)
+{
+    return a->positions == b->positions && a->start_zero == b->start_zero && a->activation == b->activation &&
+           a->tie == b->tie && a->output_bias == b->output_bias && a->ln_eps == b->ln_eps;
 }
 
 /* Reads the configuration and the vocabulary of the checkpoint C->ck_path (WHAT: "resume" or
@@ -620,6 +672,15 @@ static int config_from_checkpoint(struct ctx *c, const char *what)
                           path, cfg->d_model, cfg->heads, cfg->ff, cfg->enc_layers, cfg->dec_layers, cfg->max_len,
                           cfg->pre_norm ? ", pre-norm" : "", want.d_model, want.heads, want.ff, want.enc_layers,
                           want.dec_layers, want.max_len, want.pre_norm ? ", pre-norm" : "");
+    if (!same_options(&want, cfg))
+        return nmt_seterr("'%s' holds a model of other options (positions %s, start embedding %s, activation %s, "
+                          "tied embeddings %s, output bias %d, ln-eps %g) than the options ask for (%s, %s, %s, %s, "
+                          "%d, %g)",
+                          path, model_positions_name(cfg->positions), model_start_name(cfg->start_zero),
+                          model_activation_name(cfg->activation), model_tie_name(cfg->tie), cfg->output_bias,
+                          (double)cfg->ln_eps, model_positions_name(want.positions), model_start_name(want.start_zero),
+                          model_activation_name(want.activation), model_tie_name(want.tie), want.output_bias,
+                          (double)want.ln_eps);
     struct model_config preset;
     build_config(o, &preset, cfg->vocab);
     if (o->preset_set && !same_shape(&preset, cfg))
@@ -691,13 +752,14 @@ static void settle_lr(struct ctx *c)
                  o->lr, peak, w, o->lr, o->lr);
 }
 
-/* Freezes the parts --freeze names (the embedding; the encoder's layers and final layer norm). 0 or -1. */
+/* Freezes the parts --freeze names (the embeddings: every embedding matrix, the output projection
+ * and its bias; the encoder's layers and final layer norm). 0 or -1. */
 static int freeze(struct ctx *c)
 {
-    const char *parts[3];
+    const char *parts[6];
     int n = 0;
     if (c->o->freeze.emb)
-        parts[n++] = "emb.";
+        parts[n++] = "emb.", parts[n++] = "dec_emb.", parts[n++] = "out.";
     if (c->o->freeze.enc)
         parts[n++] = "enc.", parts[n++] = "enc_ln.";
     if (n && model_freeze(c->m, parts, n) < 0)

@@ -2,7 +2,51 @@
 #include "nn/blocks.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+int nn_check_backend(const struct nmt_backend *k, const struct model_config *c)
+{
+    const char *need = NULL;
+    if (c->positions != MODEL_POS_PAPER)
+        need = "positions marian";
+    else if (c->start_zero)
+        need = "start embedding zero";
+    if (need && !(k->embedding_table_forward && k->embedding_table_backward))
+        return nmt_seterr("backend %s cannot run a model with %s (its plugin lacks the embedding_table slots of "
+                          "ABI 2.5)",
+                          k->name, need);
+    if (c->activation == MODEL_ACT_SWISH && !(k->swish_forward && k->swish_backward))
+        return nmt_seterr("backend %s cannot run a model with activation swish (its plugin lacks the swish slots of "
+                          "ABI 2.5)",
+                          k->name);
+    return 0;
+}
+
+float *nn_pe_table(const struct nmt_backend *k, nmt_bctx *ctx, const struct model_config *c, int *err)
+{
+    *err = 0;
+    if (!model_needs_pe_table(c))
+        return NULL;
+    *err = -1;
+    size_t n = (size_t)c->max_len * (size_t)c->d_model;
+    float *h = malloc(n * sizeof *h);
+    if (!h)
+        return nmt_seterr("out of memory"), NULL;
+    model_position_table(c, h);
+    float *d = k->alloc(ctx, n * sizeof *d);
+    if (!d) {
+        nmt_seterr("cannot allocate the position table on backend %s: %s", k->name, k->last_error(ctx));
+    } else if (k->upload(ctx, d, h, n * sizeof *d) < 0) {
+        nmt_seterr("backend %s: upload: %s", k->name, k->last_error(ctx));
+        k->free(ctx, d);
+        d = NULL;
+    } else {
+        *err = 0;
+    }
+    free(h);
+    return d;
+}
 
 int nn_linear_gemm(struct nn_exec *e, float *y, const float *x, const float *W, const float *bias, int relu, int N,
                    int out, int in)
@@ -41,9 +85,15 @@ int nn_embed(struct nn_exec *e, float *x, const int32_t *ids, const int32_t *pos
              uint64_t *drop_off)
 {
     int D = e->c->d_model;
-    if (nn_bk(e, e->k->embedding_forward(e->ctx, x, ids, pos, emb, N, D, e->c->vocab, sqrtf((float)D)),
-              "embedding_forward") < 0)
+    if (e->pe) {
+        if (nn_bk(e, e->k->embedding_table_forward(e->ctx, x, ids, pos, emb, e->pe, N, D, e->c->vocab, e->c->max_len,
+                                                   sqrtf((float)D)),
+                  "embedding_table_forward") < 0)
+            return -1;
+    } else if (nn_bk(e, e->k->embedding_forward(e->ctx, x, ids, pos, emb, N, D, e->c->vocab, sqrtf((float)D)),
+                     "embedding_forward") < 0) {
         return -1;
+    }
     return nn_dropout(e, x, (size_t)N * (size_t)D, e->c->dropout, drop_off);
 }
 
@@ -140,8 +190,14 @@ int nn_ffn(struct nn_exec *e, struct nn_sub *s, float *out, float *act, const fl
 {
     int D = e->c->d_model, F = e->c->ff;
     size_t n = (size_t)N * (size_t)F;
-    if (e->linear(e, s->h, sin, w1, b1, 1, N, F, D) < 0)
+    if (e->c->activation == MODEL_ACT_SWISH) {
+        float *u = s->u ? s->u : s->h;
+        if (e->linear(e, u, sin, w1, b1, 0, N, F, D) < 0 ||
+            nn_bk(e, e->k->swish_forward(e->ctx, s->h, u, n), "swish_forward") < 0)
+            return -1;
+    } else if (e->linear(e, s->h, sin, w1, b1, 1, N, F, D) < 0) {
         return -1;
+    }
     const float *hd = s->h;
     if (e->train && e->c->act_dropout > 0) {
         s->act_off = nn_take_ctr(e, n);
@@ -157,7 +213,7 @@ int nn_encoder(struct nn_exec *e, const struct model_weights *w, struct nn_encod
                const int32_t *pos, const int32_t *len, int B, int S, const float **mem)
 {
     int Ns = B * S;
-    if (nn_embed(e, a->x, ids, pos, w->emb, Ns, &a->x_drop_off) < 0)
+    if (nn_embed(e, a->x, ids, pos, w->emb, Ns, &a->x_drop_off) < 0) /* the source embedding */
         return -1;
     const float *x = a->x;
     for (int l = 0; l < e->c->enc_layers; l++) {

@@ -38,6 +38,9 @@ struct nn_exec {
      * gemm_ex; NULL: float32 weights through gemm. */
     const float *wbase;
     const void *wbf;
+    /* the position table (max_len, D) of the model's formula, through the backend's
+     * embedding_table_forward (nn_pe_table); NULL: the paper's sinusoid of embedding_forward */
+    const float *pe;
 };
 
 /* The bfloat16 copy of weight W (a pointer into E->wbase's buffer); E->wbf must be set. */
@@ -83,7 +86,9 @@ struct nn_sub {
     float *P;               /* (B, H, Tq, Tk) attention probabilities, or NULL when not kept */
     float *lse;             /* (B, H, Tq, 2) their row statistics instead (attention_forward_lse), or NULL */
     float *att;             /* (N, D) attention output before its projection */
-    float *h;               /* (N, F) the FFN's ReLU output */
+    float *h;               /* (N, F) the FFN's activation output */
+    float *u;               /* (N, F) the FFN's pre-activation, kept for the swish backward (training), or
+                             * NULL (swish in place) */
     uint64_t drop_off, attn_off, act_off; /* dropout counter offsets (residual, attention, activation) */
 };
 
@@ -107,13 +112,22 @@ struct nn_encoder_acts {
 int nn_linear_gemm(struct nn_exec *e, float *y, const float *x, const float *W, const float *bias, int relu, int N,
                    int out, int in);
 
+/* Returns 0 when backend K has the optional slots configuration C needs (the position-table
+ * embedding, swish), else -1 with the error naming the option the backend cannot run. */
+int nn_check_backend(const struct nmt_backend *k, const struct model_config *c);
+/* Returns a device buffer (max_len, D) on CTX holding C's position table when C needs one
+ * (model_needs_pe_table), which the caller frees with K->free; NULL with *ERR 0 when C needs none,
+ * NULL with *ERR -1 and the error set on failure. */
+float *nn_pe_table(const struct nmt_backend *k, nmt_bctx *ctx, const struct model_config *c, int *err);
+
 /* Takes N counters of the dropout stream; returns the first. */
 uint64_t nn_take_ctr(struct nn_exec *e, size_t n);
 /* X (N floats) = dropout(X) in place at rate P when training (else nothing); *OFF (when not NULL)
  * receives the counter offset. 0 or -1. */
 int nn_dropout(struct nn_exec *e, float *x, size_t n, float p, uint64_t *off);
 
-/* X (N, D) = embedding of IDS at positions POS, scaled by sqrt(D), then residual dropout. 0 or -1. */
+/* X (N, D) = embedding of IDS at positions POS, scaled by sqrt(D), then residual dropout; with E->pe
+ * the positions come from that table and an id < 0 embeds as zeros (the zero start). 0 or -1. */
 int nn_embed(struct nn_exec *e, float *x, const int32_t *ids, const int32_t *pos, const float *emb, int N,
              uint64_t *drop_off);
 
@@ -143,8 +157,9 @@ int nn_self_attention(struct nn_exec *e, struct nn_sub *s, float *out, const flo
  * memory, KLEN of them visible per item; into OUT (B*Tq, D). 0 or -1. */
 int nn_cross_attention(struct nn_exec *e, struct nn_sub *s, float *out, const float *sin, const float *kv,
                        const struct dec_layer_weights *w, int B, int Tq, int Tk, const int32_t *klen);
-/* FFN sublayer: OUT (N, D) = W2 drop(relu(W1 SIN + b1)) + b2; the ReLU output stays in S->h, the
- * dropped one goes through ACT (N, F) scratch. 0 or -1. */
+/* FFN sublayer: OUT (N, D) = W2 drop(act(W1 SIN + b1)) + b2, act the configuration's ReLU or swish;
+ * the activation's output stays in S->h (swish: its input in S->u when not NULL), the dropped one goes
+ * through ACT (N, F) scratch. 0 or -1. */
 int nn_ffn(struct nn_exec *e, struct nn_sub *s, float *out, float *act, const float *sin, const float *w1,
            const float *b1, const float *w2, const float *b2, int N);
 

@@ -1,6 +1,6 @@
 /* ct2.c: CTranslate2 model directories (see ct2.h and formats/ctranslate2.md). The variables of
  * model.bin are gathered in a table (name, type, shape, bytes), sorted by name and written; the
- * tied embedding and the position table are stored once under their first names and aliased. */
+ * tied embeddings and the position table are stored once under their first names and aliased. */
 #include "nn/ct2.h"
 #include "base/buf.h"
 #include "base/util.h"
@@ -39,6 +39,7 @@ struct table {
     size_t n, cap;
     void **owned;              /* memory to free with the table */
     size_t nowned, owned_cap;
+    const struct model_config *c; /* the model's (its ties decide the aliases) */
 };
 
 static void table_free(struct table *t)
@@ -96,11 +97,12 @@ static int add_attributes(struct table *t, const char *side, const struct model_
     char name[CT2_NAME_MAX];
     const struct { const char *k; int bits, x, dec_only, enc_only; } attrs[] = {
         {"num_heads", 16, c->heads, 0, 0},          {"pre_norm", 8, c->pre_norm != 0, 0, 0},
-        {"activation", 8, 0, 0, 0},                 {"scale_embeddings", 8, 1, 0, 0},
+        {"activation", 8, c->activation == MODEL_ACT_SWISH ? 2 : 0, 0, 0}, /* CTranslate2's RELU 0, SWISH 2 */
+        {"scale_embeddings", 8, 1, 0, 0},
         {"embeddings_merge", 8, 0, 0, 1},           {"multi_query_attention", 8, 0, 0, 1},
         {"alignment_layer", 16, -1, 1, 0},          {"alignment_heads", 16, 1, 1, 0},
         {"alibi", 8, 0, 1, 0},                      {"alibi_use_positive_positions", 8, 0, 1, 0},
-        {"scale_alibi", 8, 0, 1, 0},                {"start_from_zero_embedding", 8, 0, 1, 0}};
+        {"scale_alibi", 8, 0, 1, 0},                {"start_from_zero_embedding", 8, c->start_zero != 0, 1, 0}};
     for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
         if ((attrs[i].dec_only && !dec) || (attrs[i].enc_only && dec))
             continue;
@@ -156,14 +158,20 @@ static const char *const dec_map[][2] = {
     {"ffn.w1.weight", "ffn/linear_0/weight"}, {"ffn.w1.bias", "ffn/linear_0/bias"},
     {"ffn.w2.weight", "ffn/linear_1/weight"}, {"ffn.w2.bias", "ffn/linear_1/bias"}};
 static const char *const top_map[][2] = {
-    {"emb.weight", "decoder/embeddings/weight"},
+    {"emb.weight", "decoder/embeddings/weight"}, /* MODEL_TIE_ALL; else encoder/embeddings_0/weight */
+    {"dec_emb.weight", "decoder/embeddings/weight"},
+    {"out.weight", "decoder/projection/weight"}, {"out.bias", "decoder/projection/bias"},
     {"enc_ln.weight", "encoder/layer_norm/gamma"}, {"enc_ln.bias", "encoder/layer_norm/beta"},
     {"dec_ln.weight", "decoder/layer_norm/gamma"}, {"dec_ln.bias", "decoder/layer_norm/beta"}};
 
-/* Writes into OUT (CT2_NAME_MAX) the CTranslate2 name of checkpoint tensor NAME; 0, or -1 with the
- * error set when it has none. */
-static int ct2_name(const char *name, char *out)
+/* Writes into OUT (CT2_NAME_MAX) the CTranslate2 name of checkpoint tensor NAME of a model of
+ * configuration C; 0, or -1 with the error set when it has none. */
+static int ct2_name(const char *name, const struct model_config *c, char *out)
 {
+    if (!strcmp(name, "emb.weight") && c->tie != MODEL_TIE_ALL) { /* a source embedding of its own */
+        snprintf(out, CT2_NAME_MAX, "encoder/embeddings_0/weight");
+        return 0;
+    }
     for (size_t i = 0; i < sizeof top_map / sizeof top_map[0]; i++)
         if (!strcmp(name, top_map[i][0])) {
             snprintf(out, CT2_NAME_MAX, "%s", top_map[i][1]);
@@ -183,19 +191,23 @@ static int ct2_name(const char *name, char *out)
 }
 
 /* Adds the position table (MAX_LEN, D): the sinusoid of nmt's embedding (plugins/backend.h), computed
- * as the cpu backend computes it. 0 or -1. */
+ * as the cpu backend computes it, or C's other formula (model_position_table). 0 or -1. */
 static int add_positions(struct table *t, const struct model_config *c)
 {
     int D = c->d_model, P = c->max_len;
     float *pe = table_own(t, nmt_malloc((size_t)P * (size_t)D * sizeof *pe));
     if (!pe)
         return -1;
-    for (int p = 0; p < P; p++)
-        for (int i = 0; i < D; i += 2) {
-            double ang = p / pow(10000.0, (double)i / D);
-            pe[(size_t)p * D + i] = (float)sin(ang);
-            pe[(size_t)p * D + i + 1] = (float)cos(ang);
-        }
+    if (c->positions != MODEL_POS_PAPER) {
+        model_position_table(c, pe);
+    } else {
+        for (int p = 0; p < P; p++)
+            for (int i = 0; i < D; i += 2) {
+                double ang = p / pow(10000.0, (double)i / D);
+                pe[(size_t)p * D + i] = (float)sin(ang);
+                pe[(size_t)p * D + i + 1] = (float)cos(ang);
+            }
+    }
     struct var *v = table_add(t, "decoder/position_encodings/encodings");
     if (!v)
         return -1;
@@ -267,7 +279,7 @@ static int build_table(struct table *t, const struct st_file *f, const struct mo
     char name[CT2_NAME_MAX];
     int rc = 0;
     for (size_t i = 0; i < np && rc == 0; i++)
-        rc = ct2_name(tab[i].name, name) < 0 || add_tensor(t, f, &tab[i], name) < 0 ? -1 : 0;
+        rc = ct2_name(tab[i].name, c, name) < 0 || add_tensor(t, f, &tab[i], name) < 0 ? -1 : 0;
     free(tab);
     if (rc < 0 || add_attributes(t, "encoder", c) < 0 || add_attributes(t, "decoder", c) < 0 ||
         add_positions(t, c) < 0)
@@ -334,14 +346,17 @@ static void bw_str(struct bw *w, const char *s)
     bw_put(w, s, n);
 }
 
-/* Writes model.bin into W: the header, the variables of T, and the aliases of the tied embedding
- * and the shared position table. */
-static void write_model(struct bw *w, const struct table *t)
+/* Writes model.bin into W: the header, the variables of T, and the aliases of the tied embeddings
+ * (as configuration C ties them) and the shared position table. */
+static void write_model(struct bw *w, const struct table *t, const struct model_config *c)
 {
-    static const char *const aliases[][2] = {
+    static const char *const all[][2] = {
         {"decoder/projection/weight", "decoder/embeddings/weight"},
         {"encoder/embeddings_0/weight", "decoder/embeddings/weight"},
         {"encoder/position_encodings/encodings", "decoder/position_encodings/encodings"}};
+    /* the projection unless MODEL_TIE_NONE, the source embedding with MODEL_TIE_ALL, the position table */
+    const int keep[3] = {c->tie != MODEL_TIE_NONE, c->tie == MODEL_TIE_ALL, 1};
+    uint32_t naliases = (uint32_t)(keep[0] + keep[1] + keep[2]);
     bw_u32(w, CT2_BINARY_VERSION);
     bw_str(w, "TransformerSpec");
     bw_u32(w, CT2_SPEC_REVISION);
@@ -356,11 +371,12 @@ static void write_model(struct bw *w, const struct table *t)
         bw_u32(w, (uint32_t)v->nbytes);
         bw_put(w, v->data ? v->data : v->scalar, v->nbytes);
     }
-    bw_u32(w, sizeof aliases / sizeof aliases[0]);
-    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
-        bw_str(w, aliases[i][0]);
-        bw_str(w, aliases[i][1]);
-    }
+    bw_u32(w, naliases);
+    for (size_t i = 0; i < 3; i++)
+        if (keep[i]) {
+            bw_str(w, all[i][0]);
+            bw_str(w, all[i][1]);
+        }
 }
 
 /* Writes X with the fewest significant digits that read back as the same float. */
@@ -453,7 +469,11 @@ done:
     return rc;
 }
 
-static void write_model_cb(struct bw *w, const void *arg) { write_model(w, arg); }
+static void write_model_cb(struct bw *w, const void *arg)
+{
+    const struct table *t = arg;
+    write_model(w, t, t->c);
+}
 static void write_config_cb(struct bw *w, const void *arg) { write_config(w, arg); }
 static void write_vocab_cb(struct bw *w, const void *arg) { write_vocab(w, arg); }
 
@@ -497,7 +517,8 @@ int ct2_check_options(const struct st_file *f)
 {
     static const char *const known[] = {"arch", "vocab", "d_model", "heads", "ff", "enc_layers", "dec_layers",
                                         "pre_norm", "max_len", "dropout", "attn_dropout", "act_dropout",
-                                        "label_smoothing", "ln_eps"};
+                                        "label_smoothing", "ln_eps", "positions", "start_embedding",
+                                        "activation", "tied_embeddings", "output_bias"};
     for (size_t k = 0; k < f->nmeta; k++) {
         const char *key = f->meta_key[k];
         if (strncmp(key, "model.", 6) != 0)
@@ -518,7 +539,7 @@ int ct2_export(const struct st_file *f, const struct model_config *c, const stru
         return -1;
     if (v->n != (uint32_t)c->vocab)
         return nmt_seterr("vocabulary has %u pieces, the model %d", v->n, c->vocab);
-    struct table t = {0};
+    struct table t = {.c = c};
     char tmp[4096];
     int rc = -1;
     if (build_table(&t, f, c, q) < 0 || make_tmp(dir, tmp) < 0)

@@ -36,6 +36,7 @@ struct infer {
     struct wt_entry *wts;            /* (nwt) packed weights, in wt_buf */
     int nwt;
     char *wt_buf;                    /* device buffer of the packed weights (NULL when shared) */
+    float *pe;                       /* device (max_len, D) position table (nn_pe_table), or NULL */
     int shares;                      /* wts and the model are another state's (infer_new_shared) */
 
     /* device arena, laid out per batch */
@@ -80,8 +81,11 @@ struct infer {
     char *sl_w;                      /* device: the output weights of each sentence, packed as the
                                       * model's output projection, or its gathered rows */
     size_t sl_wcap;
-    float *sl_rows;                  /* device: rows of the embedding to pack (grown to the most asked) */
+    float *sl_rows;                  /* device: rows of the output projection to pack (grown to the most asked) */
     size_t sl_rowscap;
+    float *sl_b;                     /* device: the output bias of each sentence's candidates (at coff[b]),
+                                      * or of the union (at 0); NULL without an output bias */
+    size_t sl_bcap;
     int32_t *sl_ids;                 /* device (V) */
     float *host_logits;              /* host (sum of the live rows' candidates): infer_logits(_at) */
     size_t host_logits_cap;
@@ -113,6 +117,8 @@ void infer_free(struct infer *in)
         in->k->free(in->ctx, in->at_val);
         in->k->free(in->ctx, in->sl_w);
         in->k->free(in->ctx, in->sl_rows);
+        in->k->free(in->ctx, in->sl_b);
+        in->k->free(in->ctx, in->pe);
         in->k->free(in->ctx, in->sl_ids);
         in->k->free(in->ctx, in->sl_u);
         in->k->free(in->ctx, in->sl_flat);
@@ -187,7 +193,7 @@ static const void *wt_find(const struct infer *in, const float *w, int out)
 
 /* Packs every weight the products of inference read with the backend's linear_pack, once, into
  * one device buffer; with DISCARD, gives back each float32 weight of DISCARD_MIN bytes or more once
- * packed (the embedding, which the input also reads, excepted; a smaller one is not worth a system
+ * packed (the embeddings, which the input also reads, excepted; a smaller one is not worth a system
  * call and a split huge page). 0, or -1 with the error set. */
 #define DISCARD_MIN ((size_t)1 << 20)
 static int pack_weights(struct infer *in, int discard)
@@ -216,7 +222,7 @@ static int pack_weights(struct infer *in, int discard)
         wt_add(in, d->w1, F, D);
         wt_add(in, d->w2, D, F);
     }
-    wt_add_as(in, in->w->emb, c->vocab, D, in->out_precision); /* the tied output projection */
+    wt_add_as(in, in->w->out_w, c->vocab, D, in->out_precision); /* the output projection */
     size_t total = 0;
     for (int i = 0; i < in->nwt; i++) {
         size_t b = wt_bytes(in, &in->wts[i]);
@@ -235,7 +241,7 @@ static int pack_weights(struct infer *in, int discard)
         if (wt_pack(in, in->wt_buf + off, e) < 0)
             return -1;
         size_t n = (size_t)e->out * (size_t)e->kin;
-        int give = discard && e->w != in->w->emb && n * sizeof(float) >= DISCARD_MIN;
+        int give = discard && e->w != in->w->emb && e->w != in->w->dec_emb && n * sizeof(float) >= DISCARD_MIN;
         if (give && model_discard_weight(in->m, e->w, n) < 0)
             return -1;
         e->packed = in->wt_buf + off;
@@ -310,9 +316,12 @@ static struct infer *infer_alloc(struct backend *be, struct model *m, int invari
     in->enc.layer = calloc((size_t)Le, sizeof *in->enc.layer);
     in->ckv = calloc((size_t)Ld, sizeof *in->ckv);
     in->kv = calloc((size_t)Ld, sizeof *in->kv);
-    if (!in->enc.layer || !in->ckv || !in->kv || check_precision(in) < 0) {
-        if (!in->enc.layer || !in->ckv || !in->kv)
-            nmt_seterr("out of memory");
+    int err = !in->enc.layer || !in->ckv || !in->kv ? nmt_seterr("out of memory") : 0;
+    if (err == 0 && (check_precision(in) < 0 || nn_check_backend(in->k, &in->c) < 0))
+        err = -1;
+    if (err == 0)
+        in->run.pe = in->pe = nn_pe_table(in->k, in->ctx, &in->c, &err);
+    if (err < 0) {
         infer_free(in);
         return NULL;
     }
@@ -611,9 +620,9 @@ static int short_union(struct infer *in, int B)
     return in->union_n;
 }
 
-/* Packs (or, without packed weights, gathers) into DST the embedding rows of the N ids IDS (host),
- * as the output projection's weights. 0 or -1. */
-static int short_weights(struct infer *in, void *dst, const int32_t *ids, int n)
+/* Packs (or, without packed weights, gathers) into DST the output projection's rows of the N ids IDS
+ * (host), and their output biases into in->sl_b + BOFF when the model has them. 0 or -1. */
+static int short_weights(struct infer *in, void *dst, const int32_t *ids, int n, size_t boff)
 {
     const struct nmt_backend *k = in->k;
     size_t bytes = (size_t)n * (size_t)in->c.d_model * sizeof(float);
@@ -622,7 +631,9 @@ static int short_weights(struct infer *in, void *dst, const int32_t *ids, int n)
     float *rows = in->nwt ? in->sl_rows : (float *)dst;
     struct wt_entry e = short_entry(in, n);
     if (nn_bk(&in->run, k->upload(in->ctx, in->sl_ids, ids, (size_t)n * sizeof(int32_t)), "upload") < 0 ||
-        nn_bk(&in->run, k->gather_rows(in->ctx, rows, in->w->emb, in->sl_ids, n, in->c.d_model), "gather_rows") < 0)
+        nn_bk(&in->run, k->gather_rows(in->ctx, rows, in->w->out_w, in->sl_ids, n, in->c.d_model), "gather_rows") < 0 ||
+        (in->w->out_b &&
+         nn_bk(&in->run, k->gather_rows(in->ctx, in->sl_b + boff, in->w->out_b, in->sl_ids, n, 1), "gather_rows") < 0))
         return -1;
     return in->nwt ? wt_pack(in, dst, &e) : 0;
 }
@@ -654,16 +665,18 @@ static int short_prepare(struct infer *in, int B, const uint32_t *const *src, co
         in->woff[b] = wtotal;
         wtotal += wb;
     }
-    if (short_dev_grow(in, (void **)&in->sl_w, &in->sl_wcap, wtotal, "weights") < 0)
+    if (short_dev_grow(in, (void **)&in->sl_w, &in->sl_wcap, wtotal, "weights") < 0 ||
+        (in->w->out_b && short_dev_grow(in, (void **)&in->sl_b, &in->sl_bcap, in->coff[B] * sizeof(float), "biases") < 0))
         return -1;
     if (nu)
         return short_dev_grow(in, (void **)&in->sl_u, &in->sl_ucap, (size_t)B * (size_t)in->K * (size_t)nu * 4,
                               "logits") < 0 ||
-                       short_weights(in, in->sl_w, in->union_ids, nu) < 0
+                       short_weights(in, in->sl_w, in->union_ids, nu, 0) < 0
                    ? -1
                    : 0;
     for (int b = 0; b < B; b++)
-        if (short_weights(in, in->sl_w + in->woff[b], in->cand + in->coff[b], (int)(in->coff[b + 1] - in->coff[b])) < 0)
+        if (short_weights(in, in->sl_w + in->woff[b], in->cand + in->coff[b], (int)(in->coff[b + 1] - in->coff[b]),
+                          in->coff[b]) < 0)
             return -1;
     return 0;
 }
@@ -695,7 +708,8 @@ static int short_project_union(struct infer *in, const float *y)
         for (size_t i = in->coff[b]; i < in->coff[b + 1]; i++)
             *f++ = r * nu + in->upos[i];
     }
-    return nn_bk(e, k->linear_rowinv(in->ctx, R, nu, in->c.d_model, y, in->c.d_model, in->sl_w, NULL, 0, in->sl_u, nu),
+    const float *bias = in->w->out_b ? in->sl_b : NULL;
+    return nn_bk(e, k->linear_rowinv(in->ctx, R, nu, in->c.d_model, y, in->c.d_model, in->sl_w, bias, 0, in->sl_u, nu),
                  "linear_rowinv") < 0 ||
                    nn_bk(e, k->upload(in->ctx, in->sl_flat, in->flat_host, total * sizeof(int32_t)), "upload") < 0 ||
                    nn_bk(e, k->gather_rows(in->ctx, in->logits, in->sl_u, in->sl_flat, (int)total, 1), "gather_rows") < 0
@@ -716,8 +730,9 @@ static int short_project(struct infer *in, const float *y)
         int b = in->live[s], n = short_n(in, s);
         const float *x = y + (size_t)s * (size_t)K * (size_t)D;
         const void *w = in->sl_w + in->woff[b];
-        int rc = in->nwt ? nn_bk(e, in->k->linear_rowinv(in->ctx, K, n, D, x, D, w, NULL, 0, out, n), "linear_rowinv")
-                         : e->linear(e, out, x, (const float *)w, NULL, 0, K, n, D);
+        const float *bias = in->w->out_b ? in->sl_b + in->coff[b] : NULL;
+        int rc = in->nwt ? nn_bk(e, in->k->linear_rowinv(in->ctx, K, n, D, x, D, w, bias, 0, out, n), "linear_rowinv")
+                         : e->linear(e, out, x, (const float *)w, bias, 0, K, n, D);
         if (rc < 0)
             return -1;
         out += (size_t)K * (size_t)n;
@@ -1026,15 +1041,18 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
         return nmt_seterr("top-%d asked, at most %d prepared", topk, in->topk_cap);
     if (in->keep_att && att_room(in) < 0)
         return -1;
-    int32_t *hp = in->host_ints;
+    if (host_ints(in, 2 * (size_t)R) < 0)
+        return -1;
+    int32_t *hp = in->host_ints, *ht = hp + R;
     for (int r = 0; r < R; r++) {
         if (tok[r] < 0 || tok[r] >= V)
             return nmt_seterr("token id %d outside the vocabulary of %d", tok[r], V);
         hp[r] = t;
+        ht[r] = t == 0 && c->start_zero ? -1 : tok[r]; /* the zero start: no embedding */
     }
-    if (nn_bk(e, in->k->upload(in->ctx, in->tok, tok, (size_t)R * sizeof(int32_t)), "upload") < 0 ||
+    if (nn_bk(e, in->k->upload(in->ctx, in->tok, ht, (size_t)R * sizeof(int32_t)), "upload") < 0 ||
         nn_bk(e, in->k->upload(in->ctx, in->pos, hp, (size_t)R * sizeof(int32_t)), "upload") < 0 ||
-        nn_embed(e, in->x, in->tok, in->pos, in->w->emb, R, NULL) < 0 || decoder_layers(in, t) < 0)
+        nn_embed(e, in->x, in->tok, in->pos, in->w->dec_emb, R, NULL) < 0 || decoder_layers(in, t) < 0)
         return -1;
     const float *y = in->x;
     if (c->pre_norm) {
@@ -1042,7 +1060,7 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
             return -1;
         y = in->t;
     }
-    if ((in->sl ? short_project(in, y) : e->linear(e, in->logits, y, in->w->emb, NULL, 0, R, V, D)) < 0 ||
+    if ((in->sl ? short_project(in, y) : e->linear(e, in->logits, y, in->w->out_w, in->w->out_b, 0, R, V, D)) < 0 ||
         step_outputs(in, topk, vals, idx, tgt, lp) < 0)
         return -1;
     in->time = t + 1;

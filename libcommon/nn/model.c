@@ -81,6 +81,7 @@ struct model {
     int lse;                   // attention through the backend's attention_*_lse slots (no P kept)
     uint32_t precision;        // of the matrix products: NMT_DTYPE_F32 or NMT_DTYPE_BF16
     void *wbf;                 // device, (P) bfloat16 copy of params (bf16 precision), else NULL
+    float *pe;                 // device, (max_len, D) position table (nn_pe_table), or NULL
     int discarded;             // part of params given back (model_discard_weight) since last set
     size_t *buckets;           // (nbuckets, 2) gradient buckets: offset, length (model_grad_buckets)
     int nbuckets;
@@ -135,6 +136,7 @@ void model_free(struct model *m)
         m->k->free(m->ctx, m->adam_v);
         m->k->free(m->ctx, m->act_buf);
         m->k->free(m->ctx, m->wbf);
+        m->k->free(m->ctx, m->pe);
     }
     model_weights_free(&m->w);
     model_weights_free(&m->g);
@@ -163,7 +165,8 @@ static int make_buckets(struct model *m)
     const struct model_config *c = &m->c;
     const struct model_weights *w = &m->w;
     size_t D = (size_t)c->d_model;
-    m->nbuckets = c->dec_layers + c->enc_layers + 1 + (c->pre_norm ? 2 : 0);
+    int tail = c->tie != MODEL_TIE_ALL || c->output_bias; /* tensors after the final layer norms */
+    m->nbuckets = c->dec_layers + c->enc_layers + 1 + (c->pre_norm ? 2 : 0) + tail;
     if (!(m->buckets = calloc((size_t)m->nbuckets * 2, sizeof *m->buckets)))
         return nmt_seterr("out of memory");
     size_t *b = m->buckets;
@@ -178,13 +181,17 @@ static int make_buckets(struct model *m)
     for (int l = c->enc_layers - 1; l >= 0; l--)
         RANGE(w->enc[l].qkv_w, w->enc[l].ln2_b, D);
     RANGE(w->emb, w->emb, (size_t)c->vocab * D);
+    if (tail) { /* the target embedding, output projection and bias: from the first of them to the end */
+        const float *first = c->tie != MODEL_TIE_ALL ? w->dec_emb : w->out_b;
+        *b++ = (size_t)(first - m->params), *b++ = m->np - (size_t)(first - m->params);
+    }
 #undef RANGE
     return 0;
 }
 
 struct model *model_new(struct backend *be, const struct model_config *c, int training)
 {
-    if (model_config_check(c) < 0)
+    if (model_config_check(c) < 0 || nn_check_backend(&be->ops, c) < 0)
         return NULL;
     struct model *m = calloc(1, sizeof *m);
     if (!m)
@@ -208,6 +215,10 @@ struct model *model_new(struct backend *be, const struct model_config *c, int tr
         goto fail;
     }
     if (!(m->params = dalloc(m, m->np, "parameters")))
+        goto fail;
+    int err;
+    m->run.pe = m->pe = nn_pe_table(m->k, m->ctx, c, &err);
+    if (err < 0)
         goto fail;
     model_weights_layout(c, m->params, m->tab, &m->w, NULL);
     if (training) {
@@ -237,7 +248,7 @@ int model_init(struct model *m, uint64_t seed)
         const struct model_param *p = &m->tab[i];
         float *x = h + p->offset;
         size_t nl = strlen(p->name);
-        if (!strcmp(p->name, "emb.weight")) {
+        if (!strcmp(p->name, "emb.weight") || !strcmp(p->name, "dec_emb.weight") || !strcmp(p->name, "out.weight")) {
             double sd = 1 / sqrt((double)m->c.d_model);
             for (size_t j = 0; j < p->size; j += 2) {
                 double u1 = rng_unit(rng_splitmix64(&s)), u2 = rng_unit(rng_splitmix64(&s));
@@ -422,9 +433,10 @@ int model_set_grads(struct model *m, const float *host)
  * activation buffer */
 
 /* A sublayer's views: KIND 0 self-attention, 1 cross-attention, 2 FFN; P the elements of its
- * attention probabilities, L of their row statistics (kept instead of P when LSE). */
+ * attention probabilities, L of their row statistics (kept instead of P when LSE); SWISH: the FFN
+ * keeps its pre-activation. */
 static void sub_layout(struct nn_bump *b, struct nn_sub *s, int kind, size_t N, size_t D, size_t F, size_t P, size_t L,
-                       int lse)
+                       int lse, int swish)
 {
     s->t = nn_bump_f(b, N * D);
     s->x = nn_bump_f(b, N * D);
@@ -437,6 +449,7 @@ static void sub_layout(struct nn_bump *b, struct nn_sub *s, int kind, size_t N, 
         s->att = nn_bump_f(b, N * D);
     } else {
         s->h = nn_bump_f(b, N * F);
+        s->u = swish ? nn_bump_f(b, N * F) : NULL;
     }
 }
 
@@ -445,20 +458,21 @@ static void acts_layout(struct model *m, struct nn_bump *b, int B, int S, int T,
     struct acts *a = &m->a;
     size_t D = (size_t)m->c.d_model, F = (size_t)m->c.ff, H = (size_t)m->c.heads, V = (size_t)m->c.vocab;
     size_t Ns = (size_t)B * (size_t)S, Nt = (size_t)B * (size_t)T, Nm = Ns > Nt ? Ns : Nt;
+    int swish = m->c.activation == MODEL_ACT_SWISH;
     a->B = B, a->S = S, a->T = T, a->Nr = Nr;
     a->e.x = nn_bump_f(b, Ns * D);
     a->xt = nn_bump_f(b, Nt * D);
     for (int l = 0; l < m->c.enc_layers; l++) {
         sub_layout(b, &a->e.layer[l].sa, 0, Ns, D, F, (size_t)B * H * (size_t)S * (size_t)S, 2 * (size_t)B * H * S,
-                   m->lse);
-        sub_layout(b, &a->e.layer[l].ff, 2, Ns, D, F, 0, 0, 0);
+                   m->lse, 0);
+        sub_layout(b, &a->e.layer[l].ff, 2, Ns, D, F, 0, 0, 0, swish);
     }
     for (int l = 0; l < m->c.dec_layers; l++) {
         sub_layout(b, &a->dec[l].sa, 0, Nt, D, F, (size_t)B * H * (size_t)T * (size_t)T, 2 * (size_t)B * H * T,
-                   m->lse);
+                   m->lse, 0);
         sub_layout(b, &a->dec[l].ca, 1, Nt, D, F, (size_t)B * H * (size_t)T * (size_t)S, 2 * (size_t)B * H * T,
-                   m->lse);
-        sub_layout(b, &a->dec[l].ff, 2, Nt, D, F, 0, 0, 0);
+                   m->lse, 0);
+        sub_layout(b, &a->dec[l].ff, 2, Nt, D, F, 0, 0, 0, swish);
         a->dec[l].kv = nn_bump_f(b, Ns * 2 * D);
     }
     if (m->c.pre_norm) {
@@ -677,7 +691,9 @@ static int ffn_bwd(struct model *m, struct nn_sub *s, float *dsin, const float *
         return -1;
     if (drop && drop_bwd(m, dh, dh, n, m->c.act_dropout, s->act_off) < 0)
         return -1;
-    if (nn_bk(&m->run, m->k->relu_backward(m->ctx, dh, dh, s->h, n), "relu_backward") < 0)
+    if (m->c.activation == MODEL_ACT_SWISH
+            ? nn_bk(&m->run, m->k->swish_backward(m->ctx, dh, dh, s->u, n), "swish_backward") < 0
+            : nn_bk(&m->run, m->k->relu_backward(m->ctx, dh, dh, s->h, n), "relu_backward") < 0)
         return -1;
     return linear_bwd(m, dsin, dw1, db1, dh, sin, w1, N, F, D, 0);
 }
@@ -731,7 +747,7 @@ static int stage_batch(struct model *m, const struct batch_record *br, int *nr, 
             uint32_t id = br->tgt[r];
             if (j < tl && id >= V)
                 return nmt_seterr("batch row %u: target id %u outside the vocabulary of %u", b, id, V);
-            tin_ids[r] = j < tl ? (j == 0 ? NMT_BOS : (int32_t)br->tgt[r - 1]) : 0;
+            tin_ids[r] = j < tl ? (j == 0 ? (m->c.start_zero ? -1 : NMT_BOS) : (int32_t)br->tgt[r - 1]) : 0;
             tin_pos[r] = j < tl ? (int32_t)j : -1;
         }
     }
@@ -807,7 +823,7 @@ static int decoder_fwd(struct model *m, const float *mem, const float **y)
     const struct model_config *c = &m->c;
     struct nn_exec *e = &m->run;
     int B = a->B, S = a->S, T = a->T, D = c->d_model, Ns = B * S, Nt = B * T;
-    if (nn_embed(e, a->xt, a->tin_ids, a->tin_pos, w->emb, Nt, &a->xt_off) < 0)
+    if (nn_embed(e, a->xt, a->tin_ids, a->tin_pos, w->dec_emb, Nt, &a->xt_off) < 0)
         return -1;
     const float *x = a->xt;
     for (int l = 0; l < c->dec_layers; l++) {
@@ -856,7 +872,8 @@ static int output_loss(struct model *m, const float *y, int backward, struct mod
     for (int r0 = 0; r0 < Nr; r0 += m->R) {
         int R = Nr - r0 < m->R ? Nr - r0 : m->R;
         float *yr = a->yp + (size_t)r0 * (size_t)D;
-        if (gemm_w(m, 0, 1, R, V, D, yr, D, m->w.emb, D, 0.0f, a->logits, V) < 0)
+        if (gemm_w(m, 0, 1, R, V, D, yr, D, m->w.out_w, D, 0.0f, a->logits, V) < 0 ||
+            (m->w.out_b && nn_bk(&m->run, m->k->bias_add(m->ctx, a->logits, m->w.out_b, R, V), "bias_add") < 0))
             return -1;
         if (logits_host && nn_bk(&m->run, m->k->download(m->ctx, logits_host + (size_t)r0 * (size_t)V, a->logits,
                                                        (size_t)R * (size_t)V * sizeof(float)),
@@ -871,10 +888,13 @@ static int output_loss(struct model *m, const float *y, int backward, struct mod
         out->loss += xr.loss;
         out->nll += xr.nll;
         out->tokens += xr.count;
-        /* dE += dlogits^T y, then dy = dlogits E written over y's rows (no longer needed) */
-        if (backward && (nn_bk(&m->run, m->k->gemm(m->ctx, 1, 0, V, D, R, 1.0f, a->logits, V, yr, D, 1.0f, m->g.emb, D),
+        /* dE += dlogits^T y (db += its column sums), then dy = dlogits E written over y's rows (no
+         * longer needed) */
+        if (backward && (nn_bk(&m->run, m->k->gemm(m->ctx, 1, 0, V, D, R, 1.0f, a->logits, V, yr, D, 1.0f, m->g.out_w, D),
                                "gemm") < 0 ||
-                         gemm_w(m, 0, 0, R, D, V, a->logits, V, m->w.emb, D, 0.0f, yr, D) < 0))
+                         (m->g.out_b && nn_bk(&m->run, m->k->bias_grad(m->ctx, m->g.out_b, a->logits, R, V),
+                                              "bias_grad") < 0) ||
+                         gemm_w(m, 0, 0, R, D, V, a->logits, V, m->w.out_w, D, 0.0f, yr, D) < 0))
             return -1;
     }
     return 0;
@@ -900,6 +920,19 @@ static int sentence_nll(struct model *m, const struct batch_record *br, double *
     }
     free(h);
     return 0;
+}
+
+/* DEMB (V, D) += the embedding gradient of the N rows DX of IDS at POS (through the position-table
+ * slot when the model has a table: it skips the zero start's ids < 0). 0 or -1. */
+static int emb_bwd(struct model *m, float *demb, const float *dx, const int32_t *ids, const int32_t *pos, int N)
+{
+    int D = m->c.d_model;
+    if (m->pe)
+        return nn_bk(&m->run,
+                     m->k->embedding_table_backward(m->ctx, demb, dx, ids, pos, N, D, m->c.vocab, sqrtf((float)D)),
+                     "embedding_table_backward");
+    return nn_bk(&m->run, m->k->embedding_backward(m->ctx, demb, dx, ids, pos, N, D, m->c.vocab, sqrtf((float)D)),
+                 "embedding_backward");
 }
 
 /* Backward through the decoder, from the rows' gradients in a->yp; the memory's gradient goes to
@@ -953,9 +986,7 @@ static int decoder_bwd(struct model *m, const float *mem, float *dmem)
             return -1;
     }
     if (drop_bwd(m, dx, dx, Nt_ * (size_t)D, c->dropout, a->xt_off) < 0 ||
-        nn_bk(&m->run, m->k->embedding_backward(m->ctx, g->emb, dx, a->tin_ids, a->tin_pos, Nt, D, c->vocab,
-                                              sqrtf((float)D)),
-              "embedding_backward") < 0)
+        emb_bwd(m, g->dec_emb, dx, a->tin_ids, a->tin_pos, Nt) < 0)
         return -1;
     return 0;
 }
@@ -996,9 +1027,7 @@ static int encoder_bwd(struct model *m, float *dx)
             return -1;
     }
     if (drop_bwd(m, dx, dx, (size_t)Ns * (size_t)D, c->dropout, a->e.x_drop_off) < 0 ||
-        nn_bk(&m->run, m->k->embedding_backward(m->ctx, g->emb, dx, a->src_ids, a->src_pos, Ns, D, c->vocab,
-                                              sqrtf((float)D)),
-              "embedding_backward") < 0)
+        emb_bwd(m, g->emb, dx, a->src_ids, a->src_pos, Ns) < 0)
         return -1;
     return 0;
 }
@@ -1036,7 +1065,9 @@ static int step_impl(struct model *m, const struct batch_record *br, int train, 
     m->next_bucket = 0;
     if (decoder_bwd(m, mem, a->dxs) < 0 || encoder_bwd(m, a->dxs) < 0)
         return -1;
-    return bucket_done(m); /* the embedding: the encoder's embedding backward was the last to add */
+    if (bucket_done(m) < 0) /* the embedding: the encoder's embedding backward was the last to add */
+        return -1;
+    return m->c.tie != MODEL_TIE_ALL || m->c.output_bias ? bucket_done(m) : 0; /* the tensors after it */
 }
 
 int model_params_finite(struct model *m)
@@ -1181,6 +1212,14 @@ static int load_impl(struct model *m, const struct st_file *f, int opt, struct s
     struct model_config c;
     if (model_config_load(&c, f) < 0)
         return -1;
+    if (c.positions != m->c.positions || c.start_zero != m->c.start_zero || c.activation != m->c.activation ||
+        c.tie != m->c.tie || c.output_bias != m->c.output_bias)
+        return nmt_seterr("checkpoint holds a model of other options (positions %s, start embedding %s, activation %s, "
+                          "tied embeddings %s, output bias %d; expected %s, %s, %s, %s, %d)",
+                          model_positions_name(c.positions), model_start_name(c.start_zero),
+                          model_activation_name(c.activation), model_tie_name(c.tie), c.output_bias,
+                          model_positions_name(m->c.positions), model_start_name(m->c.start_zero),
+                          model_activation_name(m->c.activation), model_tie_name(m->c.tie), m->c.output_bias);
     if (c.vocab != m->c.vocab || c.d_model != m->c.d_model || c.heads != m->c.heads || c.ff != m->c.ff ||
         c.enc_layers != m->c.enc_layers || c.dec_layers != m->c.dec_layers || c.pre_norm != m->c.pre_norm)
         return nmt_seterr("checkpoint holds another model shape (vocab %d, d %d, heads %d, ff %d, layers %d+%d%s; "

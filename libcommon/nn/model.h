@@ -88,7 +88,8 @@ float *model_grad_data(struct model *m);
  * their number and sets *RANGES (owned by M) to their (offset, length) pairs in floats, in the
  * order the backward pass finishes them: the decoder's final layer norm, the decoder layers from
  * the last, the encoder's final layer norm, the encoder layers from the last, the embedding (whose
- * gradient the output projection and both embeddings add to). They cover the P floats once each. */
+ * gradient the output projection and both embeddings add to), and last, when the model has them, the
+ * tensors after the layer norms (dec_emb.weight, out.weight, out.bias). They cover the P floats once each. */
 int model_grad_buckets(const struct model *m, const size_t **ranges);
 /* Called by model_step's backward pass with B = 0, 1, ... as bucket B's gradient becomes final
  * (written by every kernel that adds to it); returns 0, or -1 with the error set, which fails the

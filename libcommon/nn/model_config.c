@@ -1,6 +1,7 @@
 /* model_config.c: model configurations: presets, checks, and their checkpoint metadata. */
 #include "nn/model_config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,64 @@ int model_preset(struct model_config *c, const char *name)
     return 0;
 }
 
+/* The names of each option's values, indexed by value, NULL-terminated. */
+static const char *const pos_names[] = {"paper", "marian", NULL};
+static const char *const start_names[] = {"bos", "zero", NULL};
+static const char *const act_names[] = {"relu", "swish", NULL};
+static const char *const tie_names[] = {"all", "target", "none", NULL};
+
+static const char *name_of(const char *const *names, int n, int v)
+{
+    return v >= 0 && v < n ? names[v] : NULL;
+}
+
+const char *model_positions_name(int v) { return name_of(pos_names, 2, v); }
+const char *model_start_name(int v) { return name_of(start_names, 2, v); }
+const char *model_activation_name(int v) { return name_of(act_names, 2, v); }
+const char *model_tie_name(int v) { return name_of(tie_names, 3, v); }
+
+int model_option_parse(const char *key, const char *name, int *out)
+{
+    static const struct { const char *key; const char *const *names; } opts[] = {
+        {"model.positions", pos_names}, {"model.start_embedding", start_names},
+        {"model.activation", act_names}, {"model.tied_embeddings", tie_names}};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+        if (strcmp(opts[i].key, key))
+            continue;
+        for (int v = 0; opts[i].names[v]; v++)
+            if (!strcmp(opts[i].names[v], name)) {
+                *out = v;
+                return 0;
+            }
+        return nmt_seterr("unknown value '%.40s' for '%s'", name, key);
+    }
+    return nmt_seterr("unknown model option '%s'", key);
+}
+
+int model_needs_pe_table(const struct model_config *c)
+{
+    return c->positions != MODEL_POS_PAPER || c->start_zero;
+}
+
+void model_position_table(const struct model_config *c, float *pe)
+{
+    int D = c->d_model, h = D / 2;
+    for (int p = 0; p < c->max_len; p++) {
+        float *row = pe + (size_t)p * (size_t)D;
+        for (int i = 0; i < h; i++) {
+            if (c->positions == MODEL_POS_MARIAN) {
+                double ang = p * exp(-i * log(10000.0) / (h > 1 ? h - 1 : 1));
+                row[i] = (float)sin(ang);
+                row[h + i] = (float)cos(ang);
+            } else {
+                double ang = p / pow(10000.0, (double)(2 * i) / D);
+                row[2 * i] = (float)sin(ang);
+                row[2 * i + 1] = (float)cos(ang);
+            }
+        }
+    }
+}
+
 int model_config_check(const struct model_config *c)
 {
     if (c->vocab < 4 || c->vocab > (1 << 24))
@@ -50,6 +109,10 @@ int model_config_check(const struct model_config *c)
         return nmt_seterr("label smoothing %g out of range [0, 1)", c->label_smoothing);
     if (!(c->ln_eps > 0 && c->ln_eps < 1))
         return nmt_seterr("layer norm epsilon %g out of range (0, 1)", c->ln_eps);
+    if (!model_positions_name(c->positions) || !model_start_name(c->start_zero) ||
+        !model_activation_name(c->activation) || !model_tie_name(c->tie) || (c->output_bias != 0 && c->output_bias != 1))
+        return nmt_seterr("model options out of range (positions %d, start %d, activation %d, tie %d, output bias %d)",
+                          c->positions, c->start_zero, c->activation, c->tie, c->output_bias);
     return 0;
 }
 
@@ -76,6 +139,12 @@ int model_config_save(const struct model_config *c, struct st_writer *w)
         if (st_writer_meta(w, fl[i].k, v) < 0)
             return -1;
     }
+    if (st_writer_meta(w, "model.positions", model_positions_name(c->positions)) < 0 ||
+        st_writer_meta(w, "model.start_embedding", model_start_name(c->start_zero)) < 0 ||
+        st_writer_meta(w, "model.activation", model_activation_name(c->activation)) < 0 ||
+        st_writer_meta(w, "model.tied_embeddings", model_tie_name(c->tie)) < 0 ||
+        st_writer_meta(w, "model.output_bias", c->output_bias ? "1" : "0") < 0)
+        return -1;
     return 0;
 }
 
@@ -103,6 +172,25 @@ static int meta_float(const struct st_file *f, const char *k, float *out)
     return 0;
 }
 
+/* The options of Marian models from F's metadata into C; a key absent (a checkpoint older than
+ * them) leaves the default. 0, or -1 with the error naming the key and value. */
+static int meta_options(struct model_config *c, const struct st_file *f)
+{
+    const struct { const char *k; int *v; } named[] = {
+        {"model.positions", &c->positions}, {"model.start_embedding", &c->start_zero},
+        {"model.activation", &c->activation}, {"model.tied_embeddings", &c->tie}};
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        const char *s = st_meta(f, named[i].k);
+        if (s && model_option_parse(named[i].k, s, named[i].v) < 0)
+            return nmt_seterr("checkpoint: %s", nmt_errmsg());
+    }
+    const char *s = st_meta(f, "model.output_bias");
+    if (s && strcmp(s, "0") && strcmp(s, "1"))
+        return nmt_seterr("checkpoint: unknown value '%.40s' for 'model.output_bias'", s);
+    c->output_bias = s && !strcmp(s, "1");
+    return 0;
+}
+
 int model_config_load(struct model_config *c, const struct st_file *f)
 {
     memset(c, 0, sizeof *c);
@@ -119,7 +207,7 @@ int model_config_load(struct model_config *c, const struct st_file *f)
         meta_float(f, "model.dropout", &c->dropout) < 0 || meta_float(f, "model.attn_dropout", &c->attn_dropout) < 0 ||
         meta_float(f, "model.act_dropout", &c->act_dropout) < 0 ||
         meta_float(f, "model.label_smoothing", &c->label_smoothing) < 0 ||
-        meta_float(f, "model.ln_eps", &c->ln_eps) < 0)
+        meta_float(f, "model.ln_eps", &c->ln_eps) < 0 || meta_options(c, f) < 0)
         return -1;
     if (model_config_check(c) < 0)
         return nmt_seterr("checkpoint: %s", nmt_errmsg());

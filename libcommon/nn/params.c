@@ -113,6 +113,9 @@ size_t model_weights_layout(const struct model_config *c, float *base, struct mo
         w->dec_ln_g = take(&L, "dec_ln.weight", D, 0);
         w->dec_ln_b = take(&L, "dec_ln.bias", D, 0);
     }
+    w->dec_emb = c->tie != MODEL_TIE_ALL ? take(&L, "dec_emb.weight", V, D) : w->emb;
+    w->out_w = c->tie == MODEL_TIE_NONE ? take(&L, "out.weight", V, D) : w->dec_emb;
+    w->out_b = c->output_bias ? take(&L, "out.bias", V, 0) : NULL;
     if (nfloats)
         *nfloats = L.off;
     return L.n;

@@ -36,11 +36,17 @@ struct dec_layer_weights {
 };
 
 struct model_weights {
-    float *emb;                     /* (V, D) emb.weight: shared source/target embedding and output projection */
+    float *emb;                     /* (V, D) emb.weight: the source embedding; with MODEL_TIE_ALL also the
+                                     * target embedding and the output projection */
     struct enc_layer_weights *enc;  /* (Le) */
     struct dec_layer_weights *dec;  /* (Ld) */
     float *enc_ln_g, *enc_ln_b;     /* (D) enc_ln.weight, enc_ln.bias: pre-norm only, final encoder layer norm */
     float *dec_ln_g, *dec_ln_b;     /* (D) dec_ln.weight, dec_ln.bias: pre-norm only, final decoder layer norm */
+    float *dec_emb;                 /* (V, D) dec_emb.weight: the target embedding, a tensor of its own unless
+                                     * MODEL_TIE_ALL (then = emb) */
+    float *out_w;                   /* (V, D) out.weight: the output projection, a tensor of its own with
+                                     * MODEL_TIE_NONE (else = dec_emb) */
+    float *out_b;                   /* (V) out.bias: the output bias (output_bias only), else NULL */
 };
 
 /* Allocates W's per-layer arrays for configuration C (pointers left NULL). 0, or -1 with the error set. */
@@ -49,7 +55,8 @@ int model_weights_alloc(struct model_weights *w, const struct model_config *c);
 void model_weights_free(struct model_weights *w);
 
 /* Lays out the parameters of configuration C over BASE: points W's fields (when W is not NULL; its
- * arrays from model_weights_alloc) at consecutive slices of BASE (NULL pointers when BASE is NULL)
+ * arrays from model_weights_alloc) at consecutive slices of BASE (the tensors of the options of
+ * model_config.h last: dec_emb.weight, out.weight, out.bias, each when the configuration has it) (NULL pointers when BASE is NULL)
  * and, when TAB is not NULL, writes each tensor's name, shape, offset and size into TAB. Returns the
  * number of tensors; *NFLOATS (when not NULL) receives the floats they take in all. */
 size_t model_weights_layout(const struct model_config *c, float *base, struct model_param *tab,

@@ -190,7 +190,8 @@ done:
 int quant_is_linear_weight(const char *name, int ndim)
 {
     size_t n = strlen(name);
-    return ndim == 2 && n > 7 && !strcmp(name + n - 7, ".weight") && strcmp(name, "emb.weight") != 0;
+    return ndim == 2 && n > 7 && !strcmp(name + n - 7, ".weight") && strcmp(name, "emb.weight") != 0 &&
+           strcmp(name, "dec_emb.weight") != 0 && strcmp(name, "out.weight") != 0;
 }
 
 /* The running sum of one linear weight's inputs. */

@@ -16,7 +16,8 @@
 #include "nn/model.h"
 
 /* Whether the parameter NAME (NDIM dimensions) is a linear weight of the encoder or decoder: a
- * matrix named *.weight other than the embedding (which is also the output projection); these are
+ * matrix named *.weight other than the embeddings and the output projection (emb.weight,
+ * dec_emb.weight, out.weight: float32 in a quantized checkpoint); these are
  * what nmt-avg --quantize stores in int8. */
 int quant_is_linear_weight(const char *name, int ndim);
 

@@ -243,6 +243,10 @@ static const struct nmt_backend cpu_table = {
     .gemm_ex = cpu_gemm_ex,
     .share = cpu_share,
     .discard = cpu_discard,
+    .embedding_table_forward = cpu_embedding_table_forward,
+    .embedding_table_backward = cpu_embedding_table_backward,
+    .swish_forward = cpu_swish_forward,
+    .swish_backward = cpu_swish_backward,
 };
 
 __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void) { return &cpu_table; }

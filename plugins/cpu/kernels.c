@@ -41,6 +41,22 @@ CPU_VEC static void relu_back_body(void *arg, int64_t lo, int64_t hi, int tid)
         e->out[i] = e->b[i] > 0 ? e->a[i] : 0.0f;
 }
 
+CPU_VEC static void swish_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct ew *e = arg; /* out, a = x */
+    for (int64_t i = lo; i < hi; i++)
+        e->out[i] = e->a[i] / (1.0f + expf(-e->a[i]));
+}
+
+CPU_VEC static void swish_back_body(void *arg, int64_t lo, int64_t hi, int tid)
+{
+    struct ew *e = arg; /* out = dx, a = dout, b = x */
+    for (int64_t i = lo; i < hi; i++) {
+        float x = e->b[i], s = 1.0f / (1.0f + expf(-x));
+        e->out[i] = e->a[i] * (s + x * s * (1.0f - s));
+    }
+}
+
 CPU_VEC static void dropout_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
     struct ew *e = arg; /* out, a = input, s = p */
@@ -72,6 +88,18 @@ int cpu_relu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *
 {
     struct ew e = { .out = dx, .a = dout, .b = y };
     return ew_run(ctx, relu_back_body, &e, n);
+}
+
+int cpu_swish_forward(nmt_bctx *ctx, float *out, const float *x, size_t n)
+{
+    struct ew e = { .out = out, .a = x };
+    return ew_run(ctx, swish_body, &e, n);
+}
+
+int cpu_swish_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *x, size_t n)
+{
+    struct ew e = { .out = dx, .a = dout, .b = x };
+    return ew_run(ctx, swish_back_body, &e, n);
 }
 
 int cpu_dropout_forward(nmt_bctx *ctx, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t offset)
@@ -168,8 +196,10 @@ static int pe_table(nmt_bctx *ctx, int rows, int D)
     return 0;
 }
 
+/* Checks the sizes and the ids of the rows with pos >= 0 (with ZERO_OK, ids < 0 too: zero rows);
+ * *MAXPOS receives the largest position. 0 or -1. */
 static int check_ids(nmt_bctx *ctx, const char *what, const int32_t *ids, const int32_t *pos, int N, int D, int V,
-                     int *maxpos)
+                     int zero_ok, int *maxpos)
 {
     if (N < 0 || D <= 0 || V <= 0)
         return cpu_err(ctx, "%s: invalid size N=%d D=%d V=%d", what, N, D, V);
@@ -179,7 +209,7 @@ static int check_ids(nmt_bctx *ctx, const char *what, const int32_t *ids, const 
     for (int n = 0; n < N; n++) {
         if (pos[n] < 0)
             continue;
-        if (ids[n] < 0 || ids[n] >= V)
+        if ((ids[n] < 0 && !zero_ok) || ids[n] >= V)
             return cpu_err(ctx, "%s: token id %d at row %d outside [0, %d)", what, ids[n], n, V);
         if (pos[n] > mp)
             mp = pos[n];
@@ -198,7 +228,12 @@ CPU_VEC static void emb_fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
             memset(o, 0, (size_t)D * sizeof *o);
             continue;
         }
-        const float *e = r->a + (int64_t)r->ids[n] * D, *p = r->b + (int64_t)r->pos[n] * D;
+        const float *p = r->b + (int64_t)r->pos[n] * D;
+        if (r->ids[n] < 0) { /* a zero embedding (embedding_table_forward) */
+            memcpy(o, p, (size_t)D * sizeof *o);
+            continue;
+        }
+        const float *e = r->a + (int64_t)r->ids[n] * D;
         for (int j = 0; j < D; j++)
             o[j] = e[j] * r->s + p[j];
     }
@@ -207,8 +242,8 @@ CPU_VEC static void emb_fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
 int cpu_embedding_forward(nmt_bctx *ctx, float *out, const int32_t *ids, const int32_t *pos, const float *emb, int N,
                           int D, int V, float scale)
 {
-    int mp;
-    if (check_ids(ctx, "embedding_forward", ids, pos, N, D, V, &mp) < 0 || pe_table(ctx, mp + 1, D) < 0)
+    int mp = -1;
+    if (check_ids(ctx, "embedding_forward", ids, pos, N, D, V, 0, &mp) < 0 || pe_table(ctx, mp + 1, D) < 0)
         return -1;
     struct rows r = { .out = out, .a = emb, .b = ctx->pe, .ids = ids, .pos = pos, .N = D, .s = scale };
     pool_for(ctx->pool, N, EW_GRAIN / D + 1, emb_fwd_body, &r);
@@ -220,7 +255,7 @@ CPU_VEC static void emb_bwd_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
     struct rows *r = arg; /* out = demb, a = dout, M = rows, N = D */
     for (int64_t n = 0; n < r->M; n++) {
-        if (r->pos[n] < 0)
+        if (r->pos[n] < 0 || r->ids[n] < 0)
             continue;
         float *g = r->out + (int64_t)r->ids[n] * r->N;
         const float *d = r->a + n * r->N;
@@ -232,8 +267,32 @@ CPU_VEC static void emb_bwd_body(void *arg, int64_t lo, int64_t hi, int tid)
 int cpu_embedding_backward(nmt_bctx *ctx, float *demb, const float *dout, const int32_t *ids, const int32_t *pos,
                            int N, int D, int V, float scale)
 {
-    int mp;
-    if (check_ids(ctx, "embedding_backward", ids, pos, N, D, V, &mp) < 0)
+    int mp = -1;
+    if (check_ids(ctx, "embedding_backward", ids, pos, N, D, V, 0, &mp) < 0)
+        return -1;
+    struct rows r = { .out = demb, .a = dout, .ids = ids, .pos = pos, .M = N, .N = D, .s = scale };
+    pool_for(ctx->pool, D, 32, emb_bwd_body, &r);
+    return 0;
+}
+
+int cpu_embedding_table_forward(nmt_bctx *ctx, float *out, const int32_t *ids, const int32_t *pos, const float *emb,
+                                const float *pe, int N, int D, int V, int P, float scale)
+{
+    int mp = -1;
+    if (check_ids(ctx, "embedding_table_forward", ids, pos, N, D, V, 1, &mp) < 0)
+        return -1;
+    if (mp >= P)
+        return cpu_err(ctx, "embedding_table_forward: position %d past the table's %d rows", mp, P);
+    struct rows r = { .out = out, .a = emb, .b = pe, .ids = ids, .pos = pos, .N = D, .s = scale };
+    pool_for(ctx->pool, N, EW_GRAIN / D + 1, emb_fwd_body, &r);
+    return 0;
+}
+
+int cpu_embedding_table_backward(nmt_bctx *ctx, float *demb, const float *dout, const int32_t *ids,
+                                 const int32_t *pos, int N, int D, int V, float scale)
+{
+    int mp = -1;
+    if (check_ids(ctx, "embedding_table_backward", ids, pos, N, D, V, 1, &mp) < 0)
         return -1;
     struct rows r = { .out = demb, .a = dout, .ids = ids, .pos = pos, .M = N, .N = D, .s = scale };
     pool_for(ctx->pool, D, 32, emb_bwd_body, &r);

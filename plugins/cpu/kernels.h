@@ -16,6 +16,10 @@ int cpu_embedding_forward(nmt_bctx *ctx, float *out, const int32_t *ids, const i
                           int N, int D, int V, float scale);
 int cpu_embedding_backward(nmt_bctx *ctx, float *demb, const float *dout, const int32_t *ids, const int32_t *pos,
                            int N, int D, int V, float scale);
+int cpu_embedding_table_forward(nmt_bctx *ctx, float *out, const int32_t *ids, const int32_t *pos, const float *emb,
+                                const float *pe, int N, int D, int V, int P, float scale);
+int cpu_embedding_table_backward(nmt_bctx *ctx, float *demb, const float *dout, const int32_t *ids,
+                                 const int32_t *pos, int N, int D, int V, float scale);
 int cpu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, const float *k, const float *v,
                           const struct nmt_attn_args *a);
 int cpu_attention_backward(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *q,
@@ -27,6 +31,8 @@ int cpu_layernorm_backward(nmt_bctx *ctx, float *dx, float *dgamma, float *dbeta
 int cpu_add(nmt_bctx *ctx, float *out, const float *a, const float *b, size_t n);
 int cpu_relu_forward(nmt_bctx *ctx, float *out, const float *x, size_t n);
 int cpu_relu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *y, size_t n);
+int cpu_swish_forward(nmt_bctx *ctx, float *out, const float *x, size_t n);
+int cpu_swish_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *x, size_t n);
 int cpu_dropout_forward(nmt_bctx *ctx, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t offset);
 int cpu_dropout_backward(nmt_bctx *ctx, float *dx, const float *dout, size_t n, float p, uint64_t seed,
                          uint64_t offset);

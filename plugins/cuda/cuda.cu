@@ -652,6 +652,10 @@ static const struct nmt_backend cuda_table = {
     .share = NULL,
     /* nor discard (ABI 2.4): device memory is given back only by free */
     .discard = NULL,
+    .embedding_table_forward = cu_embedding_table_forward,
+    .embedding_table_backward = cu_embedding_table_backward,
+    .swish_forward = cu_swish_forward,
+    .swish_backward = cu_swish_backward,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void)

@@ -44,6 +44,20 @@ __global__ void k_dropout(float *out, const float *x, size_t n, float p, uint64_
         out[i] = x[i] * (cu_rng_uniform(seed, offset + (uint64_t)i) >= p ? keep : 0.0f); /* x * 0: NaN stays NaN */
 }
 
+__global__ void k_swish(float *out, const float *x, size_t n)
+{
+    for (size_t i = gidx(); i < n; i += gstep())
+        out[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+__global__ void k_swish_back(float *dx, const float *dout, const float *x, size_t n)
+{
+    for (size_t i = gidx(); i < n; i += gstep()) {
+        float v = x[i], s = 1.0f / (1.0f + expf(-v));
+        dx[i] = dout[i] * (s + v * s * (1.0f - s));
+    }
+}
+
 int cu_add(nmt_bctx *ctx, float *out, const float *a, const float *b, size_t n)
 {
     if (!n)
@@ -69,6 +83,24 @@ int cu_relu_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *y
     cu_enter(ctx);
     k_relu_back<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(dx, dout, y, n);
     return cu_launched(ctx, "relu_backward");
+}
+
+int cu_swish_forward(nmt_bctx *ctx, float *out, const float *x, size_t n)
+{
+    if (!n)
+        return 0;
+    cu_enter(ctx);
+    k_swish<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(out, x, n);
+    return cu_launched(ctx, "swish_forward");
+}
+
+int cu_swish_backward(nmt_bctx *ctx, float *dx, const float *dout, const float *x, size_t n)
+{
+    if (!n)
+        return 0;
+    cu_enter(ctx);
+    k_swish_back<<<cu_blocks(n, THREADS), THREADS, 0, ctx->stream>>>(dx, dout, x, n);
+    return cu_launched(ctx, "swish_backward");
 }
 
 int cu_dropout_forward(nmt_bctx *ctx, float *out, const float *x, size_t n, float p, uint64_t seed, uint64_t offset)
@@ -244,6 +276,31 @@ __global__ void k_emb_fwd(float *out, const int32_t *ids, const int32_t *pos, co
     }
 }
 
+/* Row n per block: out = emb[id] * scale + pe[pos] (just pe[pos] for id < 0), zeros for pos < 0. */
+__global__ void k_emb_tab_fwd(float *out, const int32_t *ids, const int32_t *pos, const float *emb, const float *pe,
+                              int D, int V, int P, float scale, struct cu_flag *flag)
+{
+    int n = blockIdx.x, p = pos[n];
+    float *o = out + (int64_t)n * D;
+    int id = p >= 0 ? ids[n] : 0;
+    if (p < 0 || id >= V || p >= P) {
+        if (p >= 0 && threadIdx.x == 0)
+            cu_report(flag, CU_BAD_EMB_ID, n, p >= P ? p : id, p >= P ? P : V);
+        for (int j = threadIdx.x; j < D; j += blockDim.x)
+            o[j] = 0;
+        return;
+    }
+    const float *t = pe + (int64_t)p * D;
+    if (id < 0) {
+        for (int j = threadIdx.x; j < D; j += blockDim.x)
+            o[j] = t[j];
+        return;
+    }
+    const float *e = emb + (int64_t)id * D;
+    for (int j = threadIdx.x; j < D; j += blockDim.x)
+        o[j] = e[j] * scale + t[j];
+}
+
 static int check_emb(nmt_bctx *ctx, const char *what, int N, int D, int V)
 {
     if (N < 0 || D <= 0 || V <= 0)
@@ -266,17 +323,33 @@ int cu_embedding_forward(nmt_bctx *ctx, float *out, const int32_t *ids, const in
     return cu_launched(ctx, "embedding_forward");
 }
 
+int cu_embedding_table_forward(nmt_bctx *ctx, float *out, const int32_t *ids, const int32_t *pos, const float *emb,
+                               const float *pe, int N, int D, int V, int P, float scale)
+{
+    if (check_emb(ctx, "embedding_table_forward", N, D, V) < 0)
+        return -1;
+    if (!N)
+        return 0;
+    cu_enter(ctx);
+    int threads = D < THREADS ? ((D + 31) / 32) * 32 : THREADS;
+    k_emb_tab_fwd<<<N, threads, 0, ctx->stream>>>(out, ids, pos, emb, pe, D, V, P, scale, ctx->flag);
+    return cu_launched(ctx, "embedding_table_forward");
+}
+
 /* The rows of the same token form a list in row order: next[n] is the next row m > n with the same
  * id (-1 if none). Each block scans tiles of ids in shared memory; rows with pos < 0 or a bad id
  * take no part (key -1). */
-__global__ void k_emb_next(int32_t *next, const int32_t *ids, const int32_t *pos, int N, int V, struct cu_flag *flag)
+__global__ void k_emb_next(int32_t *next, const int32_t *ids, const int32_t *pos, int N, int V, int zero_ok,
+                           struct cu_flag *flag)
 {
     __shared__ int32_t tile[THREADS];
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     int key = -1;
     if (n < N && pos[n] >= 0) {
         key = ids[n];
-        if (key < 0 || key >= V) {
+        if (key < 0 && zero_ok) {
+            key = -1; /* a zero embedding (embedding_table_backward): no part */
+        } else if (key < 0 || key >= V) {
             cu_report(flag, CU_BAD_EMB_BWD_ID, n, key, V);
             key = -1;
         }
@@ -324,8 +397,9 @@ __global__ void k_emb_acc(float *demb, const float *dout, const int32_t *ids, co
     }
 }
 
-int cu_embedding_backward(nmt_bctx *ctx, float *demb, const float *dout, const int32_t *ids, const int32_t *pos, int N,
-                          int D, int V, float scale)
+/* embedding_backward, and embedding_table_backward with ZERO_OK (rows of negative ids skipped). */
+static int emb_backward(nmt_bctx *ctx, float *demb, const float *dout, const int32_t *ids, const int32_t *pos, int N,
+                        int D, int V, float scale, int zero_ok)
 {
     if (check_emb(ctx, "embedding_backward", N, D, V) < 0)
         return -1;
@@ -336,7 +410,7 @@ int cu_embedding_backward(nmt_bctx *ctx, float *demb, const float *dout, const i
     if (!next)
         return -1;
     int32_t *isnext = next + N;
-    k_emb_next<<<(N + THREADS - 1) / THREADS, THREADS, 0, ctx->stream>>>(next, ids, pos, N, V, ctx->flag);
+    k_emb_next<<<(N + THREADS - 1) / THREADS, THREADS, 0, ctx->stream>>>(next, ids, pos, N, V, zero_ok, ctx->flag);
     if (cu_launched(ctx, "embedding_backward (lists)") < 0 ||
         cu_check(ctx, cudaMemsetAsync(isnext, 0, (size_t)N * sizeof *isnext, ctx->stream),
                  "embedding_backward: cudaMemsetAsync") < 0)
@@ -347,6 +421,18 @@ int cu_embedding_backward(nmt_bctx *ctx, float *demb, const float *dout, const i
     int threads = D < THREADS ? ((D + 31) / 32) * 32 : THREADS;
     k_emb_acc<<<N, threads, 0, ctx->stream>>>(demb, dout, ids, next, isnext, D, scale);
     return cu_launched(ctx, "embedding_backward");
+}
+
+int cu_embedding_backward(nmt_bctx *ctx, float *demb, const float *dout, const int32_t *ids, const int32_t *pos, int N,
+                          int D, int V, float scale)
+{
+    return emb_backward(ctx, demb, dout, ids, pos, N, D, V, scale, 0);
+}
+
+int cu_embedding_table_backward(nmt_bctx *ctx, float *demb, const float *dout, const int32_t *ids, const int32_t *pos,
+                                int N, int D, int V, float scale)
+{
+    return emb_backward(ctx, demb, dout, ids, pos, N, D, V, scale, 1);
 }
 
 /* ---------------- layer norm ---------------- */

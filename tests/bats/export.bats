@@ -14,6 +14,9 @@ setup_file() {
         --max-len 80 --max-steps 2 2>/dev/null
     nmt-train -q -i "$D/b" --vocab "$D/v.bpe" -o "$D/pre.ckpt" --d-model 16 --heads 4 --ff 32 --enc-layers 2 \
         --dec-layers 1 --pre-norm --max-steps 2 2>/dev/null
+    nmt-train -q -i "$D/b" --vocab "$D/v.bpe" -o "$D/mar.ckpt" --d-model 16 --heads 2 --ff 24 --layers 1 \
+        --max-len 80 --max-steps 2 --positions marian --start-embedding zero --activation swish \
+        --tied-embeddings none --output-bias --ln-eps 1e-6 2>/dev/null
     nmt-export -m "$D/post.ckpt" --to ctranslate2 -o "$D/post"
     nmt-export -m "$D/pre.ckpt" --to ctranslate2 -o "$D/pre"
 }
@@ -206,14 +209,47 @@ PY
     python3 - "$D/post.ckpt" "$D/odd.ckpt" <<'PY'
 import json, struct, sys
 b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
-h['__metadata__']['model.activation'] = 'swish'
+h['__metadata__']['model.rms_norm'] = '1'
 j = json.dumps(h).encode(); j += b' ' * (-len(j) % 8)
 open(sys.argv[2], 'wb').write(struct.pack('<Q', len(j)) + j + b[8 + n:])
 PY
     run nmt-export -m "$D/odd.ckpt" --to ctranslate2 -o "$D/odd"
     [ "$status" -eq 1 ]
-    [ "$output" = "nmt-export: model option model.activation (swish) has no CTranslate2 equivalent" ]
+    [ "$output" = "nmt-export: model option model.rms_norm (1) has no CTranslate2 equivalent" ]
     [ ! -e "$D/odd" ]
+}
+
+@test "the options of Marian models map: swish, zero start, Marian positions, three matrices, output bias" {
+    nmt-export -m "$D/mar.ckpt" --to ctranslate2 -o "$D/mar"
+    ct2_read "$D/mar/model.bin" > "$D/got"
+    # the default model's variables, and the source embedding, projection and its bias of their own
+    { expected 1 1 0 500 16 24 80 | grep -v '^alias decoder/projection\|^alias encoder/embeddings_0'
+      printf '%s\n' 'encoder/embeddings_0/weight float32 500x16' 'decoder/projection/weight float32 500x16' \
+          'decoder/projection/bias float32 500'; } | sort > "$D/want"
+    sort "$D/got" | diff "$D/want" -
+    [ "$(ct2_read "$D/mar/model.bin" decoder/activation)" = 2 ]
+    [ "$(ct2_read "$D/mar/model.bin" encoder/activation)" = 2 ]
+    [ "$(ct2_read "$D/mar/model.bin" decoder/start_from_zero_embedding)" = 1 ]
+    [ "$(ct2_read "$D/post/model.bin" decoder/start_from_zero_embedding)" = 0 ]
+    cmp <(tensor "$D/mar.ckpt" emb.weight) <(ct2_read "$D/mar/model.bin" encoder/embeddings_0/weight)
+    cmp <(tensor "$D/mar.ckpt" dec_emb.weight) <(ct2_read "$D/mar/model.bin" decoder/embeddings/weight)
+    cmp <(tensor "$D/mar.ckpt" out.weight) <(ct2_read "$D/mar/model.bin" decoder/projection/weight)
+    cmp <(tensor "$D/mar.ckpt" out.bias) <(ct2_read "$D/mar/model.bin" decoder/projection/bias)
+    python3 - "$D/mar/config.json" <<'PY'
+import json, sys
+assert json.load(open(sys.argv[1]))['layer_norm_epsilon'] == 1e-06
+PY
+    ct2_read "$D/mar/model.bin" decoder/position_encodings/encodings > "$D/mpe"
+    python3 - "$D/mpe" <<'PY'
+import math, struct, sys
+pe = [float(x) for x in open(sys.argv[1])]
+D, h = 16, 8
+f = lambda x: struct.unpack('f', struct.pack('f', x))[0]
+for p in (0, 1, 7, 79):
+    for i in range(h):
+        a = p * math.exp(-i * math.log(10000.0) / (h - 1))
+        assert abs(pe[p * D + i] - f(math.sin(a))) < 1e-6 and abs(pe[p * D + h + i] - f(math.cos(a))) < 1e-6, (p, i)
+PY
 }
 
 @test "usage errors exit 2" {

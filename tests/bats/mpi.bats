@@ -44,6 +44,18 @@ setup() {
     fails same_model one.ckpt uf1.ckpt
 }
 
+@test "mpirun -np 2 of a model with separate embedding matrices and an output bias equals --update-freq 2" {
+    O=(--max-steps 12 --positions marian --start-embedding zero --activation swish --tied-embeddings none --output-bias)
+    run "${T[@]}" "${O[@]}" --update-freq 2 -o one.ckpt
+    [ "$status" -eq 0 ]
+    run "${MPI[@]}" -np 2 "${T[@]}" "${O[@]}" -o two.ckpt
+    [ "$status" -eq 0 ]
+    same_model one.ckpt two.ckpt
+    run "${MPI[@]}" -np 2 "${T[@]}" "${O[@]}" --overlap off -o three.ckpt
+    [ "$status" -eq 0 ]
+    same_model one.ckpt three.ckpt
+}
+
 @test "mpirun -np 3 equals --update-freq 3, with validation (and its BLEU) on the ranks" {
     run "${T[@]}" --max-steps 30 --update-freq 3 --valid "$D/va.b" --valid-every 10 --valid-bleu -o one.ckpt --log one.csv
     [ "$status" -eq 0 ]

@@ -1,13 +1,16 @@
 #!/usr/bin/python3
 """Builds the reference fixtures of the model test (tests/unit/test_model.c) with PyTorch.
 
-For each variant (post-norm, pre-norm) it asks the C test for our initial weights and fixed batch
-(NMT_REF_DUMP), builds the same Transformer in PyTorch (float64) from those weights, and writes
+For each variant (post-norm, pre-norm, and "marian": post-norm with Marian's positions, a zero start
+embedding, swish, a separate source embedding, an output bias and layer norm epsilon 1e-6) it asks
+the C test for our initial weights and fixed batch (NMT_REF_DUMP), builds the same Transformer in
+PyTorch (float64) from those weights, and writes
 tests/fixtures/ref/<variant>.safetensors holding the weights, the batch, and the reference logits,
 loss, every parameter gradient and the losses of 10 Adam steps (dropout 0).
 
 Run from the repository root after `make tests-built`, with Debian's Python (python3-torch):
-    /usr/bin/python3 tests/ref/make_fixtures.py
+    /usr/bin/python3 tests/ref/make_fixtures.py [VARIANT...]
+(all variants when none is named).
 """
 import json, math, os, struct, subprocess, sys, tempfile
 import torch
@@ -56,6 +59,14 @@ def sinusoid(T, d):
     return pe
 
 
+def sinusoid_marian(T, d):
+    """Marian's: sines in dims [0, d/2), cosines in [d/2, d), angle p exp(-i ln(10000)/(d/2-1))."""
+    h = d // 2
+    pos = torch.arange(T, dtype=torch.float64).unsqueeze(1)
+    ang = pos * torch.exp(torch.arange(h, dtype=torch.float64) * (-math.log(10000.0) / max(h - 1, 1)))
+    return torch.cat([torch.sin(ang), torch.cos(ang)], 1)
+
+
 def forward(P, cfg, src, src_len, tin, tgt_len):
     """Functional Transformer over the parameter dict P (float64), as model.c computes it."""
     d, H, pre = cfg["d"], cfg["heads"], cfg["pre"]
@@ -77,20 +88,27 @@ def forward(P, cfg, src, src_len, tin, tgt_len):
             return x + sub(ln(x, p_ln))
         return ln(x + sub(x), p_ln)
 
+    pe = sinusoid_marian if cfg["positions"] == "marian" else sinusoid
+    act = F.silu if cfg["activation"] == "swish" else torch.relu
+    emb = P["emb.weight"]
+    demb = emb if cfg["tie"] == "all" else P["dec_emb.weight"]
+    out_w = P["out.weight"] if cfg["tie"] == "none" else demb
     neg = torch.tensor(float("-inf"), dtype=torch.float64)
     smask = torch.where(torch.arange(S)[None, :] < src_len[:, None], 0.0, neg).to(torch.float64)[:, None, None, :]
-    emb = P["emb.weight"]
-    x = emb[src] * math.sqrt(d) + sinusoid(S, d)
+    x = emb[src] * math.sqrt(d) + pe(S, d)
     for l in range(cfg["enc"]):
         p = f"enc.{l}."
         def sa(h, p=p):
             q, k, v = lin(h, p + "att.qkv").chunk(3, -1)
             return lin(attend(q, k, v, smask), p + "att.o")
         x = res(x, p + "ln1", sa)
-        x = res(x, p + "ln2", lambda h, p=p: lin(torch.relu(lin(h, p + "ffn.w1")), p + "ffn.w2"))
+        x = res(x, p + "ln2", lambda h, p=p: lin(act(lin(h, p + "ffn.w1")), p + "ffn.w2"))
     mem = ln(x, "enc_ln") if pre else x
     causal = torch.triu(torch.full((T, T), float("-inf"), dtype=torch.float64), diagonal=1)
-    y = emb[tin] * math.sqrt(d) + sinusoid(T, d)
+    y = demb[tin] * math.sqrt(d)
+    if cfg["start_zero"]:  # the first input is a zero vector (plus its position)
+        y = torch.cat([torch.zeros_like(y[:, :1]), y[:, 1:]], 1)
+    y = y + pe(T, d)
     for l in range(cfg["dec"]):
         p = f"dec.{l}."
         def sa(h, p=p):
@@ -102,20 +120,25 @@ def forward(P, cfg, src, src_len, tin, tgt_len):
             return lin(attend(q, k, v, smask), p + "cross_att.o")
         y = res(y, p + "ln1", sa)
         y = res(y, p + "ln2", ca)
-        y = res(y, p + "ln3", lambda h, p=p: lin(torch.relu(lin(h, p + "ffn.w1")), p + "ffn.w2"))
+        y = res(y, p + "ln3", lambda h, p=p: lin(act(lin(h, p + "ffn.w1")), p + "ffn.w2"))
     if pre:
         y = ln(y, "dec_ln")
-    return y @ emb.t()  # (B, T, V)
+    logits = y @ out_w.t()  # (B, T, V)
+    return logits + P["out.bias"] if cfg["output_bias"] else logits
 
 
 def make(variant, pre, test_bin, outdir):
     with tempfile.TemporaryDirectory() as tmp:
         dump = os.path.join(tmp, "init.safetensors")
-        env = dict(os.environ, NMT_REF_DUMP=dump, NMT_REF_PRENORM="1" if pre else "0")
+        env = dict(os.environ, NMT_REF_DUMP=dump, NMT_REF_PRENORM="1" if pre else "0", NMT_REF_VARIANT=variant)
         subprocess.run([test_bin], env=env, check=True)
         meta, T = st_read(dump)
     cfg = dict(d=int(meta["model.d_model"]), heads=int(meta["model.heads"]), enc=int(meta["model.enc_layers"]),
-               dec=int(meta["model.dec_layers"]), pre=int(meta["model.pre_norm"]), ln_eps=float(meta["model.ln_eps"]))
+               dec=int(meta["model.dec_layers"]), pre=int(meta["model.pre_norm"]), ln_eps=float(meta["model.ln_eps"]),
+               positions=meta.get("model.positions", "paper"),
+               start_zero=meta.get("model.start_embedding", "bos") == "zero",
+               activation=meta.get("model.activation", "relu"), tie=meta.get("model.tied_embeddings", "all"),
+               output_bias=meta.get("model.output_bias", "0") == "1")
     eps_ls = float(meta["model.label_smoothing"])
     V = int(meta["model.vocab"])
     names = [k for k in T if not k.startswith("batch.")]
@@ -171,8 +194,9 @@ def main():
     outdir = os.path.join(root, "tests", "fixtures", "ref")
     os.makedirs(outdir, exist_ok=True)
     os.environ.setdefault("NMT_PLUGIN_PATH", os.path.join(root, "bin"))
-    make("post", False, test_bin, outdir)
-    make("pre", True, test_bin, outdir)
+    variants = {"post": False, "pre": True, "marian": False}
+    for v in sys.argv[1:] or list(variants):
+        make(v, variants[v], test_bin, outdir)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,34 @@ static void op_embedding(struct backend *b, struct result *r)
     fetch(b, r, demb, (size_t)V * D, 0);
 }
 
+/* ABI 2.5: the embedding from a position table, with zero-start rows (id -1) and padding rows. */
+static void op_embedding_table(struct backend *b, struct result *r)
+{
+    int N = 23, D = 10, V = 7, P = 24;
+    int32_t ids[23], pos[23];
+    for (int n = 0; n < N; n++)
+        ids[n] = n % 5 == 0 ? -1 : (int32_t)urand(0, (float)V), pos[n] = n % 6 == 5 ? -1 : n;
+    float *emb = drand(b, (size_t)V * D, -1, 1), *pe = drand(b, (size_t)P * D, -1, 1);
+    float *out = drand(b, (size_t)N * D, -1, 1), *dout = drand(b, (size_t)N * D, -1, 1);
+    float *demb = drand(b, (size_t)V * D, -1, 1);
+    int32_t *di = dints(b, ids, N), *dp = dints(b, pos, N);
+    r->rc |= OP(b, embedding_table_forward, out, di, dp, emb, pe, N, D, V, P, 3.16f);
+    r->rc |= OP(b, embedding_table_backward, demb, dout, di, dp, N, D, V, 3.16f);
+    fetch(b, r, out, (size_t)N * D, 0);
+    fetch(b, r, demb, (size_t)V * D, 0);
+}
+
+/* ABI 2.5: swish forward and backward (the backward from the forward's input). */
+static void op_swish(struct backend *b, struct result *r)
+{
+    size_t n = 3001;
+    float *x = drand(b, n, -6, 6), *d = drand(b, n, -2, 2), *o = drand(b, n, 0, 1);
+    r->rc |= OP(b, swish_forward, o, x, n);
+    fetch(b, r, o, n, 0);
+    r->rc |= OP(b, swish_backward, o, d, x, n);
+    fetch(b, r, o, n, 0);
+}
+
 static void op_attention(struct backend *b, struct result *r)
 {
     int32_t kl[3] = { 6, 0, 3 };
@@ -445,7 +473,8 @@ static const struct {
     void (*run)(struct backend *, struct result *);
     double tol;
     int optional; /* uses an optional slot: 2 gemm_rowinv, 3 linear_pack and linear_rowinv, 4 the
-                   * attention_*_lse slots, 5 set_precision, cast and gemm_ex */
+                   * attention_*_lse slots, 5 set_precision, cast and gemm_ex, 6 the embedding_table
+                   * slots, 7 the swish slots */
 } ops[] = {
     { "gemm", op_gemm, 1e-5, 0 },
     { "bias_add, bias_grad", op_bias, 1e-5, 0 },
@@ -468,6 +497,8 @@ static const struct {
     { "cross_entropy", op_xent, 1e-5, 0 },
     { "adam_update, sumsq", op_optim, 1e-5, 0 },
     { "topk_logsoftmax, gather_rows", op_decode, 1e-5, 0 },
+    { "embedding_table_forward/backward (position table, zero-start and padding rows)", op_embedding_table, 1e-5, 6 },
+    { "swish_forward, swish_backward", op_swish, 1e-5, 7 },
 };
 
 /* Downloads N floats of DEV into a new host array. */
@@ -490,6 +521,56 @@ static double attn_loss(struct backend *b, const struct nmt_attn_args *a, float 
         L += (double)oh[i] * dout_h[i];
     free(oh);
     return L;
+}
+
+/* The cpu plugin's ABI 2.5 slots against references: swish and its backward against x sigmoid(x)
+ * in double and central differences; the table embedding against its formula, the zero-start and
+ * padding rows, and a backward that skips them. */
+static void cpu_abi25_checks(struct backend *b)
+{
+    size_t n = 2001;
+    rng_state = 99;
+    float *x = drand(b, n, -8, 8), *d = drand(b, n, -1, 1), *y = drand(b, n, 0, 1), *dx = drand(b, n, 0, 1);
+    int rc = OP(b, swish_forward, y, x, n) | OP(b, swish_backward, dx, d, x, n);
+    float *xh = host_of(b, x, n), *dh = host_of(b, d, n), *yh = host_of(b, y, n), *gh = host_of(b, dx, n);
+    double ef = 0, eb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = xh[i], f = v / (1 + exp(-v)), h = 1e-3;
+        double fd = ((v + h) / (1 + exp(-(v + h))) - (v - h) / (1 + exp(-(v - h)))) / (2 * h);
+        ef = fmax(ef, fabs(yh[i] - f) / fmax(1, fabs(f)));
+        eb = fmax(eb, fabs(gh[i] - dh[i] * fd));
+    }
+    test_ok(rc == 0 && ef < 1e-6 && eb < 1e-5, "cpu: swish against x sigmoid(x) (%.2e), its backward against central "
+            "differences (%.2e)", ef, eb);
+    free(xh), free(dh), free(yh), free(gh);
+    int32_t ids[4] = {-1, 2, 1, 2}, pos[4] = {0, 1, -1, 3};
+    int D = 4, V = 3, P = 5, N = 4;
+    float pe_h[20], emb_h[12], out[16], demb_h[12];
+    for (int i = 0; i < 20; i++)
+        pe_h[i] = 0.1f * (float)i;
+    for (int i = 0; i < 12; i++)
+        emb_h[i] = (float)i - 5;
+    float *pe = drand(b, 20, 0, 1), *emb = drand(b, 12, 0, 1), *o = drand(b, 16, 0, 1), *dout = drand(b, 16, 1, 1);
+    float *demb = drand(b, 12, 0, 1);
+    int32_t *di = dints(b, ids, 4), *dp = dints(b, pos, 4);
+    rc = OP(b, upload, pe, pe_h, sizeof pe_h) | OP(b, upload, emb, emb_h, sizeof emb_h) |
+         OP(b, memset_zero, demb, sizeof demb_h) | OP(b, embedding_table_forward, o, di, dp, emb, pe, N, D, V, P, 2.0f) |
+         OP(b, embedding_table_backward, demb, dout, di, dp, N, D, V, 2.0f) | OP(b, download, out, o, sizeof out) |
+         OP(b, download, demb_h, demb, sizeof demb_h);
+    int ok = rc == 0;
+    for (int j = 0; j < D; j++) {
+        ok &= out[j] == pe_h[j];                                     /* zero start: the position only */
+        ok &= out[D + j] == emb_h[2 * D + j] * 2 + pe_h[D + j];      /* id 2 at position 1 */
+        ok &= out[2 * D + j] == 0;                                   /* padding */
+        ok &= out[3 * D + j] == emb_h[2 * D + j] * 2 + pe_h[3 * D + j];
+        ok &= demb_h[j] == 0 && demb_h[D + j] == 0 && demb_h[2 * D + j] == 4; /* rows 0, 2 skipped; id 2 twice */
+    }
+    test_ok(ok, "cpu: embedding_table: the table's rows, a zero start, padding, a backward that skips both");
+    int32_t bad[1] = {0}, far[1] = {5};
+    int32_t *db = dints(b, bad, 1), *df = dints(b, far, 1);
+    test_ok(OP(b, embedding_table_forward, o, db, df, emb, pe, 1, D, V, P, 1.0f) < 0 &&
+                strstr(b->ops.last_error(b->ctx), "position 5"),
+            "cpu: a position past the table is refused: %s", b->ops.last_error(b->ctx));
 }
 
 /* The cpu plugin's ABI 2.2 slots against references of their own: the lse attention equals the P
@@ -755,6 +836,7 @@ int main(void)
     if (!cpu)
         return test_done();
     cpu_reference_checks(cpu);
+    cpu_abi25_checks(cpu);
     struct backend_info *list;
     int n = backend_list(&list), tested = 0;
     for (int i = 0; i < n; i++) {
@@ -774,7 +856,9 @@ int main(void)
             if ((ops[k].optional == 2 && !x->ops.gemm_rowinv) ||
                 (ops[k].optional == 3 && !(x->ops.linear_packed_bytes && x->ops.linear_pack && x->ops.linear_rowinv)) ||
                 (ops[k].optional == 4 && !(x->ops.attention_forward_lse && x->ops.attention_backward_lse)) ||
-                (ops[k].optional == 5 && !(x->ops.set_precision && x->ops.cast && x->ops.gemm_ex))) {
+                (ops[k].optional == 5 && !(x->ops.set_precision && x->ops.cast && x->ops.gemm_ex)) ||
+                (ops[k].optional == 6 && !(x->ops.embedding_table_forward && x->ops.embedding_table_backward)) ||
+                (ops[k].optional == 7 && !(x->ops.swish_forward && x->ops.swish_backward))) {
                 test_ok(1, "%s: %s # SKIP optional slot absent", x->ops.name, ops[k].name);
                 continue;
             }

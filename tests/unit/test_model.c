@@ -1,8 +1,9 @@
 /* test_model.c: the Transformer against PyTorch fixtures (tests/fixtures/ref/, made by
  * tests/ref/make_fixtures.py) and by finite differences, on the cpu backend.
  *
- * With NMT_REF_DUMP=FILE and NMT_REF_PRENORM=0|1 it instead writes the initial weights and the fixed
- * batch of the reference test to FILE (the input of make_fixtures.py) and exits. */
+ * With NMT_REF_DUMP=FILE and NMT_REF_PRENORM=0|1 (or NMT_REF_VARIANT=marian) it instead writes the
+ * initial weights and the fixed batch of the reference test to FILE (the input of make_fixtures.py)
+ * and exits. */
 #include "test.h"
 
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "run/backend_loader.h"
+#include "nn/blocks.h"
 #include "nn/model.h"
 #include "nn/params.h"
 #include "io/safetensors.h"
@@ -35,6 +37,25 @@ static void tiny_config(struct model_config *c, int pre_norm)
     c->ln_eps = 1e-5f;
 }
 
+/* The variants of the tests: the paper's post-norm, pre-norm, and the options of Marian models
+ * (post-norm, Marian positions, zero start, swish, the target embedding tied to the output
+ * projection, an output bias, layer norm epsilon 1e-6), with TIE_NONE three embedding matrices. */
+enum { V_POST, V_PRE, V_MARIAN, V_MARIAN_NONE };
+static const char *const variant_names[] = {"post", "pre", "marian", "marian-none"};
+
+static void variant_config(struct model_config *c, int v)
+{
+    tiny_config(c, v == V_PRE);
+    if (v >= V_MARIAN) {
+        c->positions = MODEL_POS_MARIAN;
+        c->start_zero = 1;
+        c->activation = MODEL_ACT_SWISH;
+        c->tie = v == V_MARIAN ? MODEL_TIE_TARGET : MODEL_TIE_NONE;
+        c->output_bias = 1;
+        c->ln_eps = 1e-6f;
+    }
+}
+
 /* A fixed batch with padding: 3 rows, S 7, T 6. */
 static void fixed_batch(struct batch_record *br, int V)
 {
@@ -56,10 +77,10 @@ static void fixed_batch(struct batch_record *br, int V)
     }
 }
 
-static int dump(const char *path, int pre_norm)
+static int dump(const char *path, int variant)
 {
     struct model_config c;
-    tiny_config(&c, pre_norm);
+    variant_config(&c, variant);
     struct model *m = model_new(be, &c, 1);
     if (!m || model_init(m, 7) < 0) {
         fprintf(stderr, "%s\n", nmt_errmsg());
@@ -68,6 +89,16 @@ static int dump(const char *path, int pre_norm)
     struct batch_record br = {0};
     fixed_batch(&br, c.vocab);
     struct st_writer *w = st_writer_new();
+    if (variant >= V_MARIAN) { /* a random output bias, so that its gradient and effect show */
+        const struct model_weights *mw = model_weights(m);
+        size_t P = model_num_params(m), off = (size_t)(mw->out_b - model_param_data(m));
+        float *h = malloc(P * sizeof *h);
+        model_get_params(m, h);
+        for (int i = 0; i < c.vocab; i++)
+            h[off + (size_t)i] = 0.5f * sinf(0.7f * (float)i);
+        model_set_params(m, h);
+        free(h);
+    }
     if (model_save(m, w, 0) < 0)
         return fprintf(stderr, "%s\n", nmt_errmsg()), 1;
     int32_t src[21], tgt[18], sl[3], tl[3];
@@ -205,10 +236,10 @@ static void check_fixture(const char *name)
 
 /* Finite differences: the derivative of the summed loss along a random direction u, by central
  * differences in float, against <grad, u> from backward. Dropout on (a fixed mask per seed). */
-static void check_fd(int pre_norm, int dropout)
+static void check_fd(int variant, int dropout)
 {
     struct model_config c;
-    tiny_config(&c, pre_norm);
+    variant_config(&c, variant);
     c.d_model = 16, c.ff = 24;
     if (dropout)
         c.dropout = 0.2f, c.attn_dropout = 0.1f, c.act_dropout = 0.1f;
@@ -250,7 +281,7 @@ static void check_fd(int pre_norm, int dropout)
             best = e;
     }
     test_ok(best < 1e-2, "finite differences (%s, dropout %s): directional derivative %.6g, rel err %.2e",
-            pre_norm ? "pre-norm" : "post-norm", dropout ? "on" : "off", dot, best);
+            variant_names[variant], dropout ? "on" : "off", dot, best);
     free(p0), free(g), free(u), free(p);
     batch_record_free(&br);
     model_free(m);
@@ -427,6 +458,114 @@ static void check_layout(int pre_norm)
     model_free(m);
 }
 
+/* The tensors of the options: dec_emb.weight, out.weight, out.bias after the layers (the default
+ * layout unchanged before them), and the fields that alias emb.weight when the matrices are one. */
+static void check_marian_layout(void)
+{
+    struct model_config c;
+    for (int v = V_MARIAN; v <= V_MARIAN_NONE; v++) {
+        variant_config(&c, v);
+        struct model *m = model_new(be, &c, 0);
+        const struct model_param *tab;
+        size_t nt = model_params(m, &tab);
+        const struct model_weights *w = model_weights(m);
+        const float *base = model_param_data(m);
+        size_t V = (size_t)c.vocab, D = (size_t)c.d_model, P = model_num_params(m);
+        size_t tail = v == V_MARIAN ? 2 : 3, base_n = 1 + 12 * (size_t)c.enc_layers + 20 * (size_t)c.dec_layers;
+        int ok = nt == base_n + tail && !strcmp(tab[base_n].name, "dec_emb.weight") &&
+                 w->dec_emb == base + tab[base_n].offset && w->out_b == base + P - V &&
+                 !strcmp(tab[nt - 1].name, "out.bias") && tab[nt - 1].ndim == 1 && w->dec_emb != w->emb;
+        if (v == V_MARIAN)
+            ok &= w->out_w == w->dec_emb && P - (size_t)(w->dec_emb - base) == V * D + V;
+        else
+            ok &= !strcmp(tab[base_n + 1].name, "out.weight") && w->out_w == base + tab[base_n + 1].offset;
+        test_ok(ok, "%s: dec_emb.weight%s and out.bias after the layers", variant_names[v],
+                v == V_MARIAN ? " (also the output projection)" : ", out.weight");
+        model_free(m);
+    }
+    tiny_config(&c, 0);
+    struct model *m = model_new(be, &c, 0);
+    const struct model_weights *w = model_weights(m);
+    test_ok(w->dec_emb == w->emb && w->out_w == w->emb && !w->out_b, "defaults: one matrix, no output bias");
+    model_free(m);
+}
+
+/* The options go into the checkpoint's metadata and come back; absent keys are the defaults;
+ * an unknown value is an error naming the key and the value. */
+static void check_options_saved(void)
+{
+    struct model_config c, r;
+    char po[64], pold[64], pbad[64];
+    snprintf(po, sizeof po, "/tmp/nmt-test-opts-%d.st", (int)getpid());
+    snprintf(pold, sizeof pold, "/tmp/nmt-test-old-%d.st", (int)getpid());
+    snprintf(pbad, sizeof pbad, "/tmp/nmt-test-bad-%d.st", (int)getpid());
+    variant_config(&c, V_MARIAN_NONE);
+    struct st_writer *w = st_writer_new();
+    test_ok(model_config_save(&c, w) == 0 && st_writer_write(w, po) == 0, "options saved");
+    st_writer_free(w);
+    struct st_file *f = st_read(po);
+    test_ok(f && model_config_load(&r, f) == 0 && r.positions == MODEL_POS_MARIAN && r.start_zero == 1 &&
+                r.activation == MODEL_ACT_SWISH && r.tie == MODEL_TIE_NONE && r.output_bias == 1 &&
+                r.ln_eps == 1e-6f,
+            "options read back");
+    test_ok(f && !strcmp(st_meta(f, "model.tied_embeddings"), "none") && !strcmp(st_meta(f, "model.positions"), "marian"),
+            "metadata spells them");
+    st_free(f);
+    unlink(po);
+    const char *keys[][2] = {{"model.vocab", "50"}, {"model.d_model", "32"}, {"model.heads", "2"},
+                             {"model.ff", "64"}, {"model.enc_layers", "2"}, {"model.dec_layers", "2"},
+                             {"model.pre_norm", "0"}, {"model.max_len", "64"}, {"model.dropout", "0"},
+                             {"model.attn_dropout", "0"}, {"model.act_dropout", "0"},
+                             {"model.label_smoothing", "0.1"}, {"model.ln_eps", "1e-5"},
+                             {"model.activation", "gelu"}};
+    for (size_t bad = 0; bad < 2; bad++) { /* an old file's keys; then with an unknown activation */
+        w = st_writer_new();
+        st_writer_meta(w, "format", "nmt-checkpoint 1.0");
+        st_writer_meta(w, "model.arch", "transformer");
+        for (size_t i = 0; i + 1 + !bad <= sizeof keys / sizeof keys[0]; i++)
+            st_writer_meta(w, keys[i][0], keys[i][1]);
+        st_writer_write(w, bad ? pbad : pold);
+        st_writer_free(w);
+    }
+    f = st_read(pold);
+    test_ok(f && model_config_load(&r, f) == 0 && r.positions == 0 && r.start_zero == 0 && r.activation == 0 &&
+                r.tie == 0 && r.output_bias == 0,
+            "a checkpoint without the keys: the defaults");
+    st_free(f);
+    f = st_read(pbad);
+    test_ok(f && model_config_load(&r, f) < 0 && strstr(nmt_errmsg(), "model.activation") &&
+                strstr(nmt_errmsg(), "gelu"),
+            "an unknown value is refused by key and value: %s", nmt_errmsg());
+    st_free(f);
+    unlink(pold);
+    unlink(pbad);
+}
+
+/* A backend without the ABI 2.5 slots a configuration needs is refused, naming the option; a model
+ * of the defaults needs none of them. */
+static void check_backend_refusal(void)
+{
+    struct model_config c;
+    variant_config(&c, V_MARIAN);
+    struct backend b = *be;
+    b.ops.swish_backward = NULL;
+    struct model *m = model_new(&b, &c, 1);
+    test_ok(!m && strstr(nmt_errmsg(), "activation swish") && strstr(nmt_errmsg(), "cpu"),
+            "a backend without swish is refused: %s", nmt_errmsg());
+    b.ops = be->ops;
+    b.ops.embedding_table_forward = NULL;
+    test_ok(nn_check_backend(&b.ops, &c) < 0 && strstr(nmt_errmsg(), "positions marian"),
+            "nor without the table embedding: %s", nmt_errmsg());
+    c.positions = MODEL_POS_PAPER;
+    test_ok(nn_check_backend(&b.ops, &c) < 0 && strstr(nmt_errmsg(), "start embedding zero"),
+            "which the zero start needs too: %s", nmt_errmsg());
+    b.ops.swish_forward = NULL;
+    tiny_config(&c, 0);
+    m = model_new(&b, &c, 1);
+    test_ok(m != NULL, "a model of the defaults runs without them");
+    model_free(m);
+}
+
 /* Forced decoding (model_score) gives each sentence's share of the batch NLL. */
 static void check_score(int pre_norm)
 {
@@ -544,10 +683,11 @@ static int fail_bucket(void *arg, int b)
 
 /* The gradient buckets cover the parameters once, in the backward pass's order, and each is final
  * (unchanged by the rest of the pass) when the hook is told; a failing hook fails the step. */
-static void check_buckets(int pre_norm)
+static void check_buckets(int variant)
 {
     struct model_config c;
-    tiny_config(&c, pre_norm);
+    variant_config(&c, variant);
+    int pre_norm = variant == V_PRE, tail = variant >= V_MARIAN;
     struct model *m = model_new(be, &c, 1);
     model_init(m, 5);
     const size_t *r;
@@ -558,13 +698,17 @@ static void check_buckets(int pre_norm)
         sum += r[2 * b + 1];
         if (r[2 * b + 1] == 2 * (size_t)c.d_model) /* a final layer norm (pre-norm), at the end of the layout */
             continue;
-        order &= b == nb - 1 ? r[2 * b] == 0 : r[2 * b] + r[2 * b + 1] <= prev_end; /* layers from the last */
+        if (tail && b == nb - 1) { /* the tensors after the layers: the last bucket, to the end */
+            order &= r[2 * b] + r[2 * b + 1] == P;
+            continue;
+        }
+        order &= b == nb - 1 - tail ? r[2 * b] == 0 : r[2 * b] + r[2 * b + 1] <= prev_end; /* layers from the last */
         prev_end = r[2 * b];
     }
     /* pre-norm: the decoder's final layer norm first, the encoder's after the decoder layers */
     order &= !pre_norm || (r[0] == P - 2 * (size_t)c.d_model && r[2 * 3] == P - 4 * (size_t)c.d_model);
-    test_ok(nb == 5 + 2 * pre_norm && sum == P && order, "%s: %d buckets, the layers from the last, emb last",
-            pre_norm ? "pre-norm" : "post-norm", nb);
+    test_ok(nb == 5 + 2 * pre_norm + tail && sum == P && order, "%s: %d buckets, the layers from the last, emb last",
+            variant_names[variant], nb);
     struct batch_record br = {0};
     fixed_batch(&br, c.vocab);
     float *g = malloc(P * sizeof *g);
@@ -598,8 +742,8 @@ int main(void)
     }
     const char *d = getenv("NMT_REF_DUMP");
     if (d && *d) {
-        const char *pn = getenv("NMT_REF_PRENORM");
-        int rc = dump(d, pn && *pn == '1');
+        const char *pn = getenv("NMT_REF_PRENORM"), *vn = getenv("NMT_REF_VARIANT");
+        int rc = dump(d, vn && !strcmp(vn, "marian") ? V_MARIAN : pn && *pn == '1' ? V_PRE : V_POST);
         backend_close(be);
         return rc;
     }
@@ -608,16 +752,26 @@ int main(void)
     check_read_skip();
     check_layout(0);
     check_layout(1);
-    check_buckets(0);
-    check_buckets(1);
+    check_buckets(V_POST);
+    check_buckets(V_PRE);
+    check_buckets(V_MARIAN);
+    check_buckets(V_MARIAN_NONE);
+    check_marian_layout();
+    check_backend_refusal();
     check_fixture("post");
     check_fixture("pre");
+    check_fixture("marian");
     check_score(0);
     check_score(1);
-    check_fd(0, 0);
-    check_fd(1, 0);
-    check_fd(0, 1);
-    check_fd(1, 1);
+    check_fd(V_POST, 0);
+    check_fd(V_PRE, 0);
+    check_fd(V_POST, 1);
+    check_fd(V_PRE, 1);
+    check_fd(V_MARIAN, 0);
+    check_fd(V_MARIAN_NONE, 0);
+    check_fd(V_MARIAN, 1);
+    check_fd(V_MARIAN_NONE, 1);
+    check_options_saved();
     check_lse_path(0, 0);
     check_lse_path(1, 1);
     check_lse_path(0, 1);
