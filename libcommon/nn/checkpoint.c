@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "nn/params.h"
 
 /* Writes the state and record keys into W; 0 or -1. */
 static int put_train_meta(struct st_writer *w, const struct train_state *s, const struct train_record *r)
@@ -83,6 +84,50 @@ int checkpoint_save_weights(struct model *m, const struct train_state *s, const 
                             int ema_weights, const char *path)
 {
     return save_impl(m, s, r, 0, NULL, ema_weights, path);
+}
+
+/* Adds the tensors of configuration C, their data in PARAMS, to W, checked finite. 0 or -1. */
+static int put_host_tensors(struct st_writer *w, const struct model_config *c, const float *params)
+{
+    size_t nt = model_weights_layout(c, NULL, NULL, NULL, NULL), nf = 0;
+    struct model_param *tab = nmt_calloc(nt ? nt : 1, sizeof *tab);
+    if (!tab)
+        return -1;
+    model_weights_layout(c, NULL, tab, NULL, &nf);
+    int rc = 0;
+    for (size_t i = 0; i < nf && rc == 0; i++)
+        if (!isfinite(params[i]))
+            rc = nmt_seterr("weight %zu is not finite", i);
+    for (size_t i = 0; i < nt && rc == 0; i++) {
+        uint64_t shape[2] = {(uint64_t)tab[i].shape[0], (uint64_t)tab[i].shape[1]};
+        rc = st_writer_add(w, tab[i].name, ST_F32, tab[i].ndim, shape, params + tab[i].offset);
+    }
+    free(tab);
+    return rc;
+}
+
+int checkpoint_save_host(const struct model_config *c, const float *params, const struct vocab *v,
+                         const char *producer, const char *path)
+{
+    struct st_writer *w = st_writer_new();
+    struct nmt_buf text = {0};
+    char fp[17];
+    if (!w)
+        return -1;
+    vocab_fingerprint_hex(v, fp);
+    int rc = model_config_check(c) < 0 || model_config_save(c, w) < 0 || put_host_tensors(w, c, params) < 0 ||
+                     st_writer_meta(w, CKPT_VOCAB_FINGERPRINT, fp) < 0 || st_writer_meta(w, CKPT_PRODUCER, producer) < 0 ||
+                     vocab_format(v, &text) < 0
+                 ? -1
+                 : 0;
+    uint64_t shape[1] = {text.len};
+    if (rc == 0)
+        rc = st_writer_add(w, CKPT_VOCAB_FILE, ST_U8, 1, shape, text.data);
+    if (rc == 0)
+        rc = st_writer_write(w, path);
+    st_writer_free(w);
+    nmt_buf_free(&text);
+    return rc;
 }
 
 int checkpoint_get_ema(const struct st_file *f, float *ema, size_t n)

@@ -53,6 +53,12 @@ struct train_record {
  * atomically. A model whose parameters are not finite is never written. 0, or -1 with the error set. */
 int checkpoint_save(struct model *m, const struct train_state *s, const struct train_record *r, const float *ema,
                     const char *path);
+/* Writes a checkpoint of configuration C whose weights are PARAMS (host floats laid out as
+ * nn/params.h places them) and vocabulary V, without training state: a model to decode or to start
+ * a run from (nmt-train --init-from), as a converter makes one. PRODUCER names the writer. Weights
+ * that are not finite are refused. 0, or -1 with the error set. */
+int checkpoint_save_host(const struct model_config *c, const float *params, const struct vocab *v,
+                         const char *producer, const char *path);
 /* Writes M's parameters without the optimizer's state, with S and R as metadata, to PATH, atomically:
  * a checkpoint to decode or to start a run from, not to resume. With EMA_WEIGHTS non-zero it says
  * that they are a moving average (CKPT_WEIGHTS). 0, or -1 with the error set. */
