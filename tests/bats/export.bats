@@ -253,9 +253,9 @@ PY
 }
 
 @test "usage errors exit 2" {
-    run nmt-export -m "$D/post.ckpt" --to marian -o "$D/u"
+    run nmt-export -m "$D/post.ckpt" --to onnx -o "$D/u"
     [ "$status" -eq 2 ]
-    [[ "${lines[0]}" == "nmt-export: unknown --to 'marian' (ctranslate2)" ]]
+    [[ "${lines[0]}" == "nmt-export: unknown --to 'onnx' (ctranslate2, marian)" ]]
     run nmt-export -m "$D/post.ckpt" -o "$D/u"
     [ "$status" -eq 2 ]
     run nmt-export -m "$D/post.ckpt" --to ctranslate2

@@ -16,8 +16,8 @@ usage_error() {
     [ "${lines[1]}" = "Try '$1 --help' for more information." ] || { echo "$1: no --help hint: $output"; return 1; }
 }
 
-@test "usage: the tools are all found (nmt and the eleven nmt-* programs)" {
-    [ "$(nmt_tools | tr '\n' ' ')" = "nmt nmt-avg nmt-backends nmt-batch nmt-bleu nmt-cat nmt-decode nmt-export nmt-serve nmt-tokenize nmt-train nmt-vocab " ]
+@test "usage: the tools are all found (nmt and the twelve nmt-* programs)" {
+    [ "$(nmt_tools | tr '\n' ' ')" = "nmt nmt-avg nmt-backends nmt-batch nmt-bleu nmt-cat nmt-decode nmt-export nmt-import nmt-serve nmt-tokenize nmt-train nmt-vocab " ]
 }
 
 @test "usage: an unknown long option exits 2 in every tool, naming it, with the --help hint" {
