@@ -250,6 +250,17 @@ refused() {
     nmt-decode -m "$D/nobias.ckpt" --score --src "$F/test.src" --tgt "$F/test.trg" | same_as "$D/zero.score"
 }
 
+@test "a SentencePiece vocabulary is read as Marian reads one (the model's ids)" {
+    python3 - "$D/post.ckpt" "$D/post.spm" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; o = json.loads(b[8:8 + n])['vocab.file']
+open(sys.argv[2], 'wb').write(b[8 + n + o['data_offsets'][0]:8 + n + o['data_offsets'][1]])
+PY
+    nmt-import --from marian "$F/post.npz" --vocab "$D/post.spm" -o "$D/spm.ckpt"
+    nmt-decode -m "$D/spm.ckpt" --score --src "$F/test.src" --tgt "$F/test.trg" > "$D/spm.score"
+    nmt-decode -m "$D/post.ckpt" --score --src "$F/test.src" --tgt "$F/test.trg" | same_as "$D/spm.score"
+}
+
 @test "hostile vocabularies are refused by name" {
     sed 's/^einem: 7$/einem: 700/' "$F/vocab.yml" > "$D/v1.yml"
     refused "$F/post.npz" "v1.yml: line 8: the value of 'einem' is not an id below 256" "$D/v1.yml"
