@@ -5,7 +5,8 @@
 # can be expressed there, then marian-conv makes its intgemm8 model), segments SOURCE once with VOCAB
 # (the checkpoint's vocabulary), and gives every engine the same pre-segmented input (nmt-decode an
 # ids stream, the others its pieces), the same beam, the same thread count and the same length bound
-# (MAXLEN output pieces, default 256), each in its fastest CPU setting:
+# (MAXLEN output pieces, default 256; Marian bounds the output by MARIAN_LENGTH_FACTOR, default 3, times
+# the source's length instead, the only bound it has), each in its fastest CPU setting:
 #   nmt-decode --max-tokens 4096 --threads T --precision float32|int8
 #   ct2-translator --intra_threads T, each batching of CT2_BATCHES (default "tokens:4096 examples:32",
 #     each its own columns), --compute_type float32|int8
@@ -21,10 +22,10 @@
 # CT2=DIR and MARIAN=DIR name the peers (default ../shared/peers/{ctranslate2,marian}; CT2's library
 # is found in DIR/lib). NMT_CPU_ISA is passed to nmt-decode. Run it alone: timings need an idle machine.
 set -u
-[ $# -ge 5 ] && [ "$1" = decode ] || { sed -n 2,23p "$0" >&2; exit 2; }
-ckpt=$2 vocab=$3 src=$4 ref=$5
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 ct2=${CT2:-$top/../shared/peers/ctranslate2} marian=${MARIAN:-$top/../shared/peers/marian}
+[ $# -ge 5 ] && [ "$1" = decode ] || { sed -n 2,26p "$0" >&2; exit 2; }
+ckpt=$2 vocab=$3 src=$4 ref=$5
 rounds=${ROUNDS:-6} maxlen=${MAXLEN:-256}
 modes=${MODES:-greedy beam4} threads_list=${THREADS:-1 2} precisions=${PRECISIONS:-float32 int8}
 engines=${ENGINES:-nmt ct2 marian} ct2_batches=${CT2_BATCHES:-tokens:4096 examples:32}
@@ -72,9 +73,9 @@ run() {
     marian)
         local m=$tmp/marian.npz
         [ "$p" = int8 ] && m=$tmp/marian.int8.bin
-        /usr/bin/time -f "%e %M" -o "$tmp/time" "$marian/bin/marian-decoder" -m "$m" -v "$tmp/marian.yml" "$tmp/marian.yml" \
+        /usr/bin/time -f "%e %M" -o "$tmp/time" "$marian/bin/marian-decoder" -m "$m" -v "$tmp/marian.vocab.yml" "$tmp/marian.vocab.yml" \
             -b "$beam" --cpu-threads "$t" --mini-batch 32 --maxi-batch 100 --maxi-batch-sort src \
-            --max-length-factor 1000 --max-length "$mlen" --max-length-crop --quiet < "$tmp/src.pieces" > "$raw" 2> "$tmp/marian.log" ||
+            --max-length-factor "${MARIAN_LENGTH_FACTOR:-3}" --max-length "$mlen" --max-length-crop --quiet < "$tmp/src.pieces" > "$raw" 2> "$tmp/marian.log" ||
             { cat "$tmp/marian.log" >&2; exit 1; } ;;
     esac
     [ "$e" = nmt ] || "$B/nmt-tokenize" --decode --vocab "$vocab" --text < "$raw" > "$out" || exit 1
