@@ -24,7 +24,7 @@
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 ct2=${CT2:-$top/../shared/peers/ctranslate2} marian=${MARIAN:-$top/../shared/peers/marian}
-[ $# -ge 5 ] && [ "$1" = decode ] || { sed -n 2,26p "$0" >&2; exit 2; }
+[ $# -ge 5 ] && [ "$1" = decode ] || { sed -n 2,24p "$0" >&2; exit 2; }
 ckpt=$2 vocab=$3 src=$4 ref=$5
 rounds=${ROUNDS:-6} maxlen=${MAXLEN:-256}
 modes=${MODES:-greedy beam4} threads_list=${THREADS:-1 2} precisions=${PRECISIONS:-float32 int8}
