@@ -21,10 +21,110 @@
 # identical to nmt-decode's float32 greedy output. ENGINES (default "nmt ct2 marian", nmt first) picks engines.
 # CT2=DIR and MARIAN=DIR name the peers (default ../shared/peers/{ctranslate2,marian}; CT2's library
 # is found in DIR/lib). NMT_CPU_ISA is passed to nmt-decode. Run it alone: timings need an idle machine.
+#
+#   bash bench/engines.sh train VOCAB TRAIN_SRC TRAIN_TGT VALID_SRC VALID_TGT
+# nmt-train against Marian's CPU training (`marian --type transformer`): the same architecture, data,
+# schedule and steps, side by side.
+# VOCAB: an nmt vocabulary (nmt-vocab); the texts raw. Both engines read the same pieces: nmt-train an
+# nmt-batch stream of MAX_TOKENS (default 4096) padded tokens a batch, Marian the pieces as text
+# (nmt-tokenize --text=pieces) with the vocabulary as its .yml (written by nmt-export --to marian from
+# the first nmt model), --mini-batch-words set to nmt's mean target tokens a step (over the workers;
+# both reported). The model: nmt's PRESET (default tiny) with the options Marian's transformer has
+# (its positions, zero start, output bias, layer-norm epsilon 1e-6, ReLU as --transformer-ffn-activation
+# relu); dropout 0.1, label smoothing 0.1, Adam (0.9, 0.98, 1e-9), no clipping, the inverse square-root
+# schedule with WARMUP (default 4000) warm-up steps at nmt's peak rate (--lr 1: d^-0.5 WARMUP^-0.5). STEPS
+# updates (default 300), then the validation perplexity of each. For each thread count of THREADS
+# (default "1 2"): target tokens/s (median of the logged rates after step LO, default 20), target tokens
+# an update, peak RSS (/usr/bin/time), validation perplexity. WORK keeps the files (default a temporary
+# folder). Run it alone: timings need an idle machine.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 ct2=${CT2:-$top/../shared/peers/ctranslate2} marian=${MARIAN:-$top/../shared/peers/marian}
-[ $# -ge 5 ] && [ "$1" = decode ] || { sed -n 2,24p "$0" >&2; exit 2; }
+usage() { sed -n 2,39p "$0" >&2; exit 2; }
+train_engines() {
+    local vocab=$1 tsrc=$2 ttgt=$3 vsrc=$4 vtgt=$5
+    local preset=${PRESET:-tiny} steps=${STEPS:-300} warmup=${WARMUP:-4000} lo=${LO:-20}
+    local mt=${MAX_TOKENS:-4096} threads_list=${THREADS:-1 2}
+    local w=${WORK:-$(mktemp -d)}
+    mkdir -p "$w"
+    local arch=(--preset "$preset" --positions marian --start-embedding zero --output-bias --ln-eps 1e-6
+                --activation relu --tied-embeddings all --dropout 0.1 --label-smoothing 0.1 --lr 1 --warmup "$warmup")
+    "$B/nmt-tokenize" --vocab "$vocab" --src "$tsrc" --tgt "$ttgt" | "$B/nmt-batch" -t "$mt" -o "$w/train.batches" || return 1
+    "$B/nmt-tokenize" --vocab "$vocab" --src "$vsrc" --tgt "$vtgt" | "$B/nmt-batch" -t "$mt" -o "$w/valid.batches" || return 1
+    local f
+    for f in tsrc ttgt vsrc vtgt; do
+        "$B/nmt-tokenize" --vocab "$vocab" --text=pieces < "${!f}" > "$w/$f.pieces" || return 1
+    done
+    echo "$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); preset $preset; $steps steps; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "| engine | threads | target tokens/s | target tokens an update | peak RSS MiB | validation perplexity after $steps steps |"
+    echo "|---|---|---|---|---|---|"
+    local t
+    for t in $threads_list; do
+        train_nmt "$t" || return 1
+        train_marian "$t" || return 1
+    done
+    [ -n "${WORK:-}" ] || rm -rf "$w"
+}
+
+# train_nmt THREADS: one nmt-train run, a table row
+train_nmt() {
+    local t=$1
+    rm -f "$w/nmt.ckpt"*
+    /usr/bin/time -f "%M" -o "$w/nmt.$t.time" "$B/nmt-train" "${arch[@]}" -i "$w/train.batches" --vocab "$vocab" \
+        -o "$w/nmt.ckpt" --max-steps "$steps" --threads "$t" --valid "$w/valid.batches" --valid-every "$steps" \
+        --log "$w/nmt.$t.csv" -q || return 1
+    [ -s "$w/marian.vocab.yml" ] || "$B/nmt-export" -m "$w/nmt.ckpt" --to marian -o "$w/marian.npz" || return 1
+    awk -F, -v lo="$lo" -v t="$t" -v kb="$(cat "$w/nmt.$t.time")" '
+        NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+        $c["step"] > lo { r[++n] = $c["tokens_per_s"]; tok += $c["tokens"]; k++ }
+        $c["valid_ppl"] != "" { ppl = $c["valid_ppl"] }
+        END { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { x = r[i]; r[i] = r[j]; r[j] = x }
+              printf "| nmt-train | %d | %.0f | %.0f | %.0f | %.2f |\n", t, n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2,
+                     tok / k, kb / 1024, ppl }' "$w/nmt.$t.csv"
+}
+
+# train_marian THREADS: one marian run (synchronous updates over THREADS workers), a table row
+train_marian() {
+    local t=$1 hdr dims
+    hdr=$("$B/nmt-cat" --header "$w/nmt.ckpt")
+    dims() { awk -F '\t' -v k="model.$1" '$1 == k {print $2}' <<< "$hdr"; }
+    local d; d=$(dims d_model)
+    # nmt's peak rate d^-0.5 WARMUP^-0.5, reached at WARMUP, then as 1/sqrt(step): Marian's --learn-rate
+    # at the peak with --lr-warmup and --lr-decay-inv-sqrt at the same step
+    local lr; lr=$(awk -v d="$d" -v n="$warmup" 'BEGIN {printf "%.6g", 1 / sqrt(d) / sqrt(n)}')
+    # Marian's batches by target words (labels), each of its T workers one: nmt's mean target tokens a step
+    local mbw; mbw=$(awk -F, -v t="$t" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+        $c["tokens"] != "" { s += $c["tokens"]; k++ } END { printf "%d", s / k / t + 0.5 }' "$w/nmt.$t.csv")
+    rm -rf "$w/m.$t" && mkdir -p "$w/m.$t"
+    /usr/bin/time -f "%M" -o "$w/marian.$t.time" "$marian/bin/marian" --type transformer --cpu-threads "$t" --sync-sgd \
+        -t "$w/tsrc.pieces" "$w/ttgt.pieces" -v "$w/marian.vocab.yml" "$w/marian.vocab.yml" -m "$w/m.$t/model.npz" \
+        --dim-emb "$d" --transformer-dim-ffn "$(dims ff)" --transformer-heads "$(dims heads)" \
+        --enc-depth "$(dims enc_layers)" --dec-depth "$(dims dec_layers)" --transformer-ffn-activation relu \
+        --tied-embeddings-all --transformer-dropout 0.1 --label-smoothing 0.1 \
+        --optimizer adam --optimizer-params 0.9 0.98 1e-09 --clip-norm 0 --learn-rate "$lr" \
+        --lr-warmup "$warmup" --lr-decay-inv-sqrt "$warmup" --max-length "$(dims max_len)" --max-length-crop \
+        --mini-batch-words "$mbw" --maxi-batch 100 --after "${steps}u" --disp-freq "$((steps < 100 ? 1 : 10))u" \
+        --valid-sets "$w/vsrc.pieces" "$w/vtgt.pieces" --valid-metrics perplexity --valid-freq "${steps}u" \
+        --save-freq "${steps}u" --overwrite --seed 1 --log "$w/marian.$t.log" > /dev/null 2>&1 ||
+        { tail -5 "$w/marian.$t.log" >&2; return 1; }
+    # "Ep. E : Up. U : Sen. S : Cost C * LABELS @ ... after TOTAL : Time Ts : R words/s : ..." and
+    # "[valid] Ep. E : Up. U : perplexity : P"
+    awk -v lo="$lo" -v t="$t" -v kb="$(cat "$w/marian.$t.time")" '
+        /\[valid\].*perplexity/ { for (i = 1; i < NF; i++) if ($i == "perplexity") ppl = $(i + 2) }
+        / Up\. [0-9]+ : .*words\/s/ {
+            for (i = 1; i <= NF; i++) { if ($i == "Up.") u = $(i + 1); if ($i == "words/s") ws = $(i - 1); if ($i == "after") tot = $(i + 1) }
+            gsub(/,/, "", tot); gsub(/,/, "", ws)
+            if (u + 0 > lo) r[++n] = ws; last_u = u; last_tot = tot }
+        END { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { x = r[i]; r[i] = r[j]; r[j] = x }
+              printf "| marian | %d | %.0f | %.0f | %.0f | %s |\n", t, n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2,
+                     last_tot / last_u, kb / 1024, ppl }' "$w/marian.$t.log"
+}
+
+case ${1:-} in
+train) [ $# -ge 6 ] || usage; shift; train_engines "$@"; exit ;;
+decode) [ $# -ge 5 ] || usage ;;
+*) usage ;;
+esac
 ckpt=$2 vocab=$3 src=$4 ref=$5
 rounds=${ROUNDS:-6} maxlen=${MAXLEN:-256}
 modes=${MODES:-greedy beam4} threads_list=${THREADS:-1 2} precisions=${PRECISIONS:-float32 int8}
