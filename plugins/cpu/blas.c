@@ -10,7 +10,14 @@
  * here: idle worker threads spin on sched_yield for 2^28 cycles (OPENBLAS_THREAD_TIMEOUT=28)
  * before sleeping, so between two products they take cores from this plugin's own threads (a
  * quarter of a training step's CPU time went to sched_yield). So the plugin opens OpenBLAS itself,
- * after setting the shortest spin (4) where the user has not set one. */
+ * after setting the shortest spin (4) where the user has not set one.
+ *
+ * Another: OpenBLAS picks its kernels by the CPU's model number, and on a model newer than its
+ * table it falls back to its SSE3 kernels ("Prescott"): on a 5th-generation Xeon (model 207) the
+ * Debian build (0.3.21) did, and a training step took 2.7 times as long. So where the user has not
+ * named a core (OPENBLAS_CORETYPE), the plugin names the one that its own kernels' instruction set
+ * calls for: SkylakeX (AVX-512) or Haswell (AVX2 and FMA). NMT_CPU_ISA then caps OpenBLAS as it caps
+ * the plugin, and machines with one instruction set run the same sgemm kernel. */
 
 typedef void (*blas_sgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint, blasint, blasint,
                               float, const float *, blasint, const float *, blasint, float, float *, blasint);
@@ -27,6 +34,10 @@ static void blas_load(void)
 {
     if (!getenv("OPENBLAS_THREAD_TIMEOUT") && !getenv("GOTO_THREAD_TIMEOUT"))
         setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+    int isa = cpu_isa();
+    const char *core = isa >= CPU_ISA_AVX512 ? "SkylakeX" : isa == CPU_ISA_AVX2 ? "Haswell" : NULL;
+    if (core && !getenv("OPENBLAS_CORETYPE"))
+        setenv("OPENBLAS_CORETYPE", core, 0);
     static const char *const names[] = { "libopenblas.so.0", "libopenblas.so" };
     void *lib = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++)

@@ -27,6 +27,23 @@ teardown() { rm -rf "$TMP"; }
     grep -qx "$(printf 'dtypes\tf32 bf16')" <<< "$output"
 }
 
+@test "OpenBLAS runs the sgemm kernel of the plugin's instruction set, unless OPENBLAS_CORETYPE names one" {
+    local flags; flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
+    [[ $flags == *" avx2 "* && $flags == *" fma "* ]] || skip "this CPU lacks AVX2 and FMA"
+    unset OPENBLAS_CORETYPE
+    NMT_CPU_ISA=avx2 run nmt-backends --backend cpu --threads 1
+    [ "$status" -eq 0 ]
+    grep -qP '^device\tcpu: .*\(1 thread, avx2, OpenBLAS Haswell\)$' <<< "$output"
+    NMT_CPU_ISA=avx2 OPENBLAS_CORETYPE=Sandybridge run nmt-backends --backend cpu --threads 1
+    [ "$status" -eq 0 ]
+    grep -qP '^device\tcpu: .*\(1 thread, avx2, OpenBLAS Sandybridge\)$' <<< "$output"
+    if [[ $flags == *" avx512f "* && $flags == *" avx512dq "* && $flags == *" avx512bw "* && $flags == *" avx512vl "* ]]; then
+        NMT_CPU_ISA=avx512 run nmt-backends --backend cpu --threads 1
+        [ "$status" -eq 0 ]
+        grep -qP '^device\tcpu: .*\(1 thread, avx512, OpenBLAS SkylakeX\)$' <<< "$output"
+    fi
+}
+
 @test "--backend auto and NMT_BACKEND select cpu; an explicit path loads that file" {
     run nmt-backends --backend auto
     [ "$status" -eq 0 ]
