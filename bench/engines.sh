@@ -40,6 +40,18 @@
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 ct2=${CT2:-$top/../shared/peers/ctranslate2} marian=${MARIAN:-$top/../shared/peers/marian}
+# Marian's OpenBLAS on the sgemm kernel nmt's cpu plugin gives its own (OpenBLAS names its kernels by
+# CPU model and falls back to SSE3 ones on a model newer than its table): SkylakeX with AVX-512 (not
+# under NMT_CPU_ISA=avx2), else Haswell with AVX2; OPENBLAS_CORETYPE set by the caller wins
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+    flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
+    if [ "${NMT_CPU_ISA:-}" != avx2 ] && [[ $flags == *" avx512f "* && $flags == *" avx512dq "* &&
+        $flags == *" avx512bw "* && $flags == *" avx512vl "* ]]; then
+        export OPENBLAS_CORETYPE=SkylakeX
+    elif [[ $flags == *" avx2 "* && $flags == *" fma "* ]]; then
+        export OPENBLAS_CORETYPE=Haswell
+    fi
+fi
 usage() { sed -n 2,39p "$0" >&2; exit 2; }
 train_engines() {
     local vocab=$1 tsrc=$2 ttgt=$3 vsrc=$4 vtgt=$5
