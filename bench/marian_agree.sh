@@ -57,7 +57,8 @@ for l in open(sys.argv[2], encoding='utf-8'):
 texts = [l.rstrip('\n') for l in open(sys.argv[3], encoding='utf-8')]
 same, worst, toks, over = 0, 0.0, 0, 0
 for i, (text, scores) in enumerate(nmt):
-    if ' '.join(text.split()) != ' '.join(texts[i].split()):
+    # an imported vocabulary's pieces come out of nmt-decode with U+2581 as a space, a space between
+    if ' '.join(text.split()) != ' '.join(texts[i].replace('\u2581', ' ').split()):
         continue
     same += 1
     ms = [float(x) for x in best[i][2].split()[1:]]
