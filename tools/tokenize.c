@@ -43,6 +43,9 @@ struct state {
     struct out_file out;       /* the output, written to a temporary file when named */
     FILE *tf;                  /* text output */
     struct nmt_buf rec;
+    struct nmt_buf line;       /* a line of --text=ids */
+    uint64_t *dec;             /* (ndec) --text=ids: the digits of each id and a space, their count in the last byte */
+    uint32_t ndec;
     const char **tokp[2];
     uint32_t *tokl[2];
     size_t tokcap[2];
@@ -55,6 +58,72 @@ static int grow_tok(struct state *st, unsigned s, uint32_t n)
 {
     if (NMT_GROW2(st->tokp[s], st->tokl[s], st->tokcap[s], n) < 0)
         return -1;
+    return 0;
+}
+
+/* Writes the decimal digits of V at D; returns the end. */
+static char *put_u32(char *d, uint32_t v)
+{
+    static const char pairs[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                   "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                   "8081828384858687888990919293949596979899";
+    char tmp[10], *e = tmp + sizeof tmp, *p = e;
+    while (v >= 100) {
+        unsigned r = v % 100;
+        v /= 100;
+        p -= 2, memcpy(p, pairs + 2 * r, 2);
+    }
+    if (v >= 10)
+        p -= 2, memcpy(p, pairs + 2 * v, 2);
+    else
+        *--p = (char)('0' + v);
+    memcpy(d, p, (size_t)(e - p));
+    return d + (e - p);
+}
+
+/* Prints the ids of the record's NSIDES sides as one line of text (space-separated decimal ids, a
+ * tab between the sides), formatted in ST->line and written at once; an id below the vocabulary's
+ * size (and 10^6) from ST->dec: its digits and a space in 8 bytes, their count in the last. 0, or
+ * -1 with the error set. */
+static int put_ids_line(struct state *st, unsigned nsides)
+{
+    if (!st->dec) {
+        st->ndec = st->v->n < 1000000 ? st->v->n : 1000000;
+        if (!(st->dec = nmt_malloc(((size_t)st->ndec + 1) * sizeof *st->dec)))
+            return -1;
+        for (uint32_t id = 0; id < st->ndec; id++) {
+            char d[8] = {0};
+            char *e = put_u32(d, id);
+            *e++ = ' ';
+            d[7] = (char)(e - d);
+            memcpy(&st->dec[id], d, 8);
+        }
+    }
+    size_t need = 1;
+    for (unsigned s = 0; s < nsides; s++)
+        need += 11 * (size_t)st->nids[s] + 8;
+    st->line.len = 0;
+    if (nmt_buf_reserve(&st->line, need) < 0)
+        return -1;
+    char *d = (char *)st->line.data;
+    for (unsigned s = 0; s < nsides; s++) {
+        const uint32_t *ids = st->ids[s];
+        for (uint32_t i = 0; i < st->nids[s]; i++) {
+            if (ids[i] < st->ndec) {
+                memcpy(d, &st->dec[ids[i]], 8); /* the digits, the space, junk after them */
+                d += (unsigned char)d[7];
+            } else {
+                d = put_u32(d, ids[i]);
+                *d++ = ' ';
+            }
+        }
+        if (st->nids[s])
+            d--; /* the last space */
+        *d++ = s + 1 < nsides ? '\t' : '\n';
+    }
+    size_t n = (size_t)(d - (char *)st->line.data);
+    if (fwrite(st->line.data, 1, n, st->tf) != n || ferror(st->tf))
+        return nmt_seterr("write failed: %s", strerror(errno));
     return 0;
 }
 
@@ -93,7 +162,10 @@ static int process(struct state *st, uint64_t index, unsigned nsides, const char
             }
         }
     }
-    if (st->tf) {
+    if (st->tf && st->encode && st->o->text == TEXT_IDS) {
+        if (put_ids_line(st, nsides) < 0)
+            return -1;
+    } else if (st->tf) {
         FILE *f = st->tf;
         for (unsigned s = 0; s < nsides; s++) {
             if (s)
@@ -102,13 +174,9 @@ static int process(struct state *st, uint64_t index, unsigned nsides, const char
                 for (uint32_t i = 0; i < st->nids[s]; i++) {
                     if (i)
                         putc(' ', f);
-                    if (st->o->text == TEXT_IDS) {
-                        fprintf(f, "%u", st->ids[s][i]);
-                    } else {
-                        uint32_t pl;
-                        const char *piece = vocab_piece(st->v, st->ids[s][i], &pl);
-                        nmt_put_token(f, piece, pl);
-                    }
+                    uint32_t pl;
+                    const char *piece = vocab_piece(st->v, st->ids[s][i], &pl);
+                    nmt_put_token(f, piece, pl);
                 }
             } else {
                 for (uint32_t i = 0; i < st->tk[s].pt.n; i++) {
@@ -784,6 +852,8 @@ int main(int argc, char **argv)
         free(st.ids[s]);
     }
     nmt_buf_free(&st.rec);
+    nmt_buf_free(&st.line);
+    free(st.dec);
     vocab_free(st.v);
     return rc;
 }

@@ -1,6 +1,8 @@
 /* utf8.c: the UTF-8 codec (see utf8.h). */
 #include "base/utf8.h"
 
+#include <string.h>
+
 int utf8_next(const unsigned char *s, size_t len, int32_t *cp)
 {
     unsigned c = s[0];
@@ -46,6 +48,8 @@ int utf8_check(const char *s, size_t len, size_t *bad)
     while (i < len) {
         if (p[i] < 0x80) {
             i++;
+            for (uint64_t x; i + 8 <= len && (memcpy(&x, p + i, 8), !(x & 0x8080808080808080ULL));) /* ASCII */
+                i += 8;
             continue;
         }
         int32_t cp;

@@ -16,8 +16,11 @@
 #include "base/strtab.h"
 
 #define SPM_MAX_FILE (1u << 30)   /* largest model a reader accepts */
-#define SPM_CACHE_WORDS (1u << 18) /* BPE words an encoder remembers (then it starts afresh) */
+#define SPM_CACHE_WORDS (1u << 18) /* words an encoder remembers (then it starts afresh) */
+#define SPM_CACHE_UNITS (1u << 22) /* 4-byte units of unigram words an encoder remembers (then it starts afresh) */
+#define SPM_CACHE_WORD_BYTES 255u  /* longest unigram word an encoder remembers */
 
+enum { SPM_PLAIN = 1, SPM_PLAIN_BEFORE_ASCII = 2 }; /* spm_encoder.plain */
 enum spm_type { SPM_UNIGRAM = 1, SPM_BPE = 2, SPM_WORD = 3 };
 /* piece types of sentencepiece_model.proto */
 enum spm_piece_type { SPM_NORMAL = 1, SPM_UNKNOWN = 2, SPM_CONTROL = 3, SPM_USER_DEFINED = 4, SPM_UNUSED = 5, SPM_BYTE = 6 };
@@ -33,6 +36,10 @@ struct spm_model {
     uint8_t *ptype;            /* (n) enum spm_piece_type */
     int bpe_words;             /* BPE whose normal pieces have U+2581 only at their start: merges never
                                 * cross a word's start, so words can be segmented apart and cached */
+    int unigram_words;         /* unigram, U+2581 escaped, whose normal pieces hold U+2581 only at their
+                                * start (and end with no part of it): no piece spans a word's start, so
+                                * the pieces found in a word (from one U+2581 to the next) depend on the
+                                * word alone and can be cached */
     uint32_t *to_nmt;          /* (n) nmt id of each model id */
     int64_t *to_model;         /* (n_nmt) model id of each nmt id, -1 for a special the model lacks */
     uint32_t n_nmt;            /* pieces in nmt's numbering (n, plus the specials the model lacks) */
@@ -74,14 +81,27 @@ struct spm_encoder {
     size_t raw_cap;
     uint32_t *raw_end;         /* (raw) end offset in norm of each piece */
     size_t raw_end_cap;
-    uint8_t plain[128];        /* ASCII bytes no rule of the character map starts with */
-    uint8_t plain_before_ascii[128]; /* ASCII bytes no rule is, nor starts with followed by ASCII */
+    uint8_t plain[256];        /* SPM_PLAIN: ASCII bytes no rule of the character map starts with;
+                                * SPM_PLAIN_BEFORE_ASCII: no rule is, nor starts with followed by ASCII;
+                                * else 0 (every byte from 0x80) */
+    int graph_plain;           /* every byte from 0x21 to 0x7E has a kind of plain */
     /* BPE on a model whose pieces have U+2581 only at their start (spm_model.bpe_words): the words
      * (from one U+2581 to the next) already segmented, at most SPM_CACHE_WORDS */
     struct strtab cache;
     uint32_t *cache_first;     /* (cache.n + 1) word k's pieces are [first[k], first[k + 1]) of: */
     uint32_t *cache_id, *cache_end; /* model id, end offset in the word */
     size_t cache_first_cap, cache_id_cap, cache_end_cap, cache_pieces;
+    /* unigram on a model no piece of which spans a word's start (spm_model.unigram_words): the steps
+     * of the search in each word met (the pieces found from each of its characters, in the search's
+     * order), not its outcome, which depends on the float sums of what precedes the word; at most
+     * words_max words and units_max units */
+    uint32_t *words;           /* (words_len) the words' records (spm.c: their text, steps and path) */
+    size_t words_len, words_cap;
+    uint64_t *word_slot;       /* (nword_slot, a power of two) hash >> 32 << 32 | (record offset + 1); 0 empty */
+    size_t nword_slot, nwords;
+    size_t words_max, units_max; /* the bounds (SPM_CACHE_WORDS, SPM_CACHE_UNITS; tests lower them) */
+    void *line_words;          /* (line_words_cap) the words of the line being searched */
+    size_t line_words_cap;
 };
 
 /* Parses the SentencePiece model in DATA (LEN bytes, copied); NAME names it in errors. Returns the
@@ -104,8 +124,9 @@ int64_t spm_find(const struct spm_model *m, const char *s, size_t len);
 void spm_encoder_init(struct spm_encoder *e, const struct spm_model *m);
 /* Frees E's scratch. */
 void spm_encoder_free(struct spm_encoder *e);
-/* Normalises S (LEN bytes) as the model does into E->norm. 0, or -1 with the error set (a rule
- * of the character map outside its strings, out of memory). */
+/* Normalises S (LEN bytes) as the model does into E->norm (followed by 8 zero bytes it does not
+ * count, when not empty). 0, or -1 with the error set (a rule of the character map outside its
+ * strings, out of memory). */
 int spm_normalize(struct spm_encoder *e, const char *s, size_t len);
 /* Segments S (LEN bytes) as spm_encode does: *N nmt ids in *IDS (capacity *CAP, grown as needed).
  * 0, or -1 with the error set. */

@@ -325,8 +325,10 @@ static int check_pieces(struct spm_model *m)
             char tail;
             if (!m->byte_fallback)
                 return nmt_seterr("%s: piece %u: a byte piece without byte_fallback", m->name, i);
-            char canon[8];
-            if (len != 6 || sscanf(s, "<0x%2X%c", &v, &tail) != 2 || tail != '>' || v > 255 ||
+            char canon[8], text[7] = {0}; /* (the piece's text is not NUL-terminated) */
+            if (len == 6)
+                memcpy(text, s, 6);
+            if (len != 6 || sscanf(text, "<0x%2X%c", &v, &tail) != 2 || tail != '>' || v > 255 ||
                 (snprintf(canon, sizeof canon, "<0x%02X>", v), memcmp(canon, s, 6) != 0) || m->byte_piece[v] >= 0)
                 return nmt_seterr("%s: piece %u: bad or repeated byte piece '%.*s'", m->name, i, (int)len, s);
             m->byte_piece[v] = (int32_t)i;
@@ -344,6 +346,16 @@ static int check_pieces(struct spm_model *m)
         for (uint32_t k = 1; m->ptype[i] == SPM_NORMAL && k + 3 <= len; k++)
             if (memcmp(s + k, "\xE2\x96\x81", 3) == 0)
                 m->bpe_words = 0;
+    }
+    /* unigram: no normal piece holds the bytes of U+2581 after its first byte, nor ends with its
+     * first one or two bytes (a piece that starts within a word then ends within it) */
+    m->unigram_words = m->type == SPM_UNIGRAM && m->escape_whitespaces && m->n <= 65536; /* ids in 16 bits */
+    for (uint32_t i = 0; i < m->n && m->unigram_words; i++) {
+        uint32_t len;
+        const unsigned char *s = (const unsigned char *)strtab_get(&m->text, i, &len);
+        for (uint32_t k = 1; m->ptype[i] == SPM_NORMAL && k < len; k++)
+            if (s[k] == 0xE2 && (k + 3 > len || (s[k + 1] == 0x96 && s[k + 2] == 0x81)))
+                m->unigram_words = 0;
     }
     for (int b = 0; m->byte_fallback && b < 256; b++)
         if (m->byte_piece[b] < 0)
