@@ -7,7 +7,9 @@
 # ids stream, the others its pieces), the same beam, the same thread count and the same length bound
 # (MAXLEN output pieces, default 256; Marian bounds the output by MARIAN_LENGTH_FACTOR, default 3, times
 # the source's length instead, the only bound it has), each in its fastest CPU setting:
-#   nmt-decode --max-tokens 4096 --threads T --precision float32|int8
+#   nmt-decode --max-tokens 4096 --threads T --precision float32|NMT_INT8 (default int8-all: the output
+#     projection in int8 too, as CTranslate2's int8 and Marian's intgemm8 models have it; NMT_INT8=int8
+#     keeps it in float32)
 #   ct2-translator --intra_threads T, each batching of CT2_BATCHES (default "tokens:4096 examples:32",
 #     each its own columns), --compute_type float32|int8
 #   marian-decoder --cpu-threads T (its workers, one thread each) --mini-batch 32 --maxi-batch 100
@@ -171,12 +173,13 @@ echo "$n sentences; rounds $rounds; NMT_CPU_ISA=${NMT_CPU_ISA:-(widest)}; $(grep
 
 # run ENGINE MODE THREADS PRECISION BATCHING OUT: one timed run, appends "ENGINE[/BATCHING] MODE T P seconds KB" to rows
 run() {
-    local e=$1 mode=$2 t=$3 p=$4 batching=$5 out=$6 beam=1 raw=$tmp/raw
+    local e=$1 mode=$2 t=$3 p=$4 batching=$5 out=$6 beam=1 raw=$tmp/raw np=$4
+    [ "$p" = int8 ] && np=${NMT_INT8:-int8-all}
     [ "$mode" = greedy ] || beam=${mode#beam}
     case $e in
     nmt)
         /usr/bin/time -f "%e %M" -o "$tmp/time" "$B/nmt-decode" -m "$ckpt" --in ids --threads "$t" --beam "$beam" \
-            --precision "$p" --max-tokens 4096 --max-len-a 0 --max-len-b $((maxlen + 1)) -i "$tmp/src.ids" -o "$out" || exit 1 ;;
+            --precision "$np" --max-tokens 4096 --max-len-a 0 --max-len-b $((maxlen + 1)) -i "$tmp/src.ids" -o "$out" || exit 1 ;;
     ct2)
         /usr/bin/time -f "%e %M" -o "$tmp/time" "$ct2/bin/ct2-translator" --model "$tmp/ct2.$p" --compute_type "$p" \
             --beam_size "$beam" --intra_threads "$t" --batch_type "${batching%%:*}" --batch_size "${batching#*:}" \
