@@ -8,7 +8,7 @@
 # (MAXLEN output pieces, default 256; Marian bounds the output by MARIAN_LENGTH_FACTOR, default 3, times
 # the source's length instead, the only bound it has), each in its fastest CPU setting:
 #   nmt-decode --max-tokens 4096 --threads T --precision float32|NMT_INT8 (default int8-all: the output
-#     projection in int8 too, as CTranslate2's int8 and Marian's intgemm8 models have it; NMT_INT8=int8
+#     projection in int8 too, as nmt-export --quantize int8 gives it to CTranslate2; NMT_INT8=int8
 #     keeps it in float32)
 #   ct2-translator --intra_threads T, each batching of CT2_BATCHES (default "tokens:4096 examples:32",
 #     each its own columns), --compute_type float32|int8
