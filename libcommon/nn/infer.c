@@ -39,10 +39,15 @@ struct infer {
     float *pe;                       /* device (max_len, D) position table (nn_pe_table), or NULL */
     int shares;                      /* wts and the model are another state's (infer_new_shared) */
 
-    /* device arena, laid out per batch */
+    /* device arena, laid out for the largest extents of the batches so far (struct extents), so that
+     * every batch works in the same regions, each in a prefix of its own: the pages a batch faults
+     * in are those the batches before it did, unless it is larger in some extent */
     char *arena;
     size_t arena_cap;
-    int B, S, K, tmax, Rcap;         /* batch shape of the arena */
+    struct extents {
+        size_t Ns, B, R, TR, Rk;     /* B*S, B, B*K, tmax*B*K, B*K*topk_cap */
+    } ext;
+    int B, S, K, tmax, Rcap;         /* batch shape */
     float *ex, *et, *eq, *eatt, *esub, *eh;   /* encoder (B*S, D|3D|F) */
     struct nn_encoder_acts enc;      /* the encoder's views: every layer on the buffers above */
     int32_t *src_ids, *src_pos, *src_len;     /* (B*S), (B*S), (B) */
@@ -365,8 +370,7 @@ struct infer *infer_new_shared(struct backend *be, const struct infer *owner)
 static void arena_layout(struct infer *in, struct nn_bump *b)
 {
     size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, V = (size_t)in->c.vocab;
-    size_t Ns = (size_t)in->B * (size_t)in->S, R = (size_t)in->Rcap, T = (size_t)in->tmax;
-    size_t kk = (size_t)in->topk_cap;
+    size_t Ns = in->ext.Ns, R = in->ext.R, TR = in->ext.TR;
     in->ex = nn_bump_f(b, Ns * D);
     in->et = nn_bump_f(b, Ns * D);
     in->eq = nn_bump_f(b, Ns * 3 * D);
@@ -375,13 +379,13 @@ static void arena_layout(struct infer *in, struct nn_bump *b)
     in->eh = nn_bump_f(b, Ns * F);
     in->src_ids = nn_bump_i(b, Ns);
     in->src_pos = nn_bump_i(b, Ns);
-    in->src_len = nn_bump_i(b, (size_t)in->B);
+    in->src_len = nn_bump_i(b, in->ext.B);
     for (int l = 0; l < in->c.dec_layers; l++)
         in->ckv[l] = nn_bump_f(b, Ns * 2 * D);
     in->ckv_spare = nn_bump_f(b, Ns * 2 * D);
     for (int l = 0; l < in->c.dec_layers; l++)
-        in->kv[l] = nn_bump_f(b, T * R * 2 * D);
-    in->kv_spare = nn_bump_f(b, T * R * 2 * D);
+        in->kv[l] = nn_bump_f(b, TR * 2 * D);
+    in->kv_spare = nn_bump_f(b, TR * 2 * D);
     in->x = nn_bump_f(b, R * D);
     in->t = nn_bump_f(b, R * D);
     in->q = nn_bump_f(b, R * D);
@@ -389,8 +393,8 @@ static void arena_layout(struct infer *in, struct nn_bump *b)
     in->sub = nn_bump_f(b, R * D);
     in->h = nn_bump_f(b, R * F);
     in->logits = nn_bump_f(b, R * V);
-    in->vals = nn_bump_f(b, R * kk);
-    in->idx = nn_bump_i(b, T * R > R * kk ? T * R : R * kk);
+    in->vals = nn_bump_f(b, in->ext.Rk);
+    in->idx = nn_bump_i(b, TR > in->ext.Rk ? TR : in->ext.Rk);
     in->tok = nn_bump_i(b, R);
     in->pos = nn_bump_i(b, R);
     in->tgt = nn_bump_i(b, R);
@@ -805,7 +809,9 @@ static float short_logit_at(const struct infer *in, int r, int32_t id)
 /* ---------------------------------------------------------------------------------------------
  * encoder */
 
-/* Sets the batch shape the arena is laid out for. */
+static void grow(size_t *e, size_t n) { *e = n > *e ? n : *e; }
+
+/* Sets the batch shape and grows the extents the arena is laid out for to cover it. */
 static void set_shape(struct infer *in, int B, int S, int K, int tmax)
 {
     in->B = B;
@@ -816,6 +822,12 @@ static void set_shape(struct infer *in, int B, int S, int K, int tmax)
     in->topk_cap = 4 * K; /* beam search's 2K, and an ensemble's members' 4K */
     if (in->topk_cap > in->c.vocab)
         in->topk_cap = in->c.vocab;
+    size_t R = (size_t)in->Rcap;
+    grow(&in->ext.Ns, (size_t)B * (size_t)S);
+    grow(&in->ext.B, (size_t)B);
+    grow(&in->ext.R, R);
+    grow(&in->ext.TR, (size_t)tmax * R);
+    grow(&in->ext.Rk, R * (size_t)in->topk_cap);
 }
 
 int infer_reserve(struct infer *in, int B, int S, int K, int tmax)
