@@ -367,45 +367,16 @@ struct infer *infer_new_shared(struct backend *be, const struct infer *owner)
 /* ---------------------------------------------------------------------------------------------
  * arena */
 
-static void arena_layout(struct infer *in, struct nn_bump *b)
+/* The encoder's buffers, dead once a batch is encoded. */
+static void arena_encoder(struct infer *in, struct nn_bump *b)
 {
-    size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, V = (size_t)in->c.vocab;
-    size_t Ns = in->ext.Ns, R = in->ext.R, TR = in->ext.TR;
+    size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, Ns = in->ext.Ns;
     in->ex = nn_bump_f(b, Ns * D);
     in->et = nn_bump_f(b, Ns * D);
     in->eq = nn_bump_f(b, Ns * 3 * D);
     in->eatt = nn_bump_f(b, Ns * D);
     in->esub = nn_bump_f(b, Ns * D);
     in->eh = nn_bump_f(b, Ns * F);
-    in->src_ids = nn_bump_i(b, Ns);
-    in->src_pos = nn_bump_i(b, Ns);
-    in->src_len = nn_bump_i(b, in->ext.B);
-    for (int l = 0; l < in->c.dec_layers; l++)
-        in->ckv[l] = nn_bump_f(b, Ns * 2 * D);
-    in->ckv_spare = nn_bump_f(b, Ns * 2 * D);
-    for (int l = 0; l < in->c.dec_layers; l++)
-        in->kv[l] = nn_bump_f(b, TR * 2 * D);
-    in->kv_spare = nn_bump_f(b, TR * 2 * D);
-    in->x = nn_bump_f(b, R * D);
-    in->t = nn_bump_f(b, R * D);
-    in->q = nn_bump_f(b, R * D);
-    in->att = nn_bump_f(b, R * D);
-    in->sub = nn_bump_f(b, R * D);
-    in->h = nn_bump_f(b, R * F);
-    in->logits = nn_bump_f(b, R * V);
-    in->vals = nn_bump_f(b, in->ext.Rk);
-    in->idx = nn_bump_i(b, TR > in->ext.Rk ? TR : in->ext.Rk);
-    in->tok = nn_bump_i(b, R);
-    in->pos = nn_bump_i(b, R);
-    in->tgt = nn_bump_i(b, R);
-    in->lp = nn_bump_f(b, R);
-    size_t win = D > F ? D : F, wout = 3 * D;
-    if (F > wout)
-        wout = F;
-    if (V > wout)
-        wout = V;
-    in->padx = nn_bump_f(b, INFER_BLOCK * win);
-    in->pady = nn_bump_f(b, INFER_BLOCK * wout);
     /* nothing is kept for backward: every encoder layer works in the same buffers */
     struct nn_sub sa = {.t = in->et, .x = in->ex, .q = in->eq, .att = in->eatt},
                   ff = {.t = in->et, .x = in->ex, .h = in->eh};
@@ -414,6 +385,59 @@ static void arena_layout(struct infer *in, struct nn_bump *b)
     in->enc.x = in->ex;
     in->enc.sub = in->esub;
     in->enc.fl = in->et;
+}
+
+/* The decoder's buffers, unused until a batch is encoded: the step's (first, the pages every batch
+ * touches in full), then the caches, of which a batch touches the steps it makes. */
+static void arena_decoder(struct infer *in, struct nn_bump *b)
+{
+    size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, V = (size_t)in->c.vocab;
+    size_t R = in->ext.R, TR = in->ext.TR;
+    in->x = nn_bump_f(b, R * D);
+    in->t = nn_bump_f(b, R * D);
+    in->q = nn_bump_f(b, R * D);
+    in->att = nn_bump_f(b, R * D);
+    in->sub = nn_bump_f(b, R * D);
+    in->h = nn_bump_f(b, R * F);
+    in->tok = nn_bump_i(b, R);
+    in->pos = nn_bump_i(b, R);
+    in->tgt = nn_bump_i(b, R);
+    in->lp = nn_bump_f(b, R);
+    in->vals = nn_bump_f(b, in->ext.Rk);
+    in->logits = nn_bump_f(b, R * V);
+    in->idx = nn_bump_i(b, TR > in->ext.Rk ? TR : in->ext.Rk);
+    in->ckv_spare = nn_bump_f(b, in->ext.Ns * 2 * D);
+    for (int l = 0; l < in->c.dec_layers; l++)
+        in->kv[l] = nn_bump_f(b, TR * 2 * D);
+    in->kv_spare = nn_bump_f(b, TR * 2 * D);
+}
+
+/* Lays the arena out from B (a NULL base measures it): what lives through a batch (the source, the
+ * cross keys and values, the padding blocks), then the encoder's buffers and the decoder's over the
+ * same bytes, the one phase's being dead in the other (arena_prepare lays the arena out again
+ * before each batch, which undoes infer_reorder's swaps of buffers). */
+static void arena_layout(struct infer *in, struct nn_bump *b)
+{
+    size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, V = (size_t)in->c.vocab, Ns = in->ext.Ns;
+    in->src_ids = nn_bump_i(b, Ns);
+    in->src_pos = nn_bump_i(b, Ns);
+    in->src_len = nn_bump_i(b, in->ext.B);
+    for (int l = 0; l < in->c.dec_layers; l++)
+        in->ckv[l] = nn_bump_f(b, Ns * 2 * D);
+    size_t win = D > F ? D : F, wout = 3 * D;
+    if (F > wout)
+        wout = F;
+    if (V > wout)
+        wout = V;
+    in->padx = nn_bump_f(b, INFER_BLOCK * win);
+    in->pady = nn_bump_f(b, INFER_BLOCK * wout);
+    size_t phase = b->off;
+    arena_encoder(in, b);
+    size_t enc_end = b->off;
+    b->off = phase;
+    arena_decoder(in, b);
+    if (enc_end > b->off)
+        b->off = enc_end;
 }
 
 static int arena_prepare(struct infer *in)
