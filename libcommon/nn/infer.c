@@ -198,9 +198,9 @@ static const void *wt_find(const struct infer *in, const float *w, int out)
 
 /* Packs every weight the products of inference read with the backend's linear_pack, once, into
  * one device buffer; with DISCARD, gives back each float32 weight of DISCARD_MIN bytes or more once
- * packed (the embeddings, which the input also reads, excepted; a smaller one is not worth a system
- * call and a split huge page). 0, or -1 with the error set. */
-#define DISCARD_MIN ((size_t)1 << 20)
+ * packed (the embeddings, which the input also reads, excepted; a smaller one has too few whole pages
+ * to be worth a system call). 0, or -1 with the error set. */
+#define DISCARD_MIN ((size_t)64 << 10)
 static int pack_weights(struct infer *in, int discard)
 {
     const struct model_config *c = &in->c;
