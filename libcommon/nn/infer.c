@@ -449,7 +449,8 @@ static int arena_prepare(struct infer *in)
         in->arena = NULL;
         in->arena_cap = 0;
         size_t want = b.off + b.off / 4;
-        in->arena = in->k->alloc(in->ctx, want);
+        /* a batch touches a prefix of each region: huge pages would round each up to 2 MiB */
+        in->arena = in->k->alloc_sparse ? in->k->alloc_sparse(in->ctx, want) : in->k->alloc(in->ctx, want);
         if (!in->arena)
             return nmt_seterr("cannot allocate decoder memory (%zu MB) on backend %s: %s", want >> 20, in->k->name,
                               in->k->last_error(in->ctx));
