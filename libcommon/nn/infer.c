@@ -56,6 +56,7 @@ struct infer {
     float **kv;                      /* (Ld) self keys/values (t, R, 2D) of the live rows */
     float *kv_spare;                 /* (tmax, Rcap, 2D) */
     float *x, *t, *q, *att, *sub, *h, *logits, *vals;  /* decoder (Rcap, D|F|V|topk) */
+    float *logits_few;               /* (logits_rows, V) the logits of topk_by_rows */
     int32_t *idx, *tok, *pos, *tgt;  /* (tmax*Rcap), (Rcap) x3 */
     float *lp;                       /* (Rcap) */
     float *padx, *pady;              /* (INFER_BLOCK, max(D, F)), (INFER_BLOCK, max(3D, F, V)) */
@@ -102,6 +103,8 @@ struct infer {
     float *sl_u;                     /* device (R, union_n) logits of the union */
     /* infer_keep_attention: the last decoder layer's encoder-decoder attention of the last step */
     int keep_att;
+    int keep_logits;                 /* infer_keep_logits */
+    int logits_kept;                 /* the last step's logits are all in in->logits */
     float *catt;                     /* device (live sentences, H, K, S) */
     size_t catt_cap;                 /* floats */
     float *catt_host;                /* host, the same */
@@ -314,6 +317,7 @@ static struct infer *infer_alloc(struct backend *be, struct model *m, int invari
     in->c = *model_config(m);
     in->run = (struct nn_exec){.k = in->k, .ctx = in->ctx, .c = &in->c, .linear = infer_linear, .owner = in};
     in->invariant = invariant;
+    in->keep_logits = 1;
     in->precision = precision & ~(uint32_t)INFER_OUTPUT_TOO;
     in->out_precision = precision & INFER_OUTPUT_TOO ? in->precision : NMT_DTYPE_F32;
     in->w = model_weights(m);
@@ -367,6 +371,15 @@ struct infer *infer_new_shared(struct backend *be, const struct infer *owner)
 /* ---------------------------------------------------------------------------------------------
  * arena */
 
+/* Rows of logits a step that does not keep them computes at a time (topk_by_rows): about 2 MiB of
+ * them, in whole blocks of INFER_BLOCK rows. */
+static int logits_rows(int V)
+{
+    size_t n = ((size_t)2 << 20) / ((size_t)V * sizeof(float));
+    n -= n % INFER_BLOCK;
+    return n < INFER_BLOCK ? INFER_BLOCK : n > (1u << 20) ? 1 << 20 : (int)n;
+}
+
 /* The encoder's buffers, dead once a batch is encoded. */
 static void arena_encoder(struct infer *in, struct nn_bump *b)
 {
@@ -388,7 +401,8 @@ static void arena_encoder(struct infer *in, struct nn_bump *b)
 }
 
 /* The decoder's buffers, unused until a batch is encoded: the step's (first, the pages every batch
- * touches in full), then the caches, of which a batch touches the steps it makes. */
+ * touches in full), then the caches, of which a batch touches the steps it makes, then the logits
+ * of all rows, which only the steps that keep them touch (infer_keep_logits). */
 static void arena_decoder(struct infer *in, struct nn_bump *b)
 {
     size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, V = (size_t)in->c.vocab;
@@ -404,12 +418,13 @@ static void arena_decoder(struct infer *in, struct nn_bump *b)
     in->tgt = nn_bump_i(b, R);
     in->lp = nn_bump_f(b, R);
     in->vals = nn_bump_f(b, in->ext.Rk);
-    in->logits = nn_bump_f(b, R * V);
+    in->logits_few = nn_bump_f(b, (size_t)logits_rows(in->c.vocab) * V);
     in->idx = nn_bump_i(b, TR > in->ext.Rk ? TR : in->ext.Rk);
     in->ckv_spare = nn_bump_f(b, in->ext.Ns * 2 * D);
     for (int l = 0; l < in->c.dec_layers; l++)
         in->kv[l] = nn_bump_f(b, TR * 2 * D);
     in->kv_spare = nn_bump_f(b, TR * 2 * D);
+    in->logits = nn_bump_f(b, R * V);
 }
 
 /* Lays the arena out from B (a NULL base measures it): what lives through a batch (the source, the
@@ -1021,6 +1036,29 @@ static int step_outputs(struct infer *in, int topk, float *vals, int32_t *idx, c
     return 0;
 }
 
+/* The output layer from Y (R, D) and the TOPK best log-probabilities of each row into VALS/IDX
+ * (host, R x TOPK), as step_outputs', on logits_rows rows at a time in in->logits_few: the same
+ * values, the logits not kept. 0 or -1. */
+static int topk_by_rows(struct infer *in, const float *y, int topk, float *vals, int32_t *idx)
+{
+    struct nn_exec *e = &in->run;
+    const struct nmt_backend *k = in->k;
+    int R = in->R, V = in->c.vocab, D = in->c.d_model, n = logits_rows(V);
+    for (int r = 0; r < R; r += n) {
+        int m = R - r < n ? R - r : n;
+        size_t o = (size_t)r * (size_t)topk;
+        if (e->linear(e, in->logits_few, y + (size_t)r * (size_t)D, in->w->out_w, in->w->out_b, 0, m, V, D) < 0 ||
+            nn_bk(e, k->topk_logsoftmax(in->ctx, in->vals + o, in->idx + o, in->logits_few, m, V, topk),
+                  "topk_logsoftmax") < 0)
+            return -1;
+    }
+    return nn_bk(e, k->download(in->ctx, vals, in->vals, (size_t)R * (size_t)topk * sizeof(float)), "download") < 0 ||
+                   nn_bk(e, k->download(in->ctx, idx, in->idx, (size_t)R * (size_t)topk * sizeof(int32_t)),
+                         "download") < 0
+               ? -1
+               : 0;
+}
+
 /* Grows in->catt to the live rows' attention probabilities (live sentences, H, K, S). 0 or -1. */
 static int att_room(struct infer *in)
 {
@@ -1036,6 +1074,7 @@ static int att_room(struct infer *in)
 }
 
 void infer_keep_attention(struct infer *in, int on) { in->keep_att = on != 0; }
+void infer_keep_logits(struct infer *in, int on) { in->keep_logits = on != 0; }
 
 int infer_attention(struct infer *in, float *att)
 {
@@ -1097,9 +1136,14 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
             return -1;
         y = in->t;
     }
-    if ((in->sl ? short_project(in, y) : e->linear(e, in->logits, y, in->w->out_w, in->w->out_b, 0, R, V, D)) < 0 ||
-        step_outputs(in, topk, vals, idx, tgt, lp) < 0)
+    /* rows are independent (invariant products, a softmax a row): the top-k a few rows at a time */
+    int by_rows = topk > 0 && !tgt && !in->sl && !in->keep_logits && in->invariant;
+    in->logits_kept = 0;
+    if (by_rows ? topk_by_rows(in, y, topk, vals, idx) < 0
+                : (in->sl ? short_project(in, y) : e->linear(e, in->logits, y, in->w->out_w, in->w->out_b, 0, R, V, D)) < 0 ||
+                      step_outputs(in, topk, vals, idx, tgt, lp) < 0)
         return -1;
+    in->logits_kept = !by_rows;
     in->time = t + 1;
     return 0;
 }
@@ -1108,6 +1152,8 @@ int infer_logits(struct infer *in, float *logits)
 {
     if (in->time == 0 || in->R == 0)
         return nmt_seterr("no decoder step to read the logits of");
+    if (!in->logits_kept)
+        return nmt_seterr("the logits of the last step were not kept (infer_keep_logits)");
     if (in->sl) {
         if (short_logits_host(in) < 0)
             return -1;
@@ -1136,6 +1182,8 @@ int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, 
     size_t N = (size_t)R * (size_t)n;
     if (in->time == 0 || R == 0)
         return nmt_seterr("no decoder step to read the logits of");
+    if (!in->logits_kept)
+        return nmt_seterr("the logits of the last step were not kept (infer_keep_logits)");
     if (N == 0)
         return 0;
     if (in->sl) {
