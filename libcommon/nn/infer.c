@@ -46,6 +46,7 @@ struct infer {
     size_t arena_cap;
     struct extents {
         size_t Ns, B, R, TR, Rk;     /* B*S, B, B*K, tmax*B*K, B*K*topk_cap */
+        size_t En;                   /* rows of the encoder's buffers: enc_sentences(B, S) * S */
     } ext;
     int B, S, K, tmax, Rcap;         /* batch shape */
     float *ex, *et, *eq, *eatt, *esub, *eh;   /* encoder (B*S, D|3D|F) */
@@ -380,10 +381,22 @@ static int logits_rows(int V)
     return n < INFER_BLOCK ? INFER_BLOCK : n > (1u << 20) ? 1 << 20 : (int)n;
 }
 
+/* Source tokens (rows) the encoder computes at a time in invariant mode, where a sentence's
+ * encoding depends on no other sentence: its buffers then take ENC_ROWS rows (or one sentence), not
+ * the batch's. */
+#define ENC_ROWS 512
+
+/* The sentences of a batch of B, of S rows each, that infer_encode encodes at a time. */
+static int enc_sentences(const struct infer *in, int B, int S)
+{
+    int n = in->invariant ? ENC_ROWS / S : B;
+    return n < 1 ? 1 : n > B ? B : n;
+}
+
 /* The encoder's buffers, dead once a batch is encoded. */
 static void arena_encoder(struct infer *in, struct nn_bump *b)
 {
-    size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, Ns = in->ext.Ns;
+    size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, Ns = in->ext.En;
     in->ex = nn_bump_f(b, Ns * D);
     in->et = nn_bump_f(b, Ns * D);
     in->eq = nn_bump_f(b, Ns * 3 * D);
@@ -864,6 +877,7 @@ static void set_shape(struct infer *in, int B, int S, int K, int tmax)
         in->topk_cap = in->c.vocab;
     size_t R = (size_t)in->Rcap;
     grow(&in->ext.Ns, (size_t)B * (size_t)S);
+    grow(&in->ext.En, (size_t)enc_sentences(in, B, S) * (size_t)S);
     grow(&in->ext.B, (size_t)B);
     grow(&in->ext.R, R);
     grow(&in->ext.TR, (size_t)tmax * R);
@@ -923,12 +937,18 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
         nn_bk(&in->run, k->upload(in->ctx, in->src_pos, pos, Ns_ * sizeof(int32_t)), "upload") < 0 ||
         nn_bk(&in->run, k->upload(in->ctx, in->src_len, in->host_len, (size_t)B * sizeof(int32_t)), "upload") < 0)
         return -1;
-    const float *mem;
-    if (nn_encoder(&in->run, in->w, &in->enc, in->src_ids, in->src_pos, in->src_len, B, S, &mem) < 0)
-        return -1;
-    for (int l = 0; l < c->dec_layers; l++)
-        if (infer_linear(&in->run, in->ckv[l], mem, in->w->dec[l].ckv_w, in->w->dec[l].ckv_b, 0, Ns, 2 * D, D) < 0)
+    for (int b = 0, n; b < B; b += n) {
+        n = enc_sentences(in, B, S);
+        n = B - b < n ? B - b : n;
+        size_t o = (size_t)b * (size_t)S;
+        const float *mem;
+        if (nn_encoder(&in->run, in->w, &in->enc, in->src_ids + o, in->src_pos + o, in->src_len + b, n, S, &mem) < 0)
             return -1;
+        for (int l = 0; l < c->dec_layers; l++)
+            if (infer_linear(&in->run, in->ckv[l] + o * 2 * (size_t)D, mem, in->w->dec[l].ckv_w, in->w->dec[l].ckv_b,
+                             0, n * S, 2 * D, D) < 0)
+                return -1;
+    }
     if (in->sl && short_prepare(in, B, src, len) < 0)
         return -1;
     in->ns = B;
