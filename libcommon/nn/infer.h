@@ -82,8 +82,9 @@ const struct model_config *infer_config(const struct infer *in);
 
 /* Grows the decoding memory to fit a batch of B sentences of at most S source tokens (EOS
  * included), K rows each and TMAX decoder steps, without touching it: reserving for every batch
- * of a run first makes one allocation whose pages are faulted in once. Ends any batch under way.
- * 0, or -1 with the error set. */
+ * of a run first makes one allocation, laid out for the largest of them in each extent, in which
+ * every batch touches a prefix of the same regions (the pages in use are the largest batch's).
+ * Ends any batch under way. 0, or -1 with the error set. */
 int infer_reserve(struct infer *in, int B, int S, int K, int tmax);
 /* Encodes B sentences: sentence b has LEN[b] ids SRC[b] (without EOS, which is appended; LEN[b] + 1
  * <= the model's max_len). Prepares K decoder rows per sentence for at most TMAX steps and resets
