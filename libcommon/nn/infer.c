@@ -937,9 +937,9 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
         nn_bk(&in->run, k->upload(in->ctx, in->src_pos, pos, Ns_ * sizeof(int32_t)), "upload") < 0 ||
         nn_bk(&in->run, k->upload(in->ctx, in->src_len, in->host_len, (size_t)B * sizeof(int32_t)), "upload") < 0)
         return -1;
-    for (int b = 0, n; b < B; b += n) {
-        n = enc_sentences(in, B, S);
-        n = B - b < n ? B - b : n;
+    int per = enc_sentences(in, B, S);
+    for (int b = 0; b < B; b += per) {
+        int n = B - b < per ? B - b : per;
         size_t o = (size_t)b * (size_t)S;
         const float *mem;
         if (nn_encoder(&in->run, in->w, &in->enc, in->src_ids + o, in->src_pos + o, in->src_len + b, n, S, &mem) < 0)
@@ -1072,11 +1072,10 @@ static int topk_by_rows(struct infer *in, const float *y, int topk, float *vals,
                   "topk_logsoftmax") < 0)
             return -1;
     }
-    return nn_bk(e, k->download(in->ctx, vals, in->vals, (size_t)R * (size_t)topk * sizeof(float)), "download") < 0 ||
-                   nn_bk(e, k->download(in->ctx, idx, in->idx, (size_t)R * (size_t)topk * sizeof(int32_t)),
-                         "download") < 0
-               ? -1
-               : 0;
+    if (nn_bk(e, k->download(in->ctx, vals, in->vals, (size_t)R * (size_t)topk * sizeof(float)), "download") < 0 ||
+        nn_bk(e, k->download(in->ctx, idx, in->idx, (size_t)R * (size_t)topk * sizeof(int32_t)), "download") < 0)
+        return -1;
+    return 0;
 }
 
 /* Grows in->catt to the live rows' attention probabilities (live sentences, H, K, S). 0 or -1. */
@@ -1159,10 +1158,13 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
     /* rows are independent (invariant products, a softmax a row): the top-k a few rows at a time */
     int by_rows = topk > 0 && !tgt && !in->sl && !in->keep_logits && in->invariant;
     in->logits_kept = 0;
-    if (by_rows ? topk_by_rows(in, y, topk, vals, idx) < 0
-                : (in->sl ? short_project(in, y) : e->linear(e, in->logits, y, in->w->out_w, in->w->out_b, 0, R, V, D)) < 0 ||
-                      step_outputs(in, topk, vals, idx, tgt, lp) < 0)
+    if (by_rows) {
+        if (topk_by_rows(in, y, topk, vals, idx) < 0)
+            return -1;
+    } else if ((in->sl ? short_project(in, y) : e->linear(e, in->logits, y, in->w->out_w, in->w->out_b, 0, R, V, D)) < 0 ||
+               step_outputs(in, topk, vals, idx, tgt, lp) < 0) {
         return -1;
+    }
     in->logits_kept = !by_rows;
     in->time = t + 1;
     return 0;
