@@ -77,7 +77,7 @@
 #include <stdint.h>
 
 #define NMT_BACKEND_ABI_MAJOR 2
-#define NMT_BACKEND_ABI_MINOR 5
+#define NMT_BACKEND_ABI_MINOR 6
 #define NMT_BACKEND_ENTRY "nmt_backend_entry"
 
 /* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 2 kernels are F32;
@@ -396,6 +396,13 @@ struct nmt_backend {
     /* dx = dout * (s + x s (1 - s)), s = sigmoid(x), from the forward's INPUT x (not its output:
      * swish is not monotonic); dx may alias dout. */
     int (*swish_backward)(nmt_bctx *ctx, float *dx, const float *dout, const float *x, size_t n);
+
+    /* ---- OPTIONAL, ABI 2.6: memory the host touches in part ---- */
+    /* As alloc, for a buffer laid out for the largest of several uses, of which each use touches only
+     * parts (the decoding arena): the backend backs it so that untouched parts cost no memory, without
+     * rounding touched parts up to large pages (the cpu plugin: no transparent huge pages). Freed by
+     * free. NULL with the error set. Without the slot the host uses alloc. */
+    void *(*alloc_sparse)(nmt_bctx *ctx, size_t bytes);
     /* New slots are appended here, bumping NMT_BACKEND_ABI_MINOR. */
 };
 

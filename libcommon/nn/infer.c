@@ -39,10 +39,16 @@ struct infer {
     float *pe;                       /* device (max_len, D) position table (nn_pe_table), or NULL */
     int shares;                      /* wts and the model are another state's (infer_new_shared) */
 
-    /* device arena, laid out per batch */
+    /* device arena, laid out for the largest extents of the batches so far (struct extents), so that
+     * every batch works in the same regions, each in a prefix of its own: the pages a batch faults
+     * in are those the batches before it did, unless it is larger in some extent */
     char *arena;
     size_t arena_cap;
-    int B, S, K, tmax, Rcap;         /* batch shape of the arena */
+    struct extents {
+        size_t Ns, B, R, TR, Rk;     /* B*S, B, B*K, tmax*B*K, B*K*topk_cap */
+        size_t En;                   /* rows of the encoder's buffers: enc_sentences(B, S) * S */
+    } ext;
+    int B, S, K, tmax, Rcap;         /* batch shape */
     float *ex, *et, *eq, *eatt, *esub, *eh;   /* encoder (B*S, D|3D|F) */
     struct nn_encoder_acts enc;      /* the encoder's views: every layer on the buffers above */
     int32_t *src_ids, *src_pos, *src_len;     /* (B*S), (B*S), (B) */
@@ -51,6 +57,7 @@ struct infer {
     float **kv;                      /* (Ld) self keys/values (t, R, 2D) of the live rows */
     float *kv_spare;                 /* (tmax, Rcap, 2D) */
     float *x, *t, *q, *att, *sub, *h, *logits, *vals;  /* decoder (Rcap, D|F|V|topk) */
+    float *logits_few;               /* (logits_rows, V) the logits of topk_by_rows */
     int32_t *idx, *tok, *pos, *tgt;  /* (tmax*Rcap), (Rcap) x3 */
     float *lp;                       /* (Rcap) */
     float *padx, *pady;              /* (INFER_BLOCK, max(D, F)), (INFER_BLOCK, max(3D, F, V)) */
@@ -97,6 +104,8 @@ struct infer {
     float *sl_u;                     /* device (R, union_n) logits of the union */
     /* infer_keep_attention: the last decoder layer's encoder-decoder attention of the last step */
     int keep_att;
+    int keep_logits;                 /* infer_keep_logits */
+    int logits_kept;                 /* the last step's logits are all in in->logits */
     float *catt;                     /* device (live sentences, H, K, S) */
     size_t catt_cap;                 /* floats */
     float *catt_host;                /* host, the same */
@@ -193,9 +202,9 @@ static const void *wt_find(const struct infer *in, const float *w, int out)
 
 /* Packs every weight the products of inference read with the backend's linear_pack, once, into
  * one device buffer; with DISCARD, gives back each float32 weight of DISCARD_MIN bytes or more once
- * packed (the embeddings, which the input also reads, excepted; a smaller one is not worth a system
- * call and a split huge page). 0, or -1 with the error set. */
-#define DISCARD_MIN ((size_t)1 << 20)
+ * packed (the embeddings, which the input also reads, excepted; a smaller one has too few whole pages
+ * to be worth a system call). 0, or -1 with the error set. */
+#define DISCARD_MIN ((size_t)64 << 10)
 static int pack_weights(struct infer *in, int discard)
 {
     const struct model_config *c = &in->c;
@@ -309,6 +318,7 @@ static struct infer *infer_alloc(struct backend *be, struct model *m, int invari
     in->c = *model_config(m);
     in->run = (struct nn_exec){.k = in->k, .ctx = in->ctx, .c = &in->c, .linear = infer_linear, .owner = in};
     in->invariant = invariant;
+    in->keep_logits = 1;
     in->precision = precision & ~(uint32_t)INFER_OUTPUT_TOO;
     in->out_precision = precision & INFER_OUTPUT_TOO ? in->precision : NMT_DTYPE_F32;
     in->w = model_weights(m);
@@ -362,46 +372,37 @@ struct infer *infer_new_shared(struct backend *be, const struct infer *owner)
 /* ---------------------------------------------------------------------------------------------
  * arena */
 
-static void arena_layout(struct infer *in, struct nn_bump *b)
+/* Rows of logits a step that does not keep them computes at a time (topk_by_rows): about 2 MiB of
+ * them, in whole blocks of INFER_BLOCK rows. */
+static int logits_rows(int V)
 {
-    size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, V = (size_t)in->c.vocab;
-    size_t Ns = (size_t)in->B * (size_t)in->S, R = (size_t)in->Rcap, T = (size_t)in->tmax;
-    size_t kk = (size_t)in->topk_cap;
+    size_t n = ((size_t)2 << 20) / ((size_t)V * sizeof(float));
+    n -= n % INFER_BLOCK;
+    return n < INFER_BLOCK ? INFER_BLOCK : n > (1u << 20) ? 1 << 20 : (int)n;
+}
+
+/* Source tokens (rows) the encoder computes at a time in invariant mode, where a sentence's
+ * encoding depends on no other sentence: its buffers then take ENC_ROWS rows (or one sentence), not
+ * the batch's. */
+#define ENC_ROWS 512
+
+/* The sentences of a batch of B, of S rows each, that infer_encode encodes at a time. */
+static int enc_sentences(const struct infer *in, int B, int S)
+{
+    int n = in->invariant ? ENC_ROWS / S : B;
+    return n < 1 ? 1 : n > B ? B : n;
+}
+
+/* The encoder's buffers, dead once a batch is encoded. */
+static void arena_encoder(struct infer *in, struct nn_bump *b)
+{
+    size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, Ns = in->ext.En;
     in->ex = nn_bump_f(b, Ns * D);
     in->et = nn_bump_f(b, Ns * D);
     in->eq = nn_bump_f(b, Ns * 3 * D);
     in->eatt = nn_bump_f(b, Ns * D);
     in->esub = nn_bump_f(b, Ns * D);
     in->eh = nn_bump_f(b, Ns * F);
-    in->src_ids = nn_bump_i(b, Ns);
-    in->src_pos = nn_bump_i(b, Ns);
-    in->src_len = nn_bump_i(b, (size_t)in->B);
-    for (int l = 0; l < in->c.dec_layers; l++)
-        in->ckv[l] = nn_bump_f(b, Ns * 2 * D);
-    in->ckv_spare = nn_bump_f(b, Ns * 2 * D);
-    for (int l = 0; l < in->c.dec_layers; l++)
-        in->kv[l] = nn_bump_f(b, T * R * 2 * D);
-    in->kv_spare = nn_bump_f(b, T * R * 2 * D);
-    in->x = nn_bump_f(b, R * D);
-    in->t = nn_bump_f(b, R * D);
-    in->q = nn_bump_f(b, R * D);
-    in->att = nn_bump_f(b, R * D);
-    in->sub = nn_bump_f(b, R * D);
-    in->h = nn_bump_f(b, R * F);
-    in->logits = nn_bump_f(b, R * V);
-    in->vals = nn_bump_f(b, R * kk);
-    in->idx = nn_bump_i(b, T * R > R * kk ? T * R : R * kk);
-    in->tok = nn_bump_i(b, R);
-    in->pos = nn_bump_i(b, R);
-    in->tgt = nn_bump_i(b, R);
-    in->lp = nn_bump_f(b, R);
-    size_t win = D > F ? D : F, wout = 3 * D;
-    if (F > wout)
-        wout = F;
-    if (V > wout)
-        wout = V;
-    in->padx = nn_bump_f(b, INFER_BLOCK * win);
-    in->pady = nn_bump_f(b, INFER_BLOCK * wout);
     /* nothing is kept for backward: every encoder layer works in the same buffers */
     struct nn_sub sa = {.t = in->et, .x = in->ex, .q = in->eq, .att = in->eatt},
                   ff = {.t = in->et, .x = in->ex, .h = in->eh};
@@ -410,6 +411,61 @@ static void arena_layout(struct infer *in, struct nn_bump *b)
     in->enc.x = in->ex;
     in->enc.sub = in->esub;
     in->enc.fl = in->et;
+}
+
+/* The decoder's buffers, unused until a batch is encoded: the step's (first, the pages every batch
+ * touches in full), then the caches, of which a batch touches the steps it makes, then the logits
+ * of all rows, which only the steps that keep them touch (infer_keep_logits). */
+static void arena_decoder(struct infer *in, struct nn_bump *b)
+{
+    size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, V = (size_t)in->c.vocab;
+    size_t R = in->ext.R, TR = in->ext.TR;
+    in->x = nn_bump_f(b, R * D);
+    in->t = nn_bump_f(b, R * D);
+    in->q = nn_bump_f(b, R * D);
+    in->att = nn_bump_f(b, R * D);
+    in->sub = nn_bump_f(b, R * D);
+    in->h = nn_bump_f(b, R * F);
+    in->tok = nn_bump_i(b, R);
+    in->pos = nn_bump_i(b, R);
+    in->tgt = nn_bump_i(b, R);
+    in->lp = nn_bump_f(b, R);
+    in->vals = nn_bump_f(b, in->ext.Rk);
+    in->logits_few = nn_bump_f(b, (size_t)logits_rows(in->c.vocab) * V);
+    in->idx = nn_bump_i(b, TR > in->ext.Rk ? TR : in->ext.Rk);
+    in->ckv_spare = nn_bump_f(b, in->ext.Ns * 2 * D);
+    for (int l = 0; l < in->c.dec_layers; l++)
+        in->kv[l] = nn_bump_f(b, TR * 2 * D);
+    in->kv_spare = nn_bump_f(b, TR * 2 * D);
+    in->logits = nn_bump_f(b, R * V);
+}
+
+/* Lays the arena out from B (a NULL base measures it): what lives through a batch (the source, the
+ * cross keys and values, the padding blocks), then the encoder's buffers and the decoder's over the
+ * same bytes, the one phase's being dead in the other (arena_prepare lays the arena out again
+ * before each batch, which undoes infer_reorder's swaps of buffers). */
+static void arena_layout(struct infer *in, struct nn_bump *b)
+{
+    size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, V = (size_t)in->c.vocab, Ns = in->ext.Ns;
+    in->src_ids = nn_bump_i(b, Ns);
+    in->src_pos = nn_bump_i(b, Ns);
+    in->src_len = nn_bump_i(b, in->ext.B);
+    for (int l = 0; l < in->c.dec_layers; l++)
+        in->ckv[l] = nn_bump_f(b, Ns * 2 * D);
+    size_t win = D > F ? D : F, wout = 3 * D;
+    if (F > wout)
+        wout = F;
+    if (V > wout)
+        wout = V;
+    in->padx = nn_bump_f(b, INFER_BLOCK * win);
+    in->pady = nn_bump_f(b, INFER_BLOCK * wout);
+    size_t phase = b->off;
+    arena_encoder(in, b);
+    size_t enc_end = b->off;
+    b->off = phase;
+    arena_decoder(in, b);
+    if (enc_end > b->off)
+        b->off = enc_end;
 }
 
 static int arena_prepare(struct infer *in)
@@ -421,7 +477,8 @@ static int arena_prepare(struct infer *in)
         in->arena = NULL;
         in->arena_cap = 0;
         size_t want = b.off + b.off / 4;
-        in->arena = in->k->alloc(in->ctx, want);
+        /* a batch touches a prefix of each region: huge pages would round each up to 2 MiB */
+        in->arena = in->k->alloc_sparse ? in->k->alloc_sparse(in->ctx, want) : in->k->alloc(in->ctx, want);
         if (!in->arena)
             return nmt_seterr("cannot allocate decoder memory (%zu MB) on backend %s: %s", want >> 20, in->k->name,
                               in->k->last_error(in->ctx));
@@ -805,7 +862,9 @@ static float short_logit_at(const struct infer *in, int r, int32_t id)
 /* ---------------------------------------------------------------------------------------------
  * encoder */
 
-/* Sets the batch shape the arena is laid out for. */
+static void grow(size_t *e, size_t n) { *e = n > *e ? n : *e; }
+
+/* Sets the batch shape and grows the extents the arena is laid out for to cover it. */
 static void set_shape(struct infer *in, int B, int S, int K, int tmax)
 {
     in->B = B;
@@ -816,6 +875,13 @@ static void set_shape(struct infer *in, int B, int S, int K, int tmax)
     in->topk_cap = 4 * K; /* beam search's 2K, and an ensemble's members' 4K */
     if (in->topk_cap > in->c.vocab)
         in->topk_cap = in->c.vocab;
+    size_t R = (size_t)in->Rcap;
+    grow(&in->ext.Ns, (size_t)B * (size_t)S);
+    grow(&in->ext.En, (size_t)enc_sentences(in, B, S) * (size_t)S);
+    grow(&in->ext.B, (size_t)B);
+    grow(&in->ext.R, R);
+    grow(&in->ext.TR, (size_t)tmax * R);
+    grow(&in->ext.Rk, R * (size_t)in->topk_cap);
 }
 
 int infer_reserve(struct infer *in, int B, int S, int K, int tmax)
@@ -871,12 +937,18 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
         nn_bk(&in->run, k->upload(in->ctx, in->src_pos, pos, Ns_ * sizeof(int32_t)), "upload") < 0 ||
         nn_bk(&in->run, k->upload(in->ctx, in->src_len, in->host_len, (size_t)B * sizeof(int32_t)), "upload") < 0)
         return -1;
-    const float *mem;
-    if (nn_encoder(&in->run, in->w, &in->enc, in->src_ids, in->src_pos, in->src_len, B, S, &mem) < 0)
-        return -1;
-    for (int l = 0; l < c->dec_layers; l++)
-        if (infer_linear(&in->run, in->ckv[l], mem, in->w->dec[l].ckv_w, in->w->dec[l].ckv_b, 0, Ns, 2 * D, D) < 0)
+    int per = enc_sentences(in, B, S);
+    for (int b = 0; b < B; b += per) {
+        int n = B - b < per ? B - b : per;
+        size_t o = (size_t)b * (size_t)S;
+        const float *mem;
+        if (nn_encoder(&in->run, in->w, &in->enc, in->src_ids + o, in->src_pos + o, in->src_len + b, n, S, &mem) < 0)
             return -1;
+        for (int l = 0; l < c->dec_layers; l++)
+            if (infer_linear(&in->run, in->ckv[l] + o * 2 * (size_t)D, mem, in->w->dec[l].ckv_w, in->w->dec[l].ckv_b,
+                             0, n * S, 2 * D, D) < 0)
+                return -1;
+    }
     if (in->sl && short_prepare(in, B, src, len) < 0)
         return -1;
     in->ns = B;
@@ -984,6 +1056,28 @@ static int step_outputs(struct infer *in, int topk, float *vals, int32_t *idx, c
     return 0;
 }
 
+/* The output layer from Y (R, D) and the TOPK best log-probabilities of each row into VALS/IDX
+ * (host, R x TOPK), as step_outputs', on logits_rows rows at a time in in->logits_few: the same
+ * values, the logits not kept. 0 or -1. */
+static int topk_by_rows(struct infer *in, const float *y, int topk, float *vals, int32_t *idx)
+{
+    struct nn_exec *e = &in->run;
+    const struct nmt_backend *k = in->k;
+    int R = in->R, V = in->c.vocab, D = in->c.d_model, n = logits_rows(V);
+    for (int r = 0; r < R; r += n) {
+        int m = R - r < n ? R - r : n;
+        size_t o = (size_t)r * (size_t)topk;
+        if (e->linear(e, in->logits_few, y + (size_t)r * (size_t)D, in->w->out_w, in->w->out_b, 0, m, V, D) < 0 ||
+            nn_bk(e, k->topk_logsoftmax(in->ctx, in->vals + o, in->idx + o, in->logits_few, m, V, topk),
+                  "topk_logsoftmax") < 0)
+            return -1;
+    }
+    if (nn_bk(e, k->download(in->ctx, vals, in->vals, (size_t)R * (size_t)topk * sizeof(float)), "download") < 0 ||
+        nn_bk(e, k->download(in->ctx, idx, in->idx, (size_t)R * (size_t)topk * sizeof(int32_t)), "download") < 0)
+        return -1;
+    return 0;
+}
+
 /* Grows in->catt to the live rows' attention probabilities (live sentences, H, K, S). 0 or -1. */
 static int att_room(struct infer *in)
 {
@@ -999,6 +1093,7 @@ static int att_room(struct infer *in)
 }
 
 void infer_keep_attention(struct infer *in, int on) { in->keep_att = on != 0; }
+void infer_keep_logits(struct infer *in, int on) { in->keep_logits = on != 0; }
 
 int infer_attention(struct infer *in, float *att)
 {
@@ -1060,9 +1155,17 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
             return -1;
         y = in->t;
     }
-    if ((in->sl ? short_project(in, y) : e->linear(e, in->logits, y, in->w->out_w, in->w->out_b, 0, R, V, D)) < 0 ||
-        step_outputs(in, topk, vals, idx, tgt, lp) < 0)
+    /* rows are independent (invariant products, a softmax a row): the top-k a few rows at a time */
+    int by_rows = topk > 0 && !tgt && !in->sl && !in->keep_logits && in->invariant;
+    in->logits_kept = 0;
+    if (by_rows) {
+        if (topk_by_rows(in, y, topk, vals, idx) < 0)
+            return -1;
+    } else if ((in->sl ? short_project(in, y) : e->linear(e, in->logits, y, in->w->out_w, in->w->out_b, 0, R, V, D)) < 0 ||
+               step_outputs(in, topk, vals, idx, tgt, lp) < 0) {
         return -1;
+    }
+    in->logits_kept = !by_rows;
     in->time = t + 1;
     return 0;
 }
@@ -1071,6 +1174,8 @@ int infer_logits(struct infer *in, float *logits)
 {
     if (in->time == 0 || in->R == 0)
         return nmt_seterr("no decoder step to read the logits of");
+    if (!in->logits_kept)
+        return nmt_seterr("the logits of the last step were not kept (infer_keep_logits)");
     if (in->sl) {
         if (short_logits_host(in) < 0)
             return -1;
@@ -1099,6 +1204,8 @@ int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, 
     size_t N = (size_t)R * (size_t)n;
     if (in->time == 0 || R == 0)
         return nmt_seterr("no decoder step to read the logits of");
+    if (!in->logits_kept)
+        return nmt_seterr("the logits of the last step were not kept (infer_keep_logits)");
     if (N == 0)
         return 0;
     if (in->sl) {

@@ -82,8 +82,9 @@ const struct model_config *infer_config(const struct infer *in);
 
 /* Grows the decoding memory to fit a batch of B sentences of at most S source tokens (EOS
  * included), K rows each and TMAX decoder steps, without touching it: reserving for every batch
- * of a run first makes one allocation whose pages are faulted in once. Ends any batch under way.
- * 0, or -1 with the error set. */
+ * of a run first makes one allocation, laid out for the largest of them in each extent, in which
+ * every batch touches a prefix of the same regions (the pages in use are the largest batch's).
+ * Ends any batch under way. 0, or -1 with the error set. */
 int infer_reserve(struct infer *in, int B, int S, int K, int tmax);
 /* Encodes B sentences: sentence b has LEN[b] ids SRC[b] (without EOS, which is appended; LEN[b] + 1
  * <= the model's max_len). Prepares K decoder rows per sentence for at most TMAX steps and resets
@@ -114,6 +115,11 @@ int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, 
 /* Makes the next steps keep the last decoder layer's encoder-decoder attention (ON) or not (0, the
  * default, which spares computing it). */
 void infer_keep_attention(struct infer *in, int on);
+/* Makes the next steps keep every row's logits for infer_logits and infer_logits_at (ON, the
+ * default) or not (0): a step that takes the top-k (without TGT or a shortlist, in invariant mode)
+ * then computes them a few rows at a time, sparing the memory of rows x vocab floats, and
+ * infer_logits and infer_logits_at refuse it. */
+void infer_keep_logits(struct infer *in, int on);
 /* ATT (host, rows x S, S the batch's longest source with EOS) receives each live row's attention over
  * its sentence's source tokens (EOS last; 0 past them) at the last infer_step: the last decoder
  * layer's encoder-decoder attention probabilities, averaged over the heads. Returns 0, or -1 with the

@@ -694,6 +694,7 @@ int search_batch_prefix(struct infer *const *in, int nin, const struct search_op
         goto out;
     for (int m = 0; m < nin; m++) {
         infer_keep_attention(in[m], o->attention);
+        infer_keep_logits(in[m], nin > 1); /* an ensemble reads its members' (ensemble_step) */
         if (infer_encode(in[m], B, src, len, z.K, (int)z.T) < 0)
             goto out;
     }

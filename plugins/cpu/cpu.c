@@ -95,15 +95,15 @@ static int cpu_props(nmt_bctx *ctx, struct nmt_backend_props *out)
     return 0;
 }
 
-/* BYTES (> 0) aligned to 64 bytes; a buffer of HUGE_MIN bytes or more is aligned to 2 MiB and
- * asked to be backed by transparent huge pages (where the kernel allows them on request), so that
- * faulting in the decoding arena or the packed weights takes one fault per 2 MiB instead of one
- * per 4 KiB. NULL when out of memory. */
+/* BYTES (> 0) aligned to 64 bytes; with HUGE, a buffer of HUGE_MIN bytes or more is aligned to
+ * 2 MiB and asked to be backed by transparent huge pages (where the kernel allows them on request),
+ * so that faulting in the packed weights takes one fault per 2 MiB instead of one per 4 KiB. NULL
+ * when out of memory. */
 #define HUGE_PAGE ((size_t)2 << 20)
 #define HUGE_MIN ((size_t)4 << 20)
-static void *alloc_pages(size_t bytes)
+static void *alloc_pages(size_t bytes, int huge)
 {
-    if (bytes < HUGE_MIN || bytes > SIZE_MAX - HUGE_PAGE)
+    if (!huge || bytes < HUGE_MIN || bytes > SIZE_MAX - HUGE_PAGE)
         return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     size_t len = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
     void *p = aligned_alloc(HUGE_PAGE, len);
@@ -112,7 +112,8 @@ static void *alloc_pages(size_t bytes)
     return p;
 }
 
-static void *cpu_alloc(nmt_bctx *ctx, size_t bytes)
+/* A buffer of BYTES recorded in CTX (alloc_pages' HUGE), or NULL with the error set. */
+static void *buf_alloc(nmt_bctx *ctx, size_t bytes, int huge)
 {
     if (bytes == 0 || bytes > SIZE_MAX - 64)
         return cpu_err(ctx, "invalid allocation size %zu", bytes), NULL;
@@ -124,12 +125,17 @@ static void *cpu_alloc(nmt_bctx *ctx, size_t bytes)
         ctx->bufs = nb;
         ctx->capbufs = cap;
     }
-    void *p = alloc_pages(bytes);
+    void *p = alloc_pages(bytes, huge);
     if (!p)
         return cpu_err(ctx, "out of memory (%zu bytes)", bytes), NULL;
     ctx->bufs[ctx->nbufs++] = p;
     return p;
 }
+
+static void *cpu_alloc(nmt_bctx *ctx, size_t bytes) { return buf_alloc(ctx, bytes, 1); }
+
+/* Small pages: a huge page would fault in 2 MiB around each touched byte of a sparse buffer. */
+static void *cpu_alloc_sparse(nmt_bctx *ctx, size_t bytes) { return buf_alloc(ctx, bytes, 0); }
 
 static void cpu_free(nmt_bctx *ctx, void *buf)
 {
@@ -247,6 +253,7 @@ static const struct nmt_backend cpu_table = {
     .embedding_table_backward = cpu_embedding_table_backward,
     .swish_forward = cpu_swish_forward,
     .swish_backward = cpu_swish_backward,
+    .alloc_sparse = cpu_alloc_sparse,
 };
 
 __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void) { return &cpu_table; }

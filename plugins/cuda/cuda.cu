@@ -656,6 +656,8 @@ static const struct nmt_backend cuda_table = {
     .embedding_table_backward = cu_embedding_table_backward,
     .swish_forward = cu_swish_forward,
     .swish_backward = cu_swish_backward,
+    /* nor alloc_sparse (ABI 2.6): cudaMalloc commits a whole buffer either way */
+    .alloc_sparse = NULL,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void)

@@ -794,6 +794,36 @@ static void check_rowinv(const char *path, const struct nmt_backend_opts *opts)
     backend_close(x);
 }
 
+/* alloc_sparse (ABI 2.6): a large buffer (past the cpu plugin's huge-page size) and a small one hold
+ * what is written to them, a range of the large one discarded reads back as written again, and
+ * free takes them. */
+static void check_alloc_sparse(const char *path, const struct nmt_backend_opts *opts)
+{
+    struct backend *x = backend_open(path, opts);
+    if (!x || !x->ops.alloc_sparse) {
+        test_ok(x != NULL, "%s: alloc_sparse # SKIP optional slot absent", path);
+        backend_close(x);
+        return;
+    }
+    static const size_t sizes[] = {(size_t)9 << 20, 1000};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        unsigned char *d = x->ops.alloc_sparse(x->ctx, n), *h = malloc(n), *back = malloc(n);
+        for (size_t i = 0; h && i < n; i++)
+            h[i] = (unsigned char)(i * 2654435761u >> 13);
+        int rc = !d || !h || !back || OP(x, upload, d, h, n) < 0 || OP(x, download, back, d, n) < 0 ||
+                 memcmp(back, h, n);
+        if (!rc && x->ops.discard)
+            rc = OP(x, discard, d, n / 2) < 0 || OP(x, upload, d, h, n / 2) < 0 || OP(x, download, back, d, n) < 0 ||
+                 memcmp(back, h, n);
+        test_ok(!rc, "%s: alloc_sparse of %zu bytes holds what is written to it", x->ops.name, n);
+        x->ops.free(x->ctx, d);
+        free(h);
+        free(back);
+    }
+    backend_close(x);
+}
+
 /* discard (ABI 2.4): in a large buffer (the cpu plugin's huge-page one) and a small one, a range
  * with unaligned ends is given back; every byte outside it keeps its value, and the range holds
  * what is written to it afterwards. */
@@ -881,6 +911,7 @@ int main(void)
         check_share(list[i].path, &opts);
         check_rowinv(list[i].path, &opts);
         check_discard(list[i].path, &opts);
+        check_alloc_sparse(list[i].path, &opts);
     }
     test_ok(tested >= 1, "%d usable plugin(s) tested against cpu", tested);
     backend_list_free(list, n);

@@ -667,6 +667,44 @@ static void run_discard(struct backend *be)
     model_free(m);
 }
 
+/* infer_keep_logits(in, 0): the top-k of 480 rows over 1,100 pieces, whose logits are computed a few
+ * rows at a time (472, then 8), are those taken from every row's logits kept, bit for bit, at each of
+ * three steps; infer_logits then refuses the step. */
+static void run_keep_logits(struct backend *be)
+{
+    enum { B = 120, K = 4, R = B * K, TOPK = 8, STEPS = 3, V = 1100 };
+    struct model_config c = {.vocab = V, .d_model = 32, .heads = 2, .ff = 64, .enc_layers = 1, .dec_layers = 1,
+                             .max_len = 40, .ln_eps = 1e-5f};
+    struct model *m = model_new(be, &c, 0);
+    struct infer *in = m && model_init(m, 7) == 0 ? infer_new(be, m, INFER_INVARIANT, NMT_DTYPE_F32) : NULL;
+    const uint32_t *src[B];
+    int len[B];
+    for (int b = 0; b < B; b++) {
+        src[b] = src_store[b % NS];
+        len[b] = slen[b % NS];
+    }
+    static int32_t tok[R], idx[2][STEPS][R * TOPK];
+    static float vals[2][STEPS][R * TOPK], logits[(size_t)R * V];
+    int ok = in != NULL;
+    for (int keep = 1; ok && keep >= 0; keep--) {
+        infer_keep_logits(in, keep);
+        ok = infer_encode(in, B, src, len, K, STEPS) == 0;
+        for (int t = 0; ok && t < STEPS; t++) {
+            for (int r = 0; r < R; r++)
+                tok[r] = t == 0 ? NMT_BOS : 4 + (r * 7 + t) % 50;
+            ok = infer_step(in, tok, TOPK, vals[keep][t], idx[keep][t], NULL, NULL) == 0;
+        }
+    }
+    test_ok(ok && !memcmp(vals[0], vals[1], sizeof vals[0]) && !memcmp(idx[0], idx[1], sizeof idx[0]),
+            "keep_logits 0: the top-%d of %d rows over %d pieces as with every row's logits kept: %s", TOPK, R, V,
+            ok ? "" : nmt_errmsg());
+    test_ok(ok && infer_logits(in, logits) < 0 && strstr(nmt_errmsg(), "not kept"),
+            "keep_logits 0: infer_logits refuses the step: '%s'", nmt_errmsg());
+    nmt_seterr("%s", "");
+    infer_free(in);
+    model_free(m);
+}
+
 int main(void)
 {
     struct nmt_backend_opts bo = {sizeof bo, 2, 0};
@@ -682,6 +720,7 @@ int main(void)
     run_int8(be);
     run_shared(be);
     run_discard(be);
+    run_keep_logits(be);
     /* the host's fallback for a backend without gemm_rowinv: products on blocks of 8 rows */
     be->ops.gemm_rowinv = NULL;
     test_ok(1, "# without gemm_rowinv (fixed row blocks)");
