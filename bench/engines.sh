@@ -30,8 +30,7 @@
 # VOCAB: an nmt vocabulary (nmt-vocab); the texts raw. Both engines read the same pieces: nmt-train an
 # nmt-batch stream of MAX_TOKENS (default 4096) padded tokens a batch, Marian the pieces as text
 # (nmt-tokenize --text=pieces) with the vocabulary as its .yml (written by nmt-export --to marian from
-# the first nmt model), --mini-batch-words set to nmt's mean target tokens a step (over the workers;
-# both reported). The model: nmt's PRESET (default tiny) with the options Marian's transformer has
+# the first nmt model), --mini-batch-words set to nmt's mean target tokens a step (both reported). The model: nmt's PRESET (default tiny) with the options Marian's transformer has
 # (its positions, zero start, output bias, layer-norm epsilon 1e-6, ReLU as --transformer-ffn-activation
 # relu); dropout 0.1, label smoothing 0.1, Adam (0.9, 0.98, 1e-9), no clipping, the inverse square-root
 # schedule with WARMUP (default 4000) warm-up steps at nmt's peak rate (--lr 1: d^-0.5 WARMUP^-0.5). STEPS
@@ -106,9 +105,10 @@ train_marian() {
     # nmt's peak rate d^-0.5 WARMUP^-0.5, reached at WARMUP, then as 1/sqrt(step): Marian's --learn-rate
     # at the peak with --lr-warmup and --lr-decay-inv-sqrt at the same step
     local lr; lr=$(awk -v d="$d" -v n="$warmup" 'BEGIN {printf "%.6g", 1 / sqrt(d) / sqrt(n)}')
-    # Marian's batches by target words (labels), each of its T workers one: nmt's mean target tokens a step
-    local mbw; mbw=$(awk -F, -v t="$t" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-        $c["tokens"] != "" { s += $c["tokens"]; k++ } END { printf "%d", s / k / t + 0.5 }' "$w/nmt.$t.csv")
+    # Marian's batches by target words (labels; with --sync-sgd one batch an update, split over its T
+    # workers): nmt's mean target tokens a step
+    local mbw; mbw=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+        $c["tokens"] != "" { s += $c["tokens"]; k++ } END { printf "%d", s / k + 0.5 }' "$w/nmt.$t.csv")
     rm -rf "$w/m.$t" && mkdir -p "$w/m.$t"
     /usr/bin/time -f "%M" -o "$w/marian.$t.time" "$marian/bin/marian" --type transformer --cpu-threads "$t" --sync-sgd \
         -t "$w/tsrc.pieces" "$w/ttgt.pieces" -v "$w/marian.vocab.yml" "$w/marian.vocab.yml" -m "$w/m.$t/model.npz" \
