@@ -30,7 +30,8 @@
 # VOCAB: an nmt vocabulary (nmt-vocab); the texts raw. Both engines read the same pieces: nmt-train an
 # nmt-batch stream of MAX_TOKENS (default 4096) padded tokens a batch, Marian the pieces as text
 # (nmt-tokenize --text=pieces) with the vocabulary as its .yml (written by nmt-export --to marian from
-# the first nmt model), --mini-batch-words set to nmt's mean target tokens a step (both reported). The model: nmt's PRESET (default tiny) with the options Marian's transformer has
+# the first nmt model), --mini-batch-words set to nmt's mean target tokens a step (both reported).
+# The model: nmt's PRESET (default tiny) with the options Marian's transformer has
 # (its positions, zero start, output bias, layer-norm epsilon 1e-6, ReLU as --transformer-ffn-activation
 # relu); dropout 0.1, label smoothing 0.1, Adam (0.9, 0.98, 1e-9), no clipping, the inverse square-root
 # schedule with WARMUP (default 4000) warm-up steps at nmt's peak rate (--lr 1: d^-0.5 WARMUP^-0.5). STEPS
@@ -53,7 +54,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
         export OPENBLAS_CORETYPE=Haswell
     fi
 fi
-usage() { sed -n 2,39p "$0" >&2; exit 2; }
+usage() { sed -n 2,41p "$0" >&2; exit 2; }
 train_engines() {
     local vocab=$1 tsrc=$2 ttgt=$3 vsrc=$4 vtgt=$5
     local preset=${PRESET:-tiny} steps=${STEPS:-300} warmup=${WARMUP:-4000} lo=${LO:-20}
