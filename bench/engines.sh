@@ -6,7 +6,9 @@
 # (the checkpoint's vocabulary), and gives every engine the same pre-segmented input (nmt-decode an
 # ids stream, the others its pieces), the same beam, the same thread count and the same length bound
 # (MAXLEN output pieces, default 256; Marian bounds the output by MARIAN_LENGTH_FACTOR, default 3, times
-# the source's length instead, the only bound it has), each in its fastest CPU setting:
+# the source's length instead, the only bound it has), no length normalisation in beam search (nmt-decode
+# --alpha 0, ct2-translator --length_penalty 0, marian-decoder -n 0: one search), each in its fastest
+# CPU setting:
 #   nmt-decode --max-tokens 4096 --threads T --precision float32|NMT_INT8 (default int8-all: the output
 #     projection in int8 too, as nmt-export --quantize int8 gives it to CTranslate2; NMT_INT8=int8
 #     keeps it in float32)
@@ -22,7 +24,7 @@
 # speed-up over each engine, peak RSS, BLEU (nmt-bleu against REFERENCE) and the number of lines
 # identical to nmt-decode's float32 greedy output. ENGINES (default "nmt ct2 marian", nmt first) picks engines.
 # CT2=DIR and MARIAN=DIR name the peers (default ../shared/peers/{ctranslate2,marian}; CT2's library
-# is found in DIR/lib). NMT_CPU_ISA is passed to nmt-decode. Run it alone: timings need an idle machine.
+# is found in DIR/lib). NMT_CPU_ISA is passed to nmt-decode (avx2 caps CTranslate2, oneDNN and Marian's OpenBLAS too). Run it alone: timings need an idle machine.
 #
 #   bash bench/engines.sh train VOCAB TRAIN_SRC TRAIN_TGT VALID_SRC VALID_TGT
 # nmt-train against Marian's CPU training (`marian --type transformer`): the same architecture, data,
@@ -42,6 +44,10 @@
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 ct2=${CT2:-$top/../shared/peers/ctranslate2} marian=${MARIAN:-$top/../shared/peers/marian}
+# NMT_CPU_ISA=avx2 stands for an AVX2 machine: CTranslate2 and its oneDNN capped likewise
+if [ "${NMT_CPU_ISA:-}" = avx2 ]; then
+    export CT2_FORCE_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+fi
 # Marian's OpenBLAS on the sgemm kernel nmt's cpu plugin gives its own (OpenBLAS names its kernels by
 # CPU model and falls back to SSE3 ones on a model newer than its table): SkylakeX with AVX-512 (not
 # under NMT_CPU_ISA=avx2), else Haswell with AVX2; OPENBLAS_CORETYPE set by the caller wins
@@ -54,7 +60,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
         export OPENBLAS_CORETYPE=Haswell
     fi
 fi
-usage() { sed -n 2,41p "$0" >&2; exit 2; }
+usage() { sed -n 2,43p "$0" >&2; exit 2; }
 train_engines() {
     local vocab=$1 tsrc=$2 ttgt=$3 vsrc=$4 vtgt=$5
     local preset=${PRESET:-tiny} steps=${STEPS:-300} warmup=${WARMUP:-4000} lo=${LO:-20}
@@ -179,18 +185,18 @@ run() {
     [ "$mode" = greedy ] || beam=${mode#beam}
     case $e in
     nmt)
-        /usr/bin/time -f "%e %M" -o "$tmp/time" "$B/nmt-decode" -m "$ckpt" --in ids --threads "$t" --beam "$beam" \
+        /usr/bin/time -f "%e %M" -o "$tmp/time" "$B/nmt-decode" -m "$ckpt" --in ids --threads "$t" --beam "$beam" --alpha 0 \
             --precision "$np" --max-tokens 4096 --max-len-a 0 --max-len-b $((maxlen + 1)) -i "$tmp/src.ids" -o "$out" || exit 1 ;;
     ct2)
         /usr/bin/time -f "%e %M" -o "$tmp/time" "$ct2/bin/ct2-translator" --model "$tmp/ct2.$p" --compute_type "$p" \
-            --beam_size "$beam" --intra_threads "$t" --batch_type "${batching%%:*}" --batch_size "${batching#*:}" \
+            --beam_size "$beam" --length_penalty 0 --intra_threads "$t" --batch_type "${batching%%:*}" --batch_size "${batching#*:}" \
             --max_decoding_length "$maxlen" --min_decoding_length 0 --max_input_length "$mlen" \
             < "$tmp/src.pieces" > "$raw" || exit 1 ;;
     marian)
         local m=$tmp/marian.npz
         [ "$p" = int8 ] && m=$tmp/marian.int8.bin
         /usr/bin/time -f "%e %M" -o "$tmp/time" "$marian/bin/marian-decoder" -m "$m" -v "$tmp/marian.vocab.yml" "$tmp/marian.vocab.yml" \
-            -b "$beam" --cpu-threads "$t" --mini-batch 32 --maxi-batch 100 --maxi-batch-sort src \
+            -b "$beam" -n 0 --cpu-threads "$t" --mini-batch 32 --maxi-batch 100 --maxi-batch-sort src \
             --max-length-factor "${MARIAN_LENGTH_FACTOR:-3}" --max-length "$mlen" --max-length-crop --quiet < "$tmp/src.pieces" > "$raw" 2> "$tmp/marian.log" ||
             { cat "$tmp/marian.log" >&2; exit 1; } ;;
     esac
