@@ -12,8 +12,9 @@
 #   nmt-decode --max-tokens 4096 --threads T --precision float32|NMT_INT8 (default int8-all: the output
 #     projection in int8 too, as nmt-export --quantize int8 gives it to CTranslate2; NMT_INT8=int8
 #     keeps it in float32)
-#   ct2-translator --intra_threads T, each batching of CT2_BATCHES (default "tokens:4096 examples:32",
-#     each its own columns), --compute_type float32|int8
+#   ct2-translator --intra_threads T (ct2), and with T > 1 also --inter_threads T --intra_threads 1
+#     (ct2i: T translators of one thread), each batching of CT2_BATCHES (default "tokens:4096
+#     examples:32"), each its own columns, --compute_type float32|int8
 #   marian-decoder --cpu-threads T (its workers, one thread each) --mini-batch 32 --maxi-batch 100
 #     --maxi-batch-sort src; int8: the marian-conv -g intgemm8avx2 model (intgemm8avx512 when the CPU has
 #     AVX-512 and NMT_CPU_ISA is not avx2)
@@ -24,7 +25,8 @@
 # speed-up over each engine, peak RSS, BLEU (nmt-bleu against REFERENCE) and the number of lines
 # identical to nmt-decode's float32 greedy output. ENGINES (default "nmt ct2 marian", nmt first) picks engines.
 # CT2=DIR and MARIAN=DIR name the peers (default ../shared/peers/{ctranslate2,marian}; CT2's library
-# is found in DIR/lib). NMT_CPU_ISA is passed to nmt-decode (avx2 caps CTranslate2, oneDNN and Marian's OpenBLAS too). Run it alone: timings need an idle machine.
+# is found in DIR/lib). NMT_CPU_ISA is passed to nmt-decode (avx2 caps CTranslate2, oneDNN and
+# Marian's OpenBLAS too). Run it alone: timings need an idle machine.
 #
 #   bash bench/engines.sh train VOCAB TRAIN_SRC TRAIN_TGT VALID_SRC VALID_TGT
 # nmt-train against Marian's CPU training (`marian --type transformer`): the same architecture, data,
@@ -60,7 +62,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
         export OPENBLAS_CORETYPE=Haswell
     fi
 fi
-usage() { sed -n 2,43p "$0" >&2; exit 2; }
+usage() { sed -n 2,45p "$0" >&2; exit 2; }
 train_engines() {
     local vocab=$1 tsrc=$2 ttgt=$3 vsrc=$4 vtgt=$5
     local preset=${PRESET:-tiny} steps=${STEPS:-300} warmup=${WARMUP:-4000} lo=${LO:-20}
@@ -187,9 +189,11 @@ run() {
     nmt)
         /usr/bin/time -f "%e %M" -o "$tmp/time" "$B/nmt-decode" -m "$ckpt" --in ids --threads "$t" --beam "$beam" --alpha 0 \
             --precision "$np" --max-tokens 4096 --max-len-a 0 --max-len-b $((maxlen + 1)) -i "$tmp/src.ids" -o "$out" || exit 1 ;;
-    ct2)
+    ct2 | ct2i)
+        local th=(--intra_threads "$t")
+        [ "$e" = ct2i ] && th=(--inter_threads "$t" --intra_threads 1)
         /usr/bin/time -f "%e %M" -o "$tmp/time" "$ct2/bin/ct2-translator" --model "$tmp/ct2.$p" --compute_type "$p" \
-            --beam_size "$beam" --length_penalty 0 --intra_threads "$t" --batch_type "${batching%%:*}" --batch_size "${batching#*:}" \
+            --beam_size "$beam" --length_penalty 0 "${th[@]}" --batch_type "${batching%%:*}" --batch_size "${batching#*:}" \
             --max_decoding_length "$maxlen" --min_decoding_length 0 --max_input_length "$mlen" \
             < "$tmp/src.pieces" > "$raw" || exit 1 ;;
     marian)
@@ -203,7 +207,7 @@ run() {
     [ "$e" = nmt ] || "$B/nmt-tokenize" --decode --vocab "$vocab" --text < "$raw" > "$out" || exit 1
     read -r s kb < "$tmp/time"
     local label=$e
-    [ "$e" = ct2 ] && label=ct2/$batching
+    [ "$e" = ct2 ] || [ "$e" = ct2i ] && label=$e/$batching
     echo "$label $mode $t $p $s $kb" | tee -a "$tmp/rows"
 }
 
@@ -214,7 +218,10 @@ for r in $(seq "$rounds"); do
             for p in $precisions; do
                 for e in $engines; do
                     if [ "$e" = ct2 ]; then
-                        for cb in $ct2_batches; do run ct2 "$mode" "$t" "$p" "$cb" "$tmp/out.ct2-${cb%%:*}.$mode.$t.$p"; done
+                        for cb in $ct2_batches; do
+                            run ct2 "$mode" "$t" "$p" "$cb" "$tmp/out.ct2-${cb%%:*}.$mode.$t.$p"
+                            [ "$t" -eq 1 ] || run ct2i "$mode" "$t" "$p" "$cb" "$tmp/out.ct2i-${cb%%:*}.$mode.$t.$p"
+                        done
                     else
                         run "$e" "$mode" "$t" "$p" - "$tmp/out.$e.$mode.$t.$p"
                     fi
@@ -258,10 +265,12 @@ awk -v n="$n" '
                 for (j = 1; j <= k; j++) { a[j] = S[key, j]; b[j] = K[key, j] }
                 ms[i] = k ? med(a, k) : 0; mk = k ? med(b, k) : 0
                 e = es[i]; sub(/\/.*/, "", e); b2 = es[i]; sub(/.*:/, "", b2)
-                o = (es[i] ~ /^ct2/ ? "ct2-" substr(es[i], 5, index(es[i], ":") - 5) : e) "." f[1] "." f[2] "." f[3]
-                printf " %.2f | %.0f | %s | %s/%d |", ms[i], mk / 1024, q[o], same[o], n
+                sl = index(es[i], "/"); cl = index(es[i], ":")
+                o = (sl ? substr(es[i], 1, sl - 1) "-" substr(es[i], sl + 1, cl - sl - 1) : e) "." f[1] "." f[2] "." f[3]
+                if (k) printf " %.2f | %.0f | %s | %s/%d |", ms[i], mk / 1024, q[o], same[o], n
+                else printf " - | - | - | - |"
             }
-            for (i = 1; i <= ne; i++) if (es[i] != "nmt" && ms[i] > 0) printf " %.2fx |", ms[i] / ms[1]
+            for (i = 1; i <= ne; i++) if (es[i] != "nmt") { if (ms[i] > 0) printf " %.2fx |", ms[i] / ms[1]; else printf " - |" }
             printf "\n"
         }
     }' "$tmp/quality" "$tmp/rows"
