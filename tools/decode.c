@@ -37,7 +37,7 @@ struct opts {
     const char *model[MAX_MODELS];
     int nmodels;
     const char *input, *output, *src, *tgt, *backend, *comm, *prefix;
-    int in_ids, out_hyp, scores, score, interactive, variant, quiet, threads, jobs, shortlist, word_scores;
+    int in_ids, out_hyp, scores, score, interactive, variant, quiet, verbose, threads, jobs, shortlist, word_scores;
     uint32_t precision;        /* --precision (infer_new's) */
     uint64_t shard_k, shard_n;  /* --shard K/N (K from 1; N 0: no sharding) */
     long max_tokens;
@@ -78,6 +78,11 @@ struct engine {
 };
 
 #define MAX_AUTO_JOBS 4
+/* Sentences per batch on a backend with worker threads (the cpu) unless --max-sentences says: the
+ * products of 16 rows already keep the vector units busy, and beam search's caches of larger
+ * batches outgrow the caches of the CPU, so larger batches are no faster (beam search slower) and
+ * hold more memory (bench/RESULTS.md, "nmt-decode's batches on the cpu"). */
+#define HOST_BATCH_SENTENCES 16
 
 /* An alignment: NP pairs of source and output indices, pair k at P[2k] (source), P[2k+1] (output). */
 struct align_pairs {
@@ -93,6 +98,7 @@ struct state {
     struct model_config cfg[MAX_MODELS];
     struct engine *eng;        /* (neng) */
     int neng, threads, jobs;   /* engines open; threads in all; engines wanted */
+    uint64_t max_sentences;    /* sentences per batch at most (0: as many as --max-tokens allows) */
     int max_len;
     FILE *out;
     struct rec_writer *w;
@@ -842,18 +848,19 @@ static int translate_interactive(struct state *st, struct input *inp)
     return rc;
 }
 
-/* Cuts the N sentences ORD (sorted by length) into batches within --max-tokens and
- * --max-sentences of O: batch b is ORD[START[b]] to ORD[START[b + 1] - 1] (START: N + 1 entries).
- * Returns the number of batches; START[that number] is N. */
-static size_t batch_starts(const struct opts *o, struct sent *const *ord, size_t n, size_t *start)
+/* Cuts the N sentences ORD (sorted by length) into batches of at most MAX_TOKENS source tokens
+ * (padded) and MAX_SENTENCES sentences (0: no limit): batch b is ORD[START[b]] to
+ * ORD[START[b + 1] - 1] (START: N + 1 entries). Returns the number of batches; START[that number]
+ * is N. */
+static size_t batch_starts(long max_tokens, uint64_t max_sentences, struct sent *const *ord, size_t n, size_t *start)
 {
     size_t nb = 0;
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
         int mx = ord[i]->n[0] + 1;
-        while (j < n && (!o->max_sentences || j - i < o->max_sentences)) {
+        while (j < n && (!max_sentences || j - i < max_sentences)) {
             int l = ord[j]->n[0] + 1;
-            if ((long)(j - i + 1) * (mx > l ? mx : l) > o->max_tokens)
+            if ((long)(j - i + 1) * (mx > l ? mx : l) > max_tokens)
                 break;
             if (l > mx)
                 mx = l;
@@ -909,7 +916,14 @@ static int translate(struct state *st, struct input *inp)
         nmt_seterr("out of memory");
         goto out;
     }
-    size_t nb = batch_starts(o, ord, n, start);
+    /* the ranks cut the same batches: rank 0's size (a rank on another backend may differ) */
+    if (comm_size(st->comm) > 1 && comm_bcast(st->comm, &st->max_sentences, sizeof st->max_sentences, 0) < 0)
+        goto out;
+    size_t nb = batch_starts(o->max_tokens, st->max_sentences, ord, n, start);
+    if (o->verbose && comm_rank(st->comm) == 0)
+        fprintf(stderr, "nmt-decode: %zu sentences in %zu batches of at most %llu sentences and %ld source tokens; "
+                "%d job(s), %d thread(s) in all, backend %s\n", n, nb, (unsigned long long)(st->max_sentences ? st->max_sentences : n),
+                o->max_tokens, st->jobs, st->threads, st->eng[0].be->ops.name);
     if (comm_size(st->comm) > 1 ? run_rank_batches(st, all, n, ord, start, nb) < 0 : run_batches(st, ord, start, nb) < 0)
         goto out;
     for (size_t i = 0; i < n && comm_rank(st->comm) == 0; i++)
@@ -969,11 +983,14 @@ static int load(struct state *st, const struct opts *o)
         return nmt_seterr("out of memory");
     if (engines_open(st, 0, 1, st->jobs) < 0)
         return -1;
-    /* an accelerator (no worker threads) decodes one batch at a time unless --jobs says otherwise */
+    /* an accelerator (no worker threads) decodes one batch at a time unless --jobs says otherwise,
+     * and its batches are as large as --max-tokens allows unless --max-sentences says otherwise */
     struct nmt_backend_props pr;
     const struct backend *be = st->eng[0].be;
-    if (!o->jobs && st->jobs > 1 && (be->ops.props(be->ctx, &pr) < 0 || pr.threads == 0))
+    int host = be->ops.props(be->ctx, &pr) == 0 && pr.threads > 0;
+    if (!o->jobs && st->jobs > 1 && !host)
         st->jobs = 1;
+    st->max_sentences = o->max_sentences ? o->max_sentences : host ? HOST_BATCH_SENTENCES : 0;
     /* one engine: load it now; several: once the batches are known, each in its job (the first
      * one's context is reopened with a larger share if there are fewer batches than jobs) */
     if (st->jobs == 1) {
@@ -1184,7 +1201,8 @@ static const struct opt_spec OPTIONS[] = {
     {OPTION(OT_U64, "max-tokens", 0, "N", OFF(max_tokens_u), "source tokens per batch (default 4096)"), .imin = 1,
      .imax = 100000000, .def.u = 4096},
     {OPTION(OT_U64, "max-sentences", 0, "N", OFF(max_sentences),
-            "sentences per batch at most (default: as many as --max-tokens allows)"),
+            "sentences per batch at most (default: 16 on the cpu; on an accelerator\n"
+            "as many as --max-tokens allows)"),
      .imin = 1, .imax = 100000000},
     {OPTION(OT_FLAG, "interactive", 0, NULL, OFF(interactive),
             "translate and write each line as it arrives (default when the input is\nnot a regular file)")},
@@ -1220,6 +1238,8 @@ static const struct opt_spec OPTIONS[] = {
             "under mpirun: auto (default; MPI with N > 1 ranks), mpi, none. The ranks\n"
             "share the batches and rank 0 writes the output, as one process would")},
     {OPTION(OT_FLAG, "quiet", 'q', NULL, OFF(quiet), "no warnings about long lines")},
+    {OPTION(OT_FLAG, "verbose", 0, NULL, OFF(verbose),
+            "print the batches, jobs, threads and backend chosen on stderr")},
     OPT_HELP_VERSION_END};
 #undef WHOLE
 

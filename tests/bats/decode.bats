@@ -87,6 +87,19 @@ setup_file() {
     sort -t$'\t' -k1,1n -s "$D/b_all.txt" | same_as "$D/b_rev.txt"
 }
 
+@test "--verbose: on the cpu batches of at most 16 sentences unless --max-sentences says; same output" {
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 1,100p > "$D/s100.en"
+    $DEC --threads 1 --verbose -i "$D/s100.en" > "$D/v32.txt" 2> "$D/v32.err"
+    grep -qx 'nmt-decode: 100 sentences in 7 batches of at most 16 sentences and 4096 source tokens; 1 job(s), 1 thread(s) in all, backend cpu' "$D/v32.err"
+    $DEC --threads 1 --verbose --max-sentences 1000 --max-tokens 100000 -i "$D/s100.en" > "$D/v1.txt" 2> "$D/v1.err"
+    grep -qx 'nmt-decode: 100 sentences in 1 batches of at most 1000 sentences and 100000 source tokens; 1 job(s), 1 thread(s) in all, backend cpu' "$D/v1.err"
+    cmp "$D/v32.txt" "$D/v1.txt"
+    # without --verbose nothing on stderr
+    $DEC --threads 1 -q -i "$D/s100.en" > "$D/vq.txt" 2> "$D/vq.err"
+    [ ! -s "$D/vq.err" ]
+    cmp "$D/v32.txt" "$D/vq.txt"
+}
+
 @test "greedy equals beam 1; beam 4 scores never below greedy's" {
     $DEC --scores -i "$D/src.en" > "$D/g.txt"
     $DEC --beam 1 --alpha 0.6 --scores -i "$D/src.en" > "$D/b1.txt"
