@@ -100,6 +100,23 @@ setup_file() {
     cmp "$D/v32.txt" "$D/vq.txt"
 }
 
+@test "--verbose: larger batches on the cpu for a model whose decoder step reads over 32 MiB of weights" {
+    # d 512, ff 1024, 4 decoder layers: 4 x (6 x 512^2 + 2 x 512 x 1024) weights = 42 MB in float32,
+    # 10.5 MB in int8 (the 500-piece output projection adds 1 MB in float32)
+    nmt-train --vocab "$D/v.vocab" -i "$D/p.batches" -o "$D/wide.ckpt" --enc-layers 1 --dec-layers 4 --d-model 512 \
+        --heads 4 --ff 1024 --max-steps 1 -q --threads 2
+    head -3 "$D/src.en" > "$D/s3.en"
+    want() { # BEAM PRECISION SENTENCES
+        nmt-decode -m "$D/wide.ckpt" --threads 1 --verbose --beam "$1" --precision "$2" -i "$D/s3.en" > /dev/null 2> "$D/w.err"
+        grep -q "batches of at most $3 sentences" "$D/w.err" || { echo "beam $1 $2: want $3"; cat "$D/w.err"; return 1; }
+    }
+    want 1 float32 64
+    want 4 float32 32
+    want 16 float32 16
+    want 1 int8-all 16
+    want 4 int8-all 16
+}
+
 @test "greedy equals beam 1; beam 4 scores never below greedy's" {
     $DEC --scores -i "$D/src.en" > "$D/g.txt"
     $DEC --beam 1 --alpha 0.6 --scores -i "$D/src.en" > "$D/b1.txt"
