@@ -303,7 +303,7 @@ static void viterbi_direct(const struct spm_model *m, const unsigned char *t, si
                            struct best_node *best)
 {
     const struct spm_trie_unit *trie = m->trie;
-    const uint32_t ntrie = m->ntrie, unk = (uint32_t)m->unk;
+    const uint32_t unk = (uint32_t)m->unk;
     const float unk_score = m->min_score - 10.0f;
     for (size_t start = from; start < to;) {
         const float here = best[start].score;
@@ -312,12 +312,8 @@ static void viterbi_direct(const struct spm_model *m, const unsigned char *t, si
             mblen = size - start;
         const size_t char_end = start + mblen;
         int single = 0;
-        uint32_t node = 0;
-        for (size_t k = start; k < size; k++) {
-            uint32_t next = (uint32_t)trie[node].base + t[k];
-            if (next >= ntrie || trie[next].check != (int32_t)node)
-                break;
-            node = next;
+        int32_t node = 0;
+        for (size_t k = start; k < size && (node = spm_trie_next(m, node, t[k])) >= 0; k++) {
             int32_t id = trie[node].piece;
             if (id < 0)
                 continue;
@@ -493,8 +489,6 @@ static uint32_t word_path(const struct spm_model *m, const struct spm_step *st, 
 static int64_t word_add(struct spm_encoder *e, const unsigned char *w, size_t len, uint64_t h)
 {
     const struct spm_model *m = e->m;
-    const struct spm_trie_unit *trie = m->trie;
-    const uint32_t ntrie = m->ntrie;
     if (e->nwords + 1 > e->nword_slot / 2) { /* twice the slots */
         size_t n = e->nword_slot ? 2 * e->nword_slot : 1024;
         uint64_t *t = nmt_calloc(n, sizeof *t);
@@ -523,13 +517,9 @@ static int64_t word_add(struct spm_encoder *e, const unsigned char *w, size_t le
             mblen = len - start;
         const size_t char_end = start + mblen;
         int single = 0;
-        uint32_t node = 0;
-        for (size_t k = start; k < len; k++) {
-            uint32_t next = (uint32_t)trie[node].base + w[k];
-            if (next >= ntrie || trie[next].check != (int32_t)node)
-                break;
-            node = next;
-            int32_t id = trie[node].piece;
+        int32_t node = 0;
+        for (size_t k = start; k < len && (node = spm_trie_next(m, node, w[k])) >= 0; k++) {
+            int32_t id = m->trie[node].piece;
             if (id < 0)
                 continue;
             *p++ = (struct spm_step){(uint8_t)start, (uint8_t)(k + 1), (uint16_t)id};

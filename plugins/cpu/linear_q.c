@@ -23,6 +23,10 @@
  * groups of 64 bytes: group g holds, for c = 0..15, the 4 bytes qW[16p+c][4g..4g+3] (zeros past N
  * and K). The quantised rows of A hold each group of 4 columns in the order 0, 2, 1, 3, so that
  * one 32-bit word of A pairs with the even bytes of a weight word and the next with the odd ones.
+ * Where the AVX2 path runs (q_wide: no VNNI), the weights are held sign-extended to 16 bits
+ * instead, each group as 64 int16 in four vectors of 8 columns (c = 0..7, then 8..15): first the
+ * pairs (qW[c][4g], qW[c][4g+2]) of both halves, then the pairs (qW[c][4g+1], qW[c][4g+3]), so
+ * that the layer reads its operands as they multiply (twice the bytes, no widening each call).
  *
  * Paths (per group of 4 columns, each 32-bit lane of a weight vector being one output column):
  *   AMX (AMX-TILE and AMX-INT8, where Kp is a multiple of 64; else the VNNI path): tile products
@@ -31,8 +35,9 @@
  *     (shift left then arithmetic shift right by 8) and odd bytes (arithmetic shift by 8), and
  *     two vpdpwssd against the broadcast activation pairs (a0, a2) and (a1, a3). Tiles of up to
  *     6 rows by 4 panels.
- *   AVX2: the same with vpmaddwd and vpaddd (no saturation: each pair sum is at most
- *     2 * 2047 * 127). Tiles of up to 4 rows by one panel.
+ *   AVX2 (and AVX-512 without VNNI): the 16-bit weights packed so (above), vpmaddwd against the
+ *     same broadcast pairs and vpaddd (no saturation: each pair sum is at most 2 * 2047 * 127).
+ *     Tiles of up to 4 rows by one panel.
  *   portable: int32 multiply-adds in C. */
 #include <immintrin.h>
 #include <math.h>
@@ -49,11 +54,18 @@
 static int pad16(int n) { return (n + QPW - 1) / QPW * QPW; }
 static int pad4(int k) { return (k + 3) / 4 * 4; }
 
+/* Whether the int8 layer takes the AVX2 path on ISA, its weights held in 16 bits (see above). */
+static int q_wide(int isa) { return isa == CPU_ISA_AVX2 || isa == CPU_ISA_AVX512; }
+
 size_t cpu_linear_q_bytes(int N, int K)
 {
     size_t np = (size_t)pad16(N);
-    return np * sizeof(float) + np * (size_t)pad4(K);
+    return np * sizeof(float) + np * (size_t)pad4(K) * (q_wide(cpu_isa()) ? sizeof(int16_t) : 1);
 }
+
+/* Where weight byte T (0..3) of column C (0..15) of a group of 4 columns goes among the group's
+ * 64 int16 of the 16-bit layout. */
+static int wide_pos(int c, int t) { return ((t & 1) * 2 + c / 8) * 16 + (c % 8) * 2 + (t >> 1); }
 
 #define QA_MAX 2047 /* the activations' grid: -2047..2047 */
 
@@ -110,12 +122,18 @@ int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, i
     if (!row)
         return cpu_err(ctx, "out of memory");
     memset(s, 0, (size_t)np * sizeof *s);
-    memset(panels, 0, (size_t)np * (size_t)kp);
+    memset(panels, 0, cpu_linear_q_bytes(N, K) - (size_t)np * sizeof *s);
     for (int j = 0; j < N; j++) {
         s[j] = quant_row_plain(row, W + (size_t)j * (size_t)ldw, K, kp);
         if (s[j] != s[j]) {
             free(row);
             return cpu_err(ctx, "linear_pack_q: row %d of the weight has a non-finite value", j);
+        }
+        if (q_wide(cpu_isa())) {
+            int16_t *pw = (int16_t *)panels + (size_t)(j / QPW) * (size_t)kp * QPW;
+            for (int k = 0; k < kp; k++)
+                pw[(size_t)(k / 4) * 64 + (size_t)wide_pos(j % QPW, k % 4)] = row[k];
+            continue;
         }
         uint8_t *pj = panels + (size_t)(j / QPW) * (size_t)kp * QPW + (size_t)(j % QPW) * 4;
         for (int k = 0; k < kp; k++)
@@ -221,15 +239,14 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct q
 {
     size_t ldq = (size_t)g->ldq;
     const int16_t *a = g->A + (size_t)i * ldq;
-    const uint8_t *w = qpanel(g, p, 0);
+    const int16_t *w = (const int16_t *)g->Wp + (size_t)p * (size_t)g->Kp * QPW; /* 16-bit layout */
     __m256i acc[MR8][2];
     for (int r = 0; r < mr; r++)
         acc[r][0] = acc[r][1] = _mm256_setzero_si256();
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)w), x1 = _mm256_loadu_si256((const __m256i *)(w + 32));
-        /* the even and the odd bytes of each 16-bit half, sign-extended to 16 bits */
-        __m256i e0 = _mm256_srai_epi16(_mm256_slli_epi16(x0, 8), 8), o0 = _mm256_srai_epi16(x0, 8);
-        __m256i e1 = _mm256_srai_epi16(_mm256_slli_epi16(x1, 8), 8), o1 = _mm256_srai_epi16(x1, 8);
+        /* the pairs (w0, w2) of columns 0..7 and 8..15, then the pairs (w1, w3) */
+        __m256i e0 = _mm256_loadu_si256((const __m256i *)w), e1 = _mm256_loadu_si256((const __m256i *)(w + 16));
+        __m256i o0 = _mm256_loadu_si256((const __m256i *)(w + 32)), o1 = _mm256_loadu_si256((const __m256i *)(w + 48));
         for (int r = 0; r < mr; r++) {
             int32_t p02, p13;
             memcpy(&p02, a + (size_t)r * ldq + (size_t)k, 4);     /* (a0, a2) */
@@ -331,20 +348,16 @@ static void qlinear_body(void *arg, int64_t lo, int64_t hi, int tid)
         __mmask16 last = (__mmask16)((1u << (n - QPW * (np - 1))) - 1); /* the last panel's columns */
         for (int i = 0; job->isa == CPU_ISA_AMX && i < g->M; i += 16)
             cpu_q_amx_rows(g, i, g->M - i < 16 ? g->M - i : 16, p0, np, last);
-        for (int i = 0; job->isa != CPU_ISA_AMX && i < g->M; i += MRV) {
-            int mr = g->M - i < MRV ? g->M - i : MRV;
-            if (job->isa == CPU_ISA_VNNI) {
-                qtile16_any(g, i, p0, mr, np, last);
-                continue;
+        for (int i = 0; job->isa == CPU_ISA_VNNI && i < g->M; i += MRV)
+            qtile16_any(g, i, p0, g->M - i < MRV ? g->M - i : MRV, np, last);
+        for (int i = 0; job->isa < CPU_ISA_VNNI && i < g->M; i += MR8) {
+            int rows = g->M - i < MR8 ? g->M - i : MR8;
+            for (int p = p0; p < p0 + np; p++) {
+                if (q_wide(job->isa))
+                    qtile8_any(g, i, p, rows, n - (p - p0) * QPW);
+                else
+                    qtile_plain(g, i, p, rows);
             }
-            for (int r = i; r < i + mr; r += MR8)
-                for (int p = p0; p < p0 + np; p++) {
-                    int rows = i + mr - r < MR8 ? i + mr - r : MR8;
-                    if (job->isa >= CPU_ISA_AVX2)
-                        qtile8_any(g, r, p, rows, n - (p - p0) * QPW);
-                    else
-                        qtile_plain(g, r, p, rows);
-                }
         }
     }
     if (job->isa == CPU_ISA_AMX)
