@@ -78,17 +78,6 @@ struct engine {
 };
 
 #define MAX_AUTO_JOBS 4
-/* Sentences per batch on a backend with worker threads (the cpu) unless --max-sentences says
- * (bench/RESULTS.md, "nmt-decode's batches on the cpu"): HOST_BATCH_SENTENCES while the weights a
- * decoder step reads fit in HOST_CACHED_WEIGHTS bytes (the CPU's caches hold them from one step to
- * the next): the products of 16 rows already keep the vector units busy, and beam search's caches
- * of larger batches outgrow the CPU's, so larger batches are no faster (beam search slower) and
- * hold more memory. Larger weights stream from memory at every step, and more rows share each
- * pass: HOST_STREAM_ROWS decoder rows (sentences x beam), at most HOST_STREAM_SENTENCES sentences. */
-#define HOST_BATCH_SENTENCES 16
-#define HOST_CACHED_WEIGHTS (32.0 * 1024 * 1024)
-#define HOST_STREAM_ROWS 128
-#define HOST_STREAM_SENTENCES 64
 
 /* An alignment: NP pairs of source and output indices, pair k at P[2k] (source), P[2k+1] (output). */
 struct align_pairs {
@@ -854,28 +843,6 @@ static int translate_interactive(struct state *st, struct input *inp)
     return rc;
 }
 
-/* The bytes of the weights one decoder step of model C reads (its layers' products and the output
- * projection) in PRECISION (infer_new's). */
-static double step_weight_bytes(const struct model_config *c, uint32_t precision)
-{
-    double d = c->d_model, layers = c->dec_layers * (6 * d * d + 2 * d * c->ff), out = (double)c->vocab * d;
-    uint32_t dt = precision & ~INFER_OUTPUT_TOO;
-    double wb = dt == NMT_DTYPE_INT8 ? 1 : dt == NMT_DTYPE_BF16 ? 2 : 4;
-    return layers * wb + out * (precision & INFER_OUTPUT_TOO ? wb : 4);
-}
-
-/* The default sentences per batch on the cpu for the models of ST and BEAM (see HOST_BATCH_SENTENCES). */
-static uint64_t host_batch_sentences(const struct state *st, int beam)
-{
-    double bytes = 0;
-    for (int i = 0; i < st->o->nmodels; i++)
-        bytes += step_weight_bytes(&st->cfg[i], st->o->precision);
-    if (bytes <= HOST_CACHED_WEIGHTS)
-        return HOST_BATCH_SENTENCES;
-    int n = HOST_STREAM_ROWS / (beam > 0 ? beam : 1);
-    return n < HOST_BATCH_SENTENCES ? HOST_BATCH_SENTENCES : n > HOST_STREAM_SENTENCES ? HOST_STREAM_SENTENCES : (uint64_t)n;
-}
-
 /* Cuts the N sentences ORD (sorted by length) into batches of at most MAX_TOKENS source tokens
  * (padded) and MAX_SENTENCES sentences (0: no limit): batch b is ORD[START[b]] to
  * ORD[START[b + 1] - 1] (START: N + 1 entries). Returns the number of batches; START[that number]
@@ -1019,7 +986,9 @@ static int load(struct state *st, const struct opts *o)
     if (!o->jobs && st->jobs > 1 && !host)
         st->jobs = 1;
     st->max_sentences = o->max_sentences ? o->max_sentences
-                        : host ? host_batch_sentences(st, o->sample ? o->sp.samples : o->so.beam) : 0;
+                        : host ? (uint64_t)infer_host_batch_sentences(st->cfg, o->nmodels, o->precision,
+                                                                      o->sample ? o->sp.samples : o->so.beam)
+                               : 0;
     /* one engine: load it now; several: once the batches are known, each in its job (the first
      * one's context is reopened with a larger share if there are fewer batches than jobs) */
     if (st->jobs == 1) {

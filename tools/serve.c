@@ -411,7 +411,9 @@ static const struct opt_spec OPTIONS[] = {
     {OPTION(OT_U64, "max-tokens", 't', "N", OFF(u.max_tokens), "source tokens per batch (default 4096)"), .imin = 1,
      .imax = MANY, .def.u = 4096},
     {OPTION(OT_U64, "max-sentences", 0, "N", OFF(u.max_batch),
-            "sentences per batch at most (default: as many as --max-tokens allows)"),
+            "sentences per batch at most (default on the cpu: 16, or 128 / beam\n"
+            "within 16..64 for a model of over 32 MiB of weights a decoder step; on\n"
+            "an accelerator as many as --max-tokens allows)"),
      .imin = 1, .imax = MANY},
     {OPTION(OT_INT, "max-wait-ms", 0, "MS", OFF(so.max_wait_ms),
             "how long a batch that is not full waits for more sentences (default 10)"),

@@ -292,6 +292,33 @@ int infer_precision_parse(const char *name, uint32_t *dtype)
     return nmt_seterr("invalid precision '%s' (float32, int8, int8-all, bf16 or bf16-all)", name);
 }
 
+/* The bytes of the weights one decoder step of model C reads (its layers' products and the output
+ * projection) in PRECISION. */
+static double step_weight_bytes(const struct model_config *c, uint32_t precision)
+{
+    double d = c->d_model, layers = c->dec_layers * (6 * d * d + 2 * d * c->ff), out = (double)c->vocab * d;
+    uint32_t dt = precision & ~INFER_OUTPUT_TOO;
+    double wb = dt == NMT_DTYPE_INT8 ? 1 : dt == NMT_DTYPE_BF16 ? 2 : 4;
+    return layers * wb + out * (precision & INFER_OUTPUT_TOO ? wb : 4);
+}
+
+/* See infer.h: below CACHED_WEIGHTS bytes a step, BATCH_SENTENCES; above, STREAM_ROWS rows. */
+#define CACHED_WEIGHTS (32.0 * 1024 * 1024)
+#define BATCH_SENTENCES 16
+#define STREAM_ROWS 128
+#define STREAM_SENTENCES 64
+
+int infer_host_batch_sentences(const struct model_config *c, int nmodels, uint32_t precision, int beam)
+{
+    double bytes = 0;
+    for (int i = 0; i < nmodels; i++)
+        bytes += step_weight_bytes(&c[i], precision);
+    if (bytes <= CACHED_WEIGHTS)
+        return BATCH_SENTENCES;
+    int n = STREAM_ROWS / (beam > 0 ? beam : 1);
+    return n < BATCH_SENTENCES ? BATCH_SENTENCES : n > STREAM_SENTENCES ? STREAM_SENTENCES : n;
+}
+
 /* Whether the backend can take weights in reduced precision; 0, or -1 with the error set. */
 static int check_precision(const struct infer *in)
 {

@@ -68,6 +68,13 @@ struct infer *infer_load(struct backend *be, const struct infer *owner, struct s
 int infer_precision_parse(const char *name, uint32_t *dtype);
 /* Returns the name of the precision DTYPE, as infer_precision_parse takes it. */
 const char *infer_precision_name(uint32_t dtype);
+/* The sentences a batch holds by default on a backend with worker threads (the cpu), for the
+ * NMODELS models C decoded together in PRECISION with BEAM hypotheses a sentence: 16 while the
+ * weights one decoder step reads (its layers and the output projection) fit in 32 MiB and stay in
+ * the CPU's caches from step to step; else, as they stream from memory at every step, 128 decoder
+ * rows (sentences x beam) that share each pass, 16 to 64 sentences (bench/RESULTS.md,
+ * "nmt-decode's batches on the cpu"). */
+int infer_host_batch_sentences(const struct model_config *c, int nmodels, uint32_t precision, int beam);
 /* Makes the output layer of the steps of the next batches compute only the candidates of each
  * sentence that shortlist SL (nn/shortlist.h; not owned, on the model's vocabulary) gives it, the
  * softmax over them: top-k ids, infer_logits and infer_logits_at answer in vocabulary ids, with

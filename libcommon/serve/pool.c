@@ -65,6 +65,7 @@ struct serve_pool {
     pthread_mutex_t tok_lock;
     struct worker *w;          /* (nw) */
     int nw, threads;
+    int host;                  /* the backend has worker threads (the cpu): infer_host_batch_sentences */
     pthread_mutex_t lock;      /* the queue, the pending requests and the counters */
     pthread_cond_t work;       /* sentences queued, or stop (monotonic clock) */
     struct item *head, **tail;
@@ -125,12 +126,14 @@ static int pick(struct serve_pool *p, struct worker *w, int *full)
 {
     const struct item *h = p->head;
     int nb = 0, mx = 0;
+    size_t cap = p->o.max_batch ? p->o.max_batch
+                 : p->host ? (size_t)infer_host_batch_sentences(&p->cfg, 1, p->o.precision, h->beam) : 0;
     *full = 0;
     for (struct item *it = p->head; it; it = it->next) {
         if (it->beam != h->beam || it->nbest != h->nbest)
             continue;
         int l = it->n + 1, m = l > mx ? l : mx;
-        if (nb > 0 && ((long)(nb + 1) * m > p->o.max_tokens || (p->o.max_batch && (size_t)nb >= p->o.max_batch))) {
+        if (nb > 0 && ((long)(nb + 1) * m > p->o.max_tokens || (cap && (size_t)nb >= cap))) {
             *full = 1;
             break;
         }
@@ -255,7 +258,9 @@ static int workers_open(struct serve_pool *p)
         /* an accelerator (no worker threads) decodes one batch at a time unless --jobs says otherwise */
         struct nmt_backend_props pr;
         const struct backend *be = p->w[0].be;
-        if (i == 0 && !p->o.jobs && jobs > 1 && (be->ops.props(be->ctx, &pr) < 0 || pr.threads == 0))
+        if (i == 0)
+            p->host = be->ops.props(be->ctx, &pr) == 0 && pr.threads > 0;
+        if (i == 0 && !p->o.jobs && jobs > 1 && !p->host)
             jobs = 1;
     }
     return 0;

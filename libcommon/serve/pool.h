@@ -25,7 +25,8 @@ struct serve_opts {
     int shortlist;             /* the checkpoint's vocabulary shortlist (nn/shortlist.h) */
     int threads, jobs;         /* 0: all cores; 0: the threads, at most 4 (1 on an accelerator) */
     long max_tokens;           /* token budget of a batch */
-    size_t max_batch;          /* sentences of a batch at most (0: as the budget allows) */
+    size_t max_batch;          /* sentences of a batch at most (0: on the cpu infer_host_batch_sentences,
+                                * on an accelerator as the budget allows) */
     int max_wait_ms;           /* how long a batch that is not full waits */
     size_t max_queue;          /* sentences waiting at most */
     struct search_opts so;     /* alpha and length limit (beam and nbest come with each request) */

@@ -152,6 +152,22 @@ call() {
       "$(metric "$A" nmt_serve_batch_sentences_count)" ]
 }
 
+@test "batches on the cpu: at most 16 sentences by default, larger with --max-sentences; the same translations" {
+    cat "$D/src.en" "$D/src.en" > "$D/s48.en"
+    start_server b16 -m "$D/m.ckpt"
+    local S16 S64
+    S16=$(cat "$D/b16.addr")
+    $CLIENT translate "$S16" "$D/s48.en" --per-request 48 > "$D/g16"
+    [ "$(metric "$S16" 'nmt_serve_batch_sentences_bucket{le="16"}')" = "$(metric "$S16" nmt_serve_batch_sentences_count)" ]
+    [ "$(metric "$S16" nmt_serve_batch_sentences_count)" -ge 3 ]
+    # a batch that is not full waits 2 s for more: the 48 sentences of the request go as one
+    start_server b64 -m "$D/m.ckpt" --max-sentences 64 --max-wait-ms 2000
+    S64=$(cat "$D/b64.addr")
+    $CLIENT translate "$S64" "$D/s48.en" --per-request 48 > "$D/g64"
+    [ "$(metric "$S64" 'nmt_serve_batch_sentences_bucket{le="32"}')" -lt "$(metric "$S64" nmt_serve_batch_sentences_count)" ]
+    cmp "$D/g16" "$D/g64"
+}
+
 @test "bad requests: 400 naming what was wrong, and the server keeps serving" {
     local cases=(
         '{"text": ["a"'                         "malformed JSON at line 1"
