@@ -295,6 +295,45 @@ static void lattice_clear(struct best_node *best, size_t from, size_t to)
         best[i] = (struct best_node){0, -1, 0};
 }
 
+/* The pieces of a model that begin at one character start of a text, in the order of their ends:
+ * each from the trie walk, then, when none ends with the character, the unknown piece over it. */
+struct piece_walk {
+    const struct spm_model *m;
+    const unsigned char *t;
+    size_t len, k, char_end; /* the text's bytes, the next byte of the walk, the character's end */
+    int32_t node;            /* the trie node of the piece given last (-1: the walk is over) */
+    int single;              /* a piece given ends with the character (or the unknown one was given) */
+};
+
+/* Starts W over the pieces of M beginning at byte START of T (LEN bytes), a character start. */
+static inline void piece_walk_init(struct piece_walk *w, const struct spm_model *m, const unsigned char *t,
+                                   size_t len, size_t start)
+{
+    size_t mblen = one_char_len((const char *)t + start);
+    *w = (struct piece_walk){m, t, len, start, start + (mblen < len - start ? mblen : len - start), 0, 0};
+}
+
+/* The next piece of W: 1 with its end in *END and its id in *ID (-1: the unknown piece, over the
+ * character; else the piece's trie node is W->node); 0 when there is none left. */
+static inline int piece_walk_next(struct piece_walk *w, size_t *end, int32_t *id)
+{
+    while (w->node >= 0 && w->k < w->len && (w->node = spm_trie_next(w->m, w->node, w->t[w->k])) >= 0) {
+        int32_t piece = w->m->trie[w->node].piece;
+        w->k++;
+        if (piece >= 0) {
+            w->single |= w->k == w->char_end;
+            *end = w->k, *id = piece;
+            return 1;
+        }
+    }
+    w->node = -1;
+    if (w->single)
+        return 0;
+    w->single = 1;
+    *end = w->char_end, *id = -1;
+    return 1;
+}
+
 /* spm's EncodeOptimized over the characters starting in bytes [FROM, TO) of the normalised line
  * (SIZE bytes; FROM and TO character starts, best[FROM] final): from each, the pieces its trie walk
  * finds, each tried as the last piece of the best path to its end, then the unknown piece over the
@@ -302,35 +341,28 @@ static void lattice_clear(struct best_node *best, size_t from, size_t to)
 static void viterbi_direct(const struct spm_model *m, const unsigned char *t, size_t size, size_t from, size_t to,
                            struct best_node *best)
 {
-    const struct spm_trie_unit *trie = m->trie;
     const uint32_t unk = (uint32_t)m->unk;
     const float unk_score = m->min_score - 10.0f;
     for (size_t start = from; start < to;) {
         const float here = best[start].score;
-        size_t mblen = one_char_len((const char *)t + start);
-        if (mblen > size - start)
-            mblen = size - start;
-        const size_t char_end = start + mblen;
-        int single = 0;
-        int32_t node = 0;
-        for (size_t k = start; k < size && (node = spm_trie_next(m, node, t[k])) >= 0; k++) {
-            int32_t id = trie[node].piece;
-            if (id < 0)
-                continue;
-            /* in double, compared with the float kept, as spm (its score is a double there) */
-            double cand = (double)trie[node].score + here;
-            struct best_node *b = &best[k + 1];
-            if (b->start < 0 || cand > b->score)
-                *b = (struct best_node){(float)cand, (int32_t)start, (uint32_t)id};
-            single |= k + 1 == char_end;
+        struct piece_walk pw;
+        size_t end;
+        int32_t id;
+        piece_walk_init(&pw, m, t, size, start);
+        while (piece_walk_next(&pw, &end, &id)) {
+            struct best_node *b = &best[end];
+            if (id >= 0) {
+                /* in double, compared with the float kept, as spm (its score is a double there) */
+                double cand = (double)m->trie[pw.node].score + here;
+                if (b->start < 0 || cand > b->score)
+                    *b = (struct best_node){(float)cand, (int32_t)start, (uint32_t)id};
+            } else {
+                float cand = unk_score + here;
+                if (b->start < 0 || cand > b->score)
+                    *b = (struct best_node){cand, (int32_t)start, unk};
+            }
         }
-        if (!single) {
-            float cand = unk_score + here;
-            struct best_node *b = &best[char_end];
-            if (b->start < 0 || cand > b->score)
-                *b = (struct best_node){cand, (int32_t)start, unk};
-        }
-        start = char_end;
+        start = pw.char_end;
     }
 }
 
@@ -512,22 +544,13 @@ static int64_t word_add(struct spm_encoder *e, const unsigned char *w, size_t le
     uint32_t *rec = e->words + e->words_len;
     struct spm_step *st = (struct spm_step *)(rec + room - maxsteps), *p = st;
     for (size_t start = 0; start < len;) {
-        size_t mblen = one_char_len((const char *)w + start);
-        if (mblen > len - start)
-            mblen = len - start;
-        const size_t char_end = start + mblen;
-        int single = 0;
-        int32_t node = 0;
-        for (size_t k = start; k < len && (node = spm_trie_next(m, node, w[k])) >= 0; k++) {
-            int32_t id = m->trie[node].piece;
-            if (id < 0)
-                continue;
-            *p++ = (struct spm_step){(uint8_t)start, (uint8_t)(k + 1), (uint16_t)id};
-            single |= k + 1 == char_end;
-        }
-        if (!single)
-            *p++ = (struct spm_step){(uint8_t)start, (uint8_t)char_end, (uint16_t)m->unk};
-        start = char_end;
+        struct piece_walk pw;
+        size_t end;
+        int32_t id;
+        piece_walk_init(&pw, m, w, len, start);
+        while (piece_walk_next(&pw, &end, &id))
+            *p++ = (struct spm_step){(uint8_t)start, (uint8_t)end, (uint16_t)(id >= 0 ? id : m->unk)};
+        start = pw.char_end;
     }
     uint32_t nstep = (uint32_t)(p - st);
     struct spm_step *path = (struct spm_step *)(rec + REC_TEXT + (len + 3) / 4);
