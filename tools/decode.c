@@ -523,9 +523,9 @@ static int engines_share(const struct state *st)
 
 /* Loads the checkpoints' weights into open engine E and prepares its inference states, or, once
  * the first engine has loaded and the engines share, makes E's over the first engine's weights;
- * engines may load at the same time. LAST: no other engine reads the checkpoints, so each is freed
- * once its weights are in E's model, before they are packed. 0, or -1 with the error set (E is
- * then half loaded: engine_close it). */
+ * engines may load at the same time. LAST: no other engine reads the checkpoints, so each is given
+ * back as its weights are read, and freed once they are in E's model and packed. 0, or -1 with the
+ * error set (E is then half loaded: engine_close it). */
 static int engine_load(struct state *st, struct engine *e, int last)
 {
     const struct opts *o = st->o;

@@ -290,7 +290,11 @@ void st_free(struct st_file *f)
     if (!f)
         return;
     file_free_parts(f);
-    free(f->buf);
+    if (f->mapped)
+        munmap(f->buf, f->len);
+    else
+        free(f->buf);
+    free(f->extra);
     free(f);
 }
 
@@ -559,16 +563,13 @@ struct st_file *st_read(const char *path) { return st_read_skip(path, NULL); }
 /* Whether tensor NAME is left out by SKIP (a prefix, or NULL). */
 static int skipped(const char *name, const char *skip) { return skip && !strncmp(name, skip, strlen(skip)); }
 
-struct st_file *st_read_skip(const char *path, const char *skip)
+/* Reads the file FD (PATH) of LEN bytes into memory: the header, then the tensors not left out by
+ * SKIP. Returns the st_file, or NULL with the error set. */
+static struct st_file *read_into_memory(int fd, const char *path, size_t len, const char *skip)
 {
-    size_t len = 0;
-    int fd = open_regular(path, &len);
-    if (fd < 0)
-        return NULL;
     unsigned char *buf = nmt_malloc_large(len ? len : 1);
     if (!buf) {
         nmt_seterr("cannot read '%s': out of memory (%zu bytes)", path, len);
-        close(fd);
         return NULL;
     }
     /* the header first (st_parse checks its length against the file's), then each tensor kept */
@@ -581,36 +582,84 @@ struct st_file *st_read_skip(const char *path, const char *skip)
     }
     if (rc == 0 && !skip)
         rc = read_at(fd, path, buf + head, len - head, head);
-    struct st_file *f = rc == 0 ? st_parse(buf, len, 1, path) : NULL;
-    if (rc < 0)
+    if (rc < 0) {
         free(buf);
-    size_t kept = 0;
+        return NULL;
+    }
+    struct st_file *f = st_parse(buf, len, 1, path);
     for (size_t i = 0; f && skip && i < f->nt; i++) {
-        struct st_tensor *t = &f->t[i];
-        if (skipped(t->name, skip)) { /* never read: left out of the table */
-            free(t->name);
-            continue;
-        }
-        f->t[kept++] = *t;
-        unsigned char *dst = buf + ((const unsigned char *)t->data - buf);
-        if (read_at(fd, path, dst, (size_t)t->nbytes, (size_t)(dst - buf)) < 0) {
-            for (size_t j = i + 1; j < f->nt; j++) /* the names not yet moved or freed */
-                free(f->t[j].name);
-            f->nt = kept;
+        const struct st_tensor *t = &f->t[i];
+        size_t at = (size_t)((const unsigned char *)t->data - buf);
+        if (!skipped(t->name, skip) && read_at(fd, path, buf + at, (size_t)t->nbytes, at) < 0) {
             st_free(f);
             f = NULL;
         }
     }
-    if (f && skip)
-        f->nt = kept;
-    close(fd);
     return f;
+}
+
+/* Maps the file FD (PATH) of LEN bytes read-only and parses it; NULL (errno set by mmap) when it
+ * cannot be mapped, NULL with the error set when it is not a safetensors file. */
+static struct st_file *map_file(int fd, const char *path, size_t len, int *mapped)
+{
+    *mapped = 0;
+    long psz = sysconf(_SC_PAGESIZE);
+    if (len < (size_t)(psz > 0 ? psz : 4096))
+        return NULL;
+    unsigned char *buf = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (buf == MAP_FAILED)
+        return NULL;
+    *mapped = 1;
+    struct st_file *f = st_parse(buf, len, 0, path);
+    if (!f) {
+        munmap(buf, len);
+        return NULL;
+    }
+    f->buf = buf;
+    f->mapped = 1;
+    return f;
+}
+
+/* Leaves the tensors whose names start with SKIP out of F's table. */
+static void drop_skipped(struct st_file *f, const char *skip)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < f->nt; i++) {
+        if (skipped(f->t[i].name, skip))
+            free(f->t[i].name);
+        else
+            f->t[kept++] = f->t[i];
+    }
+    f->nt = kept;
+}
+
+struct st_file *st_read_skip(const char *path, const char *skip)
+{
+    size_t len = 0;
+    int fd = open_regular(path, &len);
+    if (fd < 0)
+        return NULL;
+    int mapped = 0;
+    struct st_file *f = map_file(fd, path, len, &mapped);
+    if (!f && !mapped) /* not mapped (a file system without mmap): read */
+        f = read_into_memory(fd, path, len, skip);
+    close(fd);
+    if (f && skip)
+        drop_skipped(f, skip);
+    return f;
+}
+
+/* Whether the N bytes at AT lie in the LEN bytes at BASE (a buffer F owns; NULL: none). */
+static int within(const unsigned char *base, size_t len, uintptr_t at, size_t n)
+{
+    uintptr_t b = (uintptr_t)base;
+    return base && at >= b && at - b <= len && n <= len - (at - b);
 }
 
 int st_discard(struct st_file *f, const void *p, size_t n)
 {
-    uintptr_t base = (uintptr_t)f->buf, at = (uintptr_t)p;
-    if (!f->buf || at < base || at - base > f->len || n > f->len - (at - base))
+    uintptr_t at = (uintptr_t)p;
+    if (!within(f->buf, f->len, at, n) && !within(f->extra, f->extra_len, at, n))
         return nmt_seterr("st_discard: %zu bytes that are not in an image this file owns", n);
     long psz = sysconf(_SC_PAGESIZE);
     uintptr_t page = psz > 0 ? (uintptr_t)psz : 4096, lo = (at + page - 1) / page * page;
@@ -618,6 +667,16 @@ int st_discard(struct st_file *f, const void *p, size_t n)
     if (hi > lo && madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
         return nmt_seterr("st_discard: %s", strerror(errno));
     return 0;
+}
+
+void *st_extra(struct st_file *f, size_t n)
+{
+    if (f->extra)
+        return nmt_seterr("st_extra: the file has its extra bytes already"), NULL;
+    if (!(f->extra = nmt_malloc_large(n ? n : 1)))
+        return NULL;
+    f->extra_len = n;
+    return f->extra;
 }
 
 const struct st_tensor *st_find(const struct st_file *f, const char *name)

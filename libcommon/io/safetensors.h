@@ -37,8 +37,11 @@ struct st_tensor {
 
 /* ---- reading ---- */
 struct st_file {
-    unsigned char *buf;        /* whole file, owned */
+    unsigned char *buf;        /* whole file, owned: read into memory, or mapped read-only (MAPPED) */
     size_t len;
+    int mapped;                /* BUF is a private read-only mapping of the file (munmap, not free) */
+    unsigned char *extra;      /* (extra_len) bytes a reader added (st_extra), owned, or NULL */
+    size_t extra_len;
     struct st_tensor *t;       /* (nt) in header order */
     size_t nt;
     char **meta_key, **meta_val; /* (nmeta) __metadata__ pairs */
@@ -49,19 +52,27 @@ struct st_file {
  * not freed by st_free unless OWN is non-zero). NAME names the input in messages. Returns a new
  * st_file, or NULL with nmt_errmsg() set ("x.ckpt: header: expected ':' at byte 37"). */
 struct st_file *st_parse(unsigned char *buf, size_t len, int own, const char *name);
-/* Reads and parses the file at PATH. Returns a new st_file, or NULL with the error set. */
+/* Reads and parses the file at PATH. Returns a new st_file, or NULL with the error set. A regular
+ * file of a page or more is mapped read-only rather than read (its pages come from the page cache
+ * as they are used, none copied): it must not shrink while the st_file lives (files written by
+ * st_writer_write are replaced by rename, never shrunk), and its bytes are those of the file. */
 struct st_file *st_read(const char *path);
 /* st_read, but the tensors whose names start with SKIP (NULL: none) are neither read nor listed
  * (e.g. "optim." for a reader of the weights alone): their bytes never enter memory. */
 struct st_file *st_read_skip(const char *path, const char *skip);
 /* Frees F; st_free(NULL) is a no-op. */
 void st_free(struct st_file *f);
-/* Gives back the memory of the whole pages of the N bytes at P in F's image (F must own it, as
- * st_read's do) with madvise(MADV_DONTNEED): for a reader done with tensors long before F is freed
- * (a checkpoint's weights once on the device). Those pages then read as zeros; the rest of F is
- * unchanged. 0, or -1 with the error set (bytes not in an image F owns; with N 0 and P F's first
- * tensor's data, whether F owns its image). */
+/* Gives back the memory of the whole pages of the N bytes at P in F's image or its extra bytes (F
+ * must own them, as st_read's do) with madvise(MADV_DONTNEED): for a reader done with tensors long
+ * before F is freed (a checkpoint's weights once on the device). Those pages must not be read again
+ * (they read as zeros, or as the file again where it is mapped); the rest of F is unchanged. 0, or
+ * -1 with the error set (bytes not in memory F owns; with N 0 and P F's first tensor's data,
+ * whether F owns its image). */
 int st_discard(struct st_file *f, const void *p, size_t n);
+/* Returns N bytes (uninitialised) owned by F, freed by st_free and given back by st_discard: room
+ * for tensors a reader adds to F (the float32 values of int8 ones); F holds one such buffer. NULL
+ * with the error set (out of memory, or F has one already). */
+void *st_extra(struct st_file *f, size_t n);
 /* Returns the tensor called NAME, or NULL when absent. */
 const struct st_tensor *st_find(const struct st_file *f, const char *name);
 /* Returns the __metadata__ value of KEY, or NULL when absent. */

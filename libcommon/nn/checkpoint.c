@@ -258,14 +258,11 @@ int checkpoint_dequantize(struct st_file *f, const char *name)
         }
     if (extra == 0)
         return 0;
-    /* one buffer for the file and the float32 values, so that st_free frees both */
-    unsigned char *nb = nmt_malloc(f->len + extra);
+    /* the float32 values in bytes F owns, so that st_free frees them and st_discard gives them back */
+    unsigned char *nb = st_extra(f, extra);
     if (!nb)
         return -1;
-    memcpy(nb, f->buf, f->len);
-    for (size_t i = 0; i < f->nt; i++)
-        f->t[i].data = nb + ((const unsigned char *)f->t[i].data - f->buf);
-    size_t off = f->len;
+    size_t off = 0;
     for (size_t i = 0; i < f->nt; i++) {
         struct st_tensor *t = &f->t[i];
         if (t->dtype != ST_I8)
@@ -286,9 +283,6 @@ int checkpoint_dequantize(struct st_file *f, const char *name)
         off += (size_t)t->nbytes * sizeof(float);
         t->nbytes *= sizeof(float);
     }
-    free(f->buf);
-    f->buf = nb;
-    f->len += extra;
     return 0;
 }
 

@@ -38,6 +38,8 @@ struct infer {
     char *wt_buf;                    /* device buffer of the packed weights (NULL when shared) */
     float *pe;                       /* device (max_len, D) position table (nn_pe_table), or NULL */
     int shares;                      /* wts and the model are another state's (infer_new_shared) */
+    int out_gone;                    /* the output projection's float32 weights are not in the model
+                                      * (given back once packed, or never loaded): no shortlist */
 
     /* device arena, laid out for the largest extents of the batches so far (struct extents), so that
      * every batch works in the same regions, each in a prefix of its own: the pages a batch faults
@@ -200,15 +202,11 @@ static const void *wt_find(const struct infer *in, const float *w, int out)
     return NULL;
 }
 
-/* Packs every weight the products of inference read with the backend's linear_pack, once, into
- * one device buffer; with DISCARD, gives back each float32 weight of DISCARD_MIN bytes or more once
- * packed (the embeddings, which the input also reads, excepted; a smaller one has too few whole pages
- * to be worth a system call). 0, or -1 with the error set. */
-#define DISCARD_MIN ((size_t)64 << 10)
-static int pack_weights(struct infer *in, int discard)
+/* Lists every weight the products of inference read, to be packed (pack_weights). 0, or -1 with
+ * the error set. */
+static int wt_table(struct infer *in)
 {
     const struct model_config *c = &in->c;
-    const struct nmt_backend *k = in->k;
     int D = c->d_model, F = c->ff, Le = c->enc_layers, Ld = c->dec_layers;
     in->wts = calloc((size_t)(4 * Le + 8 * Ld + 1), sizeof *in->wts);
     if (!in->wts)
@@ -232,31 +230,83 @@ static int pack_weights(struct infer *in, int discard)
         wt_add(in, d->w2, D, F);
     }
     wt_add_as(in, in->w->out_w, c->vocab, D, in->out_precision); /* the output projection */
-    size_t total = 0;
+    return 0;
+}
+
+/* Whether E's weight is read by more than the products (the embeddings, which the input reads too;
+ * the output projection, whose rows a shortlist gathers): its float32 copy stays in the model. */
+static int wt_read_elsewhere(const struct infer *in, const struct wt_entry *e)
+{
+    return e->w == in->w->emb || e->w == in->w->dec_emb || (e->w == in->w->out_w && in->sl);
+}
+
+/* The ranges of the model's weights that only the products read (wt_read_elsewhere), for
+ * model_load_except: (in->nwt) entries, or NULL with the error set. *NR is set to their number. */
+static struct model_range *wt_ranges(const struct infer *in, size_t *nr)
+{
+    struct model_range *r = calloc((size_t)in->nwt + 1, sizeof *r);
+    if (!r)
+        return nmt_seterr("out of memory"), NULL;
+    *nr = 0;
+    for (int i = 0; i < in->nwt; i++)
+        if (!wt_read_elsewhere(in, &in->wts[i]))
+            r[(*nr)++] = (struct model_range){ in->wts[i].w, (size_t)in->wts[i].out * (size_t)in->wts[i].kin };
+    return r;
+}
+
+/* Packs every weight of the table (wt_table) with the backend's linear_pack, once, into one device
+ * buffer. With DISCARD, gives back each float32 weight of DISCARD_MIN bytes or more once packed
+ * (but those read elsewhere; a smaller one has too few whole pages to be worth a system call).
+ * With FILE (the checkpoint, from model_load_except over wt_ranges), the weights left out of the
+ * model are packed from FILE's bytes, through one device buffer the size of the largest, and
+ * those bytes given back when CONSUME. 0, or -1 with the error set. */
+#define DISCARD_MIN ((size_t)64 << 10)
+static int pack_weights(struct infer *in, int discard, struct st_file *file, int consume)
+{
+    const struct nmt_backend *k = in->k;
+    size_t total = 0, stage_n = 0;
     for (int i = 0; i < in->nwt; i++) {
-        size_t b = wt_bytes(in, &in->wts[i]);
+        size_t b = wt_bytes(in, &in->wts[i]), n = (size_t)in->wts[i].out * (size_t)in->wts[i].kin;
         if (b == 0)
             return nmt_seterr("backend %s cannot compute linear layers in %s here: %s", k->name,
                               infer_precision_name(in->wts[i].dtype), k->last_error(in->ctx));
         total += (b + 63) & ~(size_t)63;
+        if (file && !wt_read_elsewhere(in, &in->wts[i]) && n > stage_n)
+            stage_n = n;
     }
     in->wt_buf = k->alloc(in->ctx, total);
-    if (!in->wt_buf)
-        return nmt_seterr("cannot allocate %zu MB for the packed weights on backend %s: %s", total >> 20, k->name,
-                          k->last_error(in->ctx));
+    float *stage = stage_n ? k->alloc(in->ctx, stage_n * sizeof(float)) : NULL;
+    int rc = 0;
+    if (!in->wt_buf || (stage_n && !stage))
+        rc = nmt_seterr("cannot allocate %zu MB for the packed weights on backend %s: %s", total >> 20, k->name,
+                        k->last_error(in->ctx));
     size_t off = 0;
-    for (int i = 0; i < in->nwt; i++) {
+    for (int i = 0; rc == 0 && i < in->nwt; i++) {
         struct wt_entry *e = &in->wts[i];
-        if (wt_pack(in, in->wt_buf + off, e) < 0)
-            return -1;
         size_t n = (size_t)e->out * (size_t)e->kin;
-        int give = discard && e->w != in->w->emb && e->w != in->w->dec_emb && n * sizeof(float) >= DISCARD_MIN;
-        if (give && model_discard_weight(in->m, e->w, n) < 0)
-            return -1;
+        struct wt_entry from = *e;
+        const void *bytes = NULL;
+        if (file && !wt_read_elsewhere(in, e)) { /* left out of the model: from the file's bytes */
+            if (!(bytes = model_file_bytes(in->m, file, e->w, n)) ||
+                nn_bk(&in->run, k->upload(in->ctx, stage, bytes, n * sizeof(float)), "upload") < 0)
+                rc = -1;
+            from.w = stage;
+        }
+        int give = !bytes && discard && !wt_read_elsewhere(in, e) && n * sizeof(float) >= DISCARD_MIN;
+        if (rc == 0 && wt_pack(in, in->wt_buf + off, &from) < 0)
+            rc = -1;
+        else if (rc == 0 && bytes && consume && st_discard(file, bytes, n * sizeof(float)) < 0)
+            rc = -1;
+        else if (rc == 0 && give && model_discard_weight(in->m, e->w, n) < 0)
+            rc = -1;
+        if (e->w == in->w->out_w && (bytes || give))
+            in->out_gone = 1;
         e->packed = in->wt_buf + off;
         off += (wt_bytes(in, e) + 63) & ~(size_t)63;
     }
-    return 0;
+    if (stage)
+        k->free(in->ctx, stage);
+    return rc;
 }
 
 static int infer_linear(struct nn_exec *e, float *y, const float *x, const float *W, const float *bias, int relu,
@@ -365,6 +415,12 @@ static struct infer *infer_alloc(struct backend *be, struct model *m, int invari
     return in;
 }
 
+/* Whether IN computes its products from packed weights (pack_weights). */
+static int packs(const struct infer *in)
+{
+    return in->precision != NMT_DTYPE_F32 || (in->invariant && has_linear_rowinv(in->k));
+}
+
 struct infer *infer_new(struct backend *be, struct model *m, unsigned flags, uint32_t precision)
 {
     if (model_weights_discarded(m))
@@ -374,8 +430,7 @@ struct infer *infer_new(struct backend *be, struct model *m, unsigned flags, uin
     struct infer *in = infer_alloc(be, m, (flags & INFER_INVARIANT) != 0, precision);
     if (!in)
         return NULL;
-    int pack = in->precision != NMT_DTYPE_F32 || (in->invariant && has_linear_rowinv(in->k));
-    if (pack && pack_weights(in, (flags & INFER_DISCARD) != 0) < 0) {
+    if (packs(in) && (wt_table(in) < 0 || pack_weights(in, (flags & INFER_DISCARD) != 0, NULL, 0) < 0)) {
         infer_free(in);
         return NULL;
     }
@@ -393,6 +448,7 @@ struct infer *infer_new_shared(struct backend *be, const struct infer *owner)
     in->wts = owner->wts; /* wt_buf stays NULL: the owner's, freed by it */
     in->nwt = owner->nwt;
     in->shares = 1;
+    in->out_gone = owner->out_gone;
     return in;
 }
 
@@ -589,6 +645,9 @@ int infer_set_shortlist(struct infer *in, const struct shortlist *sl)
     int V = in->c.vocab;
     if (sl && sl->vocab != V)
         return nmt_seterr("shortlist of a vocabulary of %d pieces for a model of %d", sl->vocab, V);
+    if (sl && in->out_gone)
+        return nmt_seterr("a shortlist reads the output projection's float32 weights, given back once packed: "
+                          "load the model with the shortlist (infer_load)");
     in->sl = sl;
     in->ns = in->R = 0; /* no batch is under way until the next infer_encode */
     if (!sl || in->mark)
@@ -1339,6 +1398,42 @@ int infer_reorder(struct infer *in, int ns, const int *keep, const int *parent)
     return 0;
 }
 
+/* infer_load's state over the new model M, read from CKPT (CONSUME: given back as read). When the
+ * weights are packed and M is read by no one else (INFER_DISCARD), the packed weights are made
+ * from CKPT's bytes (pack_weights), never uploaded whole into M: the model's memory for them is
+ * never touched. NULL with the error set. */
+static struct infer *load_model(struct backend *be, struct model *m, struct st_file *ckpt, int consume,
+                                const struct infer_load_opts *o)
+{
+    if (!(o->flags & INFER_DISCARD)) {
+        if ((consume ? model_load_consume(m, ckpt) : model_load(m, ckpt, 0)) < 0)
+            return nmt_seterr("'%s': %s", o->path, nmt_errmsg()), NULL;
+        return infer_new(be, m, o->flags, o->precision);
+    }
+    struct infer *in = infer_alloc(be, m, (o->flags & INFER_INVARIANT) != 0, o->precision);
+    if (!in)
+        return NULL;
+    int direct = packs(in);
+    in->sl = o->sl; /* the shortlist reads the output projection: kept in the model (wt_read_elsewhere) */
+    size_t nr = 0;
+    struct model_range *r = NULL;
+    if (direct && (wt_table(in) < 0 || !(r = wt_ranges(in, &nr)))) {
+        infer_free(in);
+        return NULL;
+    }
+    int rc = model_load_except(m, ckpt, consume, r, nr);
+    free(r);
+    if (rc < 0)
+        nmt_seterr("'%s': %s", o->path, nmt_errmsg());
+    else if (direct)
+        rc = pack_weights(in, 1, ckpt, consume);
+    if (rc < 0) {
+        infer_free(in);
+        return NULL;
+    }
+    return in;
+}
+
 struct infer *infer_load(struct backend *be, const struct infer *owner, struct st_file **ckpt, int consume,
                          const struct infer_load_opts *o, struct model **m)
 {
@@ -1346,17 +1441,14 @@ struct infer *infer_load(struct backend *be, const struct infer *owner, struct s
     if (owner) {
         in = infer_new_shared(be, owner);
     } else {
-        if (!(*m = model_new(be, o->cfg, 0)))
+        /* with INFER_DISCARD the products' weights are packed from *CKPT: the model holds the rest */
+        if (!(*m = model_new(be, o->cfg, o->flags & INFER_DISCARD ? MODEL_SPARSE : 0)))
             return NULL;
-        if ((consume ? model_load_consume(*m, *ckpt) : model_load(*m, *ckpt, 0)) < 0) {
-            nmt_seterr("'%s': %s", o->path, nmt_errmsg());
-            return NULL;
-        }
+        in = load_model(be, *m, *ckpt, consume, o);
         if (consume) {
             st_free(*ckpt);
             *ckpt = NULL;
         }
-        in = infer_new(be, *m, o->flags, o->precision);
     }
     if (in && infer_set_shortlist(in, o->sl) < 0) {
         infer_free(in);

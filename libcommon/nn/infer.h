@@ -28,9 +28,10 @@ struct shortlist;
 #define INFER_OUTPUT_TOO 0x10000u
 
 /* infer_new's FLAGS. INFER_INVARIANT: products row-invariant (see above). INFER_DISCARD: once a
- * layer's weight of 1 MiB or more is packed, its float32 copy in M is given back
+ * layer's weight of 64 KiB or more is packed, its float32 copy in M is given back
  * (model_discard_weight, where the backend has the discard slot): M is then read only by this
- * state and the states sharing it, and refuses other uses until its weights are set again. */
+ * state and the states sharing it, and refuses other uses until its weights are set again
+ * (infer_load: the packed weights are never in M). */
 #define INFER_INVARIANT 1u
 #define INFER_DISCARD 2u
 
@@ -59,8 +60,10 @@ struct infer_load_opts {
 };
 /* Returns an inference state on BE as O says, limited to O->sl: over OWNER's weights when OWNER is
  * given (infer_new_shared), else over a new model in *M (which the caller frees after the state)
- * read from *CKPT; with CONSUME the tensors are moved out of *CKPT (model_load_consume), which is
- * freed and set NULL before the weights are packed. NULL with the error set (free a *M set). */
+ * read from *CKPT; with CONSUME the tensors are moved out of *CKPT as they are read
+ * (model_load_consume), which is then freed and set NULL. With INFER_DISCARD the weights the state
+ * packs are packed from *CKPT's bytes and never copied into *M (model_load_except). NULL with the
+ * error set (free a *M set). */
 struct infer *infer_load(struct backend *be, const struct infer *owner, struct st_file **ckpt, int consume,
                          const struct infer_load_opts *o, struct model **m);
 /* Sets *DTYPE to the precision named NAME: "float32", "int8" (NMT_DTYPE_INT8), "int8-all"
@@ -79,7 +82,8 @@ int infer_host_batch_sentences(const struct model_config *c, int nmodels, uint32
  * sentence that shortlist SL (nn/shortlist.h; not owned, on the model's vocabulary) gives it, the
  * softmax over them: top-k ids, infer_logits and infer_logits_at answer in vocabulary ids, with
  * -infinity at the others; forced decoding (infer_step's TGT) is refused. NULL: the whole
- * vocabulary again. Ends any batch under way. 0, or -1 with the error set. */
+ * vocabulary again. Ends any batch under way. 0, or -1 with the error set (also when the output
+ * projection's float32 weights were given back by INFER_DISCARD: infer_load with SL keeps them). */
 int infer_set_shortlist(struct infer *in, const struct shortlist *sl);
 /* Frees IN and its device buffers; infer_free(NULL) is a no-op. */
 void infer_free(struct infer *in);

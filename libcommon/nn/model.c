@@ -201,6 +201,8 @@ struct model *model_new(struct backend *be, const struct model_config *c, int tr
     m->ctx = be->ctx;
     m->c = *c;
     m->run = (struct nn_exec){.k = m->k, .ctx = m->ctx, .c = &m->c, .linear = nn_linear_gemm, .owner = m};
+    int sparse = (training & MODEL_SPARSE) && m->k->alloc_sparse;
+    training &= ~MODEL_SPARSE;
     m->training = training;
     m->lse = m->k->attention_forward_lse && m->k->attention_backward_lse;
     m->precision = NMT_DTYPE_F32;
@@ -214,7 +216,12 @@ struct model *model_new(struct backend *be, const struct model_config *c, int tr
         nmt_seterr("out of memory");
         goto fail;
     }
-    if (!(m->params = dalloc(m, m->np, "parameters")))
+    if (sparse && !(m->params = m->k->alloc_sparse(m->ctx, m->np * sizeof(float))))
+        nmt_seterr("cannot allocate parameters (%zu MB) on backend %s: %s", m->np * sizeof(float) >> 20, m->k->name,
+                   m->k->last_error(m->ctx));
+    if (!sparse && !(m->params = dalloc(m, m->np, "parameters")))
+        goto fail;
+    if (!m->params)
         goto fail;
     int err;
     m->run.pe = m->pe = nn_pe_table(m->k, m->ctx, c, &err);
@@ -1201,13 +1208,46 @@ int model_save(struct model *m, struct st_writer *w, int opt)
  * (model_load_consume), in pieces of at least CONSUME_STEP bytes of adjacent tensors but the last
  * (the caller frees F next). */
 #define CONSUME_STEP ((size_t)4 << 20)
-static int load_impl(struct model *m, const struct st_file *f, int opt, struct st_file *consume);
+static int load_impl(struct model *m, const struct st_file *f, int opt, struct st_file *consume,
+                     const struct model_range *r, size_t nr);
 
-int model_load(struct model *m, const struct st_file *f, int opt) { return load_impl(m, f, opt, NULL); }
+int model_load(struct model *m, const struct st_file *f, int opt) { return load_impl(m, f, opt, NULL, NULL, 0); }
 
-int model_load_consume(struct model *m, struct st_file *f) { return load_impl(m, f, 0, f); }
+int model_load_consume(struct model *m, struct st_file *f) { return load_impl(m, f, 0, f, NULL, 0); }
 
-static int load_impl(struct model *m, const struct st_file *f, int opt, struct st_file *consume)
+int model_load_except(struct model *m, struct st_file *f, int consume, const struct model_range *r, size_t nr)
+{
+    return load_impl(m, f, 0, consume ? f : NULL, r, nr);
+}
+
+/* Whether the NR ranges R cover the parameters of P whole (ranges do not overlap). */
+static int covered(const struct model *m, const struct model_param *p, const struct model_range *r, size_t nr)
+{
+    const float *lo = m->params + p->offset, *hi = lo + p->size;
+    size_t n = 0;
+    for (size_t i = 0; i < nr; i++)
+        if (r[i].w >= lo && r[i].w < hi && r[i].n <= (size_t)(hi - r[i].w))
+            n += r[i].n;
+    return p->size > 0 && n == p->size;
+}
+
+const void *model_file_bytes(const struct model *m, const struct st_file *f, const float *w, size_t n)
+{
+    for (size_t i = 0; i < m->ntab; i++) {
+        const struct model_param *p = &m->tab[i];
+        const float *lo = m->params + p->offset;
+        if (w < lo || w >= lo + p->size || n > (size_t)(lo + p->size - w))
+            continue;
+        const struct st_tensor *t = st_find(f, p->name);
+        if (!t || t->dtype != ST_F32 || t->nbytes != (uint64_t)p->size * sizeof(float))
+            return nmt_seterr("checkpoint tensor '%s' is not %zu float32 values", p->name, (size_t)p->size), NULL;
+        return (const unsigned char *)t->data + (size_t)(w - lo) * sizeof(float);
+    }
+    return nmt_seterr("%zu floats that are not all in one of the model's tensors", n), NULL;
+}
+
+static int load_impl(struct model *m, const struct st_file *f, int opt, struct st_file *consume,
+                     const struct model_range *r, size_t nr)
 {
     struct model_config c;
     if (model_config_load(&c, f) < 0)
@@ -1230,7 +1270,7 @@ static int load_impl(struct model *m, const struct st_file *f, int opt, struct s
     if (opt && !m->training)
         return nmt_seterr("model has no optimizer state");
     float *h = NULL;
-    int rc = -1;
+    int rc = -1, left_out = 0;
     /* CONSUME: the file's bytes of the tensors uploaded so far that are not given back yet (one
      * run of adjacent tensors), given back in pieces of CONSUME_STEP or more: a few system calls */
     const unsigned char *run = NULL;
@@ -1253,6 +1293,13 @@ static int load_impl(struct model *m, const struct st_file *f, int opt, struct s
         if (t->dtype != ST_F32 || t->nbytes != (uint64_t)p->size * sizeof(float)) {
             nmt_seterr("checkpoint tensor '%s' is not %zu float32 values", p->name, (size_t)p->size);
             goto out;
+        }
+        if (nr && covered(m, p, r, nr)) { /* left in F for the caller; breaks a run of bytes to give back */
+            left_out = 1;
+            if (consume && run && st_discard(consume, run, run_len) < 0)
+                goto out;
+            run = NULL, run_len = 0;
+            continue;
         }
         if (p->size &&
             nn_bk(&m->run, m->k->upload(m->ctx, m->params + p->offset, t->data, (size_t)t->nbytes), "upload") < 0)
@@ -1282,7 +1329,9 @@ static int load_impl(struct model *m, const struct st_file *f, int opt, struct s
             nn_bk(&m->run, m->k->upload(m->ctx, m->adam_v, h, m->np * sizeof(float)), "upload") < 0)
             goto out;
     }
-    m->discarded = 0; /* every weight was uploaded */
+    if (consume && run && st_discard(consume, run, run_len) < 0)
+        goto out;
+    m->discarded = left_out; /* every weight was uploaded, or some left out */
     rc = wbf_refresh(m);
 out:
     free(h);

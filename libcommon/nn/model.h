@@ -25,9 +25,12 @@
 struct model;
 struct model_weights;
 
-/* Creates a model with configuration C on backend BE (not owned). With TRAINING non-zero also
- * allocates gradients and Adam moments. Parameters are uninitialised: call model_init or
- * model_load. Returns the model, or NULL with the error set. */
+/* Creates a model with configuration C on backend BE (not owned). With TRAINING 1 also allocates
+ * gradients and Adam moments; with MODEL_SPARSE OR'ed in, the parameters live in memory that costs
+ * nothing where never written, without large pages (the backend's alloc_sparse): for a model most
+ * of whose weights stay out of it (model_load_except). Parameters are uninitialised: call
+ * model_init or model_load. Returns the model, or NULL with the error set. */
+#define MODEL_SPARSE 2
 struct model *model_new(struct backend *be, const struct model_config *c, int training);
 /* Frees M and its device buffers; model_free(NULL) is a no-op. */
 void model_free(struct model *m);
@@ -169,6 +172,20 @@ int model_load(struct model *m, const struct st_file *f, int opt);
  * given back once on the device (st_discard; F must own its image), so that the file and the model
  * are not both whole in memory. Afterwards F's model tensors read as zeros: only free F. 0 or -1. */
 int model_load_consume(struct model *m, struct st_file *f);
+/* A range of M's parameters: N floats from device address W. */
+struct model_range {
+    const float *w;
+    size_t n;
+};
+/* model_load (CONSUME 0) or model_load_consume (CONSUME 1), but the tensors that the NR ranges
+ * R (not overlapping) cover whole are left out: not uploaded, and with CONSUME not given back in
+ * F, for the caller to read there (model_file_bytes); M then counts as having given them back
+ * (model_discard_weight), and refuses what reads them all. For a reader that makes its own copy of
+ * those weights. 0 or -1. */
+int model_load_except(struct model *m, struct st_file *f, int consume, const struct model_range *r, size_t nr);
+/* The bytes of F that model_load reads for the N parameters of M at device address W (within one
+ * tensor; little-endian float32, as model_load checked them). NULL with the error set. */
+const void *model_file_bytes(const struct model *m, const struct st_file *f, const float *w, size_t n);
 
 /* Returns the matrix-product FLOPs of one training step (forward + backward = 3 x forward) on batch
  * BR, counting only non-padding tokens: with Ns/Nt the source/target tokens and s_b/t_b the lengths,

@@ -186,3 +186,18 @@ PY
         done
     done
 }
+
+@test "--shortlist over an untied output projection of 64 KiB or more (its float32 rows kept for the shortlist): the whole vocabulary translates as no shortlist" {
+    # d 64: the output projection is 320 x 64 floats, 80 KiB, which nmt-decode gives back once packed
+    # when no shortlist reads it
+    run nmt-train --d-model 64 --ff 64 --heads 2 --layers 1 --threads 1 -q --warmup 20 --lr 2 --vocab "$D/v.txt" \
+        -i "$D/tr.b" -o w.ckpt --max-steps 6 "${MAR[@]}"
+    [ "$status" -eq 0 ]
+    nmt-avg --shortlist "$D/tr.b" --shortlist-targets 1 --shortlist-frequent 320 -o all.ckpt w.ckpt
+    for p in float32 int8; do
+        nmt-decode -m all.ckpt --precision $p --beam 2 --scores --max-len-b 8 -i "$D/src.en" > none.out
+        [ "$(wc -l < none.out)" -eq 15 ]
+        nmt-decode -m all.ckpt --precision $p --beam 2 --scores --max-len-b 8 --shortlist -i "$D/src.en" > sl.out
+        cmp none.out sl.out
+    done
+}

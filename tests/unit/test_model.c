@@ -307,8 +307,29 @@ static void check_read_skip(void)
                 st_get(some, "a", ST_F32, ga, 1000) == 0 && st_get(some, "b", ST_F32, gb, 7) == 0 &&
                 !memcmp(ga, a, sizeof a) && !memcmp(gb, b, sizeof b),
             "st_read_skip: 'optim.' tensors left out, the others read (%s)", all && some ? "" : nmt_errmsg());
+    test_ok(all && some && all->mapped && some->mapped, "st_read: a file of a page or more is mapped, not read");
+    /* st_extra: bytes the file owns, one buffer; st_discard takes them as it takes the image's */
+    unsigned char *x1 = all ? st_extra(all, 3 << 12) : NULL, *x2 = all ? st_extra(all, 16) : NULL;
+    if (x1)
+        memset(x1, 7, 3 << 12);
+    test_ok(x1 && !x2 && strstr(nmt_errmsg(), "extra bytes already") && st_discard(all, x1 + 100, 2 << 12) == 0 &&
+                x1[0] == 7 && x1[(3 << 12) - 1] == 7 && st_discard(all, x1 + 100, 3 << 12) < 0,
+            "st_extra: one buffer F owns, given back by st_discard: '%s'", nmt_errmsg());
     st_free(all);
     st_free(some);
+    /* a file smaller than a page is read into memory: the same tensors */
+    w = st_writer_new();
+    rc = !w || st_writer_add(w, "b", ST_F32, 1, sb, b) < 0 || st_writer_write(w, path) < 0;
+    st_writer_free(w);
+    struct st_file *small = rc ? NULL : st_read_skip(path, "optim.");
+    test_ok(small && !small->mapped && small->nt == 1 && st_get(small, "b", ST_F32, gb, 7) == 0 &&
+                !memcmp(gb, b, sizeof b),
+            "st_read: a file of less than a page is read (%s)", small ? "" : nmt_errmsg());
+    st_free(small);
+    w = st_writer_new();
+    rc = !w || st_writer_add(w, "a", ST_F32, 1, sa, a) < 0 || st_writer_add(w, "optim.x", ST_F32, 1, sx, x) < 0 ||
+         st_writer_add(w, "b", ST_F32, 1, sb, b) < 0 || st_writer_write(w, path) < 0;
+    st_writer_free(w);
     /* cut inside the last tensor ("b"), and inside the skipped one */
     FILE *fp = fopen(path, "r+b");
     long size = fp && fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
@@ -319,6 +340,57 @@ static void check_read_skip(void)
     test_ok(cut && !some && strstr(nmt_errmsg(), "tensor 'b'"), "st_read_skip: a cut file is refused: '%s'",
             nmt_errmsg());
     unlink(path);
+}
+
+/* model_load_except: the tensors the ranges cover whole are left out (their file bytes kept, the
+ * model counts as given back), a tensor covered in part and the others loaded; model_file_bytes
+ * finds a range's bytes in the file, and refuses one across two tensors. */
+static void check_load_except(void)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/ref/post.safetensors", test_srcdir());
+    struct st_file *f = st_read(path), *g = st_read(path);
+    struct model_config c;
+    struct model *m = f && g && model_config_load(&c, f) == 0 ? model_new(be, &c, MODEL_SPARSE) : NULL;
+    const struct model_param *tab = NULL;
+    size_t nt = m ? model_params(m, &tab) : 0, big = 0, other = 0;
+    for (size_t i = 0; i < nt; i++) /* the two largest 2-D tensors */
+        if (tab[i].ndim == 2 && tab[i].size > tab[big].size)
+            other = big, big = i;
+        else if (tab[i].ndim == 2 && tab[i].size > tab[other].size && i != big)
+            other = i;
+    float *dev = m ? model_param_data(m) : NULL;
+    const struct model_range r[3] = {
+        {dev ? dev + tab[big].offset : NULL, tab[big].size / 2},   /* big: whole, in two ranges */
+        {dev ? dev + tab[big].offset + tab[big].size / 2 : NULL, tab[big].size - tab[big].size / 2},
+        {dev ? dev + tab[other].offset : NULL, tab[other].size / 2}, /* other: half */
+    };
+    int ok = m && nt > 2 && big != other && model_load_except(m, g, 1, r, 3) == 0;
+    test_ok(ok && model_weights_discarded(m), "model_load_except: loaded, the model counts as given back (%s)",
+            ok ? "" : nmt_errmsg());
+    size_t P = m ? model_num_params(m) : 0;
+    float *h = malloc((P ? P : 1) * sizeof *h), *want = malloc((P ? P : 1) * sizeof *want);
+    struct model *whole = ok ? model_new(be, &c, 0) : NULL;
+    ok = ok && h && want && whole && model_load(whole, f, 0) == 0 && model_get_params(whole, want) == 0 &&
+         be->ops.download(be->ctx, h, dev, P * sizeof *h) == 0;
+    int same = ok;
+    for (size_t i = 0; ok && i < nt; i++)
+        if (i != big)
+            same &= !memcmp(h + tab[i].offset, want + tab[i].offset, tab[i].size * sizeof *h);
+    test_ok(same, "model_load_except: the tensors not covered whole hold the file's values");
+    const struct st_tensor *t = ok ? st_find(f, tab[big].name) : NULL;
+    const unsigned char *at = ok ? model_file_bytes(m, g, r[1].w, r[1].n) : NULL;
+    test_ok(t && at && !memcmp(at, (const unsigned char *)t->data + tab[big].size / 2 * sizeof(float),
+                               r[1].n * sizeof(float)),
+            "model_file_bytes: the bytes of a range left out, kept in the consumed file (%s)", at ? "" : nmt_errmsg());
+    test_ok(ok && !model_file_bytes(m, g, dev + tab[big].offset + tab[big].size - 1, 2) &&
+                strstr(nmt_errmsg(), "not all in one"),
+            "model_file_bytes: a range across two tensors refused: '%s'", nmt_errmsg());
+    free(h), free(want);
+    model_free(whole);
+    model_free(m);
+    st_free(f);
+    st_free(g);
 }
 
 /* model_load_consume: the same weights as model_load; the file's copies given back as they go (an
@@ -749,6 +821,7 @@ int main(void)
     }
     check_misc();
     check_load_consume();
+    check_load_except();
     check_read_skip();
     check_layout(0);
     check_layout(1);

@@ -8,10 +8,13 @@
 #include "tiny_model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "run/backend_loader.h"
+#include "io/safetensors.h"
 #include "nn/infer.h"
 #include "nn/model.h"
 #include "nn/search.h"
@@ -667,6 +670,51 @@ static void run_discard(struct backend *be)
     model_free(m);
 }
 
+/* infer_load with INFER_DISCARD: the products' weights packed straight from the checkpoint's bytes
+ * (model_load_except: never in the model), the checkpoint consumed or not, the output projection
+ * tied to the embedding (kept in the model, which reads it) or not: the same scores and beam-2
+ * results as a state over the whole model, whose weights were saved to that checkpoint. */
+static void run_load_direct(struct backend *be)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/nmt-test-direct-%d.ckpt", (int)getpid());
+    for (int v = 0; v < 8; v++) {
+        int untied = v & 1, consume = (v >> 1) & 1;
+        uint32_t prec = v & 4 ? NMT_DTYPE_INT8 : NMT_DTYPE_F32;
+        struct model_config c = {.vocab = 1100, .d_model = 256, .heads = 4, .ff = 1024, .enc_layers = 1,
+                                 .dec_layers = 1, .max_len = 40, .ln_eps = 1e-5f,
+                                 .tie = untied ? MODEL_TIE_NONE : MODEL_TIE_ALL};
+        struct model *m = model_new(be, &c, 0), *m2 = NULL;
+        struct st_writer *w = st_writer_new();
+        int ok = m && w && model_init(m, 9) == 0 && model_save(m, w, 0) == 0 && st_writer_write(w, path) == 0;
+        st_writer_free(w);
+        double l0[DS], l1[DS];
+        struct search_result r0[DS], r1[DS];
+        struct infer *ref = ok ? infer_new(be, m, INFER_INVARIANT, prec) : NULL;
+        ok = ref && decode_all(ref, l0, r0) == 0;
+        struct st_file *f = ok ? st_read(path) : NULL;
+        struct infer_load_opts o = {.cfg = &c, .path = path, .flags = INFER_INVARIANT | INFER_DISCARD, .precision = prec};
+        struct infer *in = f ? infer_load(be, NULL, &f, consume, &o, &m2) : NULL;
+        int dec = ok && in && decode_all(in, l1, r1) == 0;
+        int same = dec && model_weights_discarded(m2) && (consume ? !f : f != NULL) && !memcmp(l0, l1, sizeof l0);
+        for (int b = 0; b < DS; b++) {
+            if (dec)
+                same &= same_result(&r0[b], &r1[b]), search_result_free(&r1[b]);
+            if (ok)
+                search_result_free(&r0[b]);
+        }
+        test_ok(same, "infer_load (%s, output projection %s, checkpoint %s): packed from the file's bytes, the "
+                "results of the whole model (%s)", infer_precision_name(prec), untied ? "untied" : "tied",
+                consume ? "consumed" : "kept", in ? "" : nmt_errmsg());
+        infer_free(in);
+        infer_free(ref);
+        model_free(m2);
+        model_free(m);
+        st_free(f);
+    }
+    unlink(path);
+}
+
 /* infer_keep_logits(in, 0): the top-k of 480 rows over 1,100 pieces, whose logits are computed a few
  * rows at a time (472, then 8), are those taken from every row's logits kept, bit for bit, at each of
  * three steps; infer_logits then refuses the step. */
@@ -720,6 +768,7 @@ int main(void)
     run_int8(be);
     run_shared(be);
     run_discard(be);
+    run_load_direct(be);
     run_keep_logits(be);
     /* the host's fallback for a backend without gemm_rowinv: products on blocks of 8 rows */
     be->ops.gemm_rowinv = NULL;
