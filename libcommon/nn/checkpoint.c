@@ -247,6 +247,32 @@ static const struct st_tensor *int8_scales(const struct st_file *f, const struct
     return s;
 }
 
+/* Writes the ROWS x COLS float32 values q * scale (little-endian) of the int8 values Q and the
+ * row scales SCALE (little-endian float32) to DST. */
+static void dequantize_rows(unsigned char *dst, const int8_t *q, const unsigned char *scale, uint64_t rows,
+                            uint64_t cols)
+{
+    const int little = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+    float *row = little ? malloc(cols * sizeof *row) : NULL;
+    for (uint64_t r = 0; r < rows; r++, q += cols, dst += 4 * cols) {
+        float sc;
+        uint32_t bits = nmt_le32(scale + 4 * r);
+        memcpy(&sc, &bits, 4);
+        if (row) { /* one vector loop, then one copy */
+            for (uint64_t c = 0; c < cols; c++)
+                row[c] = (float)q[c] * sc;
+            memcpy(dst, row, cols * sizeof *row);
+            continue;
+        }
+        for (uint64_t c = 0; c < cols; c++) {
+            float v = (float)q[c] * sc;
+            memcpy(&bits, &v, 4);
+            nmt_put32(dst + 4 * c, bits);
+        }
+    }
+    free(row);
+}
+
 int checkpoint_dequantize(struct st_file *f, const char *name)
 {
     size_t extra = 0;
@@ -268,16 +294,7 @@ int checkpoint_dequantize(struct st_file *f, const char *name)
         if (t->dtype != ST_I8)
             continue;
         const struct st_tensor *s = int8_scales(f, t, name); /* checked above: the same answer */
-        const int8_t *q = t->data;
-        uint64_t cols = t->shape[1];
-        for (uint64_t e = 0; e < t->nbytes; e++) {
-            float sc, v;
-            uint32_t bits = nmt_le32((const unsigned char *)s->data + 4 * (e / cols));
-            memcpy(&sc, &bits, 4);
-            v = (float)q[e] * sc;
-            memcpy(&bits, &v, 4);
-            nmt_put32(nb + off + 4 * e, bits);
-        }
+        dequantize_rows(nb + off, t->data, s->data, t->shape[0], t->shape[1]);
         t->data = nb + off;
         t->dtype = ST_F32;
         off += (size_t)t->nbytes * sizeof(float);
