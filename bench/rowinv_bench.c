@@ -6,8 +6,8 @@
  * row-invariant slots to the full gemm; and, where the backend has linear_pack_q (ABI 2.1),
  * linear_rowinv on the weight packed in int8 (nmt-decode --precision int8; its "GF/s" count the
  * same 2MNK operations), with its ratio to the float32 linear_rowinv.
- * Usage: rowinv_bench [BACKEND [THREADS [tiny]]]   (defaults: cpu, 2; tiny: the TINY model's shapes,
- * d 128, ff 256, a vocabulary of 8000) */
+ * Usage: rowinv_bench [BACKEND [THREADS [tiny|base]]]   (defaults: cpu, 2; tiny: the TINY model's
+ * shapes, d 128, ff 256, a vocabulary of 8000; base: the BASE model's, d 512, ff 2048) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +57,8 @@ int main(int argc, char **argv)
     static const int Ms[] = { 8, 32, 64, 128, 256 };
     static const int small[][2] = { { 256, 256 }, { 768, 256 }, { 1024, 256 }, { 256, 1024 }, { 8000, 256 } };
     static const int tiny[][2] = { { 128, 128 }, { 384, 128 }, { 256, 128 }, { 128, 256 }, { 8000, 128 } };
-    const int(*NK)[2] = argc > 3 && !strcmp(argv[3], "tiny") ? tiny : small;
+    static const int base[][2] = { { 512, 512 }, { 1536, 512 }, { 2048, 512 }, { 512, 2048 }, { 8000, 512 } };
+    const int(*NK)[2] = argc > 3 && !strcmp(argv[3], "tiny") ? tiny : argc > 3 && !strcmp(argv[3], "base") ? base : small;
     int q = be->ops.linear_packed_bytes_q && be->ops.linear_pack_q; /* int8 too */
     printf("%5s %5s %5s %12s %12s %12s %12s %8s %8s %12s %10s\n", "M", "N", "K", "gemm GF/s", "8-row GF/s",
            "rowinv GF/s", "linear GF/s", "ratio", "ratio", "int8 GF/s", "int8/lin");

@@ -38,6 +38,7 @@ struct infer {
     char *wt_buf;                    /* device buffer of the packed weights (NULL when shared) */
     float *pe;                       /* device (max_len, D) position table (nn_pe_table), or NULL */
     int shares;                      /* wts and the model are another state's (infer_new_shared) */
+    uint64_t rows_stepped;           /* infer_rows_stepped */
     int out_gone;                    /* the output projection's float32 weights are not in the model
                                       * (given back once packed, or never loaded): no shortlist */
 
@@ -1210,6 +1211,8 @@ int infer_attention(struct infer *in, float *att)
     return 0;
 }
 
+uint64_t infer_rows_stepped(const struct infer *in) { return in->rows_stepped; }
+
 int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int32_t *idx, const int32_t *tgt,
                float *lp)
 {
@@ -1218,6 +1221,7 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
     int D = c->d_model, V = c->vocab, R = in->R, t = in->time;
     if (t >= in->tmax)
         return nmt_seterr("decoder step %d past the prepared length %d", t, in->tmax);
+    in->rows_stepped += (uint64_t)R;
     if (topk > in->topk_cap)
         return nmt_seterr("top-%d asked, at most %d prepared", topk, in->topk_cap);
     if (in->keep_att && att_room(in) < 0)

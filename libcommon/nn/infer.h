@@ -113,6 +113,9 @@ int infer_time(const struct infer *in);
  * the step. Returns 0, or -1 with the error set. */
 int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int32_t *idx, const int32_t *tgt,
                float *lp);
+/* Decoder rows that infer_step has computed since IN was made (the live rows of each step, summed):
+ * the work of the searches run with it. */
+uint64_t infer_rows_stepped(const struct infer *in);
 
 /* Copies the output logits (rows x vocab, before the softmax) of the last infer_step into LOGITS
  * (host). Returns 0, or -1 with the error set (no step taken since infer_encode). */

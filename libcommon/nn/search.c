@@ -530,6 +530,36 @@ static int beam_finish(struct beam *z, int b, int nc, int t, double lpen)
     return 0;
 }
 
+/* Whether sentence B's search can end after step T although it has fewer than K finished
+ * hypotheses: it has N of them (O->nbest) and none of its NR live rows from BASE can end above the
+ * N-th best. A live row's log-probability only falls as it grows, and it ends at t + 2 to ml[b]
+ * tokens: its final score is at most its log-probability over the length penalty of one of those
+ * ends (the largest of the two at the ends; the penalty is monotone in the length). A later
+ * hypothesis of the same score ranks after the earlier ones (fin_cmp), so the results are those
+ * of searching on. */
+static int beam_settled(const struct beam *z, const struct search_opts *o, int b, int t, int base, int nr)
+{
+    int K = z->K, n = o->nbest > 1 ? o->nbest : 1;
+    if (z->nfin[b] < n)
+        return 0;
+    double nth = INFINITY; /* the N-th best finished score: the least of the N best */
+    const struct fin *f = &z->fin[(size_t)b * (size_t)K];
+    for (int i = 0; i < z->nfin[b]; i++) { /* rank of f[i]: finished scores above it */
+        int above = 0;
+        for (int j = 0; j < z->nfin[b]; j++)
+            above += f[j].s > f[i].s || (f[j].s == f[i].s && f[j].seq < f[i].seq);
+        if (above == n - 1)
+            nth = f[i].s;
+    }
+    double lo = search_length_penalty(o->alpha, t + 2), hi = search_length_penalty(o->alpha, z->ml[b]);
+    for (int i = 0; i < nr; i++) {
+        double s = z->nscore[base + i];
+        if (s / lo > nth || s / hi > nth || s > 0)
+            return 0;
+    }
+    return 1;
+}
+
 /* One search step's choices for live sentence S at step T: finished hypotheses, then its K best
  * non-EOS extensions as the rows of kept sentence *NK (incremented when it stays live). 0 or -1. */
 static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int t, int *nk)
@@ -549,7 +579,7 @@ static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int
         z->ntlp[base + nr] = z->cd[j].lp;
         nr++;
     }
-    if (nr == 0 || forced || z->nfin[b] >= K)
+    if (nr == 0 || forced || z->nfin[b] >= K || (!o->exhaustive && beam_settled(z, o, b, t, base, nr)))
         return 0;
     for (; nr < K; nr++) { /* fewer candidates than K: dead rows */
         z->parent[base + nr] = s * K;

@@ -28,6 +28,10 @@ struct search_opts {
     double alpha;              /* length penalty exponent (0: none) */
     double len_a, len_b;       /* maximum output length a * source + b tokens (with EOS) */
     int attention;             /* keep each hypothesis's attention (search_hyp.att) */
+    int exhaustive;            /* beam search: every sentence searches on until K hypotheses have
+                                * finished (or its length limit), rather than ending once no live
+                                * hypothesis can outscore its n-best finished ones: the same
+                                * results, more steps (the reference the early end is tested on) */
 };
 
 /* The defaults of every tool that searches (nmt-decode, nmt-serve, validation BLEU): greedy, one

@@ -216,6 +216,41 @@ static void run_attention(struct infer *in, int pre_norm)
     test_ok(inv, "pre_norm %d: the attention is the same alone and in a batch", pre_norm);
 }
 
+/* The early end of beam search: with beams 4 and 8, alphas 0, 0.6 and 2 and n-best 1 and 2, each
+ * sentence ends once no live hypothesis can outscore its n-best finished ones; the results are those
+ * of searching on until K have finished (search_opts.exhaustive), in fewer decoder rows. */
+static void run_early_end(struct infer *in, int pre_norm)
+{
+    const uint32_t *src[NS];
+    for (int b = 0; b < NS; b++)
+        src[b] = src_store[b];
+    static const double alphas[] = {0, 0.6, 2};
+    uint64_t early = 0, full = 0;
+    int same = 1, fewer = 1;
+    for (int v = 0; v < 12; v++) {
+        struct search_opts o = {.beam = v < 6 ? 4 : 8, .nbest = 1 + v % 2, .alpha = alphas[v % 6 / 2], .len_a = 1,
+                                .len_b = 5};
+        struct search_result re[NS], rf[NS];
+        uint64_t r0 = infer_rows_stepped(in);
+        int ok = search_batch(&in, 1, &o, NS, src, slen, re) == 0;
+        uint64_t r1 = infer_rows_stepped(in);
+        o.exhaustive = 1;
+        ok = search_batch(&in, 1, &o, NS, src, slen, rf) == 0 && ok;
+        uint64_t r2 = infer_rows_stepped(in);
+        for (int b = 0; b < NS; b++) {
+            same &= ok && same_result(&re[b], &rf[b]);
+            search_result_free(&re[b]);
+            search_result_free(&rf[b]);
+        }
+        fewer &= r1 - r0 <= r2 - r1;
+        early += r1 - r0, full += r2 - r1;
+    }
+    test_ok(same, "pre_norm %d: beam search ending early: the results of searching on until K hypotheses finish",
+            pre_norm);
+    test_ok(fewer && early < full, "pre_norm %d: beam search ending early: %llu decoder rows instead of %llu", pre_norm,
+            (unsigned long long)early, (unsigned long long)full);
+}
+
 static void run(struct backend *be, int pre_norm)
 {
     const struct model_config c = {.vocab = 60, .max_len = 40};
@@ -329,6 +364,7 @@ static void run(struct backend *be, int pre_norm)
             "pre_norm %d: infer_reserve refuses an empty shape", pre_norm);
     run_prefix(in, g, c.max_len, pre_norm);
     run_attention(in, pre_norm);
+    run_early_end(in, pre_norm);
     for (int b = 0; b < NS; b++) {
         search_result_free(&g[b]);
         search_result_free(&bm[b]);
