@@ -44,7 +44,7 @@ static int check(nmt_bctx *ctx, const char *what, const struct nmt_attn_args *a)
     return 0;
 }
 
-CPU_VEC static void fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(fwd_body)
 {
     struct attn *t = arg;
     const struct nmt_attn_args *a = t->a;
@@ -303,7 +303,7 @@ int cpu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, c
 }
 
 /* One (b, h) pair per index: dk and dv of that pair are owned by one chunk, queries in order. */
-CPU_VEC static void bwd_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(bwd_body)
 {
     struct attn t0 = *(struct attn *)arg, *t = &t0;
     const struct nmt_attn_args *a = t->a;

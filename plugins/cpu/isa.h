@@ -13,10 +13,24 @@
 #define ISA_AMX                                                                                                 \
     __attribute__((target("amx-tile,amx-int8,avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
-/* Hot loops are compiled three times (AVX-512, AVX2, baseline) and picked at load time by what the CPU
- * supports (feature checks, not CPU model names, which miss newer CPUs). Without -ffast-math the
- * clones compute the same bits: only element-wise work is vectorised. */
-#define CPU_VEC __attribute__((target_clones("avx512f", "avx2", "default")))
+/* CPU_VEC_BODY(NAME) { ... } defines NAME, a pool_for body (void *arg, int64_t lo, int64_t hi, int
+ * tid), from the block after it: a hot loop compiled three times (AVX-512, AVX2, baseline), the one
+ * run picked per call by cpu_isa() (feature checks, not CPU model names, which miss newer CPUs), so
+ * that NMT_CPU_ISA caps these loops as it caps the hand-written kernels. Without -ffast-math the
+ * three compute the same bits: only element-wise work is vectorised. */
+#define CPU_VEC_ARGS void *arg, int64_t lo, int64_t hi, int tid
+#define CPU_VEC_BODY(name)                                                                              \
+    static inline __attribute__((always_inline)) void name##_loop(CPU_VEC_ARGS);                       \
+    ISA_AVX512 static void name##_avx512(CPU_VEC_ARGS) { name##_loop(arg, lo, hi, tid); }              \
+    ISA_AVX2 static void name##_avx2(CPU_VEC_ARGS) { name##_loop(arg, lo, hi, tid); }                  \
+    static void name##_base(CPU_VEC_ARGS) { name##_loop(arg, lo, hi, tid); }                           \
+    static void name(CPU_VEC_ARGS)                                                                      \
+    {                                                                                                   \
+        int isa = cpu_isa();                                                                            \
+        (isa >= CPU_ISA_AVX512 ? name##_avx512 : isa == CPU_ISA_AVX2 ? name##_avx2 : name##_base)(arg, lo, \
+                                                                                                  hi, tid); \
+    }                                                                                                   \
+    static inline __attribute__((always_inline)) void name##_loop(CPU_VEC_ARGS)
 
 /* The instruction sets of the hand-written kernels (gemm_rowinv, linear_rowinv), widest last.
  * VNNI is AVX-512 with AVX512-VNNI: the float32 kernels take their AVX-512 path on it, the int8

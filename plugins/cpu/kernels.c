@@ -20,35 +20,35 @@ struct ew {
     uint64_t seed, offset;
 };
 
-CPU_VEC static void add_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(add_body)
 {
     struct ew *e = arg;
     for (int64_t i = lo; i < hi; i++)
         e->out[i] = e->a[i] + e->b[i];
 }
 
-CPU_VEC static void relu_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(relu_body)
 {
     struct ew *e = arg;
     for (int64_t i = lo; i < hi; i++)
         e->out[i] = e->a[i] > 0 ? e->a[i] : 0.0f;
 }
 
-CPU_VEC static void relu_back_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(relu_back_body)
 {
     struct ew *e = arg; /* out = dx, a = dout, b = y */
     for (int64_t i = lo; i < hi; i++)
         e->out[i] = e->b[i] > 0 ? e->a[i] : 0.0f;
 }
 
-CPU_VEC static void swish_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(swish_body)
 {
     struct ew *e = arg; /* out, a = x */
     for (int64_t i = lo; i < hi; i++)
         e->out[i] = e->a[i] / (1.0f + expf(-e->a[i]));
 }
 
-CPU_VEC static void swish_back_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(swish_back_body)
 {
     struct ew *e = arg; /* out = dx, a = dout, b = x */
     for (int64_t i = lo; i < hi; i++) {
@@ -57,7 +57,7 @@ CPU_VEC static void swish_back_body(void *arg, int64_t lo, int64_t hi, int tid)
     }
 }
 
-CPU_VEC static void dropout_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(dropout_body)
 {
     struct ew *e = arg; /* out, a = input, s = p */
     float p = e->s, k = 1.0f / (1.0f - p);
@@ -132,7 +132,7 @@ struct rows {
     double *dres;
 };
 
-CPU_VEC static void bias_add_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(bias_add_body)
 {
     struct rows *r = arg;
     for (int64_t i = lo; i < hi; i++) {
@@ -152,7 +152,7 @@ int cpu_bias_add(nmt_bctx *ctx, float *out, const float *bias, int M, int N)
 }
 
 /* Column sums over the column range [lo, hi), rows in order: deterministic. */
-CPU_VEC static void bias_grad_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(bias_grad_body)
 {
     struct rows *r = arg;
     for (int64_t i = 0; i < r->M; i++) {
@@ -218,7 +218,7 @@ static int check_ids(nmt_bctx *ctx, const char *what, const int32_t *ids, const 
     return 0;
 }
 
-CPU_VEC static void emb_fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(emb_fwd_body)
 {
     struct rows *r = arg; /* out, a = emb, b = pe table */
     int D = r->N;
@@ -251,7 +251,7 @@ int cpu_embedding_forward(nmt_bctx *ctx, float *out, const int32_t *ids, const i
 }
 
 /* Each chunk owns a column range of demb and visits the rows in order: deterministic. */
-CPU_VEC static void emb_bwd_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(emb_bwd_body)
 {
     struct rows *r = arg; /* out = demb, a = dout, M = rows, N = D */
     for (int64_t n = 0; n < r->M; n++) {
@@ -301,7 +301,7 @@ int cpu_embedding_table_backward(nmt_bctx *ctx, float *demb, const float *dout, 
 
 /* ---------------- layer norm ---------------- */
 
-CPU_VEC static void ln_fwd_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(ln_fwd_body)
 {
     struct rows *r = arg; /* out, out2 = mean, out3 = rstd, a = x, b = gamma, c = beta, s = eps */
     int D = r->N;
@@ -338,7 +338,7 @@ int cpu_layernorm_forward(nmt_bctx *ctx, float *out, float *mean, float *rstd, c
 }
 
 /* dgamma/dbeta over a column range, rows in order. */
-CPU_VEC static void ln_bwd_param_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(ln_bwd_param_body)
 {
     struct rows *r = arg; /* out = dgamma, out2 = dbeta, a = dout, b = x, c = mean, d = rstd */
     int D = r->N;
@@ -352,7 +352,7 @@ CPU_VEC static void ln_bwd_param_body(void *arg, int64_t lo, int64_t hi, int tid
     }
 }
 
-CPU_VEC static void ln_bwd_x_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(ln_bwd_x_body)
 {
     struct rows *r = arg; /* out = dx, a = dout, b = x, c = mean, d = rstd, e = gamma */
     int D = r->N;
@@ -402,7 +402,7 @@ struct xent {
     double *loss, *nll; /* (N) per-row results, summed in order afterwards */
 };
 
-CPU_VEC static void xent_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(xent_body)
 {
     struct xent *x = arg;
     int V = x->V;
@@ -486,7 +486,7 @@ struct adam {
     float b1, b2, eps, step, rbc2, gs;
 };
 
-CPU_VEC static void adam_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(adam_body)
 {
     struct adam *a = arg;
     for (int64_t i = lo; i < hi; i++) {
@@ -519,7 +519,7 @@ struct sumsq {
     double *part;
 };
 
-CPU_VEC static void sumsq_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(sumsq_body)
 {
     struct sumsq *s = arg;
     for (int64_t b = lo; b < hi; b++) {
@@ -630,7 +630,7 @@ static int64_t above_plain(const float *x, int64_t from, int64_t n, float thr)
     return j;
 }
 
-CPU_VEC static void topk_body(void *arg, int64_t lo, int64_t hi, int tid)
+CPU_VEC_BODY(topk_body)
 {
     struct topk *t = arg;
     int V = t->V, K = t->K;

@@ -44,6 +44,35 @@ teardown() { rm -rf "$TMP"; }
     fi
 }
 
+@test "NMT_CPU_ISA caps the element-wise loops too, and every path gives their bits: training with OpenBLAS on one kernel writes the same tensors" {
+    local flags; flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
+    [[ $flags == *" avx2 "* && $flags == *" fma "* ]] || skip "this CPU lacks AVX2 and FMA"
+    local isas="portable avx2" M="$NMT_SRCDIR/data/multi30k"
+    if [[ $flags == *" avx512f "* && $flags == *" avx512dq "* && $flags == *" avx512bw "* && $flags == *" avx512vl "* ]]
+    then
+        isas="$isas avx512"
+    fi
+    zcat "$M/train.en.gz" | sed -n 1,200p > "$TMP/tr.en"
+    zcat "$M/train.de.gz" | sed -n 1,200p > "$TMP/tr.de"
+    nmt-tokenize --src "$TMP/tr.en" --tgt "$TMP/tr.de" | nmt-vocab -s 320 -o "$TMP/v.txt" 2>/dev/null
+    nmt-tokenize --src "$TMP/tr.en" --tgt "$TMP/tr.de" --vocab "$TMP/v.txt" | nmt-batch -t 600 -o "$TMP/tr.b" 2>/dev/null
+    for act in relu swish; do
+        for isa in $isas; do
+            # dropout, the activation and its backward, layer norm, attention, the loss, Adam
+            NMT_CPU_ISA=$isa OPENBLAS_CORETYPE=Haswell nmt-train --d-model 32 --ff 64 --heads 2 --layers 1 \
+                --threads 2 -q --warmup 20 --lr 2 --dropout 0.1 --activation-dropout 0.1 --attention-dropout 0.1 \
+                --activation $act --vocab "$TMP/v.txt" -i "$TMP/tr.b" -o "$TMP/m.ckpt" --force --max-steps 6
+            # the tensor bytes alone (the metadata records the run's options)
+            python3 -c 'import hashlib, struct, sys
+b = open(sys.argv[1], "rb").read()
+print(hashlib.sha256(b[8 + struct.unpack("<Q", b[:8])[0]:]).hexdigest())' "$TMP/m.ckpt" > "$TMP/$act.$isa"
+        done
+        for isa in $isas; do
+            cmp "$TMP/$act.portable" "$TMP/$act.$isa" || { echo "$act: NMT_CPU_ISA=$isa differs"; return 1; }
+        done
+    done
+}
+
 @test "--backend auto and NMT_BACKEND select cpu; an explicit path loads that file" {
     run nmt-backends --backend auto
     [ "$status" -eq 0 ]
