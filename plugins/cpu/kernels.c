@@ -557,11 +557,19 @@ struct topk {
 /* The scans of a row of logits, written out for AVX-512 and AVX2 (GCC does not vectorise the max of
  * floats or an early exit by itself); each gives the same result as the plain loop after them. */
 
-/* vmax (cpu.h) of X[0..n): lane l keeps x > acc ? x : acc, as _mm512_max_ps(x, acc) does. */
+/* vmax (cpu.h) of X[0..n): lane l keeps x > acc ? x : acc, as _mm512_max_ps(x, acc) does; four
+ * accumulators (a maximum is the same in any order), so that the loop is not one chain of maxima. */
 ISA_AVX512 static float max_avx512(const float *x, int64_t n)
 {
-    __m512 acc = _mm512_set1_ps(x[0]);
+    __m512 acc = _mm512_set1_ps(x[0]), a1 = acc, a2 = acc, a3 = acc;
     int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        acc = _mm512_max_ps(_mm512_loadu_ps(x + i), acc);
+        a1 = _mm512_max_ps(_mm512_loadu_ps(x + i + 16), a1);
+        a2 = _mm512_max_ps(_mm512_loadu_ps(x + i + 32), a2);
+        a3 = _mm512_max_ps(_mm512_loadu_ps(x + i + 48), a3);
+    }
+    acc = _mm512_max_ps(_mm512_max_ps(a1, acc), _mm512_max_ps(a3, a2));
     for (; i + 16 <= n; i += 16)
         acc = _mm512_max_ps(_mm512_loadu_ps(x + i), acc);
     float a[16];
@@ -593,8 +601,15 @@ ISA_AVX512 static int64_t above_avx512(const float *x, int64_t from, int64_t n, 
 /* max_avx512 on AVX2: lane l keeps x > acc ? x : acc, as _mm256_max_ps(x, acc) does. */
 ISA_AVX2 static float max_avx2(const float *x, int64_t n)
 {
-    __m256 acc = _mm256_set1_ps(x[0]);
+    __m256 acc = _mm256_set1_ps(x[0]), a1 = acc, a2 = acc, a3 = acc;
     int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc = _mm256_max_ps(_mm256_loadu_ps(x + i), acc);
+        a1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_max_ps(_mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_max_ps(_mm256_loadu_ps(x + i + 24), a3);
+    }
+    acc = _mm256_max_ps(_mm256_max_ps(a1, acc), _mm256_max_ps(a3, a2));
     for (; i + 8 <= n; i += 8)
         acc = _mm256_max_ps(_mm256_loadu_ps(x + i), acc);
     float a[8];
