@@ -1,7 +1,8 @@
 /* fuzz_checkpoint.c: libFuzzer target for the safetensors reader, the checkpoint config loader and
  * the int8 weights' checks and conversion (checkpoint_dequantize) and the vocabulary shortlist's
  * checks (shortlist_read, then a sentence's candidates). Any input must either parse into
- * tensors that lie inside the input, or fail with an error text. */
+ * tensors that lie inside the input (or, once converted to float32, inside the bytes the file owns
+ * for them), or fail with an error text. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,9 +69,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         nmt_seterr("%s", "");
         if (checkpoint_dequantize(f, "fuzz") < 0 && !*nmt_errmsg())
             abort();
-        for (size_t i = 0; i < f->nt; i++) {
+        for (size_t i = 0; i < f->nt; i++) { /* in the input, or in the float32 values added (st_extra) */
             const unsigned char *p = f->t[i].data;
-            if (p < f->buf || p + f->t[i].nbytes > f->buf + f->len)
+            uint64_t n = f->t[i].nbytes;
+            if ((p < f->buf || p + n > f->buf + f->len) &&
+                (!f->extra || p < f->extra || p + n > f->extra + f->extra_len))
                 abort();
             for (uint64_t j = 0; j < f->t[i].nbytes; j++)
                 sum += p[j];
