@@ -116,7 +116,10 @@ setup() {
 @test "SIGTERM to mpirun, then --resume under another rank count: the uninterrupted run's checkpoint" {
     run "${T[@]}" --epochs 1000 --max-steps 60 --update-freq 6 -o ref.ckpt
     [ "$status" -eq 0 ]
-    "${MPI[@]}" -np 2 "${T[@]}" --epochs 1000 --update-freq 3 -o run.ckpt --log run.csv 2> err.txt &
+    # mpirun passes the SIGTERM on and SIGKILLs the ranks 1 s later (odls_base_sigkill_timeout): too
+    # soon for a step and a checkpoint under the sanitizers on a busy machine; 60 s here
+    OMPI_MCA_odls_base_sigkill_timeout=60 "${MPI[@]}" -np 2 "${T[@]}" --epochs 1000 --update-freq 3 -o run.ckpt \
+        --log run.csv 2> err.txt &
     local pid=$!
     # signal after the 5th step (the log is written as the steps end)
     for _ in $(seq 600); do [ "$(cat run.csv 2>/dev/null | wc -l)" -gt 5 ] && break; sleep 0.05; done
