@@ -205,7 +205,7 @@ check-stress: tests-built
 
 # The whole suite: plain build, then the same tests under ASan+UBSan, then the fuzzers.
 check: deps layers lint
-	@rm -f .check-counts .check-counts.skips; st=0; t=$$(date +%s); times=; \
+	@rm -f .check-counts .check-counts.skips .check-counts.fails; st=0; t=$$(date +%s); times=; \
 	lap() { n=$$(date +%s); times="$$times $$1 $$((n - t))s"; t=$$n; }; \
 	$(MAKE) tests-built || exit 1; lap build; \
 	bash tests/run.sh . .check-counts || st=1; lap plain; \
@@ -221,7 +221,7 @@ valgrind: tests-built
 	VALGRIND=1 bash tests/run.sh . /dev/null
 
 test: tests-built
-	@rm -f .check-counts .check-counts.skips
+	@rm -f .check-counts .check-counts.skips .check-counts.fails
 	bash tests/run.sh . .check-counts
 	@bash tests/summary.sh .check-counts
 
@@ -256,6 +256,6 @@ install: all
 	for p in man/*.7; do [ -e "$$p" ] && install -m 644 "$$p" $(DESTDIR)$(PREFIX)/share/man/man7/; done; true
 
 clean:
-	rm -rf bin build san fuzz-build .check-counts .check-counts.skips
+	rm -rf bin build san fuzz-build .check-counts .check-counts.skips .check-counts.fails
 
 -include $(shell find $(OBJ) -name '*.d' 2>/dev/null)

@@ -32,6 +32,17 @@ tap_skips() {
     grep -i '^ok .*# skip' "$2" | sed "s/^ok [0-9]* *-* *//; s/^/[$1] /" >> "$counts.skips"
 }
 
+# Appends the name of each failed test of the TAP in file $2 to the failure list beside COUNTS,
+# labelled $1; a test program that failed without a "not ok" line is listed as $3.
+tap_fails() {
+    [ "$counts" = /dev/null ] && return
+    if grep -q '^not ok' "$2"; then
+        grep '^not ok' "$2" | sed "s/^not ok [0-9]* *-* *//; s/^/[$1] /" >> "$counts.fails"
+    else
+        echo "[$1] $3" >> "$counts.fails"
+    fi
+}
+
 # One unit test: its TAP and stderr into files named after it in $work.
 run_unit() {
     "${wrap[@]}" "$1" > "$work/$(basename "$1").out" 2> "$work/$(basename "$1").err"
@@ -46,7 +57,10 @@ report_unit() {
     read -r p f sk < <(tap_count < "$out")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # a crash or abort counts as a failure
     grep '^not ok' "$out" | sed "s/^/  [$label $name] /"
-    if [ "$f" -ne 0 ]; then tail -20 "$out.err" | sed "s/^/  [$label $name stderr] /"; status=1; fi
+    if [ "$f" -ne 0 ]; then
+        tail -20 "$work/$name.err" | sed "s/^/  [$label $name stderr] /"; status=1
+        tap_fails "$label $name" "$out" "exit status $rc"
+    fi
     tap_skips "$label $name" "$out"
     echo "$label unit $name: $p passed, $f failed, $sk skipped"
     echo "$label-unit-$name $p $f $sk" >> "$counts"
@@ -73,7 +87,7 @@ if [ ${#suites[@]} -gt 0 ] && [ "${VALGRIND:-0}" != 1 ]; then
     read -r p f sk < <(tap_count < "$out")
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; cat "$out"; fi
     awk '/^not ok /{show=1} /^ok /{show=0} show' "$out" | head -200 | sed "s/^/  [$label bats] /"
-    [ "$f" -ne 0 ] && status=1
+    if [ "$f" -ne 0 ]; then status=1; tap_fails "$label bats" "$out" "exit status $rc"; fi
     tap_skips "$label bats" "$out"
     echo "$label bats: $p passed, $f failed, $sk skipped"
     echo "$label-bats $p $f $sk" >> "$counts"

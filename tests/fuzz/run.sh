@@ -3,7 +3,7 @@
 # copy of its seed corpus (tests/fuzz/corpus/NAME/), after replaying the crash inputs kept in
 # tests/fuzz/crashes/NAME/. A new crash input is saved under tests/fuzz/crashes/NAME/ so it can be
 # committed. Targets run NMT_TEST_JOBS at a time (default: the number of cores). Appends
-# "suite passed failed" to COUNTS, in the order of the targets.
+# "suite passed failed" to COUNTS, in the order of the targets, and each failed target to COUNTS.fails.
 set -u
 secs=$1; counts=$2; shift 2
 cd "$(dirname "$0")/../.."
@@ -50,6 +50,9 @@ for f in "$@"; do
     cat "tests/fuzz/corpus-work/$short.report"
     [ -s "tests/fuzz/corpus-work/$short.count" ] || echo "fuzz-$short 0 1" > "tests/fuzz/corpus-work/$short.count"
     cat "tests/fuzz/corpus-work/$short.count" >> "$counts"
-    grep -q ' 0 1$' "tests/fuzz/corpus-work/$short.count" && status=1
+    if grep -q ' 0 1$' "tests/fuzz/corpus-work/$short.count"; then
+        status=1
+        [ "$counts" = /dev/null ] || echo "[fuzz $short] a crash, or a kept crash input failing again" >> "$counts.fails"
+    fi
 done
 exit $status
