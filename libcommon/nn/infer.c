@@ -51,7 +51,8 @@ struct infer {
         size_t Ns, B, R, TR, Rk;     /* B*S, B, B*K, tmax*B*K, B*K*topk_cap */
         size_t En;                   /* rows of the encoder's buffers: enc_sentences(B, S) * S */
     } ext;
-    int B, S, K, tmax, Rcap;         /* batch shape */
+    int B, S, K, tmax, Rcap;         /* batch shape (K: rows per live sentence now) */
+    int Kcap;                        /* rows per sentence prepared for (Rcap = B * Kcap) */
     float *ex, *et, *eq, *eatt, *esub, *eh;   /* encoder (B*S, D|3D|F) */
     struct nn_encoder_acts enc;      /* the encoder's views: every layer on the buffers above */
     int32_t *src_ids, *src_pos, *src_len;     /* (B*S), (B*S), (B) */
@@ -956,7 +957,7 @@ static void set_shape(struct infer *in, int B, int S, int K, int tmax)
 {
     in->B = B;
     in->S = S;
-    in->K = K;
+    in->K = in->Kcap = K;
     in->tmax = tmax;
     in->Rcap = B * K;
     in->topk_cap = 4 * K; /* beam search's 2K, and an ensemble's members' 4K */
@@ -1336,13 +1337,15 @@ int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, 
     return 0;
 }
 
-int infer_reorder(struct infer *in, int ns, const int *keep, const int *parent)
+int infer_reorder(struct infer *in, int ns, int kn, const int *keep, const int *parent)
 {
     const struct nmt_backend *k = in->k;
-    int K = in->K, R = in->R, Rn = ns * K, t = in->time, D = in->c.d_model;
+    int R = in->R, t = in->time, D = in->c.d_model;
     if (ns < 0 || ns > in->ns)
         return nmt_seterr("reorder: %d sentences kept of %d", ns, in->ns);
-    int same_sent = ns == in->ns, same_rows = Rn == R;
+    if (kn < 1 || kn > in->Kcap)
+        return nmt_seterr("reorder: %d rows a sentence, 1 to %d prepared", kn, in->Kcap);
+    int Rn = ns * kn, same_sent = ns == in->ns, same_rows = Rn == R;
     for (int s = 0; s < ns; s++) {
         if (keep[s] < 0 || keep[s] >= in->ns || (s && keep[s] <= keep[s - 1]))
             return nmt_seterr("reorder: bad sentence index %d", keep[s]);
@@ -1353,6 +1356,7 @@ int infer_reorder(struct infer *in, int ns, const int *keep, const int *parent)
             return nmt_seterr("reorder: bad parent row %d", parent[i]);
         same_rows &= parent[i] == i;
     }
+    in->K = kn;
     if (ns == 0) {
         in->ns = in->R = 0;
         return 0;

@@ -102,7 +102,8 @@ int infer_reserve(struct infer *in, int B, int S, int K, int tmax);
  * the decoder to step 0. Returns 0, or -1 with the error set (id out of range, backend failure). */
 int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int *len, int K, int tmax);
 
-/* Returns the number of live rows (live sentences times K) and the current step. */
+/* Returns the number of live rows (live sentences times their rows, K or fewer: infer_reorder) and
+ * the current step. */
 int infer_rows(const struct infer *in);
 int infer_time(const struct infer *in);
 
@@ -142,9 +143,10 @@ int infer_attention(struct infer *in, float *att);
 /* Returns S, the longest source of the batch with EOS (the columns of infer_attention). */
 int infer_src_len(const struct infer *in);
 
-/* Reorders the decoder state after a step: keeps the NS live sentences KEEP[0..NS) (indices among
- * the current live sentences, increasing), each with K rows; new row i continues old row
- * PARENT[i] (host, NS*K rows, each a row of a kept sentence). Returns 0, or -1 with the error set. */
-int infer_reorder(struct infer *in, int ns, const int *keep, const int *parent);
+/* Reorders the decoder state after a step (or before the first): keeps the NS live sentences
+ * KEEP[0..NS) (indices among the current live sentences, increasing), each now with KN rows (1 to
+ * the K of infer_encode); new row i continues old row PARENT[i] (host, NS*KN rows, each a row of a
+ * kept sentence). Returns 0, or -1 with the error set. */
+int infer_reorder(struct infer *in, int ns, int kn, const int *keep, const int *parent);
 
 #endif

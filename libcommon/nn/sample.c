@@ -351,7 +351,7 @@ int sample_batch(struct infer *const *in, int nin, const struct search_opts *so,
         if (smp_step(&z, in, nin, o, key, ns, t, &nk) < 0)
             goto out;
         for (int m = 0; m < nin && nk; m++)
-            if (infer_reorder(in[m], nk, z.keep, z.parent) < 0)
+            if (infer_reorder(in[m], nk, z.N, z.keep, z.parent) < 0)
                 goto out;
         ns = nk;
     }

@@ -363,6 +363,10 @@ struct beam {
     float *satt, *atmp;        /* (R0, S) each live row's attention at this step; an ensemble member's */
     float *hatt, *nhatt;       /* (R0, T, S) each live row's attention at its steps, and the next step's */
     int *orig, *keep, *parent; /* (B) live sentence -> batch index, (B) kept sentences, (R0) parent rows */
+    int kr;                    /* rows a live sentence has in the models: K, or 1 while each sentence has one
+                                * live row (the first step, forced prefixes): the others are not computed */
+    int32_t *rtok, *rtgt;      /* (B) with kr 1, the models' rows' tokens and prefix tokens */
+    int *rparent;              /* (R0) the parents of the models' rows (infer_reorder) */
     struct cand *cd;           /* (K * k2) one sentence's candidates */
     struct fin *fin;           /* (B, K) finished hypotheses */
     int *nfin;                 /* (B) finished per sentence */
@@ -399,6 +403,9 @@ static void beam_free(struct beam *z)
     free(z->orig);
     free(z->keep);
     free(z->parent);
+    free(z->rtok);
+    free(z->rtgt);
+    free(z->rparent);
     free(z->ntok);
     free(z->cd);
     free(z->fin);
@@ -441,6 +448,8 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     z->plp = malloc(R0 * sizeof *z->plp);
     z->orig = malloc((size_t)B * sizeof *z->orig), z->keep = malloc((size_t)B * sizeof *z->keep);
     z->parent = malloc(R0 * sizeof *z->parent);
+    z->rtok = malloc((size_t)B * sizeof *z->rtok), z->rtgt = malloc((size_t)B * sizeof *z->rtgt);
+    z->rparent = malloc(R0 * sizeof *z->rparent);
     z->ntok = malloc(R0 * sizeof *z->ntok);
     z->cd = malloc((size_t)K * k2 * sizeof *z->cd);
     z->fin = calloc(R0, sizeof *z->fin);
@@ -448,7 +457,7 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     int lok = nin == 1 || ens_init(&z->ens, nin, R0, z->k2, V) == 0;
     if (!z->tok || !z->idx || !z->vals || !z->score || !z->nscore || !z->hist || !z->nhist || !z->hlp || !z->nhlp ||
         !z->ntlp || !z->tgt || !z->mlp || !z->plp || !z->orig || !z->keep || !z->parent || !z->ntok || !z->cd ||
-        !z->fin || !z->nfin || !lok)
+        !z->fin || !z->nfin || !lok || !z->rtok || !z->rtgt || !z->rparent)
         return nmt_seterr("out of memory");
     z->len = len;
     for (int b = 0; b < B; b++) {
@@ -466,7 +475,72 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
         z->tok[r] = NMT_BOS;
         z->score[r] = r % (size_t)K ? -INFINITY : 0; /* at step 0 the K rows are identical: keep one */
     }
+    z->kr = 1;
+    for (int b = 0; b < B; b++)
+        z->rparent[b] = b * K;
     return 0;
+}
+
+/* The models' inputs for the NS live sentences' rows: with one row a sentence in the models (kr 1),
+ * row 0's token and prefix token (*TG, when not NULL) of each, compacted; else Z's as they are. */
+static void beam_rows_in(struct beam *z, int ns, const int32_t **tok, const int32_t **tg)
+{
+    if (z->kr == z->K)
+        return;
+    for (int s = 0; s < ns; s++) {
+        z->rtok[s] = z->tok[s * z->K];
+        if (*tg)
+            z->rtgt[s] = (*tg)[s * z->K];
+    }
+    *tok = z->rtok;
+    if (*tg)
+        *tg = z->rtgt;
+}
+
+/* Moves row s of the N rows of W bytes at BUF to row s * K (the last first, so nothing unread is
+ * overwritten). */
+static void spread_rows(void *buf, size_t w, int n, int K)
+{
+    for (int s = n - 1; s > 0; s--)
+        memmove((char *)buf + (size_t)s * (size_t)K * w, (char *)buf + (size_t)s * w, w);
+}
+
+/* The models' outputs for the NS live sentences in the search's layout (K rows a sentence): with one
+ * row a sentence in the models, each sentence's row goes to its row 0 (the others are dead, their
+ * members' log-probabilities of the prefix token 0). FORCED: z->mlp was written; ATT: z->satt. */
+static void beam_rows_out(struct beam *z, int ns, int forced, int att)
+{
+    int K = z->K;
+    if (z->kr == K)
+        return;
+    spread_rows(z->vals, (size_t)z->k2 * sizeof *z->vals, ns, K);
+    spread_rows(z->idx, (size_t)z->k2 * sizeof *z->idx, ns, K);
+    if (att)
+        spread_rows(z->satt, (size_t)z->S * sizeof *z->satt, ns, K);
+    size_t R = (size_t)ns * (size_t)K, Rm = (size_t)ns;
+    for (int m = z->nin - 1; forced && m >= 0; m--)
+        for (int s = ns - 1; s >= 0; s--) {
+            float v = z->mlp[(size_t)m * Rm + (size_t)s];
+            for (int j = K - 1; j > 0; j--)
+                z->mlp[(size_t)m * R + (size_t)s * (size_t)K + (size_t)j] = 0;
+            z->mlp[(size_t)m * R + (size_t)s * (size_t)K] = v;
+        }
+}
+
+/* The rows the models keep for the NK kept sentences after beam_advance: one a sentence while every
+ * one has a single live row, else K; z->rparent receives each one's parent among the models' rows
+ * now. Returns their number a sentence. */
+static int beam_model_rows(struct beam *z, int nk)
+{
+    int K = z->K, kn = 1;
+    for (int i = 0; i < nk * K && kn == 1; i++)
+        if (i % K && z->score[i] != -INFINITY)
+            kn = K;
+    for (int i = 0; i < nk * kn; i++) {
+        int p = z->parent[(i / kn) * K + i % kn];
+        z->rparent[i] = z->kr == K ? p : p / K;
+    }
+    return kn;
 }
 
 /* Fills z->cd with the candidates of live sentence S, best first (at most 2K): each live row's k2
@@ -725,25 +799,29 @@ int search_batch_prefix(struct infer *const *in, int nin, const struct search_op
     for (int m = 0; m < nin; m++) {
         infer_keep_attention(in[m], o->attention);
         infer_keep_logits(in[m], nin > 1); /* an ensemble reads its members' (ensemble_step) */
-        if (infer_encode(in[m], B, src, len, z.K, (int)z.T) < 0)
+        if (infer_encode(in[m], B, src, len, z.K, (int)z.T) < 0 || infer_reorder(in[m], B, 1, z.orig, z.rparent) < 0)
             goto out;
     }
     for (int t = 0, ns = B; ns > 0; t++) {
         int nk = 0, R = ns * z.K;
-        const int32_t *tg = beam_forced(&z, ns, t);
-        if (ensemble_step(in, nin, z.tok, z.k2, z.vals, z.idx, tg, z.mlp, &z.ens) < 0)
+        const int32_t *tg = beam_forced(&z, ns, t), *tok = z.tok, *tgm = tg;
+        beam_rows_in(&z, ns, &tok, &tgm);
+        if (ensemble_step(in, nin, tok, z.k2, z.vals, z.idx, tgm, z.mlp, &z.ens) < 0)
             goto out;
+        if (o->attention && beam_attention(&z, in, nin, ns * z.kr) < 0)
+            goto out;
+        beam_rows_out(&z, ns, tg != NULL, o->attention);
         for (int r = 0; tg && r < R; r++)
             z.plp[r] = token_logprob(z.mlp, nin, R, r);
-        if (o->attention && beam_attention(&z, in, nin, R) < 0)
-            goto out;
         for (int s = 0; s < ns; s++)
             if (beam_sentence(&z, o, s, t, &nk) < 0)
                 goto out;
         beam_advance(&z, nk, t);
+        int kn = beam_model_rows(&z, nk);
         for (int m = 0; m < nin && nk; m++)
-            if (infer_reorder(in[m], nk, z.keep, z.parent) < 0)
+            if (infer_reorder(in[m], nk, kn, z.keep, z.rparent) < 0)
                 goto out;
+        z.kr = kn;
         ns = nk;
     }
     rc = beam_results(&z, o, out);
@@ -818,7 +896,7 @@ int search_score(struct infer *const *in, int nin, int B, const uint32_t *const 
         for (int s = 0; s < nk; s++)
             orig[s] = orig[keep[s]];
         for (int m = 0; m < nin && nk; m++)
-            if (infer_reorder(in[m], nk, keep, keep) < 0)
+            if (infer_reorder(in[m], nk, 1, keep, keep) < 0)
                 goto out;
         ns = nk;
     }

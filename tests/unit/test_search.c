@@ -251,6 +251,34 @@ static void run_early_end(struct infer *in, int pre_norm)
             (unsigned long long)early, (unsigned long long)full);
 }
 
+/* Beam search runs one decoder row a sentence while each has a single live hypothesis (the first
+ * step, a forced prefix), not K: a prefix of 2 tokens ending at the length limit takes 3 rows a
+ * sentence, and gives greedy search's hypotheses (the same rows, the same log-probabilities). */
+static void run_one_row(struct infer *in)
+{
+    const uint32_t *src[NS], *pid[NS];
+    int pn[NS];
+    for (int b = 0; b < NS; b++)
+        src[b] = src_store[b], pid[b] = tgt_store[b], pn[b] = 2;
+    struct search_prefix pre = {pid, pn};
+    struct search_opts o = {.beam = 4, .nbest = 1, .alpha = 0.6, .len_a = 0, .len_b = 3};
+    struct search_result rb[NS], rg[NS];
+    uint64_t r0 = infer_rows_stepped(in);
+    int ok = search_batch_prefix(&in, 1, &o, NS, src, slen, &pre, rb) == 0;
+    uint64_t r1 = infer_rows_stepped(in);
+    o.beam = 1;
+    ok = search_batch_prefix(&in, 1, &o, NS, src, slen, &pre, rg) == 0 && ok;
+    int same = ok;
+    for (int b = 0; b < NS; b++) {
+        same &= ok && rb[b].nhyp == 1 && rb[b].hyp[0].n == 2 && same_result(&rb[b], &rg[b]);
+        search_result_free(&rb[b]);
+        search_result_free(&rg[b]);
+    }
+    test_ok(same, "beam 4 on a forced prefix: greedy search's hypotheses");
+    test_ok(r1 - r0 == 3 * NS, "beam 4 on a forced prefix: one decoder row a sentence at each step (%llu rows, %d "
+            "expected)", (unsigned long long)(r1 - r0), 3 * NS);
+}
+
 static void run(struct backend *be, int pre_norm)
 {
     const struct model_config c = {.vocab = 60, .max_len = 40};
@@ -365,6 +393,7 @@ static void run(struct backend *be, int pre_norm)
     run_prefix(in, g, c.max_len, pre_norm);
     run_attention(in, pre_norm);
     run_early_end(in, pre_norm);
+    run_one_row(in);
     for (int b = 0; b < NS; b++) {
         search_result_free(&g[b]);
         search_result_free(&bm[b]);
