@@ -77,7 +77,7 @@
 #include <stdint.h>
 
 #define NMT_BACKEND_ABI_MAJOR 2
-#define NMT_BACKEND_ABI_MINOR 6
+#define NMT_BACKEND_ABI_MINOR 7
 #define NMT_BACKEND_ENTRY "nmt_backend_entry"
 
 /* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 2 kernels are F32;
@@ -403,6 +403,12 @@ struct nmt_backend {
      * rounding touched parts up to large pages (the cpu plugin: no transparent huge pages). Freed by
      * free. NULL with the error set. Without the slot the host uses alloc. */
     void *(*alloc_sparse)(nmt_bctx *ctx, size_t bytes);
+
+    /* ---- OPTIONAL, ABI 2.7: the ranking of logits without their normalisation ---- */
+    /* As topk_logsoftmax, with the K largest logits themselves as the values: the same indices in the
+     * same order, without the log-sum-exp of each row (for a search that needs the ranking only).
+     * Without the slot the host uses topk_logsoftmax. */
+    int (*topk_logits)(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K);
     /* New slots are appended here, bumping NMT_BACKEND_ABI_MINOR. */
 };
 

@@ -1260,6 +1260,9 @@ static int parse_args(int argc, char **argv, struct opts *o, int *inter_set)
         return nmt_usage_error("unexpected argument '%s'", argv[optind]);
     o->max_tokens = (long)o->max_tokens_u;
     *inter_set = o->interactive;
+    /* the translations' scores are printed with --scores, --word-scores and --nbest, and kept in hyp
+     * records: otherwise greedy search ranks each step's tokens by their logits alone */
+    o->so.ranks_only = !o->scores && !o->word_scores && !o->out_hyp && o->so.nbest <= 1;
     return check_args(o);
 }
 

@@ -109,6 +109,7 @@ struct infer {
     /* infer_keep_attention: the last decoder layer's encoder-decoder attention of the last step */
     int keep_att;
     int keep_logits;                 /* infer_keep_logits */
+    int topk_raw;                    /* infer_topk_raw */
     int logits_kept;                 /* the last step's logits are all in in->logits */
     float *catt;                     /* device (live sentences, H, K, S) */
     size_t catt_cap;                 /* floats */
@@ -885,6 +886,16 @@ static int short_project(struct infer *in, const float *y)
     return 0;
 }
 
+/* The backend's top-k of N rows of V logits into VALS/IDX (device): log-probabilities, or the logits
+ * themselves (infer_topk_raw, where the backend has topk_logits). */
+static int topk_call(struct infer *in, float *vals, int32_t *idx, const float *logits, int N, int V, int K)
+{
+    const struct nmt_backend *k = in->k;
+    if (in->topk_raw && k->topk_logits)
+        return nn_bk(&in->run, k->topk_logits(in->ctx, vals, idx, logits, N, V, K), "topk_logits");
+    return nn_bk(&in->run, k->topk_logsoftmax(in->ctx, vals, idx, logits, N, V, K), "topk_logsoftmax");
+}
+
 /* The TOPK best log-probabilities of each live row over its sentence's candidates into VALS/IDX
  * (host, R x TOPK), as step_outputs'. 0 or -1. */
 static int short_topk(struct infer *in, int topk, float *vals, int32_t *idx)
@@ -896,7 +907,7 @@ static int short_topk(struct infer *in, int topk, float *vals, int32_t *idx)
     for (int s = 0; s < in->ns; s++) {
         int n = short_n(in, s);
         size_t o = (size_t)s * (size_t)K * (size_t)topk;
-        if (nn_bk(e, k->topk_logsoftmax(in->ctx, in->vals + o, in->idx + o, l, K, n, topk), "topk_logsoftmax") < 0)
+        if (topk_call(in, in->vals + o, in->idx + o, l, K, n, topk) < 0)
             return -1;
         l += (size_t)K * (size_t)n;
     }
@@ -1123,7 +1134,7 @@ static int step_outputs(struct infer *in, int topk, float *vals, int32_t *idx, c
         if (short_topk(in, topk, vals, idx) < 0)
             return -1;
     } else if (topk > 0) {
-        if (nn_bk(e, k->topk_logsoftmax(in->ctx, in->vals, in->idx, in->logits, R, V, topk), "topk_logsoftmax") < 0 ||
+        if (topk_call(in, in->vals, in->idx, in->logits, R, V, topk) < 0 ||
             nn_bk(e, k->download(in->ctx, vals, in->vals, (size_t)R * (size_t)topk * sizeof(float)), "download") < 0 ||
             nn_bk(e, k->download(in->ctx, idx, in->idx, (size_t)R * (size_t)topk * sizeof(int32_t)), "download") < 0)
             return -1;
@@ -1156,8 +1167,7 @@ static int topk_by_rows(struct infer *in, const float *y, int topk, float *vals,
         int m = R - r < n ? R - r : n;
         size_t o = (size_t)r * (size_t)topk;
         if (e->linear(e, in->logits_few, y + (size_t)r * (size_t)D, in->w->out_w, in->w->out_b, 0, m, V, D) < 0 ||
-            nn_bk(e, k->topk_logsoftmax(in->ctx, in->vals + o, in->idx + o, in->logits_few, m, V, topk),
-                  "topk_logsoftmax") < 0)
+            topk_call(in, in->vals + o, in->idx + o, in->logits_few, m, V, topk) < 0)
             return -1;
     }
     if (nn_bk(e, k->download(in->ctx, vals, in->vals, (size_t)R * (size_t)topk * sizeof(float)), "download") < 0 ||
@@ -1181,6 +1191,7 @@ static int att_room(struct infer *in)
 }
 
 void infer_keep_attention(struct infer *in, int on) { in->keep_att = on != 0; }
+void infer_topk_raw(struct infer *in, int raw) { in->topk_raw = raw != 0; }
 void infer_keep_logits(struct infer *in, int on) { in->keep_logits = on != 0; }
 
 int infer_attention(struct infer *in, float *att)

@@ -130,6 +130,10 @@ int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, 
 /* Makes the next steps keep the last decoder layer's encoder-decoder attention (ON) or not (0, the
  * default, which spares computing it). */
 void infer_keep_attention(struct infer *in, int on);
+/* Makes the top-k of the next steps (infer_step's VALS) the logits themselves (RAW), not their
+ * log-probabilities (0, the default): the same ids in the same order, without each row's
+ * log-sum-exp, for a search that needs the ranking only (where the backend has topk_logits). */
+void infer_topk_raw(struct infer *in, int raw);
 /* Makes the next steps keep every row's logits for infer_logits and infer_logits_at (ON, the
  * default) or not (0): a step that takes the top-k (without TGT or a shortlist, in invariant mode)
  * then computes them a few rows at a time, sparing the memory of rows x vocab floats, and

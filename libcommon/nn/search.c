@@ -799,6 +799,7 @@ int search_batch_prefix(struct infer *const *in, int nin, const struct search_op
     for (int m = 0; m < nin; m++) {
         infer_keep_attention(in[m], o->attention);
         infer_keep_logits(in[m], nin > 1); /* an ensemble reads its members' (ensemble_step) */
+        infer_topk_raw(in[m], o->ranks_only && z.K == 1 && nin == 1);
         if (infer_encode(in[m], B, src, len, z.K, (int)z.T) < 0 || infer_reorder(in[m], B, 1, z.orig, z.rparent) < 0)
             goto out;
     }
@@ -826,6 +827,8 @@ int search_batch_prefix(struct infer *const *in, int nin, const struct search_op
     }
     rc = beam_results(&z, o, out);
 out:
+    for (int m = 0; m < nin; m++)
+        infer_topk_raw(in[m], 0);
     if (rc < 0)
         for (int b = 0; b < B; b++)
             search_result_free(&out[b]);

@@ -32,6 +32,10 @@ struct search_opts {
                                 * finished (or its length limit), rather than ending once no live
                                 * hypothesis can outscore its n-best finished ones: the same
                                 * results, more steps (the reference the early end is tested on) */
+    int ranks_only;            /* the hypotheses' tokens are wanted, not their scores: greedy search
+                                * of one model (beam 1) then ranks each step's tokens by their logits,
+                                * sparing each row's log-sum-exp (the same tokens; score, logprob and
+                                * lps of the results are then not log-probabilities) */
 };
 
 /* The defaults of every tool that searches (nmt-decode, nmt-serve, validation BLEU): greedy, one

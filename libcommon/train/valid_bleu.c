@@ -81,6 +81,7 @@ int valid_bleu(struct backend *be, struct model *m, const struct vocab *v, struc
 {
     struct vb_run r = {.so = SEARCH_OPTS_DEFAULT};
     r.so.beam = beam;
+    r.so.ranks_only = 1; /* BLEU reads the tokens */
     bleu_config cfg;
     bleu_config_init(&cfg, BLEU_METRIC_BLEU);
     int rc = tokenizer_init(&r.tok, v, 0);

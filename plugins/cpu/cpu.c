@@ -254,6 +254,7 @@ static const struct nmt_backend cpu_table = {
     .swish_forward = cpu_swish_forward,
     .swish_backward = cpu_swish_backward,
     .alloc_sparse = cpu_alloc_sparse,
+    .topk_logits = cpu_topk_logits,
 };
 
 __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void) { return &cpu_table; }

@@ -393,6 +393,20 @@ int cpu_layernorm_backward(nmt_bctx *ctx, float *dx, float *dgamma, float *dbeta
 
 /* ---------------- cross-entropy ---------------- */
 
+/* The sum of exp(Z[j] - MX) over the V logits Z, over LANES partial sums (lane l: j = l mod LANES,
+ * in order), then vsum: the same bits on every path. */
+static inline __attribute__((always_inline)) float sum_exp(const float *z, int V, float mx)
+{
+    float acc[LANES] = { 0 };
+    int j = 0;
+    for (; j + LANES <= V; j += LANES)
+        for (int l = 0; l < LANES; l++)
+            acc[l] += vexp(z[j + l] - mx);
+    for (int l = 0; j < V; j++, l++)
+        acc[l] += vexp(z[j] - mx);
+    return vsum(acc, LANES);
+}
+
 struct xent {
     float *dlogits, *row_nll;
     const float *logits;
@@ -418,14 +432,7 @@ CPU_VEC_BODY(xent_body)
             continue;
         }
         float mx = vmax(z, V);
-        float acc[LANES] = { 0 };
-        int j = 0;
-        for (; j + LANES <= V; j += LANES)
-            for (int l = 0; l < LANES; l++)
-                acc[l] += vexp(z[j + l] - mx);
-        for (int l = 0; j < V; j++, l++)
-            acc[l] += vexp(z[j] - mx);
-        double lse = mx + log((double)vsum(acc, LANES));
+        double lse = mx + log((double)sum_exp(z, V, mx));
         double sumz = vsum(z, V);
         double nll = lse - z[t];
         x->nll[n] = nll;
@@ -436,7 +443,7 @@ CPU_VEC_BODY(xent_body)
             float *d = x->dlogits + n * V;
             float flse = (float)lse, s = x->gscale, sm = x->eps / V;
             float zt = z[t]; /* d may alias z */
-            for (j = 0; j < V; j++)
+            for (int j = 0; j < V; j++)
                 d[j] = s * (vexp(z[j] - flse) - sm);
             d[t] = s * (vexp(zt - flse) - sm - (1 - x->eps));
         }
@@ -552,6 +559,7 @@ struct topk {
     const float *logits;
     int V, K;
     int isa;    /* CPU_ISA_AVX512 or CPU_ISA_AVX2: use the scans below */
+    int norm;   /* subtract each row's log-sum-exp (topk_logsoftmax), or not (topk_logits) */
 };
 
 /* The scans of a row of logits, written out for AVX-512 and AVX2 (GCC does not vectorise the max of
@@ -645,6 +653,13 @@ static int64_t above_plain(const float *x, int64_t from, int64_t n, float thr)
     return j;
 }
 
+/* The log-sum-exp of the V logits Z, on the scans of ISA. */
+static inline __attribute__((always_inline)) float row_lse(const float *z, int V, int isa)
+{
+    float mx = isa >= CPU_ISA_AVX512 ? max_avx512(z, V) : isa >= CPU_ISA_AVX2 ? max_avx2(z, V) : vmax(z, V);
+    return mx + logf(sum_exp(z, V, mx));
+}
+
 CPU_VEC_BODY(topk_body)
 {
     struct topk *t = arg;
@@ -653,15 +668,8 @@ CPU_VEC_BODY(topk_body)
         const float *z = t->logits + n * V;
         float *val = t->values + n * K;
         int32_t *id = t->idx + n * K;
-        float mx = t->isa >= CPU_ISA_AVX512 ? max_avx512(z, V) : t->isa >= CPU_ISA_AVX2 ? max_avx2(z, V) : vmax(z, V);
-        float acc[LANES] = { 0 };
-        int j = 0;
-        for (; j + LANES <= V; j += LANES)
-            for (int l = 0; l < LANES; l++)
-                acc[l] += vexp(z[j + l] - mx);
-        for (int l = 0; j < V; j++, l++)
-            acc[l] += vexp(z[j] - mx);
-        float lse = mx + logf(vsum(acc, LANES));
+        float lse = t->norm ? row_lse(z, V, t->isa) : 0;
+        int j;
         /* insertion into a sorted list; scanning in index order and inserting after equal
          * values keeps ties in index order. Once the list is full, only values above the last
          * kept one are looked at (a scan for the next such index). */
@@ -686,19 +694,31 @@ CPU_VEC_BODY(topk_body)
             if (have < K)
                 have++;
         }
-        for (int k = 0; k < K; k++)
+        for (int k = 0; k < K && t->norm; k++)
             val[k] -= lse;
     }
 }
 
-int cpu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K)
+/* topk_logsoftmax (NORM) or topk_logits (not), named WHAT in errors. */
+static int topk_rows(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K,
+                     int norm, const char *what)
 {
     if (N < 0 || V <= 0 || K < 1 || K > V)
-        return cpu_err(ctx, "topk_logsoftmax: invalid size N=%d V=%d K=%d", N, V, K);
+        return cpu_err(ctx, "%s: invalid size N=%d V=%d K=%d", what, N, V, K);
     struct topk t = { .values = values, .idx = indices, .logits = logits, .V = V, .K = K,
-                      .isa = cpu_isa() };
+                      .isa = cpu_isa(), .norm = norm };
     pool_for(ctx->pool, N, 1, topk_body, &t);
     return 0;
+}
+
+int cpu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K)
+{
+    return topk_rows(ctx, values, indices, logits, N, V, K, 1, "topk_logsoftmax");
+}
+
+int cpu_topk_logits(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K)
+{
+    return topk_rows(ctx, values, indices, logits, N, V, K, 0, "topk_logits");
 }
 
 struct gather {

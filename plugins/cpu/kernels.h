@@ -42,6 +42,7 @@ int cpu_adam_update(nmt_bctx *ctx, float *param, float *m, float *v, const float
                     float beta1, float beta2, float eps, int64_t t, float grad_scale);
 int cpu_sumsq(nmt_bctx *ctx, double *out, const float *x, size_t n);
 int cpu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K);
+int cpu_topk_logits(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K);
 int cpu_gather_rows(nmt_bctx *ctx, float *dst, const float *src, const int32_t *idx, int N, int64_t row);
 int cpu_gemm_rowinv(nmt_bctx *ctx, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
                     float beta, float *C, int ldc);

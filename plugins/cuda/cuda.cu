@@ -658,6 +658,7 @@ static const struct nmt_backend cuda_table = {
     .swish_backward = cu_swish_backward,
     /* nor alloc_sparse (ABI 2.6): cudaMalloc commits a whole buffer either way */
     .alloc_sparse = NULL,
+    .topk_logits = cu_topk_logits,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void)

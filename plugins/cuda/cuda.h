@@ -191,6 +191,7 @@ int cu_adam_update(nmt_bctx *ctx, float *param, float *m, float *v, const float 
                    float beta1, float beta2, float eps, int64_t t, float grad_scale);
 int cu_sumsq(nmt_bctx *ctx, double *out, const float *x, size_t n);
 int cu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K);
+int cu_topk_logits(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K);
 int cu_gather_rows(nmt_bctx *ctx, float *dst, const float *src, const int32_t *idx, int N, int64_t row);
 /* ABI 2.2 (attention.cu, kernels.cu) */
 int cu_attention_forward_lse(nmt_bctx *ctx, float *out, float *lse, const float *q, const float *k, const float *v,

@@ -704,22 +704,25 @@ __device__ __forceinline__ bool topk_before(float va, int ia, float vb, int ib)
     return ia >= 0 && (ib < 0 || va > vb || (va == vb && ia < ib));
 }
 
-/* Block per row: log-sum-exp, then K rounds each picking the first element (in top-k order) after
- * the previous pick. O(K*V) per row, exact, and ties go to the lower index as on the cpu. */
-__global__ void k_topk(float *values, int32_t *indices, const float *logits, int V, int K)
+/* Block per row: log-sum-exp (NORM; else 0), then K rounds each picking the first element (in top-k
+ * order) after the previous pick. O(K*V) per row, exact, and ties go to the lower index as on the cpu. */
+__global__ void k_topk(float *values, int32_t *indices, const float *logits, int V, int K, int norm)
 {
     __shared__ float sh[32], shv[32];
     __shared__ int shi[32];
     int n = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const float *z = logits + (int64_t)n * V;
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-        mx = fmaxf(mx, z[j]);
-    mx = cu_block_max(mx, sh);
-    float se = 0;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-        se += expf(z[j] - mx);
-    float lse = mx + logf(cu_block_sum(se, sh));
+    float lse = 0;
+    if (norm) { /* the same for every thread of the block */
+        float mx = -INFINITY;
+        for (int j = threadIdx.x; j < V; j += blockDim.x)
+            mx = fmaxf(mx, z[j]);
+        mx = cu_block_max(mx, sh);
+        float se = 0;
+        for (int j = threadIdx.x; j < V; j += blockDim.x)
+            se += expf(z[j] - mx);
+        lse = mx + logf(cu_block_sum(se, sh));
+    }
     float pv = INFINITY;
     int pi = -1;
     for (int k = 0; k < K; k++) {
@@ -758,15 +761,27 @@ __global__ void k_topk(float *values, int32_t *indices, const float *logits, int
     }
 }
 
-int cu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K)
+/* cu_topk_logsoftmax (NORM) or cu_topk_logits (not), named WHAT in errors. */
+static int topk_rows(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K,
+                     int norm, const char *what)
 {
     if (N < 0 || V <= 0 || K < 1 || K > V)
-        return cu_err(ctx, "topk_logsoftmax: invalid size N=%d V=%d K=%d", N, V, K);
+        return cu_err(ctx, "%s: invalid size N=%d V=%d K=%d", what, N, V, K);
     if (!N)
         return 0;
     cu_enter(ctx);
-    k_topk<<<N, THREADS, 0, ctx->stream>>>(values, indices, logits, V, K);
-    return cu_launched(ctx, "topk_logsoftmax");
+    k_topk<<<N, THREADS, 0, ctx->stream>>>(values, indices, logits, V, K, norm);
+    return cu_launched(ctx, what);
+}
+
+int cu_topk_logsoftmax(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K)
+{
+    return topk_rows(ctx, values, indices, logits, N, V, K, 1, "topk_logsoftmax");
+}
+
+int cu_topk_logits(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K)
+{
+    return topk_rows(ctx, values, indices, logits, N, V, K, 0, "topk_logits");
 }
 
 __global__ void k_gather(float *dst, const float *src, const int32_t *idx, int N, int64_t row, struct cu_flag *flag)

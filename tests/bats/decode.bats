@@ -125,6 +125,25 @@ setup_file() {
     paste <(cut -f1 "$D/g.txt") <(cut -f1 "$D/b4.txt") | awk -F'\t' '$2 + 1e-6 < $1 { print "line " NR ": " $0; bad = 1 } END { exit bad }'
 }
 
+@test "greedy without scores ranks by the logits alone: the translations printed with --scores, --word-scores and --out hyp" {
+    # the trained model of tests/fixtures/ref: a translation of its own for each sentence
+    local M="$NMT_SRCDIR/tests/fixtures/ref/decode/model.ckpt"
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 1,300p > "$D/t300.en"
+    nmt-decode -m "$M" --threads 2 -i "$D/t300.en" > "$D/plain.txt"
+    [ "$(sort -u "$D/plain.txt" | wc -l)" -gt 250 ]
+    nmt-decode -m "$M" --threads 2 --scores -i "$D/t300.en" | cut -f2- > "$D/scored.txt"
+    cmp "$D/plain.txt" "$D/scored.txt"
+    nmt-decode -m "$M" --threads 2 --word-scores -i "$D/t300.en" | cut -f1 > "$D/ws.txt"
+    cmp "$D/plain.txt" "$D/ws.txt"
+    # the briefly trained model of setup_file, with its many near ties; hyp records carry scores
+    $DEC -i "$D/t300.en" > "$D/plain2.txt"
+    $DEC --scores -i "$D/t300.en" | cut -f2- > "$D/scored2.txt"
+    cmp "$D/plain2.txt" "$D/scored2.txt"
+    $DEC --out hyp -i "$D/t300.en" -o "$D/h.hyp"
+    nmt-tokenize --vocab "$D/v.vocab" --decode -i "$D/h.hyp" > "$D/hyp.txt"
+    cmp "$D/plain2.txt" "$D/hyp.txt"
+}
+
 @test "--nbest: TSV of line, rank, score, text, sorted by score" {
     run $DEC --beam 3 --nbest 3 -i "$D/src.en"
     [ "$status" -eq 0 ]

@@ -360,6 +360,21 @@ static void op_decode(struct backend *b, struct result *r)
     fetch(b, r, dst, 5 * 11, 0);
 }
 
+static void op_topk_logits(struct backend *b, struct result *r)
+{
+    int N = 7, V = 61, K = 6;
+    float *h = malloc((size_t)N * V * sizeof *h);
+    for (size_t i = 0; i < (size_t)N * V; i++)
+        h[i] = (float)(int)urand(-8, 8) * 0.5f; /* many exact ties */
+    float *z = b->ops.alloc(b->ctx, (size_t)N * V * sizeof *z), *val = drand(b, (size_t)N * K, 0, 1);
+    b->ops.upload(b->ctx, z, h, (size_t)N * V * sizeof *h);
+    free(h);
+    int32_t *idx = b->ops.alloc(b->ctx, (size_t)N * K * sizeof *idx);
+    r->rc |= OP(b, topk_logits, val, idx, z, N, V, K);
+    fetch(b, r, val, (size_t)N * K, 0);
+    fetch(b, r, idx, (size_t)N * K, 1);
+}
+
 /* The arguments of attention case V (0-5): the shapes of op_attention (0-2: mask, causal with
  * shift, dropout) and of op_attention_tiled (3-5: several 32-key tiles, dh 64 and 40, the fused
  * (rows, 3D) layout, cross-attention), with KL the key lengths (device) when used. */
@@ -474,7 +489,7 @@ static const struct {
     double tol;
     int optional; /* uses an optional slot: 2 gemm_rowinv, 3 linear_pack and linear_rowinv, 4 the
                    * attention_*_lse slots, 5 set_precision, cast and gemm_ex, 6 the embedding_table
-                   * slots, 7 the swish slots */
+                   * slots, 7 the swish slots, 8 topk_logits */
 } ops[] = {
     { "gemm", op_gemm, 1e-5, 0 },
     { "bias_add, bias_grad", op_bias, 1e-5, 0 },
@@ -499,6 +514,7 @@ static const struct {
     { "topk_logsoftmax, gather_rows", op_decode, 1e-5, 0 },
     { "embedding_table_forward/backward (position table, zero-start and padding rows)", op_embedding_table, 1e-5, 6 },
     { "swish_forward, swish_backward", op_swish, 1e-5, 7 },
+    { "topk_logits (ties)", op_topk_logits, 0, 8 },
 };
 
 /* Downloads N floats of DEV into a new host array. */
@@ -888,7 +904,8 @@ int main(void)
                 (ops[k].optional == 4 && !(x->ops.attention_forward_lse && x->ops.attention_backward_lse)) ||
                 (ops[k].optional == 5 && !(x->ops.set_precision && x->ops.cast && x->ops.gemm_ex)) ||
                 (ops[k].optional == 6 && !(x->ops.embedding_table_forward && x->ops.embedding_table_backward)) ||
-                (ops[k].optional == 7 && !(x->ops.swish_forward && x->ops.swish_backward))) {
+                (ops[k].optional == 7 && !(x->ops.swish_forward && x->ops.swish_backward)) ||
+                (ops[k].optional == 8 && !x->ops.topk_logits)) {
                 test_ok(1, "%s: %s # SKIP optional slot absent", x->ops.name, ops[k].name);
                 continue;
             }

@@ -928,7 +928,15 @@ static void topk_case(const char *isa, int V)
     char what[96];
     snprintf(what, sizeof what, "topk_logsoftmax NMT_CPU_ISA=%s V=%d values", isa ? isa : "(widest)", V);
     report(what, worst, 1e-6);
-    free(z), free(val), free(idx);
+    /* topk_logits: the same indices, the logits themselves as values */
+    float *rv = frand((size_t)N * K, 0, 1);
+    int32_t *ri = malloc((size_t)N * K * sizeof *ri);
+    int same = OPS.topk_logits && OPS.topk_logits(CTX, rv, ri, z, N, V, K) == 0;
+    for (int i = 0; same && i < N * K; i++)
+        same = ri[i] == idx[i] && rv[i] == z[(i / K) * V + ri[i]];
+    test_ok(same, "topk_logits NMT_CPU_ISA=%s V=%d: topk_logsoftmax's indices, the logits as values",
+            isa ? isa : "(widest)", V);
+    free(z), free(val), free(idx), free(rv), free(ri);
     unsetenv("NMT_CPU_ISA");
 }
 

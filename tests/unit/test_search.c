@@ -279,6 +279,27 @@ static void run_one_row(struct infer *in)
             "expected)", (unsigned long long)(r1 - r0), 3 * NS);
 }
 
+/* Greedy search ranking by logits (search_opts.ranks_only): greedy search's tokens G, without
+ * log-probabilities for scores. */
+static void run_ranks_only(struct infer *in, const struct search_result *g)
+{
+    const uint32_t *src[NS];
+    for (int b = 0; b < NS; b++)
+        src[b] = src_store[b];
+    struct search_opts o = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1.0, .len_b = 5, .ranks_only = 1};
+    struct search_result r[NS];
+    int ok = search_batch(&in, 1, &o, NS, src, slen, r) == 0, same = ok, raw = 0;
+    for (int b = 0; ok && b < NS; b++) {
+        const struct search_hyp *x = &r[b].hyp[0], *y = &g[b].hyp[0];
+        same &= r[b].nhyp == 1 && x->n == y->n && !memcmp(x->ids, y->ids, x->n * sizeof *x->ids);
+        raw |= x->logprob != y->logprob;
+    }
+    for (int b = 0; ok && b < NS; b++)
+        search_result_free(&r[b]);
+    test_ok(same, "greedy search ranking by logits: the tokens of greedy search");
+    test_ok(raw, "greedy search ranking by logits: no log-sum-exp taken (its scores are not log-probabilities)");
+}
+
 static void run(struct backend *be, int pre_norm)
 {
     const struct model_config c = {.vocab = 60, .max_len = 40};
@@ -394,6 +415,7 @@ static void run(struct backend *be, int pre_norm)
     run_attention(in, pre_norm);
     run_early_end(in, pre_norm);
     run_one_row(in);
+    run_ranks_only(in, g);
     for (int b = 0; b < NS; b++) {
         search_result_free(&g[b]);
         search_result_free(&bm[b]);
