@@ -130,8 +130,12 @@ struct smp {
     size_t T;                  /* longest output (tokens with EOS) */
     int *ml;                   /* (B) each sentence's length limit */
     int *orig, *keep;          /* (B) live sentence -> batch index, kept sentences */
-    int *parent;               /* (B * N) the rows kept */
     int32_t *tok, *ntok;       /* (B * N) each live row's input token, and the next one */
+    int kr;                    /* rows a live sentence has in the models: N, or 1 while its samples share
+                                * one history (the first step and a forced prefix's: the same row N
+                                * times, computed once) */
+    int32_t *mtok;             /* (B) with kr 1, the models' rows' input tokens */
+    int *mparent;              /* (B * N) the parents of the models' rows (infer_reorder) */
     uint32_t *hist;            /* (B * N, T) each sample's tokens, by batch row */
     float *hlp;                /* (B * N, T) their log-probabilities */
     double *lp;                /* (B * N) each sample's log-probability */
@@ -147,7 +151,8 @@ static void smp_free(struct smp *z)
     free(z->ml);
     free(z->orig);
     free(z->keep);
-    free(z->parent);
+    free(z->mtok);
+    free(z->mparent);
     free(z->tok);
     free(z->ntok);
     free(z->hist);
@@ -179,24 +184,29 @@ static int smp_init(struct smp *z, const struct search_opts *so, int N, int B, c
     }
     size_t T = z->T = (size_t)tmax;
     z->orig = malloc((size_t)B * sizeof *z->orig), z->keep = malloc((size_t)B * sizeof *z->keep);
-    z->parent = malloc(R0 * sizeof *z->parent);
+    z->mtok = malloc((size_t)B * sizeof *z->mtok), z->mparent = malloc(R0 * sizeof *z->mparent);
     z->tok = malloc(R0 * sizeof *z->tok), z->ntok = malloc(R0 * sizeof *z->ntok);
     z->hist = malloc(R0 * T * sizeof *z->hist), z->hlp = malloc(R0 * T * sizeof *z->hlp);
     z->lp = calloc(R0, sizeof *z->lp), z->n = malloc(R0 * sizeof *z->n);
     z->logits = malloc(R0 * (size_t)V * sizeof *z->logits);
     z->dist = nin > 1 ? malloc(R0 * (size_t)V * sizeof *z->dist) : NULL;
     z->row = malloc((size_t)V * sizeof *z->row), z->cand = malloc((size_t)V * sizeof *z->cand);
-    if (!z->orig || !z->keep || !z->parent || !z->tok || !z->ntok || !z->hist || !z->hlp || !z->lp || !z->n ||
-        !z->logits || (nin > 1 && !z->dist) || !z->row || !z->cand)
+    if (!z->orig || !z->keep || !z->tok || !z->ntok || !z->hist || !z->hlp || !z->lp || !z->n ||
+        !z->logits || (nin > 1 && !z->dist) || !z->row || !z->cand || !z->mtok || !z->mparent)
         return nmt_seterr("out of memory");
     for (int b = 0; b < B; b++)
-        z->orig[b] = b;
+        z->orig[b] = b, z->mparent[b] = b * N;
     for (size_t r = 0; r < R0; r++) {
         z->tok[r] = NMT_BOS;
         z->n[r] = -1;
     }
+    z->kr = 1;
     return 0;
 }
+
+/* Whether the samples of batch sentence B share their history up to step T: T is at most its
+ * prefix's length (every sample has taken the same forced tokens before it). */
+static int smp_shared(const struct smp *z, int b, int t) { return t <= (z->pre ? z->pre->n[b] : 0); }
 
 /* D (V) receives the log-softmax of the V logits L (all -infinity: D too). */
 static void log_softmax(const float *l, int V, double *d)
@@ -261,28 +271,36 @@ static int32_t smp_token(struct smp *z, const struct sample_opts *o, const doubl
 }
 
 /* One step T of the NS live sentences: a decoder step, a token for each unfinished sample, and the
- * sentences with unfinished samples kept (*NK of them, their rows in Z->parent and Z->tok). 0 or -1. */
+ * sentences with unfinished samples kept (*NK of them, their tokens in Z->tok, the parents of the
+ * models' rows in Z->mparent, Z->kr of them a sentence). 0 or -1. */
 static int smp_step(struct smp *z, struct infer *const *in, int nin, const struct sample_opts *o, const uint64_t *key,
                     int ns, int t, int *nk)
 {
-    int N = z->N, R = ns * N;
+    int N = z->N, kr = z->kr, Rm = ns * kr;
     size_t V = (size_t)z->V;
+    const int32_t *tok = z->tok;
+    if (kr == 1) { /* one row a sentence: its samples' shared input */
+        for (int s = 0; s < ns; s++)
+            z->mtok[s] = z->tok[s * N];
+        tok = z->mtok;
+    }
     for (int m = 0; m < nin; m++)
-        if (infer_step(in[m], z->tok, 0, NULL, NULL, NULL, NULL) < 0)
+        if (infer_step(in[m], tok, 0, NULL, NULL, NULL, NULL) < 0)
             return -1;
-    if (nin > 1 ? smp_ensemble(z, in, nin, R) < 0 : infer_logits(in[0], z->logits) < 0)
+    if (nin > 1 ? smp_ensemble(z, in, nin, Rm) < 0 : infer_logits(in[0], z->logits) < 0)
         return -1;
     *nk = 0;
     for (int s = 0; s < ns; s++) {
-        int b = z->orig[s], live = 0;
+        int b = z->orig[s], live = 0, have = 0;
         for (int j = 0; j < N; j++) {
-            int r = s * N + j;
+            int r = s * N + j, rm = kr == 1 ? s : r; /* the row in Z and in the models */
             z->ntok[r] = NMT_EOS;
             if (z->n[(size_t)b * (size_t)N + (size_t)j] >= 0)
                 continue; /* finished: its row runs on until the sentence's last sample ends */
-            if (nin == 1)
-                log_softmax(z->logits + (size_t)r * V, z->V, z->row);
-            const double *d = nin == 1 ? z->row : z->dist + (size_t)r * V;
+            if (nin == 1 && !(kr == 1 && have))
+                log_softmax(z->logits + (size_t)rm * V, z->V, z->row);
+            have = 1;
+            const double *d = nin == 1 ? z->row : z->dist + (size_t)rm * V;
             if ((z->ntok[r] = smp_token(z, o, d, key[b], s, j, t)) < 0)
                 return -1;
             live |= z->ntok[r] != NMT_EOS;
@@ -290,14 +308,19 @@ static int smp_step(struct smp *z, struct infer *const *in, int nin, const struc
         if (live)
             z->keep[(*nk)++] = s;
     }
+    int kn = kr;
     for (int i = 0; i < *nk; i++) {
         int s = z->keep[i];
-        for (int j = 0; j < N; j++) {
-            z->parent[i * N + j] = s * N + j;
+        for (int j = 0; j < N; j++)
             z->tok[i * N + j] = z->ntok[s * N + j];
-        }
         z->orig[i] = z->orig[s];
+        kn = smp_shared(z, z->orig[i], t + 1) ? kn : N;
     }
+    for (int i = 0; i < *nk * kn; i++) { /* the models' rows: KN a kept sentence */
+        int s = z->keep[i / kn];
+        z->mparent[i] = kr == 1 ? s : s * N + i % kn;
+    }
+    z->kr = kn;
     return 0;
 }
 
@@ -344,14 +367,14 @@ int sample_batch(struct infer *const *in, int nin, const struct search_opts *so,
     if (smp_init(&z, so, o->samples, B, len, pre, nin, infer_config(in[0])->vocab, model_max) < 0)
         goto out;
     for (int m = 0; m < nin; m++)
-        if (infer_encode(in[m], B, src, len, z.N, (int)z.T) < 0)
+        if (infer_encode(in[m], B, src, len, z.N, (int)z.T) < 0 || infer_reorder(in[m], B, 1, z.orig, z.mparent) < 0)
             goto out;
     for (int t = 0, ns = B; ns > 0; t++) {
         int nk = 0;
         if (smp_step(&z, in, nin, o, key, ns, t, &nk) < 0)
             goto out;
         for (int m = 0; m < nin && nk; m++)
-            if (infer_reorder(in[m], nk, z.N, z.keep, z.parent) < 0)
+            if (infer_reorder(in[m], nk, z.kr, z.keep, z.mparent) < 0)
                 goto out;
         ns = nk;
     }

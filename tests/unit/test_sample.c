@@ -254,6 +254,26 @@ static void run_sample(struct backend *be)
     for (int b = 0; b < NS; b++)
         search_result_free(&other[b]);
     test_ok(greedy, "temperature 0 gives the greedy translations");
+    /* the samples of a sentence share their history through a forced prefix: one decoder row a
+     * sentence, not N (2 forced tokens, then EOS at the length limit: 3 rows a sentence) */
+    const uint32_t *pid[NS];
+    int pn[NS];
+    for (int b = 0; b < NS; b++)
+        pid[b] = store[(b + 1) % NS], pn[b] = 2;
+    struct search_prefix pre = {pid, pn};
+    struct search_opts ps = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 0, .len_b = 3};
+    struct sample_opts p4 = {.samples = 4, .temperature = 1, .top_p = 1, .seed = 7};
+    uint64_t r0 = infer_rows_stepped(in);
+    int ran = sample_batch(&in, 1, &ps, &p4, NS, src, len, key, &pre, other) == 0, pok = ran;
+    uint64_t rows = infer_rows_stepped(in) - r0;
+    for (int b = 0; ran && b < NS; b++) {
+        for (int j = 0; pok && j < 4; j++)
+            pok = other[b].nhyp == 4 && other[b].hyp[j].n == 2 && other[b].hyp[j].ids[0] == pid[b][0] &&
+                  other[b].hyp[j].ids[1] == pid[b][1];
+        search_result_free(&other[b]);
+    }
+    test_ok(pok && rows == 3 * NS, "4 samples over a forced prefix: one decoder row a sentence at each step (%llu "
+            "rows, %d expected)", (unsigned long long)rows, 3 * NS);
     for (int b = 0; b < NS; b++)
         search_result_free(&all[b]);
 out:
