@@ -77,14 +77,15 @@
 #include <stdint.h>
 
 #define NMT_BACKEND_ABI_MAJOR 2
-#define NMT_BACKEND_ABI_MINOR 7
+#define NMT_BACKEND_ABI_MINOR 8
 #define NMT_BACKEND_ENTRY "nmt_backend_entry"
 
 /* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 2 kernels are F32;
- * linear_pack_q (ABI 2.1) also takes INT8 and BF16 as the precision of a packed weight; cast,
+ * linear_pack_q (ABI 2.1) also takes INT8 and BF16 as the precision of a packed weight (ABI 2.8:
+ * INT8A8, int8 weights with 8-bit activations, which only linear_pack_q takes); cast,
  * gemm_ex and set_precision (ABI 2.2) take BF16 for matrix products. A BF16 tensor holds bfloat16
  * values as uint16_t bit patterns (the top half of a float32), 2 bytes an element. */
-enum { NMT_DTYPE_F32 = 1, NMT_DTYPE_F16 = 2, NMT_DTYPE_BF16 = 4, NMT_DTYPE_INT8 = 8 };
+enum { NMT_DTYPE_F32 = 1, NMT_DTYPE_F16 = 2, NMT_DTYPE_BF16 = 4, NMT_DTYPE_INT8 = 8, NMT_DTYPE_INT8A8 = 16 };
 
 /* Options for open(). The host zero-fills the struct and sets size = sizeof(struct
  * nmt_backend_opts); a plugin reads only fields within `size` and takes defaults for the rest. */
@@ -319,7 +320,9 @@ struct nmt_backend {
      * values in [-2047, 2047]), sums the integer products exactly in 32 bits (so K <= 8192) and
      * returns sum * s_j * a_i + bias. So a row's result still depends only
      * on that row (the linear_rowinv contract holds), and it is the same on every code path of a
-     * plugin. BF16: W and each row of A rounded to bfloat16 (to nearest even), products summed in
+     * plugin. INT8A8 (ABI 2.8; a plugin may refuse it): the same weights, the rows of A on the
+     * int8 grid instead (a_i = max_k |A[i,k]| / 127, values in [-127, 127]), the same exact sums
+     * and epilogue: what 8-bit integer dot products (VNNI's vpdpbusd) compute fastest. BF16: W and each row of A rounded to bfloat16 (to nearest even), products summed in
      * float32 in a fixed order. 0 or negative (DTYPE not supported, bad shape, non-finite weight). */
     int (*linear_pack_q)(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw, uint32_t dtype);
 

@@ -56,6 +56,11 @@ static int export_model(const char *model, const char *out, int marian, enum ct2
     struct model_config c;
     if (checkpoint_open_model(model, &f, &c, &v) < 0)
         return -1;
+    if (checkpoint_dequantize(f, model) < 0) { /* the writers read float32 */
+        vocab_free(v);
+        st_free(f);
+        return -1;
+    }
     int rc = -1;
     if (marian) {
         char *vpath = marian_vocab_path(out);

@@ -239,49 +239,60 @@ static const struct st_tensor *int8_scales(const struct st_file *f, const struct
             return nmt_seterr("'%s': scale %llu of '%s' is %g, not a positive finite number", name,
                               (unsigned long long)r, t->name, (double)v), NULL;
     }
-    const int8_t *q = t->data;
-    for (uint64_t e = 0; e < t->nbytes; e++)
-        if (q[e] == -128)
-            return nmt_seterr("'%s': int8 tensor '%s' holds -128 (element %llu; values are -127..127)", name,
-                              t->name, (unsigned long long)e), NULL;
+    const unsigned char *bad = memchr(t->data, 0x80, (size_t)t->nbytes); /* -128 */
+    if (bad)
+        return nmt_seterr("'%s': int8 tensor '%s' holds -128 (element %llu; values are -127..127)", name, t->name,
+                          (unsigned long long)(bad - (const unsigned char *)t->data)), NULL;
     return s;
 }
 
-/* Writes the ROWS x COLS float32 values q * scale (little-endian) of the int8 values Q and the
- * row scales SCALE (little-endian float32) to DST. */
-static void dequantize_rows(unsigned char *dst, const int8_t *q, const unsigned char *scale, uint64_t rows,
-                            uint64_t cols)
+/* Writes to DST the N float32 values (little-endian) q * scale from element FIRST of the int8
+ * matrix Q of COLS columns, whose rows have the scales SCALE (little-endian float32). */
+static void dequantize_span(unsigned char *dst, const int8_t *q, const unsigned char *scale, uint64_t cols,
+                            uint64_t first, size_t n)
 {
-    const int little = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
-    float *row = little ? malloc(cols * sizeof *row) : NULL;
-    for (uint64_t r = 0; r < rows; r++, q += cols, dst += 4 * cols) {
+    for (uint64_t e = first, end = first + n; e < end;) {
+        uint64_t r = e / cols, c = e % cols, len = cols - c < end - e ? cols - c : end - e;
         float sc;
         uint32_t bits = nmt_le32(scale + 4 * r);
         memcpy(&sc, &bits, 4);
-        if (row) { /* one vector loop, then one copy */
-            for (uint64_t c = 0; c < cols; c++)
-                row[c] = (float)q[c] * sc;
-            memcpy(dst, row, cols * sizeof *row);
-            continue;
+        const int8_t *qr = q + e;
+        if (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) {
+            for (uint64_t k = 0; k < len; k++) {
+                float v = (float)qr[k] * sc;
+                memcpy(dst + 4 * k, &v, 4);
+            }
+        } else {
+            for (uint64_t k = 0; k < len; k++) {
+                float v = (float)qr[k] * sc;
+                memcpy(&bits, &v, 4);
+                nmt_put32(dst + 4 * k, bits);
+            }
         }
-        for (uint64_t c = 0; c < cols; c++) {
-            float v = (float)q[c] * sc;
-            memcpy(&bits, &v, 4);
-            nmt_put32(dst + 4 * c, bits);
-        }
+        dst += 4 * len;
+        e += len;
     }
-    free(row);
+}
+
+/* Checks every int8 tensor of F (NAME for messages); returns the bytes their float32 values take,
+ * or (size_t)-1 with the error set. */
+static size_t check_int8(const struct st_file *f, const char *name)
+{
+    size_t bytes = 0;
+    for (size_t i = 0; i < f->nt; i++)
+        if (f->t[i].dtype == ST_I8) {
+            if (!int8_scales(f, &f->t[i], name))
+                return (size_t)-1;
+            bytes += (size_t)f->t[i].nbytes * sizeof(float);
+        }
+    return bytes;
 }
 
 int checkpoint_dequantize(struct st_file *f, const char *name)
 {
-    size_t extra = 0;
-    for (size_t i = 0; i < f->nt; i++)
-        if (f->t[i].dtype == ST_I8) {
-            if (!int8_scales(f, &f->t[i], name))
-                return -1;
-            extra += (size_t)f->t[i].nbytes * sizeof(float);
-        }
+    size_t extra = check_int8(f, name);
+    if (extra == (size_t)-1)
+        return -1;
     if (extra == 0)
         return 0;
     /* the float32 values in bytes F owns, so that st_free frees them and st_discard gives them back */
@@ -293,13 +304,32 @@ int checkpoint_dequantize(struct st_file *f, const char *name)
         struct st_tensor *t = &f->t[i];
         if (t->dtype != ST_I8)
             continue;
-        const struct st_tensor *s = int8_scales(f, t, name); /* checked above: the same answer */
-        dequantize_rows(nb + off, t->data, s->data, t->shape[0], t->shape[1]);
+        if (checkpoint_read_f32(f, t, 0, (size_t)t->nbytes, nb + off) < 0)
+            return -1;
         t->data = nb + off;
         t->dtype = ST_F32;
         off += (size_t)t->nbytes * sizeof(float);
         t->nbytes *= sizeof(float);
     }
+    return 0;
+}
+
+int checkpoint_read_f32(const struct st_file *f, const struct st_tensor *t, uint64_t first, size_t n, void *dst)
+{
+    size_t size = t->dtype == ST_I8 ? 1 : t->dtype == ST_F32 ? 4 : 0;
+    if (size == 0 || first > t->nbytes / size || n > t->nbytes / size - first)
+        return nmt_seterr("tensor '%s': elements %llu..%llu are not float32 or int8 values it holds", t->name,
+                          (unsigned long long)first, (unsigned long long)(first + n));
+    if (size == 4) {
+        memcpy(dst, (const unsigned char *)t->data + 4 * first, 4 * n);
+        return 0;
+    }
+    char sname[256];
+    snprintf(sname, sizeof sname, "%s%s", t->name, CKPT_SCALE_SUFFIX);
+    const struct st_tensor *s = st_find(f, sname);
+    if (!s || s->dtype != ST_F32 || t->ndim != 2 || s->nbytes != 4 * t->shape[0] || t->shape[1] == 0)
+        return nmt_seterr("int8 tensor '%s' has no scale a row ('%s')", t->name, sname);
+    dequantize_span(dst, t->data, s->data, t->shape[1], first, n);
     return 0;
 }
 
@@ -314,7 +344,7 @@ int checkpoint_open_model(const char *path, struct st_file **f, struct model_con
         ;
     else if ((int)(*v)->n != cfg->vocab)
         nmt_seterr("'%s': vocabulary of %u pieces for a model of %d", path, (*v)->n, cfg->vocab);
-    else if (checkpoint_check_finite(*f, path) < 0 || checkpoint_dequantize(*f, path) < 0)
+    else if (checkpoint_check_finite(*f, path) < 0 || check_int8(*f, path) == (size_t)-1)
         ;
     else
         return 0;

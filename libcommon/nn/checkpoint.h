@@ -83,10 +83,17 @@ int checkpoint_put_int8(struct st_writer *w, const char *name, uint64_t rows, ui
  * positive finite scale a row) and replaces it in F by its float32 values q * scale. 0, or -1 with
  * the error set naming the tensor. */
 int checkpoint_dequantize(struct st_file *f, const char *name);
+/* Writes to DST the N float32 values (little-endian) from element FIRST of the tensor T of F, as
+ * a model reads them: T's bytes when it is float32, its int8 values times their row scales
+ * (NAME.scale) when int8, the same values checkpoint_dequantize makes. 0, or -1 with the error set
+ * (another type, a range outside T, no scales). */
+int checkpoint_read_f32(const struct st_file *f, const struct st_tensor *t, uint64_t first, size_t n, void *dst);
 /* Reads PATH for decoding (without the optimizer's state, "optim." tensors, which is not read):
- * the file (kept open for the tensors), its configuration into *CFG and its
- * vocabulary into *V, checked against each other, its weights checked finite and int8 weights turned
- * into float32 (checkpoint_dequantize). 0, or -1 with the error set (*F and *V NULL). */
+ * the file (kept open for the tensors), its configuration into *CFG and its vocabulary into *V,
+ * checked against each other, its weights checked finite and its int8 weights checked (as
+ * checkpoint_dequantize does) but left int8: model_load reads them as float32 one tensor at a time
+ * (checkpoint_read_f32), and checkpoint_dequantize turns them all. 0, or -1 with the error set (*F
+ * and *V NULL). */
 int checkpoint_open_model(const char *path, struct st_file **f, struct model_config *cfg, struct vocab **v);
 
 #endif

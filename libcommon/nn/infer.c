@@ -30,7 +30,7 @@ struct infer {
     struct model *m;
     struct model_config c;
     int invariant;
-    uint32_t precision;              /* NMT_DTYPE_F32 or NMT_DTYPE_INT8: of the packed layers */
+    uint32_t precision;              /* NMT_DTYPE_*: of the packed layers */
     uint32_t out_precision;          /* of the output projection: float32 unless INFER_OUTPUT_TOO */
     const struct model_weights *w;   /* the model's */
     struct wt_entry *wts;            /* (nwt) packed weights, in wt_buf */
@@ -279,26 +279,32 @@ static int pack_weights(struct infer *in, int discard, struct st_file *file, int
     }
     in->wt_buf = k->alloc(in->ctx, total);
     float *stage = stage_n ? k->alloc(in->ctx, stage_n * sizeof(float)) : NULL;
+    /* weights the file stores as int8 are read as float32 on the host first, one at a time */
+    size_t int8_n = file ? model_file_int8_max(in->m, file) : 0;
+    float *host = int8_n ? malloc((int8_n < stage_n ? int8_n : stage_n) * sizeof *host) : NULL;
     int rc = 0;
     if (!in->wt_buf || (stage_n && !stage))
         rc = nmt_seterr("cannot allocate %zu MB for the packed weights on backend %s: %s", total >> 20, k->name,
                         k->last_error(in->ctx));
+    else if (int8_n && stage_n && !host)
+        rc = nmt_seterr("out of memory");
     size_t off = 0;
     for (int i = 0; rc == 0 && i < in->nwt; i++) {
         struct wt_entry *e = &in->wts[i];
         size_t n = (size_t)e->out * (size_t)e->kin;
         struct wt_entry from = *e;
-        const void *bytes = NULL;
+        const void *bytes = NULL, *values;
+        size_t nbytes = 0;
         if (file && !wt_read_elsewhere(in, e)) { /* left out of the model: from the file's bytes */
-            if (!(bytes = model_file_bytes(in->m, file, e->w, n)) ||
-                nn_bk(&in->run, k->upload(in->ctx, stage, bytes, n * sizeof(float)), "upload") < 0)
+            if (!(values = model_file_floats(in->m, file, e->w, n, host, &bytes, &nbytes)) ||
+                nn_bk(&in->run, k->upload(in->ctx, stage, values, n * sizeof(float)), "upload") < 0)
                 rc = -1;
             from.w = stage;
         }
         int give = !bytes && discard && !wt_read_elsewhere(in, e) && n * sizeof(float) >= DISCARD_MIN;
         if (rc == 0 && wt_pack(in, in->wt_buf + off, &from) < 0)
             rc = -1;
-        else if (rc == 0 && bytes && consume && st_discard(file, bytes, n * sizeof(float)) < 0)
+        else if (rc == 0 && bytes && consume && st_discard(file, bytes, nbytes) < 0)
             rc = -1;
         else if (rc == 0 && give && model_discard_weight(in->m, e->w, n) < 0)
             rc = -1;
@@ -309,6 +315,7 @@ static int pack_weights(struct infer *in, int discard, struct st_file *file, int
     }
     if (stage)
         k->free(in->ctx, stage);
+    free(host);
     return rc;
 }
 
@@ -323,6 +330,8 @@ static const struct {
     {"float32", NMT_DTYPE_F32},
     {"int8", NMT_DTYPE_INT8},
     {"int8-all", NMT_DTYPE_INT8 | INFER_OUTPUT_TOO},
+    {"int8-a8", NMT_DTYPE_INT8A8},
+    {"int8-a8-all", NMT_DTYPE_INT8A8 | INFER_OUTPUT_TOO},
     {"bf16", NMT_DTYPE_BF16},
     {"bf16-all", NMT_DTYPE_BF16 | INFER_OUTPUT_TOO},
 };
@@ -342,7 +351,8 @@ int infer_precision_parse(const char *name, uint32_t *dtype)
             *dtype = precisions[i].dtype;
             return 0;
         }
-    return nmt_seterr("invalid precision '%s' (float32, int8, int8-all, bf16 or bf16-all)", name);
+    return nmt_seterr("invalid precision '%s' (float32, int8, int8-all, int8-a8, int8-a8-all, bf16 or bf16-all)",
+                      name);
 }
 
 /* The bytes of the weights one decoder step of model C reads (its layers' products and the output
@@ -351,7 +361,7 @@ static double step_weight_bytes(const struct model_config *c, uint32_t precision
 {
     double d = c->d_model, layers = c->dec_layers * (6 * d * d + 2 * d * c->ff), out = (double)c->vocab * d;
     uint32_t dt = precision & ~INFER_OUTPUT_TOO;
-    double wb = dt == NMT_DTYPE_INT8 ? 1 : dt == NMT_DTYPE_BF16 ? 2 : 4;
+    double wb = dt == NMT_DTYPE_INT8 || dt == NMT_DTYPE_INT8A8 ? 1 : dt == NMT_DTYPE_BF16 ? 2 : 4;
     return layers * wb + out * (precision & INFER_OUTPUT_TOO ? wb : 4);
 }
 

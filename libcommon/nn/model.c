@@ -5,6 +5,7 @@
 #include "base/rng.h"
 #include "base/util.h"
 #include "nn/blocks.h"
+#include "nn/checkpoint.h"
 #include "nn/params.h"
 
 #include <math.h>
@@ -1231,7 +1232,29 @@ static int covered(const struct model *m, const struct model_param *p, const str
     return p->size > 0 && n == p->size;
 }
 
-const void *model_file_bytes(const struct model *m, const struct st_file *f, const float *w, size_t n)
+/* Whether T of F holds the P's values: float32, or an int8 matrix of its shape (read as float32 by
+ * checkpoint_read_f32); else -1 with the error set. */
+static int tensor_holds(const struct model_param *p, const struct st_tensor *t)
+{
+    if (t->dtype == ST_F32 ? t->nbytes == (uint64_t)p->size * sizeof(float)
+                           : t->dtype == ST_I8 && p->ndim == 2 && t->nbytes == (uint64_t)p->size)
+        return 0;
+    return nmt_seterr("checkpoint tensor '%s' is not %zu float32 values", p->name, (size_t)p->size);
+}
+
+size_t model_file_int8_max(const struct model *m, const struct st_file *f)
+{
+    size_t most = 0;
+    for (size_t i = 0; i < m->ntab; i++) {
+        const struct st_tensor *t = st_find(f, m->tab[i].name);
+        if (t && t->dtype == ST_I8 && t->nbytes > most)
+            most = (size_t)t->nbytes;
+    }
+    return most;
+}
+
+const void *model_file_floats(const struct model *m, const struct st_file *f, const float *w, size_t n, float *tmp,
+                              const void **file_bytes, size_t *file_len)
 {
     for (size_t i = 0; i < m->ntab; i++) {
         const struct model_param *p = &m->tab[i];
@@ -1239,9 +1262,18 @@ const void *model_file_bytes(const struct model *m, const struct st_file *f, con
         if (w < lo || w >= lo + p->size || n > (size_t)(lo + p->size - w))
             continue;
         const struct st_tensor *t = st_find(f, p->name);
-        if (!t || t->dtype != ST_F32 || t->nbytes != (uint64_t)p->size * sizeof(float))
-            return nmt_seterr("checkpoint tensor '%s' is not %zu float32 values", p->name, (size_t)p->size), NULL;
-        return (const unsigned char *)t->data + (size_t)(w - lo) * sizeof(float);
+        if (!t)
+            return nmt_seterr("checkpoint lacks tensor '%s'", p->name), NULL;
+        if (tensor_holds(p, t) < 0)
+            return NULL;
+        size_t first = (size_t)(w - lo), size = t->dtype == ST_I8 ? 1 : sizeof(float);
+        *file_bytes = (const unsigned char *)t->data + first * size;
+        *file_len = n * size;
+        if (t->dtype == ST_F32)
+            return *file_bytes;
+        if (!tmp)
+            return nmt_seterr("checkpoint tensor '%s' is int8: no room to read it as float32", p->name), NULL;
+        return checkpoint_read_f32(f, t, first, n, tmp) < 0 ? NULL : tmp;
     }
     return nmt_seterr("%zu floats that are not all in one of the model's tensors", n), NULL;
 }
@@ -1290,10 +1322,8 @@ static int load_impl(struct model *m, const struct st_file *f, int opt, struct s
             nmt_seterr("checkpoint tensor '%s' has another shape", p->name);
             goto out;
         }
-        if (t->dtype != ST_F32 || t->nbytes != (uint64_t)p->size * sizeof(float)) {
-            nmt_seterr("checkpoint tensor '%s' is not %zu float32 values", p->name, (size_t)p->size);
+        if (tensor_holds(p, t) < 0)
             goto out;
-        }
         if (nr && covered(m, p, r, nr)) { /* left in F for the caller; breaks a run of bytes to give back */
             left_out = 1;
             if (consume && run && st_discard(consume, run, run_len) < 0)
@@ -1301,8 +1331,18 @@ static int load_impl(struct model *m, const struct st_file *f, int opt, struct s
             run = NULL, run_len = 0;
             continue;
         }
-        if (p->size &&
-            nn_bk(&m->run, m->k->upload(m->ctx, m->params + p->offset, t->data, (size_t)t->nbytes), "upload") < 0)
+        const void *src = t->data;
+        if (t->dtype == ST_I8) { /* read as float32 through H, the size of the largest int8 tensor */
+            if (!h && !(h = malloc(model_file_int8_max(m, f) * sizeof *h))) {
+                nmt_seterr("out of memory");
+                goto out;
+            }
+            if (checkpoint_read_f32(f, t, 0, p->size, h) < 0)
+                goto out;
+            src = h;
+        }
+        if (p->size && nn_bk(&m->run, m->k->upload(m->ctx, m->params + p->offset, src, p->size * sizeof(float)),
+                             "upload") < 0)
             goto out;
         if (consume && run && (const unsigned char *)t->data == run + run_len) {
             run_len += (size_t)t->nbytes;
@@ -1318,6 +1358,7 @@ static int load_impl(struct model *m, const struct st_file *f, int opt, struct s
         }
     }
     if (opt) {
+        free(h);
         h = malloc(m->np * sizeof *h);
         if (!h) {
             nmt_seterr("out of memory");

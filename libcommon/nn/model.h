@@ -166,7 +166,8 @@ int model_update(struct model *m, const struct adam_opts *adam, float lr, int64_
  * model_save, or model_free. 0 or -1. */
 int model_save(struct model *m, struct st_writer *w, int opt);
 /* Loads parameters (and with OPT the Adam moments) from checkpoint F, whose configuration must equal
- * M's. 0, or -1 with the error naming the first missing or mis-shaped tensor. */
+ * M's; weights F stores as int8 (nn/checkpoint.h) are read as float32 one tensor at a time. 0, or
+ * -1 with the error naming the first missing or mis-shaped tensor. */
 int model_load(struct model *m, const struct st_file *f, int opt);
 /* model_load without the optimizer state, for the last reader of F: each tensor's bytes in F are
  * given back once on the device (st_discard; F must own its image), so that the file and the model
@@ -179,13 +180,19 @@ struct model_range {
 };
 /* model_load (CONSUME 0) or model_load_consume (CONSUME 1), but the tensors that the NR ranges
  * R (not overlapping) cover whole are left out: not uploaded, and with CONSUME not given back in
- * F, for the caller to read there (model_file_bytes); M then counts as having given them back
+ * F, for the caller to read there (model_file_floats); M then counts as having given them back
  * (model_discard_weight), and refuses what reads them all. For a reader that makes its own copy of
  * those weights. 0 or -1. */
 int model_load_except(struct model *m, struct st_file *f, int consume, const struct model_range *r, size_t nr);
-/* The bytes of F that model_load reads for the N parameters of M at device address W (within one
- * tensor; little-endian float32, as model_load checked them). NULL with the error set. */
-const void *model_file_bytes(const struct model *m, const struct st_file *f, const float *w, size_t n);
+/* The N parameters of M at device address W (within one tensor) as model_load reads them from F:
+ * float32 values (little-endian), F's own bytes when it stores them so, else written to TMP (N
+ * floats; int8 weights times their row scales, nn/checkpoint.h). *FILE_BYTES and *FILE_LEN are set
+ * to the bytes of F they come from (to give back with st_discard). NULL with the error set. */
+const void *model_file_floats(const struct model *m, const struct st_file *f, const float *w, size_t n, float *tmp,
+                              const void **file_bytes, size_t *file_len);
+/* The elements of the largest of M's tensors that F stores as int8 (0: none), the floats TMP of
+ * model_file_floats must hold for them. */
+size_t model_file_int8_max(const struct model *m, const struct st_file *f);
 
 /* Returns the matrix-product FLOPs of one training step (forward + backward = 3 x forward) on batch
  * BR, counting only non-padding tokens: with Ns/Nt the source/target tokens and s_b/t_b the lengths,

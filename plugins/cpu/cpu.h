@@ -54,7 +54,7 @@ int cpu_linear_pack_q(nmt_bctx *ctx, void *dst, const float *W, int N, int K, in
  * its data follow (linear.c, linear_q.c). */
 struct lin_hdr {
     uint32_t magic; /* LIN_MAGIC */
-    uint32_t dtype; /* NMT_DTYPE_F32, NMT_DTYPE_INT8 or NMT_DTYPE_BF16 */
+    uint32_t dtype; /* NMT_DTYPE_F32, NMT_DTYPE_INT8, NMT_DTYPE_INT8A8 or NMT_DTYPE_BF16 */
     int32_t N, K;   /* the weight's shape */
     uint8_t pad[48];
 };
@@ -63,12 +63,13 @@ struct lin_hdr {
 /* The largest K of the int8 layer: 2047 * 127 * K stays below 2^31 (linear_q.c). */
 #define LIN_Q_MAXK 8192
 
-/* int8 weights (linear_q.c): bytes after the header for W (N,K); packs W into DATA (after the
- * header; 0, or -1 with the error set: a non-finite weight, K too large); the int8 linear layer
- * on such a weight (arguments as linear_rowinv's, checked by the caller; 0 or -1). */
-size_t cpu_linear_q_bytes(int N, int K);
-int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw);
-int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data,
+/* int8 weights (linear_q.c), with 12-bit activations or, A8 non-zero, 8-bit ones
+ * (NMT_DTYPE_INT8A8): bytes after the header for W (N,K); packs W into DATA (after the header; 0,
+ * or -1 with the error set: a non-finite weight, K too large); the int8 linear layer on such a
+ * weight, packed with the same A8 (arguments as linear_rowinv's, checked by the caller; 0 or -1). */
+size_t cpu_linear_q_bytes(int N, int K, int a8);
+int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw, int a8);
+int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data, int a8,
                      const float *bias, int relu, float *C, int ldc);
 /* Makes ctx->qbuf hold BYTES (the rows of A converted by the int8 and bf16 layers); 0 or -1. */
 int cpu_qbuf_reserve(nmt_bctx *ctx, size_t bytes);

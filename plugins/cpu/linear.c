@@ -52,29 +52,30 @@ size_t cpu_linear_packed_bytes_q(nmt_bctx *ctx, int N, int K, uint32_t dtype)
         return cpu_err(ctx, "bf16 needs AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off"), 0;
     if (dtype == NMT_DTYPE_BF16)
         return N <= 0 || K <= 0 ? 0 : LIN_HDR + cpu_linear_bf16_bytes(N, K);
-    if (dtype != NMT_DTYPE_INT8)
+    if (dtype != NMT_DTYPE_INT8 && dtype != NMT_DTYPE_INT8A8)
         return cpu_err(ctx, "the cpu backend packs weights in float32, int8 or bf16 only (dtype %u)", dtype), 0;
     if (K > LIN_Q_MAXK)
         return cpu_err(ctx, "int8 linear layer: K=%d above %d", K, LIN_Q_MAXK), 0;
-    return N <= 0 || K <= 0 ? 0 : LIN_HDR + cpu_linear_q_bytes(N, K);
+    return N <= 0 || K <= 0 ? 0 : LIN_HDR + cpu_linear_q_bytes(N, K, dtype == NMT_DTYPE_INT8A8);
 }
 
 int cpu_linear_pack_q(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw, uint32_t dtype)
 {
     if (dtype == NMT_DTYPE_F32)
         return cpu_linear_pack(ctx, dst, W, N, K, ldw);
-    if (dtype != NMT_DTYPE_INT8 && dtype != NMT_DTYPE_BF16)
+    int a8 = dtype == NMT_DTYPE_INT8A8;
+    if (dtype != NMT_DTYPE_INT8 && !a8 && dtype != NMT_DTYPE_BF16)
         return cpu_err(ctx, "linear_pack_q: the cpu backend packs weights in float32, int8 or bf16 only (dtype %u)",
                        dtype);
     if (dtype == NMT_DTYPE_BF16 && !cpu_bf16())
         return cpu_err(ctx, "linear_pack_q: bf16 needs AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off");
-    if (N < 0 || K < 0 || ldw < (K > 1 ? K : 1) || (dtype == NMT_DTYPE_INT8 && K > LIN_Q_MAXK))
+    if (N < 0 || K < 0 || ldw < (K > 1 ? K : 1) || (dtype != NMT_DTYPE_BF16 && K > LIN_Q_MAXK))
         return cpu_err(ctx, "linear_pack_q: bad shape N=%d K=%d ldw=%d", N, K, ldw);
     struct lin_hdr h = { LIN_MAGIC, dtype, N, K, { 0 } };
     memcpy(dst, &h, sizeof h);
     if (dtype == NMT_DTYPE_BF16)
         return cpu_linear_bf16_pack(ctx, (char *)dst + LIN_HDR, W, N, K, ldw);
-    return cpu_linear_q_pack(ctx, (char *)dst + LIN_HDR, W, N, K, ldw);
+    return cpu_linear_q_pack(ctx, (char *)dst + LIN_HDR, W, N, K, ldw, a8);
 }
 
 int cpu_linear_pack(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw)
@@ -327,7 +328,8 @@ int cpu_linear_rowinv(nmt_bctx *ctx, int M, int N, int K, const float *A, int ld
     if (!Wp)
         return cpu_err(ctx, "linear_rowinv: no packed weight");
     memcpy(&h, Wp, sizeof h);
-    if (h.magic != LIN_MAGIC || (h.dtype != NMT_DTYPE_F32 && h.dtype != NMT_DTYPE_INT8 && h.dtype != NMT_DTYPE_BF16))
+    if (h.magic != LIN_MAGIC || (h.dtype != NMT_DTYPE_F32 && h.dtype != NMT_DTYPE_INT8 && h.dtype != NMT_DTYPE_INT8A8 &&
+                                 h.dtype != NMT_DTYPE_BF16))
         return cpu_err(ctx, "linear_rowinv: the weight was not packed by linear_pack");
     if (h.N != N || h.K != K)
         return cpu_err(ctx, "linear_rowinv: the weight was packed as %d x %d, used as %d x %d", h.N, h.K, N, K);
@@ -341,8 +343,9 @@ int cpu_linear_rowinv(nmt_bctx *ctx, int M, int N, int K, const float *A, int ld
             }
         return 0;
     }
-    if (h.dtype == NMT_DTYPE_INT8)
-        return cpu_linear_q_run(ctx, M, N, K, A, lda, (const char *)Wp + LIN_HDR, bias, relu, C, ldc);
+    if (h.dtype == NMT_DTYPE_INT8 || h.dtype == NMT_DTYPE_INT8A8)
+        return cpu_linear_q_run(ctx, M, N, K, A, lda, (const char *)Wp + LIN_HDR, h.dtype == NMT_DTYPE_INT8A8, bias,
+                                relu, C, ldc);
     if (h.dtype == NMT_DTYPE_BF16)
         return cpu_linear_bf16_run(ctx, M, N, K, A, lda, (const char *)Wp + LIN_HDR, bias, relu, C, ldc);
     struct lin_job job = { { A, (const float *)((const char *)Wp + LIN_HDR), bias, C, M, N, K, lda, ldc, relu != 0 },

@@ -11,6 +11,14 @@
  * 8-bit activations alone change about 4.5% of the greedy translations, 12-bit ones almost none
  * (bench/RESULTS.md, bench/quant_sim.py).
  *
+ * With 8-bit activations (NMT_DTYPE_INT8A8) the rows of A go on the int8 grid instead: scale
+ * a_i = max_k |A[i,k]| / 127, values in [-127, 127]; the weights as above. Where VNNI runs, each
+ * value travels as the unsigned byte qA + 128, four to a 32-bit word in column order, and one
+ * vpdpbusd multiplies 64 byte pairs: the sum of (qA + 128) * qW, less 128 * sum_k qW[j,k] (a
+ * column's compensation, kept with the packed weights), is S exactly. Elsewhere the 12-bit
+ * layer's code takes the values on the int8 grid as they are. Twice the products per instruction
+ * of the 12-bit layer on VNNI; translations about as far from float32 as CTranslate2's int8.
+ *
  * Result. C[i,j] = ((float)S * s_j) * a_i, + bias[j], then max(., 0) if asked, where
  * S = sum_k qA[i,k] * qW[j,k] is an exact 32-bit integer sum (|S| <= 2047 * 127 * K < 2^31 for
  * K <= LIN_Q_MAXK). Integer sums do not depend on their order, and the float epilogue is the same
@@ -19,7 +27,8 @@
  * count.
  *
  * Packed layout after the header (struct lin_hdr), for Np = N rounded up to 16 columns and
- * Kp = K rounded up to 4: float s[Np] (0 past N); then panel p (columns 16p..16p+15) as Kp/4
+ * Kp = K rounded up to 4: float s[Np] (0 past N); with 8-bit activations int32 comp[Np] (128 *
+ * sum_k qW[j,k]); then panel p (columns 16p..16p+15) as Kp/4
  * groups of 64 bytes: group g holds, for c = 0..15, the 4 bytes qW[16p+c][4g..4g+3] (zeros past N
  * and K). The quantised rows of A hold each group of 4 columns in the order 0, 2, 1, 3, so that
  * one 32-bit word of A pairs with the even bytes of a weight word and the next with the odd ones.
@@ -31,6 +40,8 @@
  * Paths (per group of 4 columns, each 32-bit lane of a weight vector being one output column):
  *   AMX (AMX-TILE and AMX-INT8, where Kp is a multiple of 64; else the VNNI path): tile products
  *     of the activations split into bytes, linear_q_amx.c. Tiles of 16 rows by 2 panels.
+ *   VNNI with 8-bit activations: vpdpbusd of the broadcast unsigned activation words against the
+ *     weight bytes as packed. Tiles of up to 6 rows by 4 panels.
  *   VNNI (AVX512-VNNI): the weight bytes sign-extended in place to 16 bits, even bytes
  *     (shift left then arithmetic shift right by 8) and odd bytes (arithmetic shift by 8), and
  *     two vpdpwssd against the broadcast activation pairs (a0, a2) and (a1, a3). Tiles of up to
@@ -57,10 +68,10 @@ static int pad4(int k) { return (k + 3) / 4 * 4; }
 /* Whether the int8 layer takes the AVX2 path on ISA, its weights held in 16 bits (see above). */
 static int q_wide(int isa) { return isa == CPU_ISA_AVX2 || isa == CPU_ISA_AVX512; }
 
-size_t cpu_linear_q_bytes(int N, int K)
+size_t cpu_linear_q_bytes(int N, int K, int a8)
 {
     size_t np = (size_t)pad16(N);
-    return np * sizeof(float) + np * (size_t)pad4(K) * (q_wide(cpu_isa()) ? sizeof(int16_t) : 1);
+    return np * sizeof(float) * (a8 ? 2 : 1) + np * (size_t)pad4(K) * (q_wide(cpu_isa()) ? sizeof(int16_t) : 1);
 }
 
 /* Where weight byte T (0..3) of column C (0..15) of a group of 4 columns goes among the group's
@@ -68,18 +79,21 @@ size_t cpu_linear_q_bytes(int N, int K)
 static int wide_pos(int c, int t) { return ((t & 1) * 2 + c / 8) * 16 + (c % 8) * 2 + (t >> 1); }
 
 #define QA_MAX 2047 /* the activations' grid: -2047..2047 */
+#define QA8_MAX 127 /* with 8-bit activations: -127..127 */
+#define QA8_BIAS 128 /* what makes them unsigned bytes on the VNNI path */
 
 /* Where column k of a row of A is held: each group of 4 in the order 0, 2, 1, 3 (an involution). */
 static inline int act_pos(int k) { return (k & ~3) | ((k & 1) << 1) | ((k & 2) >> 1); }
 
-/* Quantises the K values X into Q (Kp int16, zeros past K, in act_pos order); returns the scale. */
-static float quant_act_plain(int16_t *q, const float *x, int K, int Kp)
+/* Quantises the K values X into Q (Kp int16, zeros past K, in act_pos order) on the grid
+ * -TOP..TOP; returns the scale. */
+static float quant_act_plain(int16_t *q, const float *x, int K, int Kp, int top)
 {
     int finite;
-    float amax = row_absmax_plain(x, K, &finite), inv, s = quant_scale_top(amax, finite, (float)QA_MAX, &inv);
+    float amax = row_absmax_plain(x, K, &finite), inv, s = quant_scale_top(amax, finite, (float)top, &inv);
     for (int k = 0; k < Kp; k++) {
         float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f; /* to nearest even */
-        r = r > (float)QA_MAX ? (float)QA_MAX : r < -(float)QA_MAX ? -(float)QA_MAX : r;
+        r = r > (float)top ? (float)top : r < -(float)top ? -(float)top : r;
         q[act_pos(k)] = (int16_t)r;
     }
     return s;
@@ -87,12 +101,12 @@ static float quant_act_plain(int16_t *q, const float *x, int K, int Kp)
 
 /* quant_act_plain with AVX2 on blocks of 8 values, the tail in C: the same max, products and
  * rounding (vcvtps2dq rounds to nearest even, the default mode), so the same bits. */
-ISA_AVX2 static float quant_act_avx2(int16_t *q, const float *x, int K, int Kp)
+ISA_AVX2 static float quant_act_avx2(int16_t *q, const float *x, int K, int Kp, int top)
 {
     int finite, k = 0;
-    float amax = row_absmax_avx2(x, K, &finite), inv, s = quant_scale_top(amax, finite, (float)QA_MAX, &inv);
+    float amax = row_absmax_avx2(x, K, &finite), inv, s = quant_scale_top(amax, finite, (float)top, &inv);
     __m256 vinv = _mm256_set1_ps(inv);
-    __m256i lo = _mm256_set1_epi32(-QA_MAX), hi = _mm256_set1_epi32(QA_MAX);
+    __m256i lo = _mm256_set1_epi32(-top), hi = _mm256_set1_epi32(top);
     for (; s > 0 && k + 8 <= K; k += 8) {
         __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
         r = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
@@ -101,43 +115,74 @@ ISA_AVX2 static float quant_act_avx2(int16_t *q, const float *x, int K, int Kp)
     }
     for (; k < Kp; k++) {
         float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f;
-        r = r > (float)QA_MAX ? (float)QA_MAX : r < -(float)QA_MAX ? -(float)QA_MAX : r;
+        r = r > (float)top ? (float)top : r < -(float)top ? -(float)top : r;
         q[act_pos(k)] = (int16_t)r;
     }
     return s;
 }
 
-/* Quantises the K values X into Q (Kp int16), on the widest path this CPU has. */
-static float quant_act(int16_t *q, const float *x, int K, int Kp, int isa)
+/* Quantises the K values X into Q (Kp int16) on the grid -TOP..TOP, on the widest path this CPU has. */
+static float quant_act(int16_t *q, const float *x, int K, int Kp, int top, int isa)
 {
-    return isa >= CPU_ISA_AVX2 ? quant_act_avx2(q, x, K, Kp) : quant_act_plain(q, x, K, Kp);
+    return isa >= CPU_ISA_AVX2 ? quant_act_avx2(q, x, K, Kp, top) : quant_act_plain(q, x, K, Kp, top);
 }
 
-int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw)
+/* Quantises the K values X on the int8 grid (as quant_act with TOP 127) into U: Kp unsigned bytes
+ * q + 128 in column order (128 past K); returns the scale. AVX2 on blocks of 8 values: the same
+ * bits as quant_act_plain. */
+ISA_AVX2 static float quant_act_u8(uint8_t *u, const float *x, int K, int Kp)
+{
+    int finite, k = 0;
+    float amax = row_absmax_avx2(x, K, &finite), inv, s = quant_scale_top(amax, finite, (float)QA8_MAX, &inv);
+    __m256 vinv = _mm256_set1_ps(inv);
+    __m256i lo = _mm256_set1_epi32(-QA8_MAX), hi = _mm256_set1_epi32(QA8_MAX);
+    const __m128i bias = _mm_set1_epi8((char)0x80); /* q + 128 of a byte in -127..127 is q ^ 0x80 */
+    for (; s > 0 && k + 8 <= K; k += 8) {
+        __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
+        r = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
+        __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+        _mm_storel_epi64((__m128i *)(u + k), _mm_xor_si128(_mm_packs_epi16(w, w), bias));
+    }
+    for (; k < Kp; k++) {
+        float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f;
+        r = r > (float)QA8_MAX ? (float)QA8_MAX : r < -(float)QA8_MAX ? -(float)QA8_MAX : r;
+        u[k] = (uint8_t)((int)r + QA8_BIAS);
+    }
+    return s;
+}
+
+int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw, int a8)
 {
     int np = pad16(N), kp = pad4(K);
     float *s = data;
-    uint8_t *panels = (uint8_t *)(s + np);
+    int32_t *comp = (int32_t *)(s + np); /* a8 only */
+    uint8_t *panels = (uint8_t *)(s + (a8 ? 2 : 1) * np);
     int8_t *row = malloc((size_t)kp);
     if (!row)
         return cpu_err(ctx, "out of memory");
-    memset(s, 0, (size_t)np * sizeof *s);
-    memset(panels, 0, cpu_linear_q_bytes(N, K) - (size_t)np * sizeof *s);
+    memset(data, 0, cpu_linear_q_bytes(N, K, a8));
+    int isa = cpu_isa();
     for (int j = 0; j < N; j++) {
-        s[j] = quant_row_plain(row, W + (size_t)j * (size_t)ldw, K, kp);
+        const float *wj = W + (size_t)j * (size_t)ldw;
+        s[j] = isa >= CPU_ISA_AVX2 ? quant_row_avx2(row, wj, K, kp) : quant_row_plain(row, wj, K, kp);
         if (s[j] != s[j]) {
             free(row);
             return cpu_err(ctx, "linear_pack_q: row %d of the weight has a non-finite value", j);
         }
-        if (q_wide(cpu_isa())) {
+        int32_t sum = 0;
+        for (int k = 0; a8 && k < kp; k++)
+            sum += row[k];
+        if (a8)
+            comp[j] = QA8_BIAS * sum;
+        if (q_wide(isa)) {
             int16_t *pw = (int16_t *)panels + (size_t)(j / QPW) * (size_t)kp * QPW;
             for (int k = 0; k < kp; k++)
                 pw[(size_t)(k / 4) * 64 + (size_t)wide_pos(j % QPW, k % 4)] = row[k];
             continue;
         }
         uint8_t *pj = panels + (size_t)(j / QPW) * (size_t)kp * QPW + (size_t)(j % QPW) * 4;
-        for (int k = 0; k < kp; k++)
-            pj[(size_t)(k / 4) * 64 + (size_t)(k % 4)] = (uint8_t)row[k];
+        for (int k = 0; k < kp; k += 4)
+            memcpy(pj + (size_t)(k / 4) * 64, row + k, 4);
     }
     free(row);
     return 0;
@@ -229,6 +274,69 @@ ISA_AVX512_VNNI static void qtile16_any(const struct qlin *g, int i, int p, int 
 #undef EVEN16
 #undef ODD16
 
+/* ---------------- AVX-512 VNNI, 8-bit activations: tiles of up to 6 rows by 4 panels ---------------- */
+
+/* Row R's word of 4 activation bytes against the weight bytes of each panel (the accumulator
+ * variables as in qtile16). */
+#define BSTEP(r)                                                                                                       \
+    if (mr > r) {                                                                                                      \
+        int32_t a4;                                                                                                    \
+        memcpy(&a4, a + (size_t)(r) * ld8 + (size_t)k, 4);                                                             \
+        __m512i av = _mm512_set1_epi32(a4);                                                                            \
+        a##r##0 = _mm512_dpbusd_epi32(a##r##0, av, x0);                                                                \
+        if (nv > 1)                                                                                                    \
+            a##r##1 = _mm512_dpbusd_epi32(a##r##1, av, x1);                                                            \
+        if (nv > 2)                                                                                                    \
+            a##r##2 = _mm512_dpbusd_epi32(a##r##2, av, x2);                                                            \
+        if (nv > 3)                                                                                                    \
+            a##r##3 = _mm512_dpbusd_epi32(a##r##3, av, x3);                                                            \
+    }
+
+static inline __attribute__((always_inline)) ISA_AVX512_VNNI void btile16(const struct qlin *g, int i, int p, int mr,
+                                                                          int nv, __mmask16 last)
+{
+    size_t ld8 = (size_t)g->ld8, pstride = (size_t)g->Kp * QPW;
+    const uint8_t *a = g->Au8 + (size_t)i * ld8;
+    const uint8_t *w = qpanel(g, p, 0);
+    const __m512i z = _mm512_setzero_si512();
+    __m512i a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z, a20 = z, a21 = z, a22 = z, a23 = z;
+    __m512i a30 = z, a31 = z, a32 = z, a33 = z, a40 = z, a41 = z, a42 = z, a43 = z, a50 = z, a51 = z, a52 = z, a53 = z;
+    for (int k = 0; k < g->Kp; k += 4, w += 64) {
+        __m512i x0 = _mm512_loadu_si512((const void *)w);
+        __m512i x1 = nv > 1 ? _mm512_loadu_si512((const void *)(w + pstride)) : z;
+        __m512i x2 = nv > 2 ? _mm512_loadu_si512((const void *)(w + 2 * pstride)) : z;
+        __m512i x3 = nv > 3 ? _mm512_loadu_si512((const void *)(w + 3 * pstride)) : z;
+        BSTEP(0) BSTEP(1) BSTEP(2) BSTEP(3) BSTEP(4) BSTEP(5)
+    }
+    const __m512i acc[MRV][GROUP] = { { a00, a01, a02, a03 }, { a10, a11, a12, a13 }, { a20, a21, a22, a23 },
+                                      { a30, a31, a32, a33 }, { a40, a41, a42, a43 }, { a50, a51, a52, a53 } };
+    for (int c = 0; c < nv; c++) {
+        __m512i comp = _mm512_loadu_si512((const void *)(g->comp + (p + c) * QPW)); /* Np entries: no mask */
+        for (int r = 0; r < mr; r++)
+            qstore16(g, i + r, (p + c) * QPW, c == nv - 1 ? last : (__mmask16)0xFFFF, _mm512_sub_epi32(acc[r][c], comp));
+    }
+}
+
+/* mr <= 6 rows by nv <= 4 panels, through a btile16 inlined with constant sizes */
+ISA_AVX512_VNNI static void btile16_any(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last)
+{
+#define BT(R)                                                                                                          \
+    case R * 8 + 4: btile16(g, i, p, R, 4, last); break;                                                               \
+    case R * 8 + 3: btile16(g, i, p, R, 3, last); break;                                                               \
+    case R * 8 + 2: btile16(g, i, p, R, 2, last); break;                                                               \
+    case R * 8 + 1: btile16(g, i, p, R, 1, last); break;
+    switch (mr * 8 + nv) {
+        BT(6)
+        BT(5)
+        BT(4)
+        BT(3)
+        BT(2)
+        BT(1)
+    }
+#undef BT
+}
+#undef BSTEP
+
 /* ---------------- AVX2: tiles of up to 4 rows by one panel (two vectors of 8 columns) ---------------- */
 
 #define MR8 4
@@ -317,9 +425,10 @@ struct qlin_job {
     const float *Af; /* (M, lda) the float rows, quantised into qa and qs (= g.A and g.sa) */
     int16_t *qa;
     float *qs;
-    uint8_t *lo; /* AMX only: the split rows (g.Alo, g.Ahi) */
+    uint8_t *lo; /* AMX: the split rows (g.Alo, g.Ahi); VNNI with 8-bit activations: g.Au8 */
     int8_t *hi;
-    int lda, K, isa; /* isa: CPU_ISA_AMX only when Kp is a multiple of 64 */
+    int lda, K, isa; /* isa: CPU_ISA_AMX only when Kp is a multiple of 64 and activations are 12-bit */
+    int top;         /* the activations' grid: QA_MAX, or QA8_MAX */
 };
 
 /* Quantises rows [lo, hi) of A. */
@@ -327,8 +436,12 @@ static void quant_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
     struct qlin_job *job = arg;
     for (int64_t i = lo; i < hi; i++) {
+        if (job->g.Au8) { /* VNNI with 8-bit activations: their bytes only */
+            job->qs[i] = quant_act_u8(job->lo + i * job->g.ld8, job->Af + i * job->lda, job->K, job->g.Kp);
+            continue;
+        }
         int16_t *q = job->qa + i * job->g.ldq;
-        job->qs[i] = quant_act(q, job->Af + i * job->lda, job->K, job->g.Kp, job->isa);
+        job->qs[i] = quant_act(q, job->Af + i * job->lda, job->K, job->g.Kp, job->top, job->isa);
         if (job->isa == CPU_ISA_AMX)
             cpu_q_amx_split(job->lo + i * job->g.ld8, job->hi + i * job->g.ld8, q, job->g.Kp);
     }
@@ -348,7 +461,9 @@ static void qlinear_body(void *arg, int64_t lo, int64_t hi, int tid)
         __mmask16 last = (__mmask16)((1u << (n - QPW * (np - 1))) - 1); /* the last panel's columns */
         for (int i = 0; job->isa == CPU_ISA_AMX && i < g->M; i += 16)
             cpu_q_amx_rows(g, i, g->M - i < 16 ? g->M - i : 16, p0, np, last);
-        for (int i = 0; job->isa == CPU_ISA_VNNI && i < g->M; i += MRV)
+        for (int i = 0; job->isa == CPU_ISA_VNNI && g->Au8 && i < g->M; i += MRV)
+            btile16_any(g, i, p0, g->M - i < MRV ? g->M - i : MRV, np, last);
+        for (int i = 0; job->isa == CPU_ISA_VNNI && !g->Au8 && i < g->M; i += MRV)
             qtile16_any(g, i, p0, g->M - i < MRV ? g->M - i : MRV, np, last);
         for (int i = 0; job->isa < CPU_ISA_VNNI && i < g->M; i += MR8) {
             int rows = g->M - i < MR8 ? g->M - i : MR8;
@@ -378,27 +493,31 @@ int cpu_qbuf_reserve(nmt_bctx *ctx, size_t bytes)
     return 0;
 }
 
-int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data,
+int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data, int a8,
                      const float *bias, int relu, float *C, int ldc)
 {
     int np = pad16(N), kp = pad4(K), ldq = (kp + 31) & ~31; /* int16 rows of 64-byte multiples */
     int isa = cpu_isa(), m16 = (M + 15) & ~15;
-    if (isa == CPU_ISA_AMX && kp % 64)
+    if (isa == CPU_ISA_AMX && (kp % 64 || a8))
         isa = CPU_ISA_VNNI;
     /* qbuf: the int16 rows, their scales (to a 64-byte boundary), then for AMX the split rows,
-     * M rounded up to 16 (rows past M are zero) */
-    size_t qbytes = (size_t)M * (size_t)ldq * sizeof(int16_t), sbytes = ((size_t)M * sizeof(float) + 63) & ~(size_t)63;
+     * M rounded up to 16 (rows past M are zero); for VNNI with 8-bit activations their scales and
+     * bytes only */
+    size_t bytes8 = isa == CPU_ISA_VNNI && a8 ? (size_t)M * (size_t)kp : 0;
+    size_t qbytes = bytes8 ? 0 : (size_t)M * (size_t)ldq * sizeof(int16_t);
+    size_t sbytes = ((size_t)M * sizeof(float) + 63) & ~(size_t)63;
     size_t splitbytes = isa == CPU_ISA_AMX ? (size_t)m16 * (size_t)kp : 0;
-    if (cpu_qbuf_reserve(ctx, qbytes + sbytes + 2 * splitbytes) < 0)
+    if (cpu_qbuf_reserve(ctx, qbytes + sbytes + 2 * splitbytes + bytes8) < 0)
         return -1;
     const float *sw = data;
     int16_t *qa = ctx->qbuf;
     float *qs = (float *)((char *)ctx->qbuf + qbytes);
     uint8_t *lo = (uint8_t *)ctx->qbuf + qbytes + sbytes;
     int8_t *hi = (int8_t *)(lo + splitbytes);
-    struct qlin_job job = { { qa, qs, sw, (const uint8_t *)(sw + np), bias, C, M, N, kp, ldq, ldc, relu != 0, lo, hi,
-                              kp },
-                            A, qa, qs, lo, hi, lda, K, isa };
+    const int32_t *comp = a8 ? (const int32_t *)(sw + np) : NULL;
+    struct qlin_job job = { { qa, qs, sw, (const uint8_t *)(sw + (a8 ? 2 : 1) * np), bias, C, M, N, kp, ldq, ldc,
+                              relu != 0, lo, hi, kp, bytes8 ? lo : NULL, comp },
+                            A, qa, qs, lo, hi, lda, K, isa, a8 ? QA8_MAX : QA_MAX };
     if (splitbytes) {
         memset(lo + (size_t)M * (size_t)kp, 0, (size_t)(m16 - M) * (size_t)kp);
         memset(hi + (size_t)M * (size_t)kp, 0, (size_t)(m16 - M) * (size_t)kp);

@@ -24,6 +24,8 @@ struct qlin {
     const uint8_t *Alo; /* AMX only: (M rounded up to 16, ld8) the low bytes of A, columns in order */
     const int8_t *Ahi;  /* the high parts, as Alo */
     int ld8;
+    const uint8_t *Au8;  /* 8-bit activations on VNNI: (M, ld8) the unsigned bytes qA + 128, in order */
+    const int32_t *comp; /* 8-bit activations: (Np) 128 * sum_k qW[j,k], or NULL */
 };
 
 /* The first byte of panel P's group of the bytes K..K+3. */

@@ -294,10 +294,10 @@ setup_file() {
     $DEC --score --max-tokens 40 --jobs 3 -i "$D/pairs.tsv" | same_as "$D/s1.txt"
 }
 
-@test "--precision: a value other than float32, int8, int8-all, bf16 or bf16-all is a usage error naming it" {
+@test "--precision: a value other than float32, int8, int8-all, int8-a8, int8-a8-all, bf16 or bf16-all is a usage error naming it" {
     run $DEC --precision fp16 -i "$D/src.en"
     [ "$status" -eq 2 ]
-    [ "${lines[0]}" = "nmt-decode: invalid precision 'fp16' (float32, int8, int8-all, bf16 or bf16-all)" ]
+    [ "${lines[0]}" = "nmt-decode: invalid precision 'fp16' (float32, int8, int8-all, int8-a8, int8-a8-all, bf16 or bf16-all)" ]
 }
 
 @test "memory: the weights once, whatever the precision and --jobs (no optimizer state read, no float32 copy of packed layers, no second model)" {
@@ -332,10 +332,11 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     done
 }
 
-@test "--precision int8 and int8-all: the same bytes in batches of 1, 7 and 64 sentences, and with --jobs 1 or 2" {
+@test "--precision int8, int8-all and int8-a8-all: the same bytes in batches of 1, 7 and 64 sentences, and with --jobs 1 or 2" {
     zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
     for mode in "--precision int8 --beam 1 --scores" "--precision int8 --beam 4 --scores" \
-                "--precision int8-all --beam 1 --scores" "--precision int8-all --beam 4 --scores"; do
+                "--precision int8-all --beam 1 --scores" "--precision int8-all --beam 4 --scores" \
+                "--precision int8-a8-all --beam 4 --scores"; do
         Q="$DEC $mode --jobs 1"
         $Q -i "$D/s64.en" > "$D/q64.txt"                      # one batch of 64 sentences
         [ "$(wc -l < "$D/q64.txt")" -eq 64 ]
@@ -372,9 +373,31 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     $DEC --precision int8 --score -i "$D/fp.tsv" | fails same_as "$D/i8.lp"
 }
 
-@test "--precision int8, int8-all: NMT_CPU_ISA=avx512vnni and avx512 give the same bytes as the default path, avx2 and portable the same translations" {
+@test "--precision int8-a8 and int8-a8-all translate close to float32, at most a little further than int8" {
     zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
-    for mode in "--precision int8 --beam 1" "--precision int8 --beam 4" "--precision int8-all --beam 1"; do
+    $DEC -i "$D/s64.en" > "$D/f32.txt"
+    paste "$D/s64.en" "$D/f32.txt" > "$D/fp.tsv"
+    $DEC --score -i "$D/fp.tsv" > "$D/f32.lp"
+    for p in int8-a8 int8-a8-all; do
+        $DEC --precision $p -i "$D/s64.en" > "$D/a8.txt"
+        same=$(paste -d '\t' "$D/f32.txt" "$D/a8.txt" | awk -F'\t' '$1 == $2' | wc -l)
+        $DEC --precision ${p/-a8/} -i "$D/s64.en" > "$D/i8.txt"
+        same12=$(paste -d '\t' "$D/f32.txt" "$D/i8.txt" | awk -F'\t' '$1 == $2' | wc -l)
+        echo "$p: identical greedy translations: $same of 64 (${p/-a8/}: $same12)"
+        [ "$same" -ge 52 ]
+        # forced decoding of the float32 output: log-probabilities within 4% (or 0.04)
+        $DEC --precision $p --score -i "$D/fp.tsv" > "$D/a8.lp"
+        [ "$(wc -l < "$D/a8.lp")" -eq 64 ]
+        fails cmp -s "$D/f32.lp" "$D/a8.lp"
+        paste "$D/f32.lp" "$D/a8.lp" | awk '{ d = $1 - $2; d = d < 0 ? -d : d; m = $1 < 0 ? -$1 : $1
+            if (d > 0.04 && d > 0.04 * m) { print "line " NR ": " $0; bad = 1 } } END { exit bad }'
+    done
+}
+
+@test "--precision int8, int8-all, int8-a8, int8-a8-all: NMT_CPU_ISA=avx512vnni and avx512 give the same bytes as the default path, avx2 and portable the same translations" {
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
+    for mode in "--precision int8 --beam 1" "--precision int8 --beam 4" "--precision int8-all --beam 1" \
+                "--precision int8-a8 --beam 1" "--precision int8-a8-all --beam 4"; do
         $DEC $mode --scores -i "$D/s64.en" > "$D/isa.txt"
         [ "$(wc -l < "$D/isa.txt")" -eq 64 ]
         # on a CPU with AMX the default runs the tile kernel, avx512vnni the vpdpwssd kernel, avx512

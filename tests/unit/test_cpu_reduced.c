@@ -8,6 +8,8 @@
  *   - row invariance (a row alone or anywhere in M rows, 1 or 2 threads);
  *   - the extremes of the integer range (the largest K, every product at its largest), zero and
  *     non-finite rows, and the errors (bad dtype, non-finite weight, shape mismatch).
+ * The same for int8-a8 (NMT_DTYPE_INT8A8: activations on the int8 grid; on VNNI as unsigned bytes
+ * through vpdpbusd, less each column's compensation).
  * bf16 (where the CPU has AVX512-BF16): bit for bit against vdpbf16ps's documented arithmetic
  * restated here (inputs rounded to bf16 to nearest even, each pair's products added to the float32
  * sum odd element first, k ascending), against float32 within a bound, row invariance, and the
@@ -21,6 +23,11 @@
 #include "cli/cli.h"
 
 static struct backend *be, *be1; /* 2 threads, 1 thread */
+/* The int8 layer under test: NMT_DTYPE_INT8 (activations on the 12-bit grid) or NMT_DTYPE_INT8A8
+ * (on the int8 grid), its activations' grid and its name in messages. */
+static uint32_t qdt = NMT_DTYPE_INT8;
+static int qtop = 2047;
+static const char *qname = "int8";
 #define OPS (be->ops)
 #define CTX (be->ctx)
 
@@ -99,7 +106,7 @@ static void spec_linear(float *C, int M, int N, int K, const float *A, int lda, 
     for (int j = 0; j < N; j++)
         sw[j] = spec_quant(qw + (size_t)j * K, W + (size_t)j * ldw, K, 127);
     for (int i = 0; i < M; i++) {
-        float sa = spec_quant(qa, A + (size_t)i * lda, K, 2047);
+        float sa = spec_quant(qa, A + (size_t)i * lda, K, qtop);
         for (int j = 0; j < N; j++) {
             int32_t s = 0;
             for (int k = 0; k < K; k++)
@@ -131,8 +138,8 @@ static void *pack_as(struct backend *c, const float *W, int N, int K, int ldw, u
  * product, in float32, int8 and bf16 (where the CPU has it). */
 static void test_columns(const char *path)
 {
-    static const uint32_t dts[] = { NMT_DTYPE_F32, NMT_DTYPE_INT8, NMT_DTYPE_BF16 };
-    static const char *const names[] = { "float32", "int8", "bf16" };
+    static const uint32_t dts[] = { NMT_DTYPE_F32, NMT_DTYPE_INT8, NMT_DTYPE_INT8A8, NMT_DTYPE_BF16 };
+    static const char *const names[] = { "float32", "int8", "int8-a8", "bf16" };
     enum { M = 5, N = 203, K = 77 };
     float *A = frand((size_t)M * K, -1, 1), *W = frand((size_t)N * K, -1, 1), *bias = frand((size_t)N, -1, 1);
     float *Ws = malloc((size_t)N * K * sizeof *Ws), *bs = malloc((size_t)N * sizeof *bs);
@@ -162,10 +169,10 @@ static void test_columns(const char *path)
     free(A), free(W), free(bias), free(Ws), free(bs), free(C), free(Cs);
 }
 
-/* W (N,K) packed in int8 into a malloc'ed buffer, or NULL */
+/* W (N,K) packed for the int8 layer under test (qdt) into a malloc'ed buffer, or NULL */
 static void *pack_q(struct backend *c, const float *W, int N, int K, int ldw)
 {
-    return pack_as(c, W, N, K, ldw, NMT_DTYPE_INT8);
+    return pack_as(c, W, N, K, ldw, qdt);
 }
 
 /* The bits of C and R agree on the M x N block (ldc), NaN for NaN. */
@@ -246,21 +253,21 @@ static void test_rows(const char *path)
                     tried++;
                 }
         }
-        test_ok(same, "int8 linear, %s: a row gives identical bits alone and at %d positions inside products of "
-                      "M = 1..%d rows on 1 and 2 threads (N=%d K=%d)", path, tried, maxM, N, K);
+        test_ok(same, "%s linear, %s: a row gives identical bits alone and at %d positions inside products of "
+                      "M = 1..%d rows on 1 and 2 threads (N=%d K=%d)", qname, path, tried, maxM, N, K);
         free(A), free(W), free(Wp), free(x), free(bias), free(C), free(y);
     }
 }
 
-/* The extremes: every product +-2047 * +-127 at the largest K (8192: the sum's magnitude
- * 2047 * 127 * 8192 just below 2^31), a zero row and a row with a NaN. */
+/* The extremes: every product +-top * +-127 at the largest K (8192: with 12-bit activations the
+ * sum's magnitude 2047 * 127 * 8192 just below 2^31), a zero row and a row with a NaN. */
 static void test_extremes(const char *path)
 {
     int M = 4, N = 19, K = 8192;
     float *A = malloc((size_t)M * K * sizeof *A), *W = malloc((size_t)N * K * sizeof *W);
     for (int k = 0; k < K; k++) {
-        A[k] = 1.0f;                      /* q = 2047 */
-        A[K + k] = -1.0f;                 /* q = -2047 */
+        A[k] = 1.0f;                      /* q = top */
+        A[K + k] = -1.0f;                 /* q = -top */
         A[2 * K + k] = 0.0f;              /* a zero row */
         A[3 * K + k] = k % 2 ? 2.0f : -2.0f;
     }
@@ -275,14 +282,15 @@ static void test_extremes(const char *path)
     double want = -3.0 * K;
     test_ok(rc == 0 && same_bits(C, R, 3, N, N) && fabs(C[0] - bias[0] - want) < 1e-5 * -want &&
                 fabs(C[N + 1] - bias[1] - want) < 1e-5 * -want,
-            "int8 linear, %s: products of +-2047 x +-127 summed over K=%d are exact (%.0f, want %.0f)", path, K,
-            rc ? 0.0 : (double)C[0], want + bias[0]);
+            "%s linear, %s: products of +-%d x +-127 summed over K=%d are exact (%.0f, want %.0f)", qname, path, qtop,
+            K, rc ? 0.0 : (double)C[0], want + bias[0]);
     int zero = 1, nan = 1;
     for (int j = 0; j < N; j++) {
         zero &= C[2 * N + j] == bias[j];
         nan &= isnan(C[3 * N + j]);
     }
-    test_ok(rc == 0 && zero && nan, "int8 linear, %s: a zero row gives the bias, a row with a NaN gives NaN", path);
+    test_ok(rc == 0 && zero && nan, "%s linear, %s: a zero row gives the bias, a row with a NaN gives NaN", qname,
+            path);
     free(A), free(W), free(bias), free(C), free(R), free(Wp);
 }
 
@@ -295,6 +303,9 @@ static void test_errors(void)
     int wide = OPS.props(CTX, &pr) == 0 && (strstr(pr.device, ", avx2,") || strstr(pr.device, ", avx512,"));
     test_ok(b == 64 + 32 * 4 + 32 * 4 * (wide ? 2u : 1u), "linear_packed_bytes_q: int8 17 x 3 -> %zu bytes (header, "
             "scales, 2 panels of K rounded up to 4%s)", b, wide ? " in 16 bits: the AVX2 path" : "");
+    test_ok(OPS.linear_packed_bytes_q(CTX, 17, 3, NMT_DTYPE_INT8A8) == b + 32 * 4,
+            "linear_packed_bytes_q: int8-a8 holds a column's compensation more (%zu bytes)",
+            OPS.linear_packed_bytes_q(CTX, 17, 3, NMT_DTYPE_INT8A8));
     test_ok(OPS.linear_packed_bytes_q(CTX, 17, 3, NMT_DTYPE_F32) == OPS.linear_packed_bytes(CTX, 17, 3),
             "linear_packed_bytes_q: float32 is linear_packed_bytes");
     test_ok(OPS.linear_packed_bytes_q(CTX, 17, 3, NMT_DTYPE_F16) == 0 && strstr(OPS.last_error(CTX), "float32, int8 or bf16"),
@@ -428,6 +439,53 @@ static void test_bf16(void)
     free(A), free(W), free(b), free(C), free(y), free(Wp);
 }
 
+/* The int8 layer in DTYPE (activations on the grid -TOP..TOP; NAME in messages) on every path this
+ * CPU has: the spec bit for bit, within BOUND of float32, row invariance, the extremes, and
+ * identical bits across the paths. */
+static void test_int8(uint32_t dtype, int top, const char *name, double bound)
+{
+    qdt = dtype, qtop = top, qname = name;
+    float *out[NISA][NSHAPES];
+    int ran[NISA] = { 0 };
+    for (int p = 0; p < NISA; p++) {
+        for (int s = 0; s < NSHAPES; s++)
+            out[p][s] = malloc((size_t)shapes[s][0] * (shapes[s][1] + 2) * sizeof(float));
+        if (!cpu_has(isas[p])) {
+            test_ok(1, "%s linear: NMT_CPU_ISA=%s # SKIP this CPU lacks the %s path", name, isas[p], isas[p]);
+            continue;
+        }
+        setenv("NMT_CPU_ISA", isas[p], 1);
+        char path[40];
+        snprintf(path, sizeof path, "NMT_CPU_ISA=%s", isas[p]);
+        double err;
+        int padok = 1;
+        test_ok(run_shapes(out[p], &err, &padok),
+                "%s linear, %s: bit for bit the spec (awkward shapes, padded ld, bias, ReLU)", name, path);
+        test_ok(err <= bound, "%s linear, %s: against float32: max normwise relative error %.3g (bound %g)", name,
+                path, err, bound);
+        test_ok(padok, "%s linear, %s: writes no column of C past N", name, path);
+        test_rows(path);
+        if (dtype == NMT_DTYPE_INT8) /* every precision */
+            test_columns(path);
+        test_extremes(path);
+        ran[p] = 1;
+    }
+    unsetenv("NMT_CPU_ISA");
+    int w = 0; /* the widest path this CPU has */
+    while (!ran[w])
+        w++;
+    for (int p = w + 1; p < NISA; p++)
+        if (ran[p]) {
+            int same = 1;
+            for (int s = 0; s < NSHAPES; s++)
+                same &= same_bits(out[w][s], out[p][s], shapes[s][0], shapes[s][1], shapes[s][1] + 2);
+            test_ok(same, "%s linear: the %s and %s paths give identical bits on every shape", name, isas[w], isas[p]);
+        }
+    for (int p = 0; p < NISA; p++)
+        for (int s = 0; s < NSHAPES; s++)
+            free(out[p][s]);
+}
+
 int main(void)
 {
     struct nmt_backend_opts o2 = { .size = sizeof o2, .threads = 2 }, o1 = { .size = sizeof o1, .threads = 1 };
@@ -442,46 +500,9 @@ int main(void)
     if (!has)
         return test_done();
     test_errors();
-    float *out[NISA][NSHAPES];
-    int ran[NISA] = { 0 };
-    for (int p = 0; p < NISA; p++) {
-        for (int s = 0; s < NSHAPES; s++)
-            out[p][s] = malloc((size_t)shapes[s][0] * (shapes[s][1] + 2) * sizeof(float));
-        if (!cpu_has(isas[p])) {
-            test_ok(1, "int8 linear: NMT_CPU_ISA=%s # SKIP this CPU lacks the %s path", isas[p], isas[p]);
-            continue;
-        }
-        setenv("NMT_CPU_ISA", isas[p], 1);
-        char path[40];
-        snprintf(path, sizeof path, "NMT_CPU_ISA=%s", isas[p]);
-        double err;
-        int padok = 1;
-        test_ok(run_shapes(out[p], &err, &padok),
-                "int8 linear, %s: bit for bit the spec (awkward shapes, padded ld, bias, ReLU)", path);
-        /* quantisation error of uniform [-1, 1] data: the weights' rounding, 0.48% at these K (with
-         * 8-bit activations it was 0.70%; 12-bit ones add almost nothing) */
-        test_ok(err <= 6e-3, "int8 linear, %s: against float32: max normwise relative error %.3g (bound 6e-3)",
-                path, err);
-        test_ok(padok, "int8 linear, %s: writes no column of C past N", path);
-        test_rows(path);
-        test_columns(path);
-        test_extremes(path);
-        ran[p] = 1;
-    }
-    unsetenv("NMT_CPU_ISA");
-    int w = 0; /* the widest path this CPU has */
-    while (!ran[w])
-        w++;
-    for (int p = w + 1; p < NISA; p++)
-        if (ran[p]) {
-            int same = 1;
-            for (int s = 0; s < NSHAPES; s++)
-                same &= same_bits(out[w][s], out[p][s], shapes[s][0], shapes[s][1], shapes[s][1] + 2);
-            test_ok(same, "int8 linear: the %s and %s paths give identical bits on every shape", isas[w], isas[p]);
-        }
-    for (int p = 0; p < NISA; p++)
-        for (int s = 0; s < NSHAPES; s++)
-            free(out[p][s]);
+    test_int8(NMT_DTYPE_INT8, 2047, "int8", 6e-3);
+    /* 8-bit activations: the weights' rounding and the activations' (0.70% above) */
+    test_int8(NMT_DTYPE_INT8A8, 127, "int8-a8", 1e-2);
     test_bf16();
     backend_close(be);
     backend_close(be1);

@@ -14,6 +14,7 @@
 
 #include "run/backend_loader.h"
 #include "nn/blocks.h"
+#include "nn/checkpoint.h"
 #include "nn/model.h"
 #include "nn/params.h"
 #include "io/safetensors.h"
@@ -343,7 +344,7 @@ static void check_read_skip(void)
 }
 
 /* model_load_except: the tensors the ranges cover whole are left out (their file bytes kept, the
- * model counts as given back), a tensor covered in part and the others loaded; model_file_bytes
+ * model counts as given back), a tensor covered in part and the others loaded; model_file_floats
  * finds a range's bytes in the file, and refuses one across two tensors. */
 static void check_load_except(void)
 {
@@ -379,18 +380,99 @@ static void check_load_except(void)
             same &= !memcmp(h + tab[i].offset, want + tab[i].offset, tab[i].size * sizeof *h);
     test_ok(same, "model_load_except: the tensors not covered whole hold the file's values");
     const struct st_tensor *t = ok ? st_find(f, tab[big].name) : NULL;
-    const unsigned char *at = ok ? model_file_bytes(m, g, r[1].w, r[1].n) : NULL;
-    test_ok(t && at && !memcmp(at, (const unsigned char *)t->data + tab[big].size / 2 * sizeof(float),
-                               r[1].n * sizeof(float)),
-            "model_file_bytes: the bytes of a range left out, kept in the consumed file (%s)", at ? "" : nmt_errmsg());
-    test_ok(ok && !model_file_bytes(m, g, dev + tab[big].offset + tab[big].size - 1, 2) &&
+    const void *fb = NULL;
+    size_t fl = 0;
+    const unsigned char *at = ok ? model_file_floats(m, g, r[1].w, r[1].n, NULL, &fb, &fl) : NULL;
+    test_ok(t && at && at == fb && fl == r[1].n * sizeof(float) &&
+                !memcmp(at, (const unsigned char *)t->data + tab[big].size / 2 * sizeof(float), fl),
+            "model_file_floats: the bytes of a range left out, kept in the consumed file (%s)", at ? "" : nmt_errmsg());
+    test_ok(ok && !model_file_floats(m, g, dev + tab[big].offset + tab[big].size - 1, 2, NULL, &fb, &fl) &&
                 strstr(nmt_errmsg(), "not all in one"),
-            "model_file_bytes: a range across two tensors refused: '%s'", nmt_errmsg());
+            "model_file_floats: a range across two tensors refused: '%s'", nmt_errmsg());
     free(h), free(want);
     model_free(whole);
     model_free(m);
     st_free(f);
     st_free(g);
+}
+
+/* Writes to PATH the fixture F with its 2-D weights stored as int8 with row scales (Q and S: room
+ * for them, freed by the caller); 0 or -1. */
+static int write_int8_copy(const struct st_file *f, const char *path, int8_t *q, float *s)
+{
+    struct st_writer *w = st_writer_new();
+    int rc = w ? 0 : -1;
+    for (size_t i = 0; i < f->nmeta && rc == 0; i++)
+        rc = st_writer_meta(w, f->meta_key[i], f->meta_val[i]);
+    for (size_t i = 0; i < f->nt && rc == 0; i++) {
+        const struct st_tensor *t = &f->t[i];
+        if (t->dtype != ST_F32 || t->ndim != 2 || strncmp(t->name, "enc.", 4) != 0) {
+            rc = st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data);
+            continue;
+        }
+        const float *x = t->data; /* a little-endian host, as the fixtures' readers */
+        for (uint64_t r = 0; r < t->shape[0]; r++, x += t->shape[1]) {
+            float amax = 0;
+            for (uint64_t c = 0; c < t->shape[1]; c++)
+                amax = fabsf(x[c]) > amax ? fabsf(x[c]) : amax;
+            *s = amax > 0 ? amax / 127 : 1;
+            for (uint64_t c = 0; c < t->shape[1]; c++)
+                q[c] = (int8_t)lrintf(x[c] / *s);
+            s++, q += t->shape[1];
+        }
+        rc = checkpoint_put_int8(w, t->name, t->shape[0], t->shape[1], q - t->shape[0] * t->shape[1],
+                                 s - t->shape[0]);
+    }
+    rc = rc == 0 ? st_writer_write(w, path) : -1;
+    st_writer_free(w);
+    return rc;
+}
+
+/* A checkpoint with int8 weights: model_load reads them as float32 one tensor at a time, the values
+ * checkpoint_dequantize makes of the whole file; model_file_floats reads a range of one into TMP
+ * and names its int8 bytes, and wants TMP. */
+static void check_load_int8(void)
+{
+    char src[4096], path[4096];
+    snprintf(src, sizeof src, "%s/tests/fixtures/ref/post.safetensors", test_srcdir());
+    snprintf(path, sizeof path, "/tmp/nmt-test-int8-%d.st", (int)getpid());
+    struct st_file *f = st_read(src);
+    size_t bytes = f ? f->len : 1;
+    int8_t *q = malloc(bytes);
+    float *s = malloc(bytes);
+    int ok = f && q && s && write_int8_copy(f, path, q, s) == 0;
+    struct st_file *lazy = ok ? st_read(path) : NULL, *eager = ok ? st_read(path) : NULL;
+    struct model_config c;
+    ok = lazy && eager && checkpoint_dequantize(eager, path) == 0 && model_config_load(&c, lazy) == 0;
+    struct model *m1 = ok ? model_new(be, &c, 0) : NULL, *m2 = ok ? model_new(be, &c, 0) : NULL;
+    size_t P = m1 ? model_num_params(m1) : 0, n8 = m1 ? model_file_int8_max(m1, lazy) : 0;
+    float *w1 = malloc((P ? P : 1) * sizeof *w1), *w2 = malloc((P ? P : 1) * sizeof *w2);
+    ok = m1 && m2 && w1 && w2 && n8 > 0 && model_load(m1, lazy, 0) == 0 && model_load(m2, eager, 0) == 0 &&
+         model_get_params(m1, w1) == 0 && model_get_params(m2, w2) == 0;
+    test_ok(ok && !memcmp(w1, w2, P * sizeof *w1), "model_load: int8 weights read as checkpoint_dequantize makes them (%s)",
+            ok ? "" : nmt_errmsg());
+    const struct model_param *tab = NULL;
+    size_t nt = m1 ? model_params(m1, &tab) : 0, i = 0;
+    while (i < nt && (strncmp(tab[i].name, "enc.", 4) != 0 || tab[i].ndim != 2))
+        i++;
+    const float *dev = m1 ? model_param_data(m1) : NULL, *at = NULL;
+    const struct st_tensor *t8 = i < nt ? st_find(lazy, tab[i].name) : NULL;
+    const void *fb = NULL;
+    size_t fl = 0, cols = i < nt ? (size_t)tab[i].shape[1] : 0, n = cols + 3; /* a row and a bit, from column 1 */
+    float *tmp = malloc((n8 ? n8 : 1) * sizeof *tmp);
+    if (ok && t8 && t8->dtype == ST_I8 && tmp)
+        at = model_file_floats(m1, lazy, dev + tab[i].offset + cols + 1, n, tmp, &fb, &fl);
+    test_ok(at && at == tmp && fb == (const int8_t *)t8->data + cols + 1 && fl == n &&
+                !memcmp(at, w2 + tab[i].offset + cols + 1, n * sizeof *at),
+            "model_file_floats: a range of an int8 tensor, as float32 in TMP, its int8 bytes named (%s)",
+            at ? "" : nmt_errmsg());
+    test_ok(ok && t8 && !model_file_floats(m1, lazy, dev + tab[i].offset, 4, NULL, &fb, &fl) &&
+                strstr(nmt_errmsg(), "is int8"),
+            "model_file_floats: an int8 tensor without TMP refused: '%s'", nmt_errmsg());
+    free(tmp), free(w1), free(w2), free(q), free(s);
+    model_free(m1), model_free(m2);
+    st_free(f), st_free(lazy), st_free(eager);
+    unlink(path);
 }
 
 /* model_load_consume: the same weights as model_load; the file's copies given back as they go (an
@@ -822,6 +904,7 @@ int main(void)
     check_misc();
     check_load_consume();
     check_load_except();
+    check_load_int8();
     check_read_skip();
     check_layout(0);
     check_layout(1);
