@@ -412,6 +412,17 @@ struct nmt_backend {
      * same order, without the log-sum-exp of each row (for a search that needs the ranking only).
      * Without the slot the host uses topk_logsoftmax. */
     int (*topk_logits)(nmt_bctx *ctx, float *values, int32_t *indices, const float *logits, int N, int V, int K);
+
+    /* ---- OPTIONAL, ABI 2.8: attention whose keys each batch item names ---- */
+    /* As attention_forward without P (inference), except that key and value j of batch item b are
+     * read at k + rows[b * rows_ld + j] * k_bs + j * k_ld and v + rows[b * rows_ld + j] * v_bs +
+     * j * v_ld (ROWS: device, int32, each entry a batch row in [0, B) or beyond B if the caller's
+     * buffers hold more rows), where attention_forward reads row b: the results attention_forward
+     * gives on the keys and values so gathered, bit for bit. Beam search reads each hypothesis's
+     * self-attention cache through the rows of its ancestors, where without the slot it copies
+     * the cache rows of every surviving hypothesis at each step (gather_rows). */
+    int (*attention_forward_rows)(nmt_bctx *ctx, float *out, const float *q, const float *k, const float *v,
+                                  const struct nmt_attn_args *a, const int32_t *rows, int64_t rows_ld);
     /* New slots are appended here, bumping NMT_BACKEND_ABI_MINOR. */
 };
 

@@ -58,8 +58,13 @@ struct infer {
     int32_t *src_ids, *src_pos, *src_len;     /* (B*S), (B*S), (B) */
     float **ckv;                     /* (Ld) cross keys/values (B, S, 2D) of the live sentences */
     float *ckv_spare;                /* (B, S, 2D) */
-    float **kv;                      /* (Ld) self keys/values (t, R, 2D) of the live rows */
-    float *kv_spare;                 /* (tmax, Rcap, 2D) */
+    float **kv;                      /* (Ld) self keys/values (t, R, 2D) of the live rows; where the
+                                      * backend reads them through rows (attention_forward_rows),
+                                      * (t, Rcap, 2D), row r's step j at the row kv_rows names */
+    float *kv_spare;                 /* (tmax, Rcap, 2D); NULL with kv_rows */
+    int32_t *kv_rows;                /* device (Rcap, tmax): the cache row of each live row's step j */
+    int32_t *host_rows, *host_rows_new; /* host copies of kv_rows (Rcap, tmax), and a spare */
+    size_t host_rows_cap;
     float *x, *t, *q, *att, *sub, *h, *logits, *vals;  /* decoder (Rcap, D|F|V|topk) */
     float *logits_few;               /* (logits_rows, V) the logits of topk_by_rows */
     int32_t *idx, *tok, *pos, *tgt;  /* (tmax*Rcap), (Rcap) x3 */
@@ -157,6 +162,8 @@ void infer_free(struct infer *in)
     free(in->kv);
     free(in->host_len);
     free(in->host_ints);
+    free(in->host_rows);
+    free(in->host_rows_new);
     free(in);
 }
 
@@ -489,6 +496,10 @@ static int enc_sentences(const struct infer *in, int B, int S)
     return n < 1 ? 1 : n > B ? B : n;
 }
 
+/* Whether the self-attention caches are read through rows (the backend's attention_forward_rows):
+ * beam search's reordering then moves indices, not cache rows. */
+static int rows_mode(const struct infer *in) { return in->k->attention_forward_rows != NULL; }
+
 /* The encoder's buffers, dead once a batch is encoded. */
 static void arena_encoder(struct infer *in, struct nn_bump *b)
 {
@@ -532,7 +543,8 @@ static void arena_decoder(struct infer *in, struct nn_bump *b)
     in->ckv_spare = nn_bump_f(b, in->ext.Ns * 2 * D);
     for (int l = 0; l < in->c.dec_layers; l++)
         in->kv[l] = nn_bump_f(b, TR * 2 * D);
-    in->kv_spare = nn_bump_f(b, TR * 2 * D);
+    in->kv_spare = rows_mode(in) ? NULL : nn_bump_f(b, TR * 2 * D);
+    in->kv_rows = rows_mode(in) ? nn_bump_i(b, TR) : NULL;
     in->logits = nn_bump_f(b, R * V);
 }
 
@@ -583,6 +595,19 @@ static int arena_prepare(struct infer *in)
     b = (struct nn_bump){in->arena, 0};
     arena_layout(in, &b);
     return 0;
+}
+
+/* Makes the host copies of kv_rows hold N entries; 0 or -1. */
+static int host_rows(struct infer *in, size_t n)
+{
+    if (n <= in->host_rows_cap)
+        return 0;
+    free(in->host_rows);
+    free(in->host_rows_new);
+    in->host_rows = malloc(n * sizeof *in->host_rows);
+    in->host_rows_new = malloc(n * sizeof *in->host_rows_new);
+    in->host_rows_cap = in->host_rows && in->host_rows_new ? n : 0;
+    return in->host_rows_cap ? 0 : nmt_seterr("out of memory");
 }
 
 static int host_ints(struct infer *in, size_t n)
@@ -1023,7 +1048,8 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
         return -1;
     int D = c->d_model, V = c->vocab, Ns = B * S;
     size_t Ns_ = (size_t)Ns;
-    if (host_ints(in, 2 * Ns_ + (size_t)B) < 0 || host_ints(in, (size_t)tmax * (size_t)in->Rcap) < 0)
+    if (host_ints(in, 2 * Ns_ + (size_t)B) < 0 || host_ints(in, (size_t)tmax * (size_t)in->Rcap) < 0 ||
+        (rows_mode(in) && host_rows(in, (size_t)tmax * (size_t)in->Rcap) < 0))
         return -1;
     free(in->host_len);
     in->host_len = malloc((size_t)B * sizeof *in->host_len);
@@ -1081,15 +1107,17 @@ static int self_attention_step(struct infer *in, struct nn_sub *s, float *out, c
                                const struct dec_layer_weights *d, float *cache, int t)
 {
     struct nn_exec *e = &in->run;
-    int D = in->c.d_model, R = in->R;
-    size_t slot = (size_t)R * 2 * (size_t)D; /* floats per time step of a cache */
+    int D = in->c.d_model, R = in->R, rows = rows_mode(in);
+    size_t slot = (size_t)(rows ? in->Rcap : R) * 2 * (size_t)D; /* floats per time step of a cache */
     if (e->linear(e, s->q, sin, d->sqkv_w, d->sqkv_b, 0, R, D, D) < 0 ||
         e->linear(e, cache + (size_t)t * slot, sin, d->sqkv_w + (size_t)D * (size_t)D, d->sqkv_b + D, 0, R, 2 * D,
                   D) < 0)
         return -1;
     struct nmt_attn_args a = nn_attn_args(e, R, 1, t + 1, D, (int64_t)slot, NULL, 0);
     a.k_bs = a.v_bs = 2 * D; /* row r's keys and values at step j: cache + j * slot + r * 2D */
-    if (nn_bk(e, in->k->attention_forward(in->ctx, s->att, s->P, s->q, cache, cache + D, &a), "attention_forward") < 0)
+    int rc = rows ? in->k->attention_forward_rows(in->ctx, s->att, s->q, cache, cache + D, &a, in->kv_rows, in->tmax)
+                  : in->k->attention_forward(in->ctx, s->att, s->P, s->q, cache, cache + D, &a);
+    if (nn_bk(e, rc, rows ? "attention_forward_rows" : "attention_forward") < 0)
         return -1;
     return e->linear(e, out, s->att, d->so_w, d->so_b, 0, R, D, D);
 }
@@ -1235,6 +1263,20 @@ int infer_attention(struct infer *in, float *att)
 
 uint64_t infer_rows_stepped(const struct infer *in) { return in->rows_stepped; }
 
+/* With kv_rows: step T's keys and values of row r go to cache row r, and the rows of every live row's
+ * steps so far go to the device. 0 or -1. */
+static int kv_rows_step(struct infer *in, int t)
+{
+    if (!rows_mode(in) || in->R == 0)
+        return 0;
+    size_t T = (size_t)in->tmax;
+    for (int r = 0; r < in->R; r++)
+        in->host_rows[(size_t)r * T + (size_t)t] = r;
+    return nn_bk(&in->run, in->k->upload(in->ctx, in->kv_rows, in->host_rows, ((size_t)(in->R - 1) * T + (size_t)t + 1) *
+                                                                                 sizeof(int32_t)),
+                 "upload");
+}
+
 int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int32_t *idx, const int32_t *tgt,
                float *lp)
 {
@@ -1257,7 +1299,8 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
         hp[r] = t;
         ht[r] = t == 0 && c->start_zero ? -1 : tok[r]; /* the zero start: no embedding */
     }
-    if (nn_bk(e, in->k->upload(in->ctx, in->tok, ht, (size_t)R * sizeof(int32_t)), "upload") < 0 ||
+    if (kv_rows_step(in, t) < 0 ||
+        nn_bk(e, in->k->upload(in->ctx, in->tok, ht, (size_t)R * sizeof(int32_t)), "upload") < 0 ||
         nn_bk(e, in->k->upload(in->ctx, in->pos, hp, (size_t)R * sizeof(int32_t)), "upload") < 0 ||
         nn_embed(e, in->x, in->tok, in->pos, in->w->dec_emb, R, NULL) < 0 || decoder_layers(in, t) < 0)
         return -1;
@@ -1406,7 +1449,15 @@ int infer_reorder(struct infer *in, int ns, int kn, const int *keep, const int *
         if (nn_bk(&in->run, k->upload(in->ctx, in->src_len, in->host_len, (size_t)ns * sizeof(int32_t)), "upload") < 0)
             return -1;
     }
-    if (!(same_sent && same_rows) && t > 0) {
+    if (!(same_sent && same_rows) && t > 0 && rows_mode(in)) {
+        /* row i reads its steps where row parent[i] did: no cache row moves */
+        size_t T = (size_t)in->tmax;
+        for (int i = 0; i < Rn; i++)
+            memcpy(in->host_rows_new + (size_t)i * T, in->host_rows + (size_t)parent[i] * T, (size_t)t * sizeof(int32_t));
+        int32_t *tmp = in->host_rows;
+        in->host_rows = in->host_rows_new;
+        in->host_rows_new = tmp;
+    } else if (!(same_sent && same_rows) && t > 0) {
         /* cache row (j, i) of the new layout = row (j, parent[i]) of the old one */
         for (int j = 0; j < t; j++)
             for (int i = 0; i < Rn; i++)

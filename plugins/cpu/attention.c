@@ -14,7 +14,18 @@ struct attn {
     const float *lsein;   /* (B,H,Tq,2) saved statistics: backward recomputes P from them (Pin NULL) */
     const struct nmt_attn_args *a;
     nmt_bctx *ctx;
+    const int32_t *rows;  /* attention_forward_rows: the row of each batch item's key j, or NULL */
+    int64_t rows_ld;
 };
+
+/* Where key (or value) J of batch item B starts, from BASE (with the head's offset) and the
+ * strides BS, LD: in row B, or in the row t->rows names for it. */
+static inline __attribute__((always_inline)) const float *key_at(const struct attn *t, const float *base, int b, int j,
+                                                                 int64_t bs, int64_t ld)
+{
+    int64_t r = t->rows ? t->rows[(int64_t)b * t->rows_ld + j] : b;
+    return base + r * bs + (int64_t)j * ld;
+}
 
 /* Number of keys visible to query I of batch item B: a prefix [0, n) of the keys. */
 static int visible(const struct nmt_attn_args *a, int b, int i)
@@ -67,9 +78,9 @@ CPU_VEC_BODY(fwd_body)
                 memset(prow, 0, (size_t)Tk * sizeof *prow);
             continue;
         }
-        const float *kb = t->k + b * a->k_bs + h * dh, *vb = t->v + b * a->v_bs + h * dh;
+        const float *kh = t->k + h * dh, *vh = t->v + h * dh;
         for (int j = 0; j < n; j++)
-            s[j] = vdot(qi, kb + j * a->k_ld, dh) * a->scale;
+            s[j] = vdot(qi, key_at(t, kh, b, j, a->k_bs, a->k_ld), dh) * a->scale;
         float mx = vmax(s, n), sum = 0;
         for (int j = 0; j < n; j++) {
             s[j] = vexp(s[j] - mx);
@@ -90,7 +101,7 @@ CPU_VEC_BODY(fwd_body)
             float p = s[j];
             if (a->dropout > 0)
                 p = rng_uniform_keyed(key, ctr + (uint64_t)j) >= a->dropout ? p * keep : 0.0f;
-            const float *vj = vb + j * a->v_ld;
+            const float *vj = key_at(t, vh, b, j, a->v_bs, a->v_ld);
             for (int d = 0; d < dh; d++)
                 o[d] += p * vj[d];
         }
@@ -156,14 +167,14 @@ static inline __attribute__((always_inline)) ISA_AVX512 __m512 max_live16(__m512
         return KEEP_NAN(x0, PFX##_mul_ps(p, AS_FLOAT(e)));                                              \
     }
 
-/* NAME(S, QI, KB, K_LD, N, NV, SCALE): the softmax weights of a head's query row QI (NV vectors)
- * over the N keys at KB (row stride K_LD) into S (N rounded up to 16), unnormalised; returns 1 /
+/* NAME(S, QI, T, KH, B, N, NV, SCALE): the softmax weights of a head's query row QI (NV vectors)
+ * over the N keys of batch item B from KH (key_at) into S (N rounded up to 16), unnormalised; returns 1 /
  * their sum (0 without keys). W keys at a time: W vector dot products whose lanes SUM adds
  * together in a fixed order; their largest (MAX_LIVE, HMAX), EXP of each minus it, their sum in
  * key order. */
 #define INFER_SCORES(NAME, TARGET, VEC, W, MAXV, PFX, SUM, MAX_LIVE, HMAX, EXP)                         \
-    static inline __attribute__((always_inline)) TARGET float NAME(float *s, const float *qi, const float *kb, \
-                                                                   int64_t k_ld, int n, int nv, float scale_) \
+    static inline __attribute__((always_inline)) TARGET float NAME(float *s, const float *qi, const struct attn *t, \
+                                                                   const float *kh, int b, int n, int nv, float scale_) \
     {                                                                                                   \
         VEC qv[MAXV];                                                                                   \
         for (int c = 0; c < nv; c++)                                                                    \
@@ -176,7 +187,7 @@ static inline __attribute__((always_inline)) ISA_AVX512 __m512 max_live16(__m512
                     acc[j] = PFX##_setzero_ps();                                                        \
                     continue;                                                                           \
                 }                                                                                       \
-                const float *kj = kb + (j0 + j) * k_ld;                                                 \
+                const float *kj = key_at(t, kh, b, j0 + j, t->a->k_bs, t->a->k_ld);                     \
                 acc[j] = PFX##_mul_ps(qv[0], PFX##_loadu_ps(kj));                                       \
                 for (int c = 1; c < nv; c++)                                                            \
                     acc[j] = PFX##_fmadd_ps(qv[c], PFX##_loadu_ps(kj + (W) * c), acc[j]);               \
@@ -215,18 +226,19 @@ INFER_SCORES(scores16, ISA_AVX512, __m512, 16, INFER_MAX_VEC, _mm512, sum16x16, 
                 float inv[INFER_GROUP_VECS];                                                            \
                 VEC ov[INFER_GROUP_VECS];                                                               \
                 for (int u = 0; u < g; u++)                                                             \
-                    inv[u] = SCORES(s + u * stride, t->q + b * a->q_bs + i * a->q_ld + (h0 + u) * dh,   \
-                                    t->k + b * a->k_bs + (h0 + u) * dh, a->k_ld, n, nv, a->scale);      \
+                    inv[u] = SCORES(s + u * stride, t->q + b * a->q_bs + i * a->q_ld + (h0 + u) * dh, t, \
+                                    t->k + (h0 + u) * dh, b, n, nv, a->scale);                          \
                 for (int c = 0; c < g * nv; c++)                                                        \
                     ov[c] = PFX##_setzero_ps();                                                         \
-                const float *vb = t->v + b * a->v_bs + h0 * dh;                                         \
-                for (int j = 0; j < n; j++)                                                             \
+                for (int j = 0; j < n; j++) {                                                           \
+                    const float *vr = key_at(t, t->v + h0 * dh, b, j, a->v_bs, a->v_ld);                \
                     for (int u = 0; u < g; u++) {                                                       \
-                        const float *vj = vb + j * a->v_ld + u * dh;                                    \
+                        const float *vj = vr + u * dh;                                                  \
                         VEC p = PFX##_set1_ps(s[u * stride + j] * inv[u]);                              \
                         for (int c = 0; c < nv; c++)                                                    \
                             ov[u * nv + c] = PFX##_fmadd_ps(p, PFX##_loadu_ps(vj + (W) * c), ov[u * nv + c]); \
                     }                                                                                   \
+                }                                                                                       \
                 float *o = t->out + b * a->o_bs + i * a->o_ld + h0 * dh;                                \
                 for (int u = 0; u < g; u++)                                                             \
                     for (int c = 0; c < nv; c++)                                                        \
@@ -282,24 +294,40 @@ INFER_SCORES(scores8, ISA_AVX2, __m256, 8, INFER_MAX_VEC8, _mm256, sum8x8, max_l
 INFER_BODY(fwd_infer_body8, ISA_AVX2, __m256, 8, _mm256, scores8)
 #undef INFER_BODY
 
-int cpu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, const float *k, const float *v,
-                          const struct nmt_attn_args *a)
+/* attention_forward, or with ROWS attention_forward_rows (no P then). */
+static int forward(nmt_bctx *ctx, const char *what, float *out, float *P, const float *q, const float *k,
+                   const float *v, const struct nmt_attn_args *a, const int32_t *rows, int64_t rows_ld)
 {
     /* the inference paths keep the scores of a group of up to INFER_GROUP_VECS heads */
-    if (check(ctx, "attention_forward", a) < 0 ||
-        cpu_scratch(ctx, (size_t)INFER_GROUP_VECS * (size_t)(a->Tk + 16) * sizeof(float)) < 0)
+    if (check(ctx, what, a) < 0 || cpu_scratch(ctx, (size_t)INFER_GROUP_VECS * (size_t)(a->Tk + 16) * sizeof(float)) < 0)
         return -1;
-    struct attn t = { .out = out, .P = P, .q = q, .k = k, .v = v, .a = a, .ctx = ctx };
-    int64_t rows = (int64_t)a->B * a->Tq; /* the inference paths: a query row with all its heads */
+    if (rows && (P || a->dropout != 0 || rows_ld < a->Tk))
+        return cpu_err(ctx, "%s: for inference only (no P, no dropout), and rows_ld %lld below Tk %d", what,
+                       (long long)rows_ld, a->Tk);
+    struct attn t = { .out = out, .P = P, .q = q, .k = k, .v = v, .a = a, .ctx = ctx, .rows = rows,
+                      .rows_ld = rows_ld };
+    int64_t nq = (int64_t)a->B * a->Tq; /* the inference paths: a query row with all its heads */
     int isa = cpu_isa(), infer = !P && a->dropout == 0;
     pool_fn body = infer && isa >= CPU_ISA_AVX512 && a->dh % 16 == 0 && a->dh <= 16 * INFER_MAX_VEC ? fwd_infer_body
                    : infer && isa >= CPU_ISA_AVX2 && a->dh % 8 == 0 && a->dh <= 8 * INFER_MAX_VEC8 ? fwd_infer_body8
                                                                                                    : NULL;
     if (body)
-        pool_for(ctx->pool, rows, 1, body, &t);
+        pool_for(ctx->pool, nq, 1, body, &t);
     else
-        pool_for(ctx->pool, rows * a->H, 4, fwd_body, &t);
+        pool_for(ctx->pool, nq * a->H, 4, fwd_body, &t);
     return 0;
+}
+
+int cpu_attention_forward(nmt_bctx *ctx, float *out, float *P, const float *q, const float *k, const float *v,
+                          const struct nmt_attn_args *a)
+{
+    return forward(ctx, "attention_forward", out, P, q, k, v, a, NULL, 0);
+}
+
+int cpu_attention_forward_rows(nmt_bctx *ctx, float *out, const float *q, const float *k, const float *v,
+                               const struct nmt_attn_args *a, const int32_t *rows, int64_t rows_ld)
+{
+    return forward(ctx, "attention_forward_rows", out, NULL, q, k, v, a, rows, rows_ld);
 }
 
 /* One (b, h) pair per index: dk and dv of that pair are owned by one chunk, queries in order. */

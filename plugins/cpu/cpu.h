@@ -100,6 +100,9 @@ int cpu_gemm_f32(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, flo
 /* blas.c: 0 if gemm's sizes and leading dimensions are valid, else -1 with the error naming WHAT. */
 int cpu_check_gemm(nmt_bctx *ctx, const char *what, int transA, int transB, int M, int N, int K, int lda, int ldb,
                    int ldc);
+/* attention.c: attention_forward_rows (ABI 2.8). */
+int cpu_attention_forward_rows(nmt_bctx *ctx, float *out, const float *q, const float *k, const float *v,
+                               const struct nmt_attn_args *a, const int32_t *rows, int64_t rows_ld);
 /* attention.c: attention_forward_lse and attention_backward_lse (ABI 2.2). */
 int cpu_attention_forward_lse(nmt_bctx *ctx, float *out, float *lse, const float *q, const float *k, const float *v,
                               const struct nmt_attn_args *a);

@@ -659,6 +659,8 @@ static const struct nmt_backend cuda_table = {
     /* nor alloc_sparse (ABI 2.6): cudaMalloc commits a whole buffer either way */
     .alloc_sparse = NULL,
     .topk_logits = cu_topk_logits,
+    /* nor attention_forward_rows (ABI 2.8): beam search moves its cache rows (gather_rows) */
+    .attention_forward_rows = NULL,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void)

@@ -375,6 +375,18 @@ static void op_topk_logits(struct backend *b, struct result *r)
     fetch(b, r, idx, (size_t)N * K, 1);
 }
 
+/* ABI 2.8: attention over a decoding cache of 7 rows a step, each of 5 query rows reading its keys
+ * from the rows a map names (dh 16, 8 and 5; with key lengths or not). */
+static void attention_rows_case(struct backend *b, int dh, int lens, float **out, float **gathered_out);
+static void op_attention_rows(struct backend *b, struct result *r)
+{
+    for (int dh = 16, v = 0; v < 3; v++, dh = v == 1 ? 8 : 5) {
+        float *o = NULL;
+        attention_rows_case(b, dh, v != 1, &o, NULL);
+        fetch(b, r, o, (size_t)5 * 2 * dh, 0);
+    }
+}
+
 /* The arguments of attention case V (0-5): the shapes of op_attention (0-2: mask, causal with
  * shift, dropout) and of op_attention_tiled (3-5: several 32-key tiles, dh 64 and 40, the fused
  * (rows, 3D) layout, cross-attention), with KL the key lengths (device) when used. */
@@ -489,7 +501,7 @@ static const struct {
     double tol;
     int optional; /* uses an optional slot: 2 gemm_rowinv, 3 linear_pack and linear_rowinv, 4 the
                    * attention_*_lse slots, 5 set_precision, cast and gemm_ex, 6 the embedding_table
-                   * slots, 7 the swish slots, 8 topk_logits */
+                   * slots, 7 the swish slots, 8 topk_logits, 9 attention_forward_rows */
 } ops[] = {
     { "gemm", op_gemm, 1e-5, 0 },
     { "bias_add, bias_grad", op_bias, 1e-5, 0 },
@@ -515,6 +527,7 @@ static const struct {
     { "embedding_table_forward/backward (position table, zero-start and padding rows)", op_embedding_table, 1e-5, 6 },
     { "swish_forward, swish_backward", op_swish, 1e-5, 7 },
     { "topk_logits (ties)", op_topk_logits, 0, 8 },
+    { "attention_forward_rows (a decoding cache read through rows; dh 16, 8, 5)", op_attention_rows, 1e-4, 9 },
 };
 
 /* Downloads N floats of DEV into a new host array. */
@@ -761,6 +774,69 @@ static void check_share(const char *path, const struct nmt_backend_opts *opts)
 /* gemm_rowinv (optional): each row's bits are the same whether it is computed alone or among
  * batches of any number of rows (1 to 150: every tile shape of the cuda plugin). On cuda, each
  * element also equals its documented chain, fmaf over k in increasing order from 0, then alpha *. */
+/* One case of attention_forward_rows on B (see op_attention_rows): a cache of TK steps of CR rows
+ * (keys and values interleaved, 2D floats a row), B query rows, the map of each row's step j to a
+ * cache row; its output into *OUT, and with GATHERED_OUT attention_forward's on the keys and values
+ * gathered a row at a time first (gather_rows) into *GATHERED_OUT. */
+static void attention_rows_case(struct backend *b, int dh, int lens, float **out, float **gathered_out)
+{
+    enum { NB = 5, CR = 7, TK = 9, LD = 11, H = 2 };
+    int D = H * dh;
+    int32_t map[NB * LD], kl[NB] = { 9, 4, 9, 1, 7 }, gi[NB * TK];
+    for (int i = 0; i < NB * LD; i++)
+        map[i] = (int32_t)urand(0, CR);
+    struct nmt_attn_args a = { .B = NB, .Tq = 1, .Tk = TK, .H = H, .dh = dh, .scale = 0.4f };
+    a.q_ld = a.q_bs = a.o_ld = a.o_bs = D;
+    a.k_ld = a.v_ld = (int64_t)CR * 2 * D, a.k_bs = a.v_bs = 2 * D;
+    a.klen = lens ? dints(b, kl, NB) : NULL;
+    float *cache = drand(b, (size_t)TK * CR * 2 * D, -1, 1), *q = drand(b, (size_t)NB * D, -1, 1);
+    *out = drand(b, (size_t)NB * D, 0, 1);
+    OP(b, attention_forward_rows, *out, q, cache, cache + D, &a, dints(b, map, NB * LD), LD);
+    if (!gathered_out)
+        return;
+    for (int r = 0; r < NB; r++) /* row (r, j) of the gathered keys: cache row (j, map[r][j]) */
+        for (int j = 0; j < TK; j++)
+            gi[r * TK + j] = j * CR + map[r * LD + j];
+    float *g = drand(b, (size_t)NB * TK * 2 * D, 0, 1);
+    OP(b, gather_rows, g, cache, dints(b, gi, NB * TK), NB * TK, 2 * D);
+    a.k_ld = a.v_ld = 2 * D, a.k_bs = a.v_bs = (int64_t)TK * 2 * D;
+    *gathered_out = drand(b, (size_t)NB * D, 0, 1);
+    OP(b, attention_forward, *gathered_out, NULL, q, g, g + D, &a);
+}
+
+/* attention_forward_rows (ABI 2.8) gives attention_forward's bits on the keys gathered first, on
+ * each kernel path (the cpu: NMT_CPU_ISA at avx512, avx2 and portable; dh 16, 8 and 5). */
+static void check_attention_rows(const char *path, const struct nmt_backend_opts *opts)
+{
+    static const char *const isas[] = { NULL, "avx2", "portable" };
+    struct backend *x = backend_open(path, opts);
+    if (!x || !x->ops.attention_forward_rows) {
+        test_ok(x != NULL, "%s: attention_forward_rows # SKIP optional slot absent", path);
+        backend_close(x);
+        return;
+    }
+    int cpu = !strcmp(x->ops.name, "cpu");
+    for (int i = 0; i < (cpu ? 3 : 1); i++) {
+        if (isas[i])
+            setenv("NMT_CPU_ISA", isas[i], 1);
+        int same = 1;
+        for (int dh = 16, v = 0; v < 3; v++, dh = v == 1 ? 8 : 5)
+            for (int lens = 0; lens < 2; lens++) {
+                float *o, *g;
+                attention_rows_case(x, dh, lens, &o, &g);
+                float *ho = host_of(x, o, (size_t)5 * 2 * dh), *hg = host_of(x, g, (size_t)5 * 2 * dh);
+                same &= !memcmp(ho, hg, (size_t)5 * 2 * dh * sizeof *ho);
+                free(ho);
+                free(hg);
+            }
+        test_ok(same, "%s%s%s: attention_forward_rows gives the bits of attention_forward on the rows gathered first "
+                      "(dh 16, 8, 5; key lengths or not)", x->ops.name, isas[i] ? ", NMT_CPU_ISA=" : "",
+                isas[i] ? isas[i] : "");
+        unsetenv("NMT_CPU_ISA");
+    }
+    backend_close(x);
+}
+
 static void check_rowinv(const char *path, const struct nmt_backend_opts *opts)
 {
     struct backend *x = backend_open(path, opts);
@@ -905,7 +981,8 @@ int main(void)
                 (ops[k].optional == 5 && !(x->ops.set_precision && x->ops.cast && x->ops.gemm_ex)) ||
                 (ops[k].optional == 6 && !(x->ops.embedding_table_forward && x->ops.embedding_table_backward)) ||
                 (ops[k].optional == 7 && !(x->ops.swish_forward && x->ops.swish_backward)) ||
-                (ops[k].optional == 8 && !x->ops.topk_logits)) {
+                (ops[k].optional == 8 && !x->ops.topk_logits) ||
+                (ops[k].optional == 9 && !x->ops.attention_forward_rows)) {
                 test_ok(1, "%s: %s # SKIP optional slot absent", x->ops.name, ops[k].name);
                 continue;
             }
@@ -927,6 +1004,7 @@ int main(void)
         backend_close(x);
         check_share(list[i].path, &opts);
         check_rowinv(list[i].path, &opts);
+        check_attention_rows(list[i].path, &opts);
         check_discard(list[i].path, &opts);
         check_alloc_sparse(list[i].path, &opts);
     }

@@ -840,6 +840,41 @@ static void run_keep_logits(struct backend *be)
     model_free(m);
 }
 
+/* The self-attention caches read through rows (attention_forward_rows: beam search moves indices,
+ * not cache rows) and moved row by row (the host's way without the slot) give the same results:
+ * beam 4 with its 4 best, greedy, over sentences that end at different steps, pre-norm or not. */
+static void run_cache_rows(struct backend *be)
+{
+    const uint32_t *src[NS];
+    for (int b = 0; b < NS; b++)
+        src[b] = src_store[b];
+    for (int pre_norm = 0; pre_norm < 2; pre_norm++) {
+        struct model *m = tiny_model(be, pre_norm, 60, 40, 11 + (uint64_t)pre_norm);
+        int ok = m && make_eos_likely(be, m) == 0, same = ok;
+        int (*rows)(nmt_bctx *, float *, const float *, const float *, const float *, const struct nmt_attn_args *,
+                    const int32_t *, int64_t) = be->ops.attention_forward_rows;
+        for (int beam = 1; ok && beam <= 4; beam += 3) {
+            struct search_opts o = {.beam = beam, .nbest = beam, .alpha = 0.6, .len_a = 1.0, .len_b = 5};
+            struct search_result r[2][NS];
+            for (int v = 0; v < 2; v++) {
+                be->ops.attention_forward_rows = v ? NULL : rows;
+                struct infer *in = infer_new(be, m, 1, NMT_DTYPE_F32);
+                ok &= in && search_batch(&in, 1, &o, NS, src, slen, r[v]) == 0;
+                infer_free(in);
+            }
+            for (int b = 0; ok && b < NS; b++)
+                same &= same_result(&r[0][b], &r[1][b]);
+            for (int v = 0; ok && v < 2; v++)
+                for (int b = 0; b < NS; b++)
+                    search_result_free(&r[v][b]);
+        }
+        be->ops.attention_forward_rows = rows;
+        test_ok(ok && same && rows, "pre_norm %d: beam 4 (4 best) and greedy: the caches read through rows give the "
+                                    "results of caches moved row by row (%s)", pre_norm, ok ? "" : nmt_errmsg());
+        model_free(m);
+    }
+}
+
 int main(void)
 {
     struct nmt_backend_opts bo = {sizeof bo, 2, 0};
@@ -857,6 +892,7 @@ int main(void)
     run_discard(be);
     run_load_direct(be);
     run_keep_logits(be);
+    run_cache_rows(be);
     /* the host's fallback for a backend without gemm_rowinv: products on blocks of 8 rows */
     be->ops.gemm_rowinv = NULL;
     test_ok(1, "# without gemm_rowinv (fixed row blocks)");
