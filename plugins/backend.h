@@ -417,8 +417,9 @@ struct nmt_backend {
     /* As attention_forward without P (inference), except that key and value j of batch item b are
      * read at k + rows[b * rows_ld + j] * k_bs + j * k_ld and v + rows[b * rows_ld + j] * v_bs +
      * j * v_ld (ROWS: device, int32, each entry a batch row in [0, B) or beyond B if the caller's
-     * buffers hold more rows), where attention_forward reads row b: the results attention_forward
-     * gives on the keys and values so gathered, bit for bit. Beam search reads each hypothesis's
+     * buffers hold more rows; k_ld and v_ld may be 0, the rows then naming each key's row alone),
+     * where attention_forward reads row b: the results attention_forward gives on the keys and
+     * values so gathered, bit for bit. Beam search reads each hypothesis's
      * self-attention cache through the rows of its ancestors, where without the slot it copies
      * the cache rows of every surviving hypothesis at each step (gather_rows). */
     int (*attention_forward_rows)(nmt_bctx *ctx, float *out, const float *q, const float *k, const float *v,

@@ -60,11 +60,13 @@ struct infer {
     float *ckv_spare;                /* (B, S, 2D) */
     float **kv;                      /* (Ld) self keys/values (t, R, 2D) of the live rows; where the
                                       * backend reads them through rows (attention_forward_rows),
-                                      * (t, Rcap, 2D), row r's step j at the row kv_rows names */
+                                      * rows of 2D appended a step at a time (kv_used of tmax * Rcap),
+                                      * row r's step j at the row kv_rows names */
     float *kv_spare;                 /* (tmax, Rcap, 2D); NULL with kv_rows */
     int32_t *kv_rows;                /* device (Rcap, tmax): the cache row of each live row's step j */
     int32_t *host_rows, *host_rows_new; /* host copies of kv_rows (Rcap, tmax), and a spare */
     size_t host_rows_cap;
+    int kv_used;                     /* rows of the caches written in this batch (with kv_rows) */
     float *x, *t, *q, *att, *sub, *h, *logits, *vals;  /* decoder (Rcap, D|F|V|topk) */
     float *logits_few;               /* (logits_rows, V) the logits of topk_by_rows */
     int32_t *idx, *tok, *pos, *tgt;  /* (tmax*Rcap), (Rcap) x3 */
@@ -496,9 +498,11 @@ static int enc_sentences(const struct infer *in, int B, int S)
     return n < 1 ? 1 : n > B ? B : n;
 }
 
-/* Whether the self-attention caches are read through rows (the backend's attention_forward_rows):
- * beam search's reordering then moves indices, not cache rows. */
-static int rows_mode(const struct infer *in) { return in->k->attention_forward_rows != NULL; }
+/* Whether the self-attention caches are read through rows (the backend's attention_forward_rows), for
+ * a batch of several rows a sentence (beam search, sampling): the reordering of each step then moves
+ * indices, not cache rows. With one row a sentence (greedy search) rows move only when sentences end,
+ * and the caches stay compact as they do. */
+static int rows_mode(const struct infer *in) { return in->k->attention_forward_rows != NULL && in->Kcap > 1; }
 
 /* The encoder's buffers, dead once a batch is encoded. */
 static void arena_encoder(struct infer *in, struct nn_bump *b)
@@ -1108,13 +1112,16 @@ static int self_attention_step(struct infer *in, struct nn_sub *s, float *out, c
 {
     struct nn_exec *e = &in->run;
     int D = in->c.d_model, R = in->R, rows = rows_mode(in);
-    size_t slot = (size_t)(rows ? in->Rcap : R) * 2 * (size_t)D; /* floats per time step of a cache */
+    size_t slot = (size_t)R * 2 * (size_t)D; /* floats per time step of a cache */
+    /* with kv_rows, this step's rows go after those written so far (kv_rows_step) */
+    float *at = cache + (rows ? (size_t)(in->kv_used - R) * 2 * (size_t)D : (size_t)t * slot);
     if (e->linear(e, s->q, sin, d->sqkv_w, d->sqkv_b, 0, R, D, D) < 0 ||
-        e->linear(e, cache + (size_t)t * slot, sin, d->sqkv_w + (size_t)D * (size_t)D, d->sqkv_b + D, 0, R, 2 * D,
-                  D) < 0)
+        e->linear(e, at, sin, d->sqkv_w + (size_t)D * (size_t)D, d->sqkv_b + D, 0, R, 2 * D, D) < 0)
         return -1;
     struct nmt_attn_args a = nn_attn_args(e, R, 1, t + 1, D, (int64_t)slot, NULL, 0);
     a.k_bs = a.v_bs = 2 * D; /* row r's keys and values at step j: cache + j * slot + r * 2D */
+    if (rows)                /* or at cache + kv_rows[r][j] * 2D */
+        a.k_ld = a.v_ld = 0;
     int rc = rows ? in->k->attention_forward_rows(in->ctx, s->att, s->q, cache, cache + D, &a, in->kv_rows, in->tmax)
                   : in->k->attention_forward(in->ctx, s->att, s->P, s->q, cache, cache + D, &a);
     if (nn_bk(e, rc, rows ? "attention_forward_rows" : "attention_forward") < 0)
@@ -1263,15 +1270,18 @@ int infer_attention(struct infer *in, float *att)
 
 uint64_t infer_rows_stepped(const struct infer *in) { return in->rows_stepped; }
 
-/* With kv_rows: step T's keys and values of row r go to cache row r, and the rows of every live row's
- * steps so far go to the device. 0 or -1. */
+/* With kv_rows: step T's keys and values of row r go to cache row kv_used + r, after the rows
+ * written so far, and the rows of every live row's steps so far go to the device. 0 or -1. */
 static int kv_rows_step(struct infer *in, int t)
 {
     if (!rows_mode(in) || in->R == 0)
         return 0;
     size_t T = (size_t)in->tmax;
+    if (t == 0)
+        in->kv_used = 0;
     for (int r = 0; r < in->R; r++)
-        in->host_rows[(size_t)r * T + (size_t)t] = r;
+        in->host_rows[(size_t)r * T + (size_t)t] = in->kv_used + r;
+    in->kv_used += in->R;
     return nn_bk(&in->run, in->k->upload(in->ctx, in->kv_rows, in->host_rows, ((size_t)(in->R - 1) * T + (size_t)t + 1) *
                                                                                  sizeof(int32_t)),
                  "upload");

@@ -39,12 +39,15 @@ static int visible(const struct nmt_attn_args *a, int b, int i)
     return n;
 }
 
-static int check(nmt_bctx *ctx, const char *what, const struct nmt_attn_args *a)
+/* Checks A's sizes and strides; with ROWS (attention_forward_rows) the key and value strides k_ld
+ * and v_ld may be 0 (the rows then name each key's row alone). 0, or -1 with the error set. */
+static int check_rows(nmt_bctx *ctx, const char *what, const struct nmt_attn_args *a, int rows)
 {
     if (a->B < 0 || a->Tq < 0 || a->Tk < 0 || a->H <= 0 || a->dh <= 0)
         return cpu_err(ctx, "%s: invalid size B=%d Tq=%d Tk=%d H=%d dh=%d", what, a->B, a->Tq, a->Tk, a->H, a->dh);
     int64_t w = (int64_t)a->H * a->dh;
-    if (a->q_ld < w || a->k_ld < w || a->v_ld < w || a->o_ld < w)
+    if (a->q_ld < w || (a->k_ld < w && !(rows && a->k_ld == 0)) || (a->v_ld < w && !(rows && a->v_ld == 0)) ||
+        a->o_ld < w)
         return cpu_err(ctx, "%s: row stride smaller than H*dh=%lld", what, (long long)w);
     if (!(a->dropout >= 0 && a->dropout < 1))
         return cpu_err(ctx, "%s: dropout %g outside [0, 1)", what, (double)a->dropout);
@@ -54,6 +57,8 @@ static int check(nmt_bctx *ctx, const char *what, const struct nmt_attn_args *a)
                 return cpu_err(ctx, "%s: key length %d of batch item %d outside [0, %d]", what, a->klen[b], b, a->Tk);
     return 0;
 }
+
+static int check(nmt_bctx *ctx, const char *what, const struct nmt_attn_args *a) { return check_rows(ctx, what, a, 0); }
 
 CPU_VEC_BODY(fwd_body)
 {
@@ -299,7 +304,8 @@ static int forward(nmt_bctx *ctx, const char *what, float *out, float *P, const 
                    const float *v, const struct nmt_attn_args *a, const int32_t *rows, int64_t rows_ld)
 {
     /* the inference paths keep the scores of a group of up to INFER_GROUP_VECS heads */
-    if (check(ctx, what, a) < 0 || cpu_scratch(ctx, (size_t)INFER_GROUP_VECS * (size_t)(a->Tk + 16) * sizeof(float)) < 0)
+    if (check_rows(ctx, what, a, rows != NULL) < 0 ||
+        cpu_scratch(ctx, (size_t)INFER_GROUP_VECS * (size_t)(a->Tk + 16) * sizeof(float)) < 0)
         return -1;
     if (rows && (P || a->dropout != 0 || rows_ld < a->Tk))
         return cpu_err(ctx, "%s: for inference only (no P, no dropout), and rows_ld %lld below Tk %d", what,

@@ -377,12 +377,12 @@ static void op_topk_logits(struct backend *b, struct result *r)
 
 /* ABI 2.8: attention over a decoding cache of 7 rows a step, each of 5 query rows reading its keys
  * from the rows a map names (dh 16, 8 and 5; with key lengths or not). */
-static void attention_rows_case(struct backend *b, int dh, int lens, float **out, float **gathered_out);
+static void attention_rows_case(struct backend *b, int dh, int lens, int flat, float **out, float **gathered_out);
 static void op_attention_rows(struct backend *b, struct result *r)
 {
     for (int dh = 16, v = 0; v < 3; v++, dh = v == 1 ? 8 : 5) {
         float *o = NULL;
-        attention_rows_case(b, dh, v != 1, &o, NULL);
+        attention_rows_case(b, dh, v != 1, v == 2, &o, NULL);
         fetch(b, r, o, (size_t)5 * 2 * dh, 0);
     }
 }
@@ -776,18 +776,19 @@ static void check_share(const char *path, const struct nmt_backend_opts *opts)
  * element also equals its documented chain, fmaf over k in increasing order from 0, then alpha *. */
 /* One case of attention_forward_rows on B (see op_attention_rows): a cache of TK steps of CR rows
  * (keys and values interleaved, 2D floats a row), B query rows, the map of each row's step j to a
- * cache row; its output into *OUT, and with GATHERED_OUT attention_forward's on the keys and values
- * gathered a row at a time first (gather_rows) into *GATHERED_OUT. */
-static void attention_rows_case(struct backend *b, int dh, int lens, float **out, float **gathered_out)
+ * cache row of step j (FLAT: to the cache's row counted from its start, k_ld and v_ld 0); its
+ * output into *OUT, and with GATHERED_OUT attention_forward's on the keys and values gathered a row
+ * at a time first (gather_rows) into *GATHERED_OUT. */
+static void attention_rows_case(struct backend *b, int dh, int lens, int flat, float **out, float **gathered_out)
 {
     enum { NB = 5, CR = 7, TK = 9, LD = 11, H = 2 };
     int D = H * dh;
     int32_t map[NB * LD], kl[NB] = { 9, 4, 9, 1, 7 }, gi[NB * TK];
     for (int i = 0; i < NB * LD; i++)
-        map[i] = (int32_t)urand(0, CR);
+        map[i] = (int32_t)urand(0, CR) + (flat ? i % LD * CR : 0);
     struct nmt_attn_args a = { .B = NB, .Tq = 1, .Tk = TK, .H = H, .dh = dh, .scale = 0.4f };
     a.q_ld = a.q_bs = a.o_ld = a.o_bs = D;
-    a.k_ld = a.v_ld = (int64_t)CR * 2 * D, a.k_bs = a.v_bs = 2 * D;
+    a.k_ld = a.v_ld = flat ? 0 : (int64_t)CR * 2 * D, a.k_bs = a.v_bs = 2 * D;
     a.klen = lens ? dints(b, kl, NB) : NULL;
     float *cache = drand(b, (size_t)TK * CR * 2 * D, -1, 1), *q = drand(b, (size_t)NB * D, -1, 1);
     *out = drand(b, (size_t)NB * D, 0, 1);
@@ -796,7 +797,7 @@ static void attention_rows_case(struct backend *b, int dh, int lens, float **out
         return;
     for (int r = 0; r < NB; r++) /* row (r, j) of the gathered keys: cache row (j, map[r][j]) */
         for (int j = 0; j < TK; j++)
-            gi[r * TK + j] = j * CR + map[r * LD + j];
+            gi[r * TK + j] = (flat ? 0 : j * CR) + map[r * LD + j];
     float *g = drand(b, (size_t)NB * TK * 2 * D, 0, 1);
     OP(b, gather_rows, g, cache, dints(b, gi, NB * TK), NB * TK, 2 * D);
     a.k_ld = a.v_ld = 2 * D, a.k_bs = a.v_bs = (int64_t)TK * 2 * D;
@@ -821,16 +822,16 @@ static void check_attention_rows(const char *path, const struct nmt_backend_opts
             setenv("NMT_CPU_ISA", isas[i], 1);
         int same = 1;
         for (int dh = 16, v = 0; v < 3; v++, dh = v == 1 ? 8 : 5)
-            for (int lens = 0; lens < 2; lens++) {
+            for (int var = 0; var < 4; var++) {
                 float *o, *g;
-                attention_rows_case(x, dh, lens, &o, &g);
+                attention_rows_case(x, dh, var & 1, var >> 1, &o, &g);
                 float *ho = host_of(x, o, (size_t)5 * 2 * dh), *hg = host_of(x, g, (size_t)5 * 2 * dh);
                 same &= !memcmp(ho, hg, (size_t)5 * 2 * dh * sizeof *ho);
                 free(ho);
                 free(hg);
             }
         test_ok(same, "%s%s%s: attention_forward_rows gives the bits of attention_forward on the rows gathered first "
-                      "(dh 16, 8, 5; key lengths or not)", x->ops.name, isas[i] ? ", NMT_CPU_ISA=" : "",
+                      "(dh 16, 8, 5; key lengths or not; rows of each step or of the whole cache)", x->ops.name, isas[i] ? ", NMT_CPU_ISA=" : "",
                 isas[i] ? isas[i] : "");
         unsetenv("NMT_CPU_ISA");
     }
