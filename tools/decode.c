@@ -1212,9 +1212,9 @@ static const struct opt_spec OPTIONS[] = {
             "8-bit integers (weights per output channel, activations per row; the\n"
             "output projection, attention and layer norms stay float32), bf16\n"
             "(on CPUs with AVX512-BF16: bf16 products, float32 sums), int8-a8: int8\n"
-            "with 8-bit activations (12-bit in int8): faster on VNNI CPUs, further\n"
-            "from float32; or int8-all, int8-a8-all, bf16-all: the output projection\n"
-            "in that precision too"),
+            "with 8-bit activations (12-bit in int8): faster on VNNI CPUs, half the\n"
+            "weight memory on AVX2, further from float32; or int8-all, int8-a8-all,\n"
+            "bf16-all: the output projection in that precision too"),
      .parse = parse_precision},
     {OPTION(OT_FLAG, "shortlist", 0, NULL, OFF(shortlist),
             "the output layer computes only each sentence's candidates in the\n"

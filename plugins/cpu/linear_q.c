@@ -15,9 +15,12 @@
  * a_i = max_k |A[i,k]| / 127, values in [-127, 127]; the weights as above. Where VNNI runs, each
  * value travels as the unsigned byte qA + 128, four to a 32-bit word in column order, and one
  * vpdpbusd multiplies 64 byte pairs: the sum of (qA + 128) * qW, less 128 * sum_k qW[j,k] (a
- * column's compensation, kept with the packed weights), is S exactly. Elsewhere the 12-bit
- * layer's code takes the values on the int8 grid as they are. Twice the products per instruction
- * of the 12-bit layer on VNNI; translations about as far from float32 as CTranslate2's int8.
+ * column's compensation, kept with the packed weights), is S exactly. On AVX2 the weights stay
+ * in bytes too (not widened to 16 bits): vpsignb gives them the activations' signs, vpmaddubsw
+ * multiplies them by the magnitudes and adds pairs (at most 2 * 127 * 127, so no saturation), and
+ * vpmaddwd by ones adds the pairs: the same exact sums in half the weight bytes. The portable path
+ * runs the 12-bit code on these values. Twice the products per instruction of the 12-bit layer on
+ * VNNI; translations about as far from float32 as CTranslate2's int8.
  *
  * Result. C[i,j] = ((float)S * s_j) * a_i, + bias[j], then max(., 0) if asked, where
  * S = sum_k qA[i,k] * qW[j,k] is an exact 32-bit integer sum (|S| <= 2047 * 127 * K < 2^31 for
@@ -32,7 +35,7 @@
  * groups of 64 bytes: group g holds, for c = 0..15, the 4 bytes qW[16p+c][4g..4g+3] (zeros past N
  * and K). The quantised rows of A hold each group of 4 columns in the order 0, 2, 1, 3, so that
  * one 32-bit word of A pairs with the even bytes of a weight word and the next with the odd ones.
- * Where the AVX2 path runs (q_wide: no VNNI), the weights are held sign-extended to 16 bits
+ * Where the AVX2 path runs (q_wide: no VNNI) with 12-bit activations, the weights are held sign-extended to 16 bits
  * instead, each group as 64 int16 in four vectors of 8 columns (c = 0..7, then 8..15): first the
  * pairs (qW[c][4g], qW[c][4g+2]) of both halves, then the pairs (qW[c][4g+1], qW[c][4g+3]), so
  * that the layer reads its operands as they multiply (twice the bytes, no widening each call).
@@ -46,6 +49,8 @@
  *     (shift left then arithmetic shift right by 8) and odd bytes (arithmetic shift by 8), and
  *     two vpdpwssd against the broadcast activation pairs (a0, a2) and (a1, a3). Tiles of up to
  *     6 rows by 4 panels.
+ *   AVX2 with 8-bit activations: vpsignb, vpmaddubsw and vpmaddwd on the weight bytes (above).
+ *     Tiles of up to 4 rows by one panel.
  *   AVX2 (and AVX-512 without VNNI): the 16-bit weights packed so (above), vpmaddwd against the
  *     same broadcast pairs and vpaddd (no saturation: each pair sum is at most 2 * 2047 * 127).
  *     Tiles of up to 4 rows by one panel.
@@ -71,7 +76,7 @@ static int q_wide(int isa) { return isa == CPU_ISA_AVX2 || isa == CPU_ISA_AVX512
 size_t cpu_linear_q_bytes(int N, int K, int a8)
 {
     size_t np = (size_t)pad16(N);
-    return np * sizeof(float) * (a8 ? 2 : 1) + np * (size_t)pad4(K) * (q_wide(cpu_isa()) ? sizeof(int16_t) : 1);
+    return np * sizeof(float) * (a8 ? 2 : 1) + np * (size_t)pad4(K) * (q_wide(cpu_isa()) && !a8 ? sizeof(int16_t) : 1);
 }
 
 /* Where weight byte T (0..3) of column C (0..15) of a group of 4 columns goes among the group's
@@ -174,7 +179,7 @@ int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, i
             sum += row[k];
         if (a8)
             comp[j] = QA8_BIAS * sum;
-        if (q_wide(isa)) {
+        if (q_wide(isa) && !a8) {
             int16_t *pw = (int16_t *)panels + (size_t)(j / QPW) * (size_t)kp * QPW;
             for (int k = 0; k < kp; k++)
                 pw[(size_t)(k / 4) * 64 + (size_t)wide_pos(j % QPW, k % 4)] = row[k];
@@ -343,6 +348,30 @@ ISA_AVX512_VNNI static void btile16_any(const struct qlin *g, int i, int p, int 
 
 static const int32_t lane_tab[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
 
+/* The epilogue of rows I..I+MR-1 of panel P (its first N columns in C) from the exact sums ACC
+ * (two vectors of 8 columns a row): the operations of qfinish, 8 columns at a time. */
+static inline __attribute__((always_inline)) ISA_AVX2 void qstore8(const struct qlin *g, int i, int p, int mr, int n,
+                                                                  __m256i acc[MR8][2])
+{
+    for (int h = 0; h < 2; h++) {
+        int j = p * QPW + 8 * h, nh = n - 8 * h;
+        if (nh <= 0)
+            break;
+        __m256i m = _mm256_loadu_si256((const __m256i *)(lane_tab + 8 - (nh < 8 ? nh : 8)));
+        __m256 sw = _mm256_loadu_ps(g->sw + j);
+        __m256 b = g->bias ? _mm256_maskload_ps(g->bias + j, m) : _mm256_setzero_ps();
+        for (int r = 0; r < mr; r++) {
+            __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][h]), sw);
+            v = _mm256_mul_ps(v, _mm256_set1_ps(g->sa[i + r]));
+            if (g->bias)
+                v = _mm256_add_ps(v, b);
+            if (g->relu)
+                v = _mm256_max_ps(v, _mm256_setzero_ps());
+            _mm256_maskstore_ps(g->C + (size_t)(i + r) * (size_t)g->ldc + (size_t)j, m, v);
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct qlin *g, int i, int p, int mr, int n)
 {
     size_t ldq = (size_t)g->ldq;
@@ -366,23 +395,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct q
             acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(o1, v13));
         }
     }
-    for (int h = 0; h < 2; h++) {
-        int j = p * QPW + 8 * h, nh = n - 8 * h;
-        if (nh <= 0)
-            break;
-        __m256i m = _mm256_loadu_si256((const __m256i *)(lane_tab + 8 - (nh < 8 ? nh : 8)));
-        __m256 sw = _mm256_loadu_ps(g->sw + j);
-        __m256 b = g->bias ? _mm256_maskload_ps(g->bias + j, m) : _mm256_setzero_ps();
-        for (int r = 0; r < mr; r++) {
-            __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][h]), sw);
-            v = _mm256_mul_ps(v, _mm256_set1_ps(g->sa[i + r]));
-            if (g->bias)
-                v = _mm256_add_ps(v, b);
-            if (g->relu)
-                v = _mm256_max_ps(v, _mm256_setzero_ps());
-            _mm256_maskstore_ps(g->C + (size_t)(i + r) * (size_t)g->ldc + (size_t)j, m, v);
-        }
-    }
+    qstore8(g, i, p, mr, n, acc);
 }
 
 /* mr <= 4 rows of panel P, whose first N columns are in C */
@@ -393,6 +406,46 @@ ISA_AVX2 static void qtile8_any(const struct qlin *g, int i, int p, int mr, int 
     case 3: qtile8(g, i, p, 3, n); break;
     case 2: qtile8(g, i, p, 2, n); break;
     default: qtile8(g, i, p, 1, n); break;
+    }
+}
+
+/* AVX2 with 8-bit activations: the weight bytes as packed (8 columns a vector, 4 bytes of k a
+ * column), each word of 4 activation bytes broadcast; vpsignb gives the weights the activations'
+ * signs and vpmaddubsw multiplies them by the activations' magnitudes (at most 127), adding pairs
+ * (at most 2 * 127 * 127: no saturation), vpmaddwd by ones the two pairs: the exact sums of
+ * qtile8, in half its weight bytes. Tiles of up to 4 rows by one panel. */
+static inline __attribute__((always_inline)) ISA_AVX2 void stile8(const struct qlin *g, int i, int p, int mr, int n)
+{
+    size_t ld8 = (size_t)g->ld8;
+    const int8_t *a = g->As8 + (size_t)i * ld8;
+    const uint8_t *w = qpanel(g, p, 0);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[MR8][2];
+    for (int r = 0; r < mr; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    for (int k = 0; k < g->Kp; k += 4, w += 64) {
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
+        for (int r = 0; r < mr; r++) {
+            int32_t a4;
+            memcpy(&a4, a + (size_t)r * ld8 + (size_t)k, 4);
+            __m256i av = _mm256_set1_epi32(a4), mag = _mm256_abs_epi8(av);
+            __m256i s0 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w0, av));
+            __m256i s1 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w1, av));
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(s0, ones));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(s1, ones));
+        }
+    }
+    qstore8(g, i, p, mr, n, acc);
+}
+
+/* mr <= 4 rows of panel P, whose first N columns are in C */
+ISA_AVX2 static void stile8_any(const struct qlin *g, int i, int p, int mr, int n)
+{
+    switch (mr) {
+    case 4: stile8(g, i, p, 4, n); break;
+    case 3: stile8(g, i, p, 3, n); break;
+    case 2: stile8(g, i, p, 2, n); break;
+    default: stile8(g, i, p, 1, n); break;
     }
 }
 
@@ -440,6 +493,10 @@ static void quant_body(void *arg, int64_t lo, int64_t hi, int tid)
             job->qs[i] = quant_act_u8(job->lo + i * job->g.ld8, job->Af + i * job->lda, job->K, job->g.Kp);
             continue;
         }
+        if (job->g.As8) { /* AVX2 with 8-bit activations: their values, in order */
+            job->qs[i] = quant_row_avx2((int8_t *)job->lo + i * job->g.ld8, job->Af + i * job->lda, job->K, job->g.Kp);
+            continue;
+        }
         int16_t *q = job->qa + i * job->g.ldq;
         job->qs[i] = quant_act(q, job->Af + i * job->lda, job->K, job->g.Kp, job->top, job->isa);
         if (job->isa == CPU_ISA_AMX)
@@ -468,7 +525,9 @@ static void qlinear_body(void *arg, int64_t lo, int64_t hi, int tid)
         for (int i = 0; job->isa < CPU_ISA_VNNI && i < g->M; i += MR8) {
             int rows = g->M - i < MR8 ? g->M - i : MR8;
             for (int p = p0; p < p0 + np; p++) {
-                if (q_wide(job->isa))
+                if (g->As8)
+                    stile8_any(g, i, p, rows, n - (p - p0) * QPW);
+                else if (q_wide(job->isa))
                     qtile8_any(g, i, p, rows, n - (p - p0) * QPW);
                 else
                     qtile_plain(g, i, p, rows);
@@ -503,7 +562,8 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
     /* qbuf: the int16 rows, their scales (to a 64-byte boundary), then for AMX the split rows,
      * M rounded up to 16 (rows past M are zero); for VNNI with 8-bit activations their scales and
      * bytes only */
-    size_t bytes8 = isa == CPU_ISA_VNNI && a8 ? (size_t)M * (size_t)kp : 0;
+    size_t bytes8 = a8 && q_wide(isa) ? (size_t)M * (size_t)kp : 0; /* and on VNNI: */
+    bytes8 = isa == CPU_ISA_VNNI && a8 ? (size_t)M * (size_t)kp : bytes8;
     size_t qbytes = bytes8 ? 0 : (size_t)M * (size_t)ldq * sizeof(int16_t);
     size_t sbytes = ((size_t)M * sizeof(float) + 63) & ~(size_t)63;
     size_t splitbytes = isa == CPU_ISA_AMX ? (size_t)m16 * (size_t)kp : 0;
@@ -516,7 +576,8 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
     int8_t *hi = (int8_t *)(lo + splitbytes);
     const int32_t *comp = a8 ? (const int32_t *)(sw + np) : NULL;
     struct qlin_job job = { { qa, qs, sw, (const uint8_t *)(sw + (a8 ? 2 : 1) * np), bias, C, M, N, kp, ldq, ldc,
-                              relu != 0, lo, hi, kp, bytes8 ? lo : NULL, comp },
+                              relu != 0, lo, hi, kp, bytes8 && isa == CPU_ISA_VNNI ? lo : NULL, comp,
+                              bytes8 && isa != CPU_ISA_VNNI ? (const int8_t *)lo : NULL },
                             A, qa, qs, lo, hi, lda, K, isa, a8 ? QA8_MAX : QA_MAX };
     if (splitbytes) {
         memset(lo + (size_t)M * (size_t)kp, 0, (size_t)(m16 - M) * (size_t)kp);
