@@ -257,24 +257,23 @@ static inline __attribute__((always_inline)) ISA_AVX512_VNNI void qtile16(const 
             qstore16(g, i + r, (p + c) * QPW, c == nv - 1 ? last : (__mmask16)0xFFFF, acc[r][c]);
 }
 
-/* mr <= 6 rows by nv <= 4 panels, through a qtile16 inlined with constant sizes */
-ISA_AVX512_VNNI static void qtile16_any(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last)
-{
-#define QT(R)                                                                                                          \
-    case R * 8 + 4: qtile16(g, i, p, R, 4, last); break;                                                               \
-    case R * 8 + 3: qtile16(g, i, p, R, 3, last); break;                                                               \
-    case R * 8 + 2: qtile16(g, i, p, R, 2, last); break;                                                               \
-    case R * 8 + 1: qtile16(g, i, p, R, 1, last); break;
-    switch (mr * 8 + nv) {
-        QT(6)
-        QT(5)
-        QT(4)
-        QT(3)
-        QT(2)
-        QT(1)
+/* NAME(g, i, p, mr, nv, last): mr <= 6 rows by nv <= 4 panels, through TILE (a VNNI tile of this
+ * file) inlined with constant sizes. */
+#define TILE16_ANY(NAME, TILE)                                                                                         \
+    ISA_AVX512_VNNI static void NAME(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last)            \
+    {                                                                                                                  \
+        switch (mr * 8 + nv) {                                                                                         \
+            TILE16_ROWS(TILE, 6) TILE16_ROWS(TILE, 5) TILE16_ROWS(TILE, 4)                                             \
+            TILE16_ROWS(TILE, 3) TILE16_ROWS(TILE, 2) TILE16_ROWS(TILE, 1)                                             \
+        }                                                                                                              \
     }
-#undef QT
-}
+#define TILE16_ROWS(TILE, R)                                                                                           \
+    case R * 8 + 4: TILE(g, i, p, R, 4, last); break;                                                                  \
+    case R * 8 + 3: TILE(g, i, p, R, 3, last); break;                                                                  \
+    case R * 8 + 2: TILE(g, i, p, R, 2, last); break;                                                                  \
+    case R * 8 + 1: TILE(g, i, p, R, 1, last); break;
+
+TILE16_ANY(qtile16_any, qtile16)
 #undef QSTEP
 #undef EVEN16
 #undef ODD16
@@ -322,24 +321,9 @@ static inline __attribute__((always_inline)) ISA_AVX512_VNNI void btile16(const 
     }
 }
 
-/* mr <= 6 rows by nv <= 4 panels, through a btile16 inlined with constant sizes */
-ISA_AVX512_VNNI static void btile16_any(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last)
-{
-#define BT(R)                                                                                                          \
-    case R * 8 + 4: btile16(g, i, p, R, 4, last); break;                                                               \
-    case R * 8 + 3: btile16(g, i, p, R, 3, last); break;                                                               \
-    case R * 8 + 2: btile16(g, i, p, R, 2, last); break;                                                               \
-    case R * 8 + 1: btile16(g, i, p, R, 1, last); break;
-    switch (mr * 8 + nv) {
-        BT(6)
-        BT(5)
-        BT(4)
-        BT(3)
-        BT(2)
-        BT(1)
-    }
-#undef BT
-}
+TILE16_ANY(btile16_any, btile16)
+#undef TILE16_ANY
+#undef TILE16_ROWS
 #undef BSTEP
 
 /* ---------------- AVX2: tiles of up to 4 rows by one panel (two vectors of 8 columns) ---------------- */
@@ -398,16 +382,20 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct q
     qstore8(g, i, p, mr, n, acc);
 }
 
-/* mr <= 4 rows of panel P, whose first N columns are in C */
-ISA_AVX2 static void qtile8_any(const struct qlin *g, int i, int p, int mr, int n)
-{
-    switch (mr) {
-    case 4: qtile8(g, i, p, 4, n); break;
-    case 3: qtile8(g, i, p, 3, n); break;
-    case 2: qtile8(g, i, p, 2, n); break;
-    default: qtile8(g, i, p, 1, n); break;
+/* NAME(g, i, p, mr, n): mr <= 4 rows of panel P, whose first N columns are in C, through TILE (an
+ * AVX2 tile of this file) inlined with a constant row count. */
+#define TILE8_ANY(NAME, TILE)                                                                                          \
+    ISA_AVX2 static void NAME(const struct qlin *g, int i, int p, int mr, int n)                                       \
+    {                                                                                                                  \
+        switch (mr) {                                                                                                  \
+        case 4: TILE(g, i, p, 4, n); break;                                                                            \
+        case 3: TILE(g, i, p, 3, n); break;                                                                            \
+        case 2: TILE(g, i, p, 2, n); break;                                                                            \
+        default: TILE(g, i, p, 1, n); break;                                                                           \
+        }                                                                                                              \
     }
-}
+
+TILE8_ANY(qtile8_any, qtile8)
 
 /* AVX2 with 8-bit activations: the weight bytes as packed (8 columns a vector, 4 bytes of k a
  * column), each word of 4 activation bytes broadcast; vpsignb gives the weights the activations'
@@ -438,16 +426,8 @@ static inline __attribute__((always_inline)) ISA_AVX2 void stile8(const struct q
     qstore8(g, i, p, mr, n, acc);
 }
 
-/* mr <= 4 rows of panel P, whose first N columns are in C */
-ISA_AVX2 static void stile8_any(const struct qlin *g, int i, int p, int mr, int n)
-{
-    switch (mr) {
-    case 4: stile8(g, i, p, 4, n); break;
-    case 3: stile8(g, i, p, 3, n); break;
-    case 2: stile8(g, i, p, 2, n); break;
-    default: stile8(g, i, p, 1, n); break;
-    }
-}
+TILE8_ANY(stile8_any, stile8)
+#undef TILE8_ANY
 
 /* ---------------- portable: tiles of up to 4 rows by one panel ---------------- */
 
