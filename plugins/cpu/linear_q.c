@@ -542,8 +542,7 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
     /* qbuf: the int16 rows, their scales (to a 64-byte boundary), then for AMX the split rows,
      * M rounded up to 16 (rows past M are zero); for VNNI with 8-bit activations their scales and
      * bytes only */
-    size_t bytes8 = a8 && q_wide(isa) ? (size_t)M * (size_t)kp : 0; /* and on VNNI: */
-    bytes8 = isa == CPU_ISA_VNNI && a8 ? (size_t)M * (size_t)kp : bytes8;
+    size_t bytes8 = a8 && (isa == CPU_ISA_VNNI || q_wide(isa)) ? (size_t)M * (size_t)kp : 0;
     size_t qbytes = bytes8 ? 0 : (size_t)M * (size_t)ldq * sizeof(int16_t);
     size_t sbytes = ((size_t)M * sizeof(float) + 63) & ~(size_t)63;
     size_t splitbytes = isa == CPU_ISA_AMX ? (size_t)m16 * (size_t)kp : 0;
