@@ -398,7 +398,8 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct q
 TILE8_ANY(qtile8_any, qtile8)
 
 /* AVX2 with 8-bit activations: the weight bytes as packed (8 columns a vector, 4 bytes of k a
- * column), each word of 4 activation bytes broadcast; vpsignb gives the weights the activations'
+ * column), each word of 4 activation bytes broadcast, and the word of their magnitudes (quantised
+ * with them, once a call); vpsignb gives the weights the activations'
  * signs and vpmaddubsw multiplies them by the activations' magnitudes (at most 127), adding pairs
  * (at most 2 * 127 * 127: no saturation), vpmaddwd by ones the two pairs: the exact sums of
  * qtile8, in half its weight bytes. Tiles of up to 4 rows by one panel. */
@@ -406,7 +407,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 void stile8(const struct q
 {
     size_t ld8 = (size_t)g->ld8;
     const int8_t *a = g->As8 + (size_t)i * ld8;
-    const uint8_t *w = qpanel(g, p, 0);
+    const uint8_t *am = g->Am8 + (size_t)i * ld8, *w = qpanel(g, p, 0);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i acc[MR8][2];
     for (int r = 0; r < mr; r++)
@@ -414,9 +415,10 @@ static inline __attribute__((always_inline)) ISA_AVX2 void stile8(const struct q
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
         __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
         for (int r = 0; r < mr; r++) {
-            int32_t a4;
+            int32_t a4, m4;
             memcpy(&a4, a + (size_t)r * ld8 + (size_t)k, 4);
-            __m256i av = _mm256_set1_epi32(a4), mag = _mm256_abs_epi8(av);
+            memcpy(&m4, am + (size_t)r * ld8 + (size_t)k, 4);
+            __m256i av = _mm256_set1_epi32(a4), mag = _mm256_set1_epi32(m4);
             __m256i s0 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w0, av));
             __m256i s1 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w1, av));
             acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(s0, ones));
@@ -464,6 +466,16 @@ struct qlin_job {
     int top;         /* the activations' grid: QA_MAX, or QA8_MAX */
 };
 
+/* The magnitudes |Q[k]| of the N bytes Q (values -127..127) into M. */
+ISA_AVX2 static void abs_bytes_avx2(uint8_t *m, const int8_t *q, int n)
+{
+    int k = 0;
+    for (; k + 32 <= n; k += 32)
+        _mm256_storeu_si256((__m256i *)(m + k), _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(q + k))));
+    for (; k < n; k++)
+        m[k] = (uint8_t)(q[k] < 0 ? -q[k] : q[k]);
+}
+
 /* Quantises rows [lo, hi) of A. */
 static void quant_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
@@ -473,8 +485,10 @@ static void quant_body(void *arg, int64_t lo, int64_t hi, int tid)
             job->qs[i] = quant_act_u8(job->lo + i * job->g.ld8, job->Af + i * job->lda, job->K, job->g.Kp);
             continue;
         }
-        if (job->g.As8) { /* AVX2 with 8-bit activations: their values, in order */
-            job->qs[i] = quant_row_avx2((int8_t *)job->lo + i * job->g.ld8, job->Af + i * job->lda, job->K, job->g.Kp);
+        if (job->g.As8) { /* AVX2 with 8-bit activations: their values and magnitudes, in order */
+            int8_t *q = (int8_t *)job->lo + i * job->g.ld8;
+            job->qs[i] = quant_row_avx2(q, job->Af + i * job->lda, job->K, job->g.Kp);
+            abs_bytes_avx2((uint8_t *)job->g.Am8 + i * job->g.ld8, q, job->g.Kp);
             continue;
         }
         int16_t *q = job->qa + i * job->g.ldq;
@@ -543,10 +557,11 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
      * M rounded up to 16 (rows past M are zero); for VNNI with 8-bit activations their scales and
      * bytes only */
     size_t bytes8 = a8 && (isa == CPU_ISA_VNNI || q_wide(isa)) ? (size_t)M * (size_t)kp : 0;
+    int mag8 = bytes8 && isa != CPU_ISA_VNNI; /* the AVX2 tiles read the magnitudes too, after the values */
     size_t qbytes = bytes8 ? 0 : (size_t)M * (size_t)ldq * sizeof(int16_t);
     size_t sbytes = ((size_t)M * sizeof(float) + 63) & ~(size_t)63;
     size_t splitbytes = isa == CPU_ISA_AMX ? (size_t)m16 * (size_t)kp : 0;
-    if (cpu_qbuf_reserve(ctx, qbytes + sbytes + 2 * splitbytes + bytes8) < 0)
+    if (cpu_qbuf_reserve(ctx, qbytes + sbytes + 2 * splitbytes + (mag8 ? 2 : 1) * bytes8) < 0)
         return -1;
     const float *sw = data;
     int16_t *qa = ctx->qbuf;
@@ -556,7 +571,7 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
     const int32_t *comp = a8 ? (const int32_t *)(sw + np) : NULL;
     struct qlin_job job = { { qa, qs, sw, (const uint8_t *)(sw + (a8 ? 2 : 1) * np), bias, C, M, N, kp, ldq, ldc,
                               relu != 0, lo, hi, kp, bytes8 && isa == CPU_ISA_VNNI ? lo : NULL, comp,
-                              bytes8 && isa != CPU_ISA_VNNI ? (const int8_t *)lo : NULL },
+                              mag8 ? (const int8_t *)lo : NULL, mag8 ? lo + bytes8 : NULL },
                             A, qa, qs, lo, hi, lda, K, isa, a8 ? QA8_MAX : QA_MAX };
     if (splitbytes) {
         memset(lo + (size_t)M * (size_t)kp, 0, (size_t)(m16 - M) * (size_t)kp);

@@ -27,6 +27,7 @@ struct qlin {
     const uint8_t *Au8;  /* 8-bit activations on VNNI: (M, ld8) the unsigned bytes qA + 128, in order */
     const int32_t *comp; /* 8-bit activations: (Np) 128 * sum_k qW[j,k], or NULL */
     const int8_t *As8;   /* 8-bit activations on AVX2: (M, ld8) the values qA, in order */
+    const uint8_t *Am8;  /* and their magnitudes |qA|, as As8 */
 };
 
 /* The first byte of panel P's group of the bytes K..K+3. */
