@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "prefetch.h"
 
 #define PW 16             /* columns per panel */
 #define GROUP 4           /* panels per column group of the thread split */
@@ -98,9 +99,10 @@ int cpu_linear_pack(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int 
 
 #define MR16 6
 
-/* Rows i..i+mr-1, panels p..p+nv-1, of which the last keeps the lanes in LAST. */
+/* Rows i..i+mr-1, panels p..p+nv-1, of which the last keeps the lanes in LAST; step k makes PF's
+ * request k (prefetch.h). */
 static inline __attribute__((always_inline)) ISA_AVX512 void tile16(const struct lin *g, int i, int p, int mr, int nv,
-                                                                 __mmask16 last)
+                                                                 __mmask16 last, struct cpu_pf pf)
 {
     const float *a = g->A + (size_t)i * (size_t)g->lda;
     size_t lda = (size_t)g->lda, pstride = (size_t)g->K * PW;
@@ -110,6 +112,7 @@ static inline __attribute__((always_inline)) ISA_AVX512 void tile16(const struct
         for (int c = 0; c < nv; c++)
             acc[r][c] = _mm512_setzero_ps();
     for (int k = 0; k < g->K; k++, w += PW) {
+        CPU_PF_TOUCH(pf, k);
         __m512 wv[GROUP];
         for (int c = 0; c < nv; c++)
             wv[c] = _mm512_load_ps(w + (size_t)c * pstride);
@@ -134,34 +137,44 @@ static inline __attribute__((always_inline)) ISA_AVX512 void tile16(const struct
 
 /* mr <= 6 rows by nv <= 4 panels, through a tile16 inlined with constant sizes (accumulators in
  * registers) */
-ISA_AVX512 static void tile16_any(const struct lin *g, int i, int p, int mr, int nv, __mmask16 last)
+static inline __attribute__((always_inline)) ISA_AVX512 void tile16_sizes(const struct lin *g, int i, int p, int mr,
+                                                                       int nv, __mmask16 last, struct cpu_pf pf)
 {
     switch (mr * 8 + nv) {
-    case 6 * 8 + 4: tile16(g, i, p, 6, 4, last); break;
-    case 6 * 8 + 3: tile16(g, i, p, 6, 3, last); break;
-    case 6 * 8 + 2: tile16(g, i, p, 6, 2, last); break;
-    case 6 * 8 + 1: tile16(g, i, p, 6, 1, last); break;
-    case 5 * 8 + 4: tile16(g, i, p, 5, 4, last); break;
-    case 5 * 8 + 3: tile16(g, i, p, 5, 3, last); break;
-    case 5 * 8 + 2: tile16(g, i, p, 5, 2, last); break;
-    case 5 * 8 + 1: tile16(g, i, p, 5, 1, last); break;
-    case 4 * 8 + 4: tile16(g, i, p, 4, 4, last); break;
-    case 4 * 8 + 3: tile16(g, i, p, 4, 3, last); break;
-    case 4 * 8 + 2: tile16(g, i, p, 4, 2, last); break;
-    case 4 * 8 + 1: tile16(g, i, p, 4, 1, last); break;
-    case 3 * 8 + 4: tile16(g, i, p, 3, 4, last); break;
-    case 3 * 8 + 3: tile16(g, i, p, 3, 3, last); break;
-    case 3 * 8 + 2: tile16(g, i, p, 3, 2, last); break;
-    case 3 * 8 + 1: tile16(g, i, p, 3, 1, last); break;
-    case 2 * 8 + 4: tile16(g, i, p, 2, 4, last); break;
-    case 2 * 8 + 3: tile16(g, i, p, 2, 3, last); break;
-    case 2 * 8 + 2: tile16(g, i, p, 2, 2, last); break;
-    case 2 * 8 + 1: tile16(g, i, p, 2, 1, last); break;
-    case 1 * 8 + 4: tile16(g, i, p, 1, 4, last); break;
-    case 1 * 8 + 3: tile16(g, i, p, 1, 3, last); break;
-    case 1 * 8 + 2: tile16(g, i, p, 1, 2, last); break;
-    default: tile16(g, i, p, 1, 1, last); break;
+    case 6 * 8 + 4: tile16(g, i, p, 6, 4, last, pf); break;
+    case 6 * 8 + 3: tile16(g, i, p, 6, 3, last, pf); break;
+    case 6 * 8 + 2: tile16(g, i, p, 6, 2, last, pf); break;
+    case 6 * 8 + 1: tile16(g, i, p, 6, 1, last, pf); break;
+    case 5 * 8 + 4: tile16(g, i, p, 5, 4, last, pf); break;
+    case 5 * 8 + 3: tile16(g, i, p, 5, 3, last, pf); break;
+    case 5 * 8 + 2: tile16(g, i, p, 5, 2, last, pf); break;
+    case 5 * 8 + 1: tile16(g, i, p, 5, 1, last, pf); break;
+    case 4 * 8 + 4: tile16(g, i, p, 4, 4, last, pf); break;
+    case 4 * 8 + 3: tile16(g, i, p, 4, 3, last, pf); break;
+    case 4 * 8 + 2: tile16(g, i, p, 4, 2, last, pf); break;
+    case 4 * 8 + 1: tile16(g, i, p, 4, 1, last, pf); break;
+    case 3 * 8 + 4: tile16(g, i, p, 3, 4, last, pf); break;
+    case 3 * 8 + 3: tile16(g, i, p, 3, 3, last, pf); break;
+    case 3 * 8 + 2: tile16(g, i, p, 3, 2, last, pf); break;
+    case 3 * 8 + 1: tile16(g, i, p, 3, 1, last, pf); break;
+    case 2 * 8 + 4: tile16(g, i, p, 2, 4, last, pf); break;
+    case 2 * 8 + 3: tile16(g, i, p, 2, 3, last, pf); break;
+    case 2 * 8 + 2: tile16(g, i, p, 2, 2, last, pf); break;
+    case 2 * 8 + 1: tile16(g, i, p, 2, 1, last, pf); break;
+    case 1 * 8 + 4: tile16(g, i, p, 1, 4, last, pf); break;
+    case 1 * 8 + 3: tile16(g, i, p, 1, 3, last, pf); break;
+    case 1 * 8 + 2: tile16(g, i, p, 1, 2, last, pf); break;
+    default: tile16(g, i, p, 1, 1, last, pf); break;
     }
+}
+
+/* tile16_sizes, whose loop makes requests only when PF has some */
+ISA_AVX512 static void tile16_any(const struct lin *g, int i, int p, int mr, int nv, __mmask16 last, struct cpu_pf pf)
+{
+    if (pf.step)
+        tile16_sizes(g, i, p, mr, nv, last, pf);
+    else
+        tile16_sizes(g, i, p, mr, nv, last, CPU_PF_NONE);
 }
 
 /* ---------------- AVX2 + FMA: tiles of up to 6 rows by one panel (12 accumulators) ---------------- */
@@ -183,9 +196,10 @@ static inline __attribute__((always_inline)) ISA_AVX2 __m256i lanes8(int n)
     return _mm256_loadu_si256((const __m256i *)(lane_tab + 8 - n));
 }
 
-/* Rows i..i+mr-1, panels p..p+np-1, of which the last keeps its first LASTN columns. */
+/* Rows i..i+mr-1, panels p..p+np-1, of which the last keeps its first LASTN columns; step k makes
+ * PF's request k. */
 static inline __attribute__((always_inline)) ISA_AVX2 void tile8(const struct lin *g, int i, int p, int mr, int np,
-                                                              int lastn)
+                                                              int lastn, struct cpu_pf pf)
 {
     const float *a = g->A + (size_t)i * (size_t)g->lda;
     size_t lda = (size_t)g->lda, pstride = (size_t)g->K * PW;
@@ -197,6 +211,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 void tile8(const struct li
         for (int c = 0; c < 2 * np; c++)
             acc[r][c] = _mm256_setzero_ps();
     for (int k = 0; k < g->K; k++, w += PW) {
+        CPU_PF_TOUCH(pf, k);
         __m256 wv[2 * NP8];
         #pragma GCC unroll 8
         for (int c = 0; c < 2 * np; c++)
@@ -226,32 +241,42 @@ static inline __attribute__((always_inline)) ISA_AVX2 void tile8(const struct li
 
 /* mr <= 6 rows by np <= 4 panels (np as the row count asks for, or fewer at the group's end), through
  * a tile8 inlined with constant sizes (accumulators in registers) */
-ISA_AVX2 static void tile8_any(const struct lin *g, int i, int p, int mr, int np, int lastn)
+static inline __attribute__((always_inline)) ISA_AVX2 void tile8_sizes(const struct lin *g, int i, int p, int mr, int np,
+                                                                     int lastn, struct cpu_pf pf)
 {
     switch (mr * 8 + np) {
-    case 6 * 8 + 1: tile8(g, i, p, 6, 1, lastn); break;
-    case 5 * 8 + 1: tile8(g, i, p, 5, 1, lastn); break;
-    case 4 * 8 + 1: tile8(g, i, p, 4, 1, lastn); break;
-    case 3 * 8 + 2: tile8(g, i, p, 3, 2, lastn); break;
-    case 3 * 8 + 1: tile8(g, i, p, 3, 1, lastn); break;
-    case 2 * 8 + 2: tile8(g, i, p, 2, 2, lastn); break;
-    case 2 * 8 + 1: tile8(g, i, p, 2, 1, lastn); break;
-    case 1 * 8 + 4: tile8(g, i, p, 1, 4, lastn); break;
-    case 1 * 8 + 3: tile8(g, i, p, 1, 3, lastn); break;
-    case 1 * 8 + 2: tile8(g, i, p, 1, 2, lastn); break;
-    default: tile8(g, i, p, 1, 1, lastn); break;
+    case 6 * 8 + 1: tile8(g, i, p, 6, 1, lastn, pf); break;
+    case 5 * 8 + 1: tile8(g, i, p, 5, 1, lastn, pf); break;
+    case 4 * 8 + 1: tile8(g, i, p, 4, 1, lastn, pf); break;
+    case 3 * 8 + 2: tile8(g, i, p, 3, 2, lastn, pf); break;
+    case 3 * 8 + 1: tile8(g, i, p, 3, 1, lastn, pf); break;
+    case 2 * 8 + 2: tile8(g, i, p, 2, 2, lastn, pf); break;
+    case 2 * 8 + 1: tile8(g, i, p, 2, 1, lastn, pf); break;
+    case 1 * 8 + 4: tile8(g, i, p, 1, 4, lastn, pf); break;
+    case 1 * 8 + 3: tile8(g, i, p, 1, 3, lastn, pf); break;
+    case 1 * 8 + 2: tile8(g, i, p, 1, 2, lastn, pf); break;
+    default: tile8(g, i, p, 1, 1, lastn, pf); break;
     }
 }
 
+/* tile8_sizes, whose loop makes requests only when PF has some */
+ISA_AVX2 static void tile8_any(const struct lin *g, int i, int p, int mr, int np, int lastn, struct cpu_pf pf)
+{
+    if (pf.step)
+        tile8_sizes(g, i, p, mr, np, lastn, pf);
+    else
+        tile8_sizes(g, i, p, mr, np, lastn, CPU_PF_NONE);
+}
+
 /* Rows i..i+mr-1 (mr <= 6) of the NP panels from P0 holding N columns: as tiles of the panels a row
- * count takes at once. */
-ISA_AVX2 static void rows8(const struct lin *g, int i, int mr, int p0, int np, int n)
+ * count takes at once, making PF's requests over their steps. */
+ISA_AVX2 static void rows8(const struct lin *g, int i, int mr, int p0, int np, int n, struct cpu_pf pf)
 {
     int step = mr >= 4 ? 1 : mr >= 2 ? 2 : 4;
     for (int p = p0; p < p0 + np; p += step) {
         int k = p0 + np - p < step ? p0 + np - p : step;
         int lastn = p + k == p0 + np ? n - PW * (np - 1) : PW; /* columns of the tile's last panel */
-        tile8_any(g, i, p, mr, k, lastn);
+        tile8_any(g, i, p, mr, k, lastn, cpu_pf_from(pf, (p - p0) * g->K));
     }
 }
 
@@ -300,13 +325,17 @@ static void linear_body(void *arg, int64_t lo, int64_t hi, int tid)
     for (int64_t q = lo; q < hi; q++) {
         int p0 = (int)q * GROUP, np = panels - p0 < GROUP ? panels - p0 : GROUP;
         int j0 = p0 * PW, n = g->N - j0 < GROUP * PW ? g->N - j0 : GROUP * PW; /* columns of the group */
+        int nn = panels - p0 - np < GROUP ? panels - p0 - np : GROUP; /* panels of the next group */
+        const float *next = nn > 0 ? panel_row(g, p0 + np, 0) : NULL;
         for (int i = 0; i < g->M; i += MR16) {
-            int mr = g->M - i < MR16 ? g->M - i : MR16;
+            int mr = g->M - i < MR16 ? g->M - i : MR16, t = i / MR16, nt = (g->M + MR16 - 1) / MR16;
             if (job->isa >= CPU_ISA_AVX512) {
                 int rem = n - PW * (np - 1);
-                tile16_any(g, i, p0, mr, np, (__mmask16)((1u << rem) - 1));
+                tile16_any(g, i, p0, mr, np, (__mmask16)((1u << rem) - 1),
+                           cpu_pf_plan(next, (size_t)nn * g->K, t, nt, g->K));
             } else if (job->isa == CPU_ISA_AVX2) {
-                rows8(g, i, mr, p0, np, n);
+                rows8(g, i, mr, p0, np, n,
+                      cpu_pf_plan(next, (size_t)nn * g->K, t, nt, np * g->K));
             } else {
                 for (int r = i; r < i + mr; r += MRP)
                     for (int p = p0; p < p0 + np; p++)

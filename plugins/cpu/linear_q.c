@@ -61,6 +61,7 @@
 
 #include "cpu.h"
 #include "linear_q.h"
+#include "prefetch.h"
 #include "quant_row.h"
 
 #define GROUP 4           /* panels per column group of the thread split */
@@ -232,7 +233,7 @@ static inline float qfinish(const struct qlin *g, int32_t S, int i, int j)
     }
 
 static inline __attribute__((always_inline)) ISA_AVX512_VNNI void qtile16(const struct qlin *g, int i, int p, int mr, int nv,
-                                                                __mmask16 last)
+                                                                __mmask16 last, struct cpu_pf pf)
 {
     size_t ldq = (size_t)g->ldq, pstride = (size_t)g->Kp * QPW;
     const int16_t *a = g->A + (size_t)i * ldq;
@@ -241,6 +242,7 @@ static inline __attribute__((always_inline)) ISA_AVX512_VNNI void qtile16(const 
     __m512i a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z, a20 = z, a21 = z, a22 = z, a23 = z;
     __m512i a30 = z, a31 = z, a32 = z, a33 = z, a40 = z, a41 = z, a42 = z, a43 = z, a50 = z, a51 = z, a52 = z, a53 = z;
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
+        CPU_PF_TOUCH(pf, k / 4);
         __m512i x0 = _mm512_loadu_si512((const void *)w);
         __m512i x1 = nv > 1 ? _mm512_loadu_si512((const void *)(w + pstride)) : z;
         __m512i x2 = nv > 2 ? _mm512_loadu_si512((const void *)(w + 2 * pstride)) : z;
@@ -257,21 +259,31 @@ static inline __attribute__((always_inline)) ISA_AVX512_VNNI void qtile16(const 
             qstore16(g, i + r, (p + c) * QPW, c == nv - 1 ? last : (__mmask16)0xFFFF, acc[r][c]);
 }
 
-/* NAME(g, i, p, mr, nv, last): mr <= 6 rows by nv <= 4 panels, through TILE (a VNNI tile of this
- * file) inlined with constant sizes. */
+/* NAME(g, i, p, mr, nv, last, pf): mr <= 6 rows by nv <= 4 panels, through TILE (a VNNI tile of this
+ * file) inlined with constant sizes; step k (of 4 columns) makes PF's request k (prefetch.h), the
+ * loop having none when PF has none. */
 #define TILE16_ANY(NAME, TILE)                                                                                         \
-    ISA_AVX512_VNNI static void NAME(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last)            \
+    static inline __attribute__((always_inline)) ISA_AVX512_VNNI void NAME##_sizes(                                    \
+        const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last, struct cpu_pf pf)                          \
     {                                                                                                                  \
         switch (mr * 8 + nv) {                                                                                         \
             TILE16_ROWS(TILE, 6) TILE16_ROWS(TILE, 5) TILE16_ROWS(TILE, 4)                                             \
             TILE16_ROWS(TILE, 3) TILE16_ROWS(TILE, 2) TILE16_ROWS(TILE, 1)                                             \
         }                                                                                                              \
+    }                                                                                                                  \
+    ISA_AVX512_VNNI static void NAME(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last,           \
+                                     struct cpu_pf pf)                                                                 \
+    {                                                                                                                  \
+        if (pf.step)                                                                                                   \
+            NAME##_sizes(g, i, p, mr, nv, last, pf);                                                                   \
+        else                                                                                                           \
+            NAME##_sizes(g, i, p, mr, nv, last, CPU_PF_NONE);                                                          \
     }
 #define TILE16_ROWS(TILE, R)                                                                                           \
-    case R * 8 + 4: TILE(g, i, p, R, 4, last); break;                                                                  \
-    case R * 8 + 3: TILE(g, i, p, R, 3, last); break;                                                                  \
-    case R * 8 + 2: TILE(g, i, p, R, 2, last); break;                                                                  \
-    case R * 8 + 1: TILE(g, i, p, R, 1, last); break;
+    case R * 8 + 4: TILE(g, i, p, R, 4, last, pf); break;                                                              \
+    case R * 8 + 3: TILE(g, i, p, R, 3, last, pf); break;                                                              \
+    case R * 8 + 2: TILE(g, i, p, R, 2, last, pf); break;                                                              \
+    case R * 8 + 1: TILE(g, i, p, R, 1, last, pf); break;
 
 TILE16_ANY(qtile16_any, qtile16)
 #undef QSTEP
@@ -297,7 +309,7 @@ TILE16_ANY(qtile16_any, qtile16)
     }
 
 static inline __attribute__((always_inline)) ISA_AVX512_VNNI void btile16(const struct qlin *g, int i, int p, int mr,
-                                                                          int nv, __mmask16 last)
+                                                                          int nv, __mmask16 last, struct cpu_pf pf)
 {
     size_t ld8 = (size_t)g->ld8, pstride = (size_t)g->Kp * QPW;
     const uint8_t *a = g->Au8 + (size_t)i * ld8;
@@ -306,6 +318,7 @@ static inline __attribute__((always_inline)) ISA_AVX512_VNNI void btile16(const 
     __m512i a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z, a20 = z, a21 = z, a22 = z, a23 = z;
     __m512i a30 = z, a31 = z, a32 = z, a33 = z, a40 = z, a41 = z, a42 = z, a43 = z, a50 = z, a51 = z, a52 = z, a53 = z;
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
+        CPU_PF_TOUCH(pf, k / 4);
         __m512i x0 = _mm512_loadu_si512((const void *)w);
         __m512i x1 = nv > 1 ? _mm512_loadu_si512((const void *)(w + pstride)) : z;
         __m512i x2 = nv > 2 ? _mm512_loadu_si512((const void *)(w + 2 * pstride)) : z;
@@ -356,7 +369,8 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qstore8(const struct 
     }
 }
 
-static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct qlin *g, int i, int p, int mr, int n)
+static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct qlin *g, int i, int p, int mr, int n,
+                                                                 struct cpu_pf pf)
 {
     size_t ldq = (size_t)g->ldq;
     const int16_t *a = g->A + (size_t)i * ldq;
@@ -365,6 +379,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct q
     for (int r = 0; r < mr; r++)
         acc[r][0] = acc[r][1] = _mm256_setzero_si256();
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
+        CPU_PF_TOUCH(pf, k / 4);
         /* the pairs (w0, w2) of columns 0..7 and 8..15, then the pairs (w1, w3) */
         __m256i e0 = _mm256_loadu_si256((const __m256i *)w), e1 = _mm256_loadu_si256((const __m256i *)(w + 16));
         __m256i o0 = _mm256_loadu_si256((const __m256i *)(w + 32)), o1 = _mm256_loadu_si256((const __m256i *)(w + 48));
@@ -382,17 +397,26 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct q
     qstore8(g, i, p, mr, n, acc);
 }
 
-/* NAME(g, i, p, mr, n): mr <= 4 rows of panel P, whose first N columns are in C, through TILE (an
- * AVX2 tile of this file) inlined with a constant row count. */
+/* NAME(g, i, p, mr, n, pf): mr <= 4 rows of panel P, whose first N columns are in C, through TILE (an
+ * AVX2 tile of this file) inlined with a constant row count; step k (of 4 columns) makes PF's
+ * request k, the loop having none when PF has none. */
 #define TILE8_ANY(NAME, TILE)                                                                                          \
-    ISA_AVX2 static void NAME(const struct qlin *g, int i, int p, int mr, int n)                                       \
+    static inline __attribute__((always_inline)) ISA_AVX2 void NAME##_sizes(const struct qlin *g, int i, int p, int mr, \
+                                                                           int n, struct cpu_pf pf)                    \
     {                                                                                                                  \
         switch (mr) {                                                                                                  \
-        case 4: TILE(g, i, p, 4, n); break;                                                                            \
-        case 3: TILE(g, i, p, 3, n); break;                                                                            \
-        case 2: TILE(g, i, p, 2, n); break;                                                                            \
-        default: TILE(g, i, p, 1, n); break;                                                                           \
+        case 4: TILE(g, i, p, 4, n, pf); break;                                                                        \
+        case 3: TILE(g, i, p, 3, n, pf); break;                                                                        \
+        case 2: TILE(g, i, p, 2, n, pf); break;                                                                        \
+        default: TILE(g, i, p, 1, n, pf); break;                                                                       \
         }                                                                                                              \
+    }                                                                                                                  \
+    ISA_AVX2 static void NAME(const struct qlin *g, int i, int p, int mr, int n, struct cpu_pf pf)                     \
+    {                                                                                                                  \
+        if (pf.step)                                                                                                   \
+            NAME##_sizes(g, i, p, mr, n, pf);                                                                          \
+        else                                                                                                           \
+            NAME##_sizes(g, i, p, mr, n, CPU_PF_NONE);                                                                 \
     }
 
 TILE8_ANY(qtile8_any, qtile8)
@@ -403,7 +427,8 @@ TILE8_ANY(qtile8_any, qtile8)
  * signs and vpmaddubsw multiplies them by the activations' magnitudes (at most 127), adding pairs
  * (at most 2 * 127 * 127: no saturation), vpmaddwd by ones the two pairs: the exact sums of
  * qtile8, in half its weight bytes. Tiles of up to 4 rows by one panel. */
-static inline __attribute__((always_inline)) ISA_AVX2 void stile8(const struct qlin *g, int i, int p, int mr, int n)
+static inline __attribute__((always_inline)) ISA_AVX2 void stile8(const struct qlin *g, int i, int p, int mr, int n,
+                                                                 struct cpu_pf pf)
 {
     size_t ld8 = (size_t)g->ld8;
     const int8_t *a = g->As8 + (size_t)i * ld8;
@@ -413,6 +438,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 void stile8(const struct q
     for (int r = 0; r < mr; r++)
         acc[r][0] = acc[r][1] = _mm256_setzero_si256();
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
+        CPU_PF_TOUCH(pf, k / 4);
         __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
         for (int r = 0; r < mr; r++) {
             int32_t a4, m4;
@@ -512,17 +538,27 @@ static void qlinear_body(void *arg, int64_t lo, int64_t hi, int tid)
         __mmask16 last = (__mmask16)((1u << (n - QPW * (np - 1))) - 1); /* the last panel's columns */
         for (int i = 0; job->isa == CPU_ISA_AMX && i < g->M; i += 16)
             cpu_q_amx_rows(g, i, g->M - i < 16 ? g->M - i : 16, p0, np, last);
-        for (int i = 0; job->isa == CPU_ISA_VNNI && g->Au8 && i < g->M; i += MRV)
-            btile16_any(g, i, p0, g->M - i < MRV ? g->M - i : MRV, np, last);
-        for (int i = 0; job->isa == CPU_ISA_VNNI && !g->Au8 && i < g->M; i += MRV)
-            qtile16_any(g, i, p0, g->M - i < MRV ? g->M - i : MRV, np, last);
-        for (int i = 0; job->isa < CPU_ISA_VNNI && i < g->M; i += MR8) {
+        /* the next group's panels, of STEP bytes a step (4 columns) */
+        int nn = panels - p0 - np < GROUP ? panels - p0 - np : GROUP, steps = g->Kp / 4;
+        size_t step = q_wide(job->isa) && !g->As8 && job->isa < CPU_ISA_VNNI ? 128 : 64;
+        const uint8_t *next = nn > 0 ? g->Wp + (size_t)(p0 + np) * (size_t)steps * step : NULL;
+        size_t lines = (size_t)nn * (size_t)steps * (step / 64);
+        for (int i = 0, nt = (g->M + MRV - 1) / MRV; job->isa == CPU_ISA_VNNI && i < g->M; i += MRV) {
+            struct cpu_pf pf = cpu_pf_plan(next, lines, i / MRV, nt, steps);
+            if (g->Au8)
+                btile16_any(g, i, p0, g->M - i < MRV ? g->M - i : MRV, np, last, pf);
+            else
+                qtile16_any(g, i, p0, g->M - i < MRV ? g->M - i : MRV, np, last, pf);
+        }
+        for (int i = 0, nt = (g->M + MR8 - 1) / MR8; job->isa < CPU_ISA_VNNI && i < g->M; i += MR8) {
             int rows = g->M - i < MR8 ? g->M - i : MR8;
+            struct cpu_pf pf = cpu_pf_plan(next, lines, i / MR8, nt, np * steps);
             for (int p = p0; p < p0 + np; p++) {
+                struct cpu_pf pp = cpu_pf_from(pf, (p - p0) * steps);
                 if (g->As8)
-                    stile8_any(g, i, p, rows, n - (p - p0) * QPW);
+                    stile8_any(g, i, p, rows, n - (p - p0) * QPW, pp);
                 else if (q_wide(job->isa))
-                    qtile8_any(g, i, p, rows, n - (p - p0) * QPW);
+                    qtile8_any(g, i, p, rows, n - (p - p0) * QPW, pp);
                 else
                     qtile_plain(g, i, p, rows);
             }
