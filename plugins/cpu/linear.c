@@ -102,7 +102,7 @@ int cpu_linear_pack(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int 
 /* Rows i..i+mr-1, panels p..p+nv-1, of which the last keeps the lanes in LAST; step k makes PF's
  * request k (prefetch.h). */
 static inline __attribute__((always_inline)) ISA_AVX512 void tile16(const struct lin *g, int i, int p, int mr, int nv,
-                                                                 __mmask16 last, struct cpu_pf pf)
+                                                                 __mmask16 last, const char *pf)
 {
     const float *a = g->A + (size_t)i * (size_t)g->lda;
     size_t lda = (size_t)g->lda, pstride = (size_t)g->K * PW;
@@ -138,7 +138,7 @@ static inline __attribute__((always_inline)) ISA_AVX512 void tile16(const struct
 /* mr <= 6 rows by nv <= 4 panels, through a tile16 inlined with constant sizes (accumulators in
  * registers) */
 static inline __attribute__((always_inline)) ISA_AVX512 void tile16_sizes(const struct lin *g, int i, int p, int mr,
-                                                                       int nv, __mmask16 last, struct cpu_pf pf)
+                                                                       int nv, __mmask16 last, const char *pf)
 {
     switch (mr * 8 + nv) {
     case 6 * 8 + 4: tile16(g, i, p, 6, 4, last, pf); break;
@@ -169,12 +169,12 @@ static inline __attribute__((always_inline)) ISA_AVX512 void tile16_sizes(const 
 }
 
 /* tile16_sizes, whose loop makes requests only when PF has some */
-ISA_AVX512 static void tile16_any(const struct lin *g, int i, int p, int mr, int nv, __mmask16 last, struct cpu_pf pf)
+ISA_AVX512 static void tile16_any(const struct lin *g, int i, int p, int mr, int nv, __mmask16 last, const char *pf)
 {
-    if (pf.step)
+    if (pf)
         tile16_sizes(g, i, p, mr, nv, last, pf);
     else
-        tile16_sizes(g, i, p, mr, nv, last, CPU_PF_NONE);
+        tile16_sizes(g, i, p, mr, nv, last, NULL);
 }
 
 /* ---------------- AVX2 + FMA: tiles of up to 6 rows by one panel (12 accumulators) ---------------- */
@@ -199,7 +199,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 __m256i lanes8(int n)
 /* Rows i..i+mr-1, panels p..p+np-1, of which the last keeps its first LASTN columns; step k makes
  * PF's request k. */
 static inline __attribute__((always_inline)) ISA_AVX2 void tile8(const struct lin *g, int i, int p, int mr, int np,
-                                                              int lastn, struct cpu_pf pf)
+                                                              int lastn, const char *pf)
 {
     const float *a = g->A + (size_t)i * (size_t)g->lda;
     size_t lda = (size_t)g->lda, pstride = (size_t)g->K * PW;
@@ -242,7 +242,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 void tile8(const struct li
 /* mr <= 6 rows by np <= 4 panels (np as the row count asks for, or fewer at the group's end), through
  * a tile8 inlined with constant sizes (accumulators in registers) */
 static inline __attribute__((always_inline)) ISA_AVX2 void tile8_sizes(const struct lin *g, int i, int p, int mr, int np,
-                                                                     int lastn, struct cpu_pf pf)
+                                                                     int lastn, const char *pf)
 {
     switch (mr * 8 + np) {
     case 6 * 8 + 1: tile8(g, i, p, 6, 1, lastn, pf); break;
@@ -260,23 +260,23 @@ static inline __attribute__((always_inline)) ISA_AVX2 void tile8_sizes(const str
 }
 
 /* tile8_sizes, whose loop makes requests only when PF has some */
-ISA_AVX2 static void tile8_any(const struct lin *g, int i, int p, int mr, int np, int lastn, struct cpu_pf pf)
+ISA_AVX2 static void tile8_any(const struct lin *g, int i, int p, int mr, int np, int lastn, const char *pf)
 {
-    if (pf.step)
+    if (pf)
         tile8_sizes(g, i, p, mr, np, lastn, pf);
     else
-        tile8_sizes(g, i, p, mr, np, lastn, CPU_PF_NONE);
+        tile8_sizes(g, i, p, mr, np, lastn, NULL);
 }
 
 /* Rows i..i+mr-1 (mr <= 6) of the NP panels from P0 holding N columns: as tiles of the panels a row
- * count takes at once, making PF's requests over their steps. */
-ISA_AVX2 static void rows8(const struct lin *g, int i, int mr, int p0, int np, int n, struct cpu_pf pf)
+ * count takes at once, the first making the requests from PF. */
+ISA_AVX2 static void rows8(const struct lin *g, int i, int mr, int p0, int np, int n, const char *pf)
 {
     int step = mr >= 4 ? 1 : mr >= 2 ? 2 : 4;
     for (int p = p0; p < p0 + np; p += step) {
         int k = p0 + np - p < step ? p0 + np - p : step;
         int lastn = p + k == p0 + np ? n - PW * (np - 1) : PW; /* columns of the tile's last panel */
-        tile8_any(g, i, p, mr, k, lastn, cpu_pf_from(pf, (p - p0) * g->K));
+        tile8_any(g, i, p, mr, k, lastn, p == p0 ? pf : NULL);
     }
 }
 
@@ -327,15 +327,16 @@ static void linear_body(void *arg, int64_t lo, int64_t hi, int tid)
         int j0 = p0 * PW, n = g->N - j0 < GROUP * PW ? g->N - j0 : GROUP * PW; /* columns of the group */
         int nn = panels - p0 - np < GROUP ? panels - p0 - np : GROUP; /* panels of the next group */
         const float *next = nn > 0 ? panel_row(g, p0 + np, 0) : NULL;
+        size_t lines = nn > 0 ? (size_t)nn * (size_t)g->K : 0; /* 64 bytes a panel's step (prefetch.h) */
         for (int i = 0; i < g->M; i += MR16) {
-            int mr = g->M - i < MR16 ? g->M - i : MR16, t = i / MR16, nt = (g->M + MR16 - 1) / MR16;
+            int mr = g->M - i < MR16 ? g->M - i : MR16, t = i / MR16;
             if (job->isa >= CPU_ISA_AVX512) {
                 int rem = n - PW * (np - 1);
                 tile16_any(g, i, p0, mr, np, (__mmask16)((1u << rem) - 1),
-                           cpu_pf_plan(next, (size_t)nn * g->K, t, nt, g->K));
+                           cpu_pf_plan(next, lines, t, (size_t)g->K));
             } else if (job->isa == CPU_ISA_AVX2) {
                 rows8(g, i, mr, p0, np, n,
-                      cpu_pf_plan(next, (size_t)nn * g->K, t, nt, np * g->K));
+                      cpu_pf_plan(next, lines, t, (size_t)g->K));
             } else {
                 for (int r = i; r < i + mr; r += MRP)
                     for (int p = p0; p < p0 + np; p++)

@@ -233,7 +233,7 @@ static inline float qfinish(const struct qlin *g, int32_t S, int i, int j)
     }
 
 static inline __attribute__((always_inline)) ISA_AVX512_VNNI void qtile16(const struct qlin *g, int i, int p, int mr, int nv,
-                                                                __mmask16 last, struct cpu_pf pf)
+                                                                __mmask16 last, const char *pf)
 {
     size_t ldq = (size_t)g->ldq, pstride = (size_t)g->Kp * QPW;
     const int16_t *a = g->A + (size_t)i * ldq;
@@ -264,7 +264,7 @@ static inline __attribute__((always_inline)) ISA_AVX512_VNNI void qtile16(const 
  * loop having none when PF has none. */
 #define TILE16_ANY(NAME, TILE)                                                                                         \
     static inline __attribute__((always_inline)) ISA_AVX512_VNNI void NAME##_sizes(                                    \
-        const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last, struct cpu_pf pf)                          \
+        const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last, const char *pf)                          \
     {                                                                                                                  \
         switch (mr * 8 + nv) {                                                                                         \
             TILE16_ROWS(TILE, 6) TILE16_ROWS(TILE, 5) TILE16_ROWS(TILE, 4)                                             \
@@ -272,12 +272,12 @@ static inline __attribute__((always_inline)) ISA_AVX512_VNNI void qtile16(const 
         }                                                                                                              \
     }                                                                                                                  \
     ISA_AVX512_VNNI static void NAME(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last,           \
-                                     struct cpu_pf pf)                                                                 \
+                                     const char *pf)                                                                 \
     {                                                                                                                  \
-        if (pf.step)                                                                                                   \
+        if (pf)                                                                                                   \
             NAME##_sizes(g, i, p, mr, nv, last, pf);                                                                   \
         else                                                                                                           \
-            NAME##_sizes(g, i, p, mr, nv, last, CPU_PF_NONE);                                                          \
+            NAME##_sizes(g, i, p, mr, nv, last, NULL);                                                          \
     }
 #define TILE16_ROWS(TILE, R)                                                                                           \
     case R * 8 + 4: TILE(g, i, p, R, 4, last, pf); break;                                                              \
@@ -309,7 +309,7 @@ TILE16_ANY(qtile16_any, qtile16)
     }
 
 static inline __attribute__((always_inline)) ISA_AVX512_VNNI void btile16(const struct qlin *g, int i, int p, int mr,
-                                                                          int nv, __mmask16 last, struct cpu_pf pf)
+                                                                          int nv, __mmask16 last, const char *pf)
 {
     size_t ld8 = (size_t)g->ld8, pstride = (size_t)g->Kp * QPW;
     const uint8_t *a = g->Au8 + (size_t)i * ld8;
@@ -370,7 +370,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qstore8(const struct 
 }
 
 static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct qlin *g, int i, int p, int mr, int n,
-                                                                 struct cpu_pf pf)
+                                                                 const char *pf)
 {
     size_t ldq = (size_t)g->ldq;
     const int16_t *a = g->A + (size_t)i * ldq;
@@ -402,7 +402,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct q
  * request k, the loop having none when PF has none. */
 #define TILE8_ANY(NAME, TILE)                                                                                          \
     static inline __attribute__((always_inline)) ISA_AVX2 void NAME##_sizes(const struct qlin *g, int i, int p, int mr, \
-                                                                           int n, struct cpu_pf pf)                    \
+                                                                           int n, const char *pf)                    \
     {                                                                                                                  \
         switch (mr) {                                                                                                  \
         case 4: TILE(g, i, p, 4, n, pf); break;                                                                        \
@@ -411,12 +411,12 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct q
         default: TILE(g, i, p, 1, n, pf); break;                                                                       \
         }                                                                                                              \
     }                                                                                                                  \
-    ISA_AVX2 static void NAME(const struct qlin *g, int i, int p, int mr, int n, struct cpu_pf pf)                     \
+    ISA_AVX2 static void NAME(const struct qlin *g, int i, int p, int mr, int n, const char *pf)                     \
     {                                                                                                                  \
-        if (pf.step)                                                                                                   \
+        if (pf)                                                                                                   \
             NAME##_sizes(g, i, p, mr, n, pf);                                                                          \
         else                                                                                                           \
-            NAME##_sizes(g, i, p, mr, n, CPU_PF_NONE);                                                                 \
+            NAME##_sizes(g, i, p, mr, n, NULL);                                                                 \
     }
 
 TILE8_ANY(qtile8_any, qtile8)
@@ -428,7 +428,7 @@ TILE8_ANY(qtile8_any, qtile8)
  * (at most 2 * 127 * 127: no saturation), vpmaddwd by ones the two pairs: the exact sums of
  * qtile8, in half its weight bytes. Tiles of up to 4 rows by one panel. */
 static inline __attribute__((always_inline)) ISA_AVX2 void stile8(const struct qlin *g, int i, int p, int mr, int n,
-                                                                 struct cpu_pf pf)
+                                                                 const char *pf)
 {
     size_t ld8 = (size_t)g->ld8;
     const int8_t *a = g->As8 + (size_t)i * ld8;
@@ -538,23 +538,23 @@ static void qlinear_body(void *arg, int64_t lo, int64_t hi, int tid)
         __mmask16 last = (__mmask16)((1u << (n - QPW * (np - 1))) - 1); /* the last panel's columns */
         for (int i = 0; job->isa == CPU_ISA_AMX && i < g->M; i += 16)
             cpu_q_amx_rows(g, i, g->M - i < 16 ? g->M - i : 16, p0, np, last);
-        /* the next group's panels, of STEP bytes a step (4 columns) */
+        /* the next group's NN panels (prefetch.h), of STRIDE bytes a step of 4 columns */
         int nn = panels - p0 - np < GROUP ? panels - p0 - np : GROUP, steps = g->Kp / 4;
-        size_t step = q_wide(job->isa) && !g->As8 && job->isa < CPU_ISA_VNNI ? 128 : 64;
-        const uint8_t *next = nn > 0 ? g->Wp + (size_t)(p0 + np) * (size_t)steps * step : NULL;
-        size_t lines = (size_t)nn * (size_t)steps * (step / 64);
-        for (int i = 0, nt = (g->M + MRV - 1) / MRV; job->isa == CPU_ISA_VNNI && i < g->M; i += MRV) {
-            struct cpu_pf pf = cpu_pf_plan(next, lines, i / MRV, nt, steps);
+        size_t stride = q_wide(job->isa) && !g->As8 && job->isa < CPU_ISA_VNNI ? 128 : 64;
+        const uint8_t *next = nn > 0 ? g->Wp + (size_t)(p0 + np) * (size_t)steps * stride : NULL;
+        size_t lines = nn > 0 ? (size_t)nn * (size_t)steps * (stride / 64) : 0;
+        for (int i = 0; job->isa == CPU_ISA_VNNI && i < g->M; i += MRV) {
+            const char *pf = cpu_pf_plan(next, lines, i / MRV, (size_t)steps);
             if (g->Au8)
                 btile16_any(g, i, p0, g->M - i < MRV ? g->M - i : MRV, np, last, pf);
             else
                 qtile16_any(g, i, p0, g->M - i < MRV ? g->M - i : MRV, np, last, pf);
         }
-        for (int i = 0, nt = (g->M + MR8 - 1) / MR8; job->isa < CPU_ISA_VNNI && i < g->M; i += MR8) {
+        for (int i = 0; job->isa < CPU_ISA_VNNI && i < g->M; i += MR8) {
             int rows = g->M - i < MR8 ? g->M - i : MR8;
-            struct cpu_pf pf = cpu_pf_plan(next, lines, i / MR8, nt, np * steps);
+            const char *pf = cpu_pf_plan(next, lines, i / MR8, (size_t)steps);
             for (int p = p0; p < p0 + np; p++) {
-                struct cpu_pf pp = cpu_pf_from(pf, (p - p0) * steps);
+                const char *pp = p == p0 ? pf : NULL; /* the first panel's loop makes the requests */
                 if (g->As8)
                     stile8_any(g, i, p, rows, n - (p - p0) * QPW, pp);
                 else if (q_wide(job->isa))
