@@ -264,20 +264,20 @@ static inline __attribute__((always_inline)) ISA_AVX512_VNNI void qtile16(const 
  * loop having none when PF has none. */
 #define TILE16_ANY(NAME, TILE)                                                                                         \
     static inline __attribute__((always_inline)) ISA_AVX512_VNNI void NAME##_sizes(                                    \
-        const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last, const char *pf)                          \
+        const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last, const char *pf)                            \
     {                                                                                                                  \
         switch (mr * 8 + nv) {                                                                                         \
             TILE16_ROWS(TILE, 6) TILE16_ROWS(TILE, 5) TILE16_ROWS(TILE, 4)                                             \
             TILE16_ROWS(TILE, 3) TILE16_ROWS(TILE, 2) TILE16_ROWS(TILE, 1)                                             \
         }                                                                                                              \
     }                                                                                                                  \
-    ISA_AVX512_VNNI static void NAME(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last,           \
-                                     const char *pf)                                                                 \
+    ISA_AVX512_VNNI static void NAME(const struct qlin *g, int i, int p, int mr, int nv, __mmask16 last,               \
+                                     const char *pf)                                                                   \
     {                                                                                                                  \
-        if (pf)                                                                                                   \
+        if (pf)                                                                                                        \
             NAME##_sizes(g, i, p, mr, nv, last, pf);                                                                   \
         else                                                                                                           \
-            NAME##_sizes(g, i, p, mr, nv, last, NULL);                                                          \
+            NAME##_sizes(g, i, p, mr, nv, last, NULL);                                                                 \
     }
 #define TILE16_ROWS(TILE, R)                                                                                           \
     case R * 8 + 4: TILE(g, i, p, R, 4, last, pf); break;                                                              \
@@ -402,7 +402,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct q
  * request k, the loop having none when PF has none. */
 #define TILE8_ANY(NAME, TILE)                                                                                          \
     static inline __attribute__((always_inline)) ISA_AVX2 void NAME##_sizes(const struct qlin *g, int i, int p, int mr, \
-                                                                           int n, const char *pf)                    \
+                                                                           int n, const char *pf)                      \
     {                                                                                                                  \
         switch (mr) {                                                                                                  \
         case 4: TILE(g, i, p, 4, n, pf); break;                                                                        \
@@ -411,12 +411,12 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct q
         default: TILE(g, i, p, 1, n, pf); break;                                                                       \
         }                                                                                                              \
     }                                                                                                                  \
-    ISA_AVX2 static void NAME(const struct qlin *g, int i, int p, int mr, int n, const char *pf)                     \
+    ISA_AVX2 static void NAME(const struct qlin *g, int i, int p, int mr, int n, const char *pf)                       \
     {                                                                                                                  \
-        if (pf)                                                                                                   \
+        if (pf)                                                                                                        \
             NAME##_sizes(g, i, p, mr, n, pf);                                                                          \
         else                                                                                                           \
-            NAME##_sizes(g, i, p, mr, n, NULL);                                                                 \
+            NAME##_sizes(g, i, p, mr, n, NULL);                                                                        \
     }
 
 TILE8_ANY(qtile8_any, qtile8)
