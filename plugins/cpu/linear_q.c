@@ -42,7 +42,8 @@
  *
  * Paths (per group of 4 columns, each 32-bit lane of a weight vector being one output column):
  *   AMX (AMX-TILE and AMX-INT8, where Kp is a multiple of 64; else the VNNI path): tile products
- *     of the activations split into bytes, linear_q_amx.c. Tiles of 16 rows by 2 panels.
+ *     of the activations split into bytes, linear_q_amx.c. Tiles of 16 rows by 2 panels; with
+ *     8-bit activations, of their signed bytes (tdpbssd), 16 rows by 4 panels.
  *   VNNI with 8-bit activations: vpdpbusd of the broadcast unsigned activation words against the
  *     weight bytes as packed. Tiles of up to 6 rows by 4 panels.
  *   VNNI (AVX512-VNNI): the weight bytes sign-extended in place to 16 bits, even bytes
@@ -488,7 +489,7 @@ struct qlin_job {
     float *qs;
     uint8_t *lo; /* AMX: the split rows (g.Alo, g.Ahi); VNNI with 8-bit activations: g.Au8 */
     int8_t *hi;
-    int lda, K, isa; /* isa: CPU_ISA_AMX only when Kp is a multiple of 64 and activations are 12-bit */
+    int lda, K, isa; /* isa: CPU_ISA_AMX only when Kp is a multiple of 64 */
     int top;         /* the activations' grid: QA_MAX, or QA8_MAX */
 };
 
@@ -511,10 +512,11 @@ static void quant_body(void *arg, int64_t lo, int64_t hi, int tid)
             job->qs[i] = quant_act_u8(job->lo + i * job->g.ld8, job->Af + i * job->lda, job->K, job->g.Kp);
             continue;
         }
-        if (job->g.As8) { /* AVX2 with 8-bit activations: their values and magnitudes, in order */
+        if (job->g.As8) { /* AVX2 and AMX with 8-bit activations: their values (AVX2: and magnitudes), in order */
             int8_t *q = (int8_t *)job->lo + i * job->g.ld8;
             job->qs[i] = quant_row_avx2(q, job->Af + i * job->lda, job->K, job->g.Kp);
-            abs_bytes_avx2((uint8_t *)job->g.Am8 + i * job->g.ld8, q, job->g.Kp);
+            if (job->g.Am8)
+                abs_bytes_avx2((uint8_t *)job->g.Am8 + i * job->g.ld8, q, job->g.Kp);
             continue;
         }
         int16_t *q = job->qa + i * job->g.ldq;
@@ -587,16 +589,18 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
 {
     int np = pad16(N), kp = pad4(K), ldq = (kp + 31) & ~31; /* int16 rows of 64-byte multiples */
     int isa = cpu_isa(), m16 = (M + 15) & ~15;
-    if (isa == CPU_ISA_AMX && (kp % 64 || a8))
+    if (isa == CPU_ISA_AMX && kp % 64)
         isa = CPU_ISA_VNNI;
     /* qbuf: the int16 rows, their scales (to a 64-byte boundary), then for AMX the split rows,
-     * M rounded up to 16 (rows past M are zero); for VNNI with 8-bit activations their scales and
-     * bytes only */
-    size_t bytes8 = a8 && (isa == CPU_ISA_VNNI || q_wide(isa)) ? (size_t)M * (size_t)kp : 0;
-    int mag8 = bytes8 && isa != CPU_ISA_VNNI; /* the AVX2 tiles read the magnitudes too, after the values */
+     * M rounded up to 16 (rows past M are zero); with 8-bit activations their scales and bytes
+     * only (AMX: M rounded up to 16 rows likewise) */
+    int amx8 = a8 && isa == CPU_ISA_AMX, mag8 = a8 && q_wide(isa); /* the AVX2 tiles read the magnitudes too */
+    size_t bytes8 = a8 && (isa == CPU_ISA_VNNI || q_wide(isa)) ? (size_t)M * (size_t)kp
+                    : amx8                                    ? (size_t)m16 * (size_t)kp
+                                                              : 0;
     size_t qbytes = bytes8 ? 0 : (size_t)M * (size_t)ldq * sizeof(int16_t);
     size_t sbytes = ((size_t)M * sizeof(float) + 63) & ~(size_t)63;
-    size_t splitbytes = isa == CPU_ISA_AMX ? (size_t)m16 * (size_t)kp : 0;
+    size_t splitbytes = isa == CPU_ISA_AMX && !a8 ? (size_t)m16 * (size_t)kp : 0;
     if (cpu_qbuf_reserve(ctx, qbytes + sbytes + 2 * splitbytes + (mag8 ? 2 : 1) * bytes8) < 0)
         return -1;
     const float *sw = data;
@@ -607,8 +611,10 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
     const int32_t *comp = a8 ? (const int32_t *)(sw + np) : NULL;
     struct qlin_job job = { { qa, qs, sw, (const uint8_t *)(sw + (a8 ? 2 : 1) * np), bias, C, M, N, kp, ldq, ldc,
                               relu != 0, lo, hi, kp, bytes8 && isa == CPU_ISA_VNNI ? lo : NULL, comp,
-                              mag8 ? (const int8_t *)lo : NULL, mag8 ? lo + bytes8 : NULL },
+                              mag8 || amx8 ? (const int8_t *)lo : NULL, mag8 ? lo + bytes8 : NULL },
                             A, qa, qs, lo, hi, lda, K, isa, a8 ? QA8_MAX : QA_MAX };
+    if (amx8)
+        memset(lo + (size_t)M * (size_t)kp, 0, (size_t)(m16 - M) * (size_t)kp);
     if (splitbytes) {
         memset(lo + (size_t)M * (size_t)kp, 0, (size_t)(m16 - M) * (size_t)kp);
         memset(hi + (size_t)M * (size_t)kp, 0, (size_t)(m16 - M) * (size_t)kp);

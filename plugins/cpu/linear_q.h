@@ -26,7 +26,8 @@ struct qlin {
     int ld8;
     const uint8_t *Au8;  /* 8-bit activations on VNNI: (M, ld8) the unsigned bytes qA + 128, in order */
     const int32_t *comp; /* 8-bit activations: (Np) 128 * sum_k qW[j,k], or NULL */
-    const int8_t *As8;   /* 8-bit activations on AVX2: (M, ld8) the values qA, in order */
+    const int8_t *As8;   /* 8-bit activations on AVX2 and AMX: (M, ld8) the values qA, in order (AMX: M rounded
+                          * up to 16, the rows past M zero) */
     const uint8_t *Am8;  /* and their magnitudes |qA|, as As8 */
 };
 
@@ -52,8 +53,8 @@ static inline __attribute__((always_inline)) ISA_AVX512_VNNI void qstore16(const
 }
 
 /* linear_q_amx.c. The AMX path takes layers whose Kp is a multiple of 64, on the rows of A split
- * into low and high bytes (cpu_q_amx_split), M rounded up to 16 rows (the extra rows are read,
- * their results dropped). */
+ * into low and high bytes (cpu_q_amx_split), or with 8-bit activations on their signed bytes (As8),
+ * M rounded up to 16 rows (the extra rows are read, their results dropped). */
 
 /* Asks Linux for the AMX tile state of this process; 1 when granted (AMX instructions may run). */
 int cpu_amx_request(void);
@@ -63,8 +64,8 @@ void cpu_q_amx_split(uint8_t *lo, int8_t *hi, const int16_t *q, int Kp);
 /* Loads the tile configuration of this thread (before cpu_q_amx_rows), and releases it. */
 void cpu_q_amx_begin(void);
 void cpu_q_amx_end(void);
-/* Rows I..I+15 of C (the first MR of them exist) in the NP panels from P; LAST masks the columns
- * of the last panel that exist. */
+/* Rows I..I+15 of C (the first MR of them exist) in the NP panels from P (at most 4 with 8-bit
+ * activations, g->As8); LAST masks the columns of the last panel that exist. */
 void cpu_q_amx_rows(const struct qlin *g, int i, int mr, int p, int np, __mmask16 last);
 
 #endif

@@ -12,7 +12,11 @@
  * of each of its 16 columns) are the B operand for 64 K values by 16 columns, 64 bytes a row. The
  * split rows of A give the A tiles, 16 rows by 64 K values. Tiles: 0 A low bytes, 1 A high parts,
  * 2 and 3 two panels' B, 4..7 the sums (low and high of panel 0, low and high of panel 1), 16 rows
- * by 16 int32 each. */
+ * by 16 int32 each.
+ *
+ * With 8-bit activations (-127..127, signed bytes in natural column order) there is nothing to
+ * split: one tdpbssd a panel and 64 values of k gives S (127 * 127 * 8192 < 2^31). Tiles: 0 A,
+ * 1..3 the panels' B (tile 1 again for a fourth panel), 4..7 the sums of up to 4 panels. */
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -91,8 +95,65 @@ static inline __attribute__((always_inline)) ISA_AMX void amx_panels(const struc
         }
 }
 
+/* 8-bit activations: rows I..I+15 by the NP (1..4, a constant once inlined) panels from P; LAST
+ * masks the last panel's columns that exist; the first MR rows are stored. */
+static inline __attribute__((always_inline)) ISA_AMX void amx8_panels(const struct qlin *g, int i, int mr, int p,
+                                                                      int np, __mmask16 last)
+{
+    const int8_t *a = g->As8 + (size_t)i * (size_t)g->ld8;
+    const uint8_t *w = qpanel(g, p, 0);
+    size_t pw = (size_t)g->Kp * QPW; /* the bytes of a panel */
+    AMX_ZERO(4);
+    if (np > 1)
+        AMX_ZERO(5);
+    if (np > 2)
+        AMX_ZERO(6);
+    if (np > 3)
+        AMX_ZERO(7);
+    for (int k = 0; k < g->Kp; k += 64) {
+        const uint8_t *wk = w + (size_t)k * QPW;
+        AMX_LOAD(0, a + k, g->ld8);
+        AMX_LOAD(1, wk, 64);
+        AMX_DPBSSD(4, 0, 1);
+        if (np > 1) {
+            AMX_LOAD(2, wk + pw, 64);
+            AMX_DPBSSD(5, 0, 2);
+        }
+        if (np > 2) {
+            AMX_LOAD(3, wk + 2 * pw, 64);
+            AMX_DPBSSD(6, 0, 3);
+        }
+        if (np > 3) {
+            AMX_LOAD(1, wk + 3 * pw, 64);
+            AMX_DPBSSD(7, 0, 1);
+        }
+    }
+    int32_t s[4][16][16] __attribute__((aligned(64)));
+    AMX_STORE(4, s[0], 64);
+    if (np > 1)
+        AMX_STORE(5, s[1], 64);
+    if (np > 2)
+        AMX_STORE(6, s[2], 64);
+    if (np > 3)
+        AMX_STORE(7, s[3], 64);
+    for (int c = 0; c < np; c++)
+        for (int r = 0; r < mr; r++)
+            qstore16(g, i + r, (p + c) * QPW, c == np - 1 ? last : (__mmask16)0xFFFF, _mm512_load_si512(s[c][r]));
+}
+
 ISA_AMX void cpu_q_amx_rows(const struct qlin *g, int i, int mr, int p, int np, __mmask16 last)
 {
+    if (g->As8) {
+        if (np == 4)
+            amx8_panels(g, i, mr, p, 4, last);
+        else if (np == 3)
+            amx8_panels(g, i, mr, p, 3, last);
+        else if (np == 2)
+            amx8_panels(g, i, mr, p, 2, last);
+        else
+            amx8_panels(g, i, mr, p, 1, last);
+        return;
+    }
     for (int c = 0; c < np; c += 2) {
         if (np - c >= 2)
             amx_panels(g, i, mr, p + c, 1, (__mmask16)0xFFFF, np - c == 2 ? last : (__mmask16)0xFFFF);

@@ -419,7 +419,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     done
 }
 
-@test "--precision int8, int8-all on an AMX CPU (the tile path, here on the tile emulation): the same bytes as the default path" {
+@test "--precision int8, int8-all, int8-a8-all on an AMX CPU (the tile path, here on the tile emulation): the same bytes as the default path" {
     flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
     for f in avx512f avx512dq avx512bw avx512vl avx512_vnni; do
         [[ "$flags" == *" $f "* ]] || skip "this CPU lacks $f: the emulated AMX path runs where the VNNI one would"
@@ -432,7 +432,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     grep -q '^device.*, amx, ' <<< "$output"
     # 16 sentences: the emulation is slow (under ASan a few seconds a run)
     zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,116p > "$D/s16.en"
-    for mode in "--precision int8 --beam 4" "--precision int8-all --beam 1"; do
+    for mode in "--precision int8 --beam 4" "--precision int8-all --beam 1" "--precision int8-a8-all --beam 4"; do
         $DEC $mode --scores -i "$D/s16.en" > "$D/vnni.txt"
         [ "$(wc -l < "$D/vnni.txt")" -eq 16 ]
         $DEC --backend "$E" $mode --scores -i "$D/s16.en" | same_as "$D/vnni.txt" || { echo "$mode differs"; return 1; }

@@ -6,7 +6,8 @@
  *   - the kernel bit for bit against the int8 spec of plugins/cpu/linear_q.c restated here (exact
  *     integer sums, the epilogue ((float)S * s_j) * a_i + bias, ReLU) on awkward M and N, with
  *     bias and ReLU, no element of C past M rows or N columns written;
- *   - the extremes: K = 8192 with every product at its largest, both signs.
+ *   - the extremes: K = 8192 with every product at its largest, both signs;
+ *   - the same with 8-bit activations (-127..127, one tdpbssd on their signed bytes).
  * The epilogue is AVX-512: the checks need a CPU with it (and are skipped elsewhere). On CPUs with
  * AMX, test_cpu_reduced runs the real instructions against the same spec. */
 #define CPU_AMX_EMULATE 1
@@ -68,9 +69,10 @@ static void test_split(void)
         printf("# first wrong value %d\n", bad);
 }
 
-/* One problem: int8 weights W (N x Kp), activations QA (M x Kp, natural order), scales. */
+/* One problem: int8 weights W (N x Kp), activations QA (M x Kp, natural order; on the 8-bit grid
+ * when A8), scales. */
 struct prob {
-    int M, N, Kp, ldc, relu, bias;
+    int M, N, Kp, ldc, relu, bias, a8;
     int8_t *W;
     int16_t *QA;
     float *sw, *sa, *b;
@@ -86,7 +88,8 @@ static void prob_fill(struct prob *p, int extreme)
     for (size_t x = 0; x < (size_t)p->N * p->Kp; x++)
         p->W[x] = extreme ? (int8_t)(x / p->Kp % 2 ? 127 : -127) : (int8_t)((int)(rnd() % 255) - 127);
     for (size_t x = 0; x < (size_t)p->M * p->Kp; x++)
-        p->QA[x] = extreme ? (int16_t)(x / p->Kp % 2 ? 2047 : -2047) : (int16_t)((int)(rnd() % 4095) - 2047);
+        p->QA[x] = p->a8 ? (int16_t)(extreme ? (x / p->Kp % 2 ? 127 : -127) : (int)(rnd() % 255) - 127)
+                   : (int16_t)(extreme ? (x / p->Kp % 2 ? 2047 : -2047) : (int)(rnd() % 4095) - 2047);
     for (int j = 0; j < p->N; j++) {
         p->sw[j] = extreme ? 1.0f : (float)(rnd() % 1000 + 1) * 1e-5f;
         p->b[j] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
@@ -101,8 +104,9 @@ static void prob_free(struct prob *p)
 }
 
 /* Runs the AMX path on P as linear_q.c's driver does (the operands packed as it packs them: panels
- * of 16 columns by groups of 4 bytes; rows of A in act_pos order, then split, M rounded up to 16
- * rows of zeros) into C (M x ldc, filled with a sentinel first). */
+ * of 16 columns by groups of 4 bytes; rows of A in act_pos order, then split, or with 8-bit
+ * activations their signed bytes in order; M rounded up to 16 rows of zeros) into C (M x ldc,
+ * filled with a sentinel first). */
 static void run_amx(const struct prob *p, float *C)
 {
     int np = (p->N + 15) / 16, m16 = (p->M + 15) / 16 * 16;
@@ -113,7 +117,9 @@ static void run_amx(const struct prob *p, float *C)
                 (uint8_t)p->W[(size_t)j * p->Kp + k];
     int16_t *row = malloc((size_t)p->Kp * sizeof *row);
     uint8_t *lo = calloc((size_t)m16 * p->Kp, 1);
-    int8_t *hi = calloc((size_t)m16 * p->Kp, 1);
+    int8_t *hi = calloc((size_t)m16 * p->Kp, 1), *s8 = calloc((size_t)m16 * p->Kp, 1);
+    for (size_t x = 0; x < (size_t)p->M * p->Kp; x++)
+        s8[x] = (int8_t)p->QA[x];
     for (int i = 0; i < p->M; i++) {
         for (int k = 0; k < p->Kp; k++)
             row[act_pos(k)] = p->QA[(size_t)i * p->Kp + k];
@@ -122,7 +128,7 @@ static void run_amx(const struct prob *p, float *C)
     for (size_t x = 0; x < (size_t)p->M * p->ldc; x++)
         C[x] = -12345.0f;
     struct qlin g = { NULL, p->sa, p->sw, Wp, p->bias ? p->b : NULL, C, p->M, p->N, p->Kp, 0, p->ldc, p->relu,
-                      lo, hi, p->Kp, NULL, NULL, NULL, NULL };
+                      p->a8 ? NULL : lo, p->a8 ? NULL : hi, p->Kp, NULL, NULL, p->a8 ? s8 : NULL, NULL };
     cpu_q_amx_begin();
     for (int p0 = 0; p0 < np; p0 += 4) { /* the driver's column groups of 4 panels */
         int n = p->N - p0 * 16 < 64 ? p->N - p0 * 16 : 64, gp = (n + 15) / 16;
@@ -131,7 +137,7 @@ static void run_amx(const struct prob *p, float *C)
             cpu_q_amx_rows(&g, i, p->M - i < 16 ? p->M - i : 16, p0, gp, last);
     }
     cpu_q_amx_end();
-    free(Wp), free(row), free(lo), free(hi);
+    free(Wp), free(row), free(lo), free(hi), free(s8);
 }
 
 /* The spec: exact sums, then the float epilogue in the stated order. Returns the mismatches. */
@@ -165,16 +171,17 @@ static void test_shapes(void)
     static const int shapes[][3] = { { 1, 1, 64 },   { 5, 16, 64 },   { 16, 17, 128 }, { 17, 33, 64 },
                                      { 33, 64, 192 }, { 40, 100, 128 }, { 3, 130, 320 }, { 64, 48, 512 } };
     int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
-    for (int s = 0; s < nshapes; s++) {
-        struct prob p = { shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][1] + 3, s % 2, s % 3 != 0,
+    for (int s = 0; s < 2 * nshapes; s++) {
+        int a8 = s >= nshapes, x = s % nshapes;
+        struct prob p = { shapes[x][0], shapes[x][1], shapes[x][2], shapes[x][1] + 3, s % 2, s % 3 != 0, a8,
                           NULL, NULL, NULL, NULL, NULL };
         prob_fill(&p, 0);
         float *C = malloc((size_t)p.M * p.ldc * sizeof *C);
         run_amx(&p, C);
         int64_t mx;
         int bad = check(&p, C, &mx);
-        test_ok(bad == 0, "AMX (emulated) M=%d N=%d Kp=%d%s%s: bit for bit the int8 spec, nothing past N (%d wrong)",
-                p.M, p.N, p.Kp, p.bias ? ", bias" : "", p.relu ? ", ReLU" : "", bad);
+        test_ok(bad == 0, "AMX (emulated, %s activations) M=%d N=%d Kp=%d%s%s: bit for bit the int8 spec, nothing past N (%d wrong)",
+                a8 ? "8-bit" : "12-bit", p.M, p.N, p.Kp, p.bias ? ", bias" : "", p.relu ? ", ReLU" : "", bad);
         free(C);
         prob_free(&p);
     }
@@ -182,8 +189,9 @@ static void test_shapes(void)
 
 static void test_extremes(void)
 {
-    for (int neg = 0; neg < 2; neg++) {
-        struct prob p = { 18, 20, 8192, 20, 0, 0, NULL, NULL, NULL, NULL, NULL };
+    for (int t = 0; t < 4; t++) {
+        int neg = t % 2, a8 = t / 2, top = a8 ? 127 : 2047;
+        struct prob p = { 18, 20, 8192, 20, 0, 0, a8, NULL, NULL, NULL, NULL, NULL };
         prob_fill(&p, 1);
         if (neg)
             for (size_t x = 0; x < (size_t)p.N * p.Kp; x++)
@@ -192,8 +200,8 @@ static void test_extremes(void)
         run_amx(&p, C);
         int64_t mx;
         int bad = check(&p, C, &mx);
-        test_ok(bad == 0 && mx == 2047LL * 127 * 8192,
-                "AMX (emulated) K=8192, every product +-2047 x 127 (|S| up to %lld, %s signs): exact (%d wrong)",
+        test_ok(bad == 0 && mx == top * 127LL * 8192,
+                "AMX (emulated) K=8192, every product +-%d x 127 (|S| up to %lld, %s signs): exact (%d wrong)", top,
                 (long long)mx, neg ? "flipped" : "both", bad);
         free(C);
         prob_free(&p);
