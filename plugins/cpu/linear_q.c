@@ -538,8 +538,8 @@ static void qlinear_body(void *arg, int64_t lo, int64_t hi, int tid)
         int p0 = (int)q * GROUP, np = panels - p0 < GROUP ? panels - p0 : GROUP;
         int n = g->N - p0 * QPW < GROUP * QPW ? g->N - p0 * QPW : GROUP * QPW; /* columns of the group */
         __mmask16 last = (__mmask16)((1u << (n - QPW * (np - 1))) - 1); /* the last panel's columns */
-        for (int i = 0; job->isa == CPU_ISA_AMX && i < g->M; i += 16)
-            cpu_q_amx_rows(g, i, g->M - i < 16 ? g->M - i : 16, p0, np, last);
+        if (job->isa == CPU_ISA_AMX)
+            cpu_q_amx_group(g, p0, np, last);
         /* the next group's NN panels (prefetch.h), of STRIDE bytes a step of 4 columns */
         int nn = panels - p0 - np < GROUP ? panels - p0 - np : GROUP, steps = g->Kp / 4;
         size_t stride = q_wide(job->isa) && !g->As8 && job->isa < CPU_ISA_VNNI ? 128 : 64;
@@ -591,16 +591,19 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
     int isa = cpu_isa(), m16 = (M + 15) & ~15;
     if (isa == CPU_ISA_AMX && kp % 64)
         isa = CPU_ISA_VNNI;
+    /* the byte rows' stride: AMX's tiles read 16 rows at once, which a stride of a large power of
+     * two (Kp = 2048) would put in a few sets of the first level cache */
+    int ld8 = isa == CPU_ISA_AMX ? kp + 64 : kp;
     /* qbuf: the int16 rows, their scales (to a 64-byte boundary), then for AMX the split rows,
      * M rounded up to 16 (rows past M are zero); with 8-bit activations their scales and bytes
      * only (AMX: M rounded up to 16 rows likewise) */
     int amx8 = a8 && isa == CPU_ISA_AMX, mag8 = a8 && q_wide(isa); /* the AVX2 tiles read the magnitudes too */
     size_t bytes8 = a8 && (isa == CPU_ISA_VNNI || q_wide(isa)) ? (size_t)M * (size_t)kp
-                    : amx8                                    ? (size_t)m16 * (size_t)kp
+                    : amx8                                    ? (size_t)m16 * (size_t)ld8
                                                               : 0;
     size_t qbytes = bytes8 ? 0 : (size_t)M * (size_t)ldq * sizeof(int16_t);
     size_t sbytes = ((size_t)M * sizeof(float) + 63) & ~(size_t)63;
-    size_t splitbytes = isa == CPU_ISA_AMX && !a8 ? (size_t)m16 * (size_t)kp : 0;
+    size_t splitbytes = isa == CPU_ISA_AMX && !a8 ? (size_t)m16 * (size_t)ld8 : 0;
     if (cpu_qbuf_reserve(ctx, qbytes + sbytes + 2 * splitbytes + (mag8 ? 2 : 1) * bytes8) < 0)
         return -1;
     const float *sw = data;
@@ -610,14 +613,14 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
     int8_t *hi = (int8_t *)(lo + splitbytes);
     const int32_t *comp = a8 ? (const int32_t *)(sw + np) : NULL;
     struct qlin_job job = { { qa, qs, sw, (const uint8_t *)(sw + (a8 ? 2 : 1) * np), bias, C, M, N, kp, ldq, ldc,
-                              relu != 0, lo, hi, kp, bytes8 && isa == CPU_ISA_VNNI ? lo : NULL, comp,
+                              relu != 0, lo, hi, ld8, bytes8 && isa == CPU_ISA_VNNI ? lo : NULL, comp,
                               mag8 || amx8 ? (const int8_t *)lo : NULL, mag8 ? lo + bytes8 : NULL },
                             A, qa, qs, lo, hi, lda, K, isa, a8 ? QA8_MAX : QA_MAX };
     if (amx8)
-        memset(lo + (size_t)M * (size_t)kp, 0, (size_t)(m16 - M) * (size_t)kp);
+        memset(lo + (size_t)M * (size_t)ld8, 0, (size_t)(m16 - M) * (size_t)ld8);
     if (splitbytes) {
-        memset(lo + (size_t)M * (size_t)kp, 0, (size_t)(m16 - M) * (size_t)kp);
-        memset(hi + (size_t)M * (size_t)kp, 0, (size_t)(m16 - M) * (size_t)kp);
+        memset(lo + (size_t)M * (size_t)ld8, 0, (size_t)(m16 - M) * (size_t)ld8);
+        memset(hi + (size_t)M * (size_t)ld8, 0, (size_t)(m16 - M) * (size_t)ld8);
     }
     pool_for(ctx->pool, M, (QGRAIN + K - 1) / K, quant_body, &job);
     int64_t groups = (N + GROUP * QPW - 1) / (GROUP * QPW), per = (int64_t)M * kp * GROUP * QPW;

@@ -59,13 +59,14 @@ static inline __attribute__((always_inline)) ISA_AVX512_VNNI void qstore16(const
 /* Asks Linux for the AMX tile state of this process; 1 when granted (AMX instructions may run). */
 int cpu_amx_request(void);
 /* Splits the quantised row Q (Kp int16 in act_pos order, -2047..2047) into LO = a mod 256 (0..255)
- * and HI = (a - LO) / 256 (-8..7), natural column order: a = 256 * HI + LO. */
+ * and HI = (a - LO) / 256 (-8..7), natural column order: a = 256 * HI + LO. AVX-512 code (the
+ * AMX CPUs have it). */
 void cpu_q_amx_split(uint8_t *lo, int8_t *hi, const int16_t *q, int Kp);
 /* Loads the tile configuration of this thread (before cpu_q_amx_rows), and releases it. */
 void cpu_q_amx_begin(void);
 void cpu_q_amx_end(void);
-/* Rows I..I+15 of C (the first MR of them exist) in the NP panels from P (at most 4 with 8-bit
- * activations, g->As8); LAST masks the columns of the last panel that exist. */
-void cpu_q_amx_rows(const struct qlin *g, int i, int mr, int p, int np, __mmask16 last);
+/* All M rows of C in the NP (1..4) panels from P; LAST masks the columns of the last panel that
+ * exist. */
+void cpu_q_amx_group(const struct qlin *g, int p, int np, __mmask16 last);
 
 #endif

@@ -15,8 +15,12 @@
  * by 16 int32 each.
  *
  * With 8-bit activations (-127..127, signed bytes in natural column order) there is nothing to
- * split: one tdpbssd a panel and 64 values of k gives S (127 * 127 * 8192 < 2^31). Tiles: 0 A,
- * 1..3 the panels' B (tile 1 again for a fourth panel), 4..7 the sums of up to 4 panels. */
+ * split: one tdpbssd a panel and 64 values of k gives S (127 * 127 * 8192 < 2^31). Up to 16 rows:
+ * tiles of 16 rows by 4 panels (tile 0 A, 1..3 the panels' B, tile 1 again for a fourth, 4..7 the
+ * sums); more: 32 rows by 2 panels.
+ *
+ * Rows of A are ld8 bytes apart, Kp padded so that a tile's 16 rows do not fall in the same few
+ * sets of the first level cache (linear_q.c). */
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -33,15 +37,29 @@ int cpu_amx_request(void)
     return (int)(bits >> XTILEDATA & 1);
 }
 
-void cpu_q_amx_split(uint8_t *lo, int8_t *hi, const int16_t *q, int Kp)
+/* The split of one value (as cpu_q_amx_split states it). */
+static inline void split_one(uint8_t *lo, int8_t *hi, int v)
 {
-    for (int k = 0; k < Kp; k += 4) {
+    int l = v & 255; /* two's complement: v mod 256 */
+    *lo = (uint8_t)l;
+    *hi = (int8_t)((v - l) / 256);
+}
+
+/* 32 values a step: each group of 4 back to column order (act_pos: 0, 2, 1, 3, i.e. words 1 and 2
+ * swapped), the low bytes, and v >> 8 (arithmetic: (v - lo) / 256 exactly); the tail in C. */
+ISA_AVX512 void cpu_q_amx_split(uint8_t *lo, int8_t *hi, const int16_t *q, int Kp)
+{
+    int k = 0;
+    for (; k + 32 <= Kp; k += 32) {
+        __m512i v = _mm512_loadu_si512(q + k);
+        v = _mm512_shufflehi_epi16(_mm512_shufflelo_epi16(v, 0xD8), 0xD8);
+        _mm256_storeu_si256((__m256i *)(lo + k), _mm512_cvtepi16_epi8(_mm512_and_si512(v, _mm512_set1_epi16(255))));
+        _mm256_storeu_si256((__m256i *)(hi + k), _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+    }
+    for (; k < Kp; k += 4) {
         const int16_t a[4] = { q[k], q[k + 2], q[k + 1], q[k + 3] }; /* act_pos: 0, 2, 1, 3 */
-        for (int t = 0; t < 4; t++) {
-            int v = a[t], l = v & 255; /* two's complement: v mod 256 */
-            lo[k + t] = (uint8_t)l;
-            hi[k + t] = (int8_t)((v - l) / 256);
-        }
+        for (int t = 0; t < 4; t++)
+            split_one(lo + k + t, hi + k + t, a[t]);
     }
 }
 
@@ -95,8 +113,19 @@ static inline __attribute__((always_inline)) ISA_AMX void amx_panels(const struc
         }
 }
 
+/* The sums of tile T (rows I.., the first MR stored) for panel P's columns (mask M) through the
+ * epilogue. */
+#define AMX_FINISH(t, i, mr, p, m)                                                                                     \
+    do {                                                                                                               \
+        int32_t s_[16][16] __attribute__((aligned(64)));                                                               \
+        AMX_STORE(t, s_, 64);                                                                                          \
+        for (int r_ = 0; r_ < (mr); r_++)                                                                              \
+            qstore16(g, (i) + r_, (p) * QPW, m, _mm512_load_si512(s_[r_]));                                            \
+    } while (0)
+
 /* 8-bit activations: rows I..I+15 by the NP (1..4, a constant once inlined) panels from P; LAST
- * masks the last panel's columns that exist; the first MR rows are stored. */
+ * masks the last panel's columns that exist; the first MR rows are stored. One row tile: each
+ * panel's bytes are read once, as they come from memory. */
 static inline __attribute__((always_inline)) ISA_AMX void amx8_panels(const struct qlin *g, int i, int mr, int p,
                                                                       int np, __mmask16 last)
 {
@@ -128,36 +157,91 @@ static inline __attribute__((always_inline)) ISA_AMX void amx8_panels(const stru
             AMX_DPBSSD(7, 0, 1);
         }
     }
-    int32_t s[4][16][16] __attribute__((aligned(64)));
-    AMX_STORE(4, s[0], 64);
+    AMX_FINISH(4, i, mr, p, np == 1 ? last : (__mmask16)0xFFFF);
     if (np > 1)
-        AMX_STORE(5, s[1], 64);
+        AMX_FINISH(5, i, mr, p + 1, np == 2 ? last : (__mmask16)0xFFFF);
     if (np > 2)
-        AMX_STORE(6, s[2], 64);
+        AMX_FINISH(6, i, mr, p + 2, np == 3 ? last : (__mmask16)0xFFFF);
     if (np > 3)
-        AMX_STORE(7, s[3], 64);
-    for (int c = 0; c < np; c++)
-        for (int r = 0; r < mr; r++)
-            qstore16(g, i + r, (p + c) * QPW, c == np - 1 ? last : (__mmask16)0xFFFF, _mm512_load_si512(s[c][r]));
+        AMX_FINISH(7, i, mr, p + 3, last);
 }
 
-ISA_AMX void cpu_q_amx_rows(const struct qlin *g, int i, int mr, int p, int np, __mmask16 last)
+/* 8-bit activations: rows I..I+31 (the first MR exist, more than 16) by the NP (1 or 2, a constant
+ * once inlined) panels from P: two row tiles share each panel tile (tiles 0, 1 A; 2, 3 B; 4..7
+ * the sums). M0, M1: the panels' columns that exist. */
+static inline __attribute__((always_inline)) ISA_AMX void amx8_rows2(const struct qlin *g, int i, int mr, int p,
+                                                                     int np, __mmask16 m0, __mmask16 m1)
 {
-    if (g->As8) {
+    size_t ld8 = (size_t)g->ld8, pw = (size_t)g->Kp * QPW;
+    const int8_t *a = g->As8 + (size_t)i * ld8;
+    const uint8_t *w = qpanel(g, p, 0);
+    AMX_ZERO(4);
+    AMX_ZERO(6);
+    if (np > 1) {
+        AMX_ZERO(5);
+        AMX_ZERO(7);
+    }
+    for (int k = 0; k < g->Kp; k += 64) {
+        const uint8_t *wk = w + (size_t)k * QPW;
+        AMX_LOAD(0, a + k, ld8);
+        AMX_LOAD(1, a + 16 * ld8 + k, ld8);
+        AMX_LOAD(2, wk, 64);
+        AMX_DPBSSD(4, 0, 2);
+        AMX_DPBSSD(6, 1, 2);
+        if (np > 1) {
+            AMX_LOAD(3, wk + pw, 64);
+            AMX_DPBSSD(5, 0, 3);
+            AMX_DPBSSD(7, 1, 3);
+        }
+    }
+    AMX_FINISH(4, i, 16, p, m0);
+    AMX_FINISH(6, i + 16, mr - 16, p, m0);
+    if (np > 1) {
+        AMX_FINISH(5, i, 16, p + 1, m1);
+        AMX_FINISH(7, i + 16, mr - 16, p + 1, m1);
+    }
+}
+
+/* 8-bit activations, all M rows by the NP (1..4) panels from P. More than 16 rows: a pair of panels
+ * at a time, swept by every pair of row tiles, so that its bytes are read from the first level
+ * cache after the first pair. */
+static ISA_AMX void amx8_group(const struct qlin *g, int p, int np, __mmask16 last)
+{
+    if (g->M <= 16) {
         if (np == 4)
-            amx8_panels(g, i, mr, p, 4, last);
+            amx8_panels(g, 0, g->M, p, 4, last);
         else if (np == 3)
-            amx8_panels(g, i, mr, p, 3, last);
+            amx8_panels(g, 0, g->M, p, 3, last);
         else if (np == 2)
-            amx8_panels(g, i, mr, p, 2, last);
+            amx8_panels(g, 0, g->M, p, 2, last);
         else
-            amx8_panels(g, i, mr, p, 1, last);
+            amx8_panels(g, 0, g->M, p, 1, last);
         return;
     }
-    for (int c = 0; c < np; c += 2) {
-        if (np - c >= 2)
-            amx_panels(g, i, mr, p + c, 1, (__mmask16)0xFFFF, np - c == 2 ? last : (__mmask16)0xFFFF);
-        else
-            amx_panels(g, i, mr, p + c, 0, last, last);
+    for (int c = 0; c < np; c += 2)
+        for (int i = 0; i < g->M; i += 32) {
+            int mr = g->M - i < 32 ? g->M - i : 32;
+            if (np - c == 1)
+                mr > 16 ? amx8_rows2(g, i, mr, p + c, 1, last, 0) : amx8_panels(g, i, mr, p + c, 1, last);
+            else {
+                __mmask16 m1 = np - c == 2 ? last : (__mmask16)0xFFFF;
+                mr > 16 ? amx8_rows2(g, i, mr, p + c, 2, 0xFFFF, m1) : amx8_panels(g, i, mr, p + c, 2, m1);
+            }
+        }
+}
+
+ISA_AMX void cpu_q_amx_group(const struct qlin *g, int p, int np, __mmask16 last)
+{
+    if (g->As8) {
+        amx8_group(g, p, np, last);
+        return;
     }
+    for (int c = 0; c < np; c += 2) /* each pair of panels swept by every row tile (as amx8_group) */
+        for (int i = 0; i < g->M; i += 16) {
+            int mr = g->M - i < 16 ? g->M - i : 16;
+            if (np - c >= 2)
+                amx_panels(g, i, mr, p + c, 1, (__mmask16)0xFFFF, np - c == 2 ? last : (__mmask16)0xFFFF);
+            else
+                amx_panels(g, i, mr, p + c, 0, last, last);
+        }
 }
