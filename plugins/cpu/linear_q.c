@@ -41,9 +41,10 @@
  * that the layer reads its operands as they multiply (twice the bytes, no widening each call).
  *
  * Paths (per group of 4 columns, each 32-bit lane of a weight vector being one output column):
- *   AMX (AMX-TILE and AMX-INT8, where Kp is a multiple of 64; else the VNNI path): tile products
- *     of the activations split into bytes, linear_q_amx.c. Tiles of 16 rows by 2 panels; with
- *     8-bit activations, of their signed bytes (tdpbssd), 16 rows by 4 panels.
+ *   AMX (AMX-TILE and AMX-INT8, where Kp is a multiple of 64 and M is at least AMX_MIN_ROWS; else
+ *     the VNNI path): tile products of the activations split into bytes, linear_q_amx.c. Tiles of
+ *     16 rows by 2 panels; with 8-bit activations, of their signed bytes (tdpbssd), 16 rows by 4
+ *     panels, or 32 rows by 2 where there are more than 16.
  *   VNNI with 8-bit activations: vpdpbusd of the broadcast unsigned activation words against the
  *     weight bytes as packed. Tiles of up to 6 rows by 4 panels.
  *   VNNI (AVX512-VNNI): the weight bytes sign-extended in place to 16 bits, even bytes
@@ -68,6 +69,7 @@
 #define GROUP 4           /* panels per column group of the thread split */
 #define WORK_GRAIN 262144 /* multiply-adds per thread chunk, at least */
 #define QGRAIN 16384      /* values quantised per thread chunk, at least */
+#define AMX_MIN_ROWS 8    /* fewer rows take the VNNI path: a tile of 16 rows would be mostly padding */
 
 static int pad16(int n) { return (n + QPW - 1) / QPW * QPW; }
 static int pad4(int k) { return (k + 3) / 4 * 4; }
@@ -589,8 +591,8 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
 {
     int np = pad16(N), kp = pad4(K), ldq = (kp + 31) & ~31; /* int16 rows of 64-byte multiples */
     int isa = cpu_isa(), m16 = (M + 15) & ~15;
-    if (isa == CPU_ISA_AMX && kp % 64)
-        isa = CPU_ISA_VNNI;
+    if (isa == CPU_ISA_AMX && (kp % 64 || M < AMX_MIN_ROWS))
+        isa = CPU_ISA_VNNI; /* the same bits: the paths differ in speed only */
     /* the byte rows' stride: AMX's tiles read 16 rows at once, which a stride of a large power of
      * two (Kp = 2048) would put in a few sets of the first level cache */
     int ld8 = isa == CPU_ISA_AMX ? kp + 64 : kp;
