@@ -15,7 +15,8 @@
 #     keeps it in float32)
 #   ct2-translator --intra_threads T (ct2), and with T > 1 also --inter_threads T --intra_threads 1
 #     (ct2i: T translators of one thread), each batching of CT2_BATCHES (default "tokens:4096
-#     examples:32"), each its own columns, --compute_type float32|int8
+#     examples:32"), each its own columns, --compute_type float32|int8 (int8 on a CPU with AMX:
+#     oneDNN capped at AVX-512 VNNI, its faster setting there)
 #   marian-decoder --cpu-threads T (its workers, one thread each) --mini-batch 32 --maxi-batch 100
 #     --maxi-batch-sort src; int8: the marian-conv -g intgemm8avx2 model (intgemm8avx512 when the CPU has
 #     AVX-512 and NMT_CPU_ISA is not avx2)
@@ -50,6 +51,13 @@ ct2=${CT2:-$top/../shared/peers/ctranslate2} marian=${MARIAN:-$top/../shared/pee
 # NMT_CPU_ISA=avx2 stands for an AVX2 machine: CTranslate2 and its oneDNN capped likewise
 if [ "${NMT_CPU_ISA:-}" = avx2 ]; then
     export CT2_FORCE_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+fi
+# On a CPU with AMX, oneDNN 2.6's int8 GEMM (CTranslate2's int8) is faster capped at AVX-512 VNNI
+# (bench/RESULTS.md, "The int8 layer on AMX"): its int8 runs get that cap, its fastest setting,
+# unless the caller capped oneDNN
+ct2_int8_cap=()
+if [ -z "${ONEDNN_MAX_CPU_ISA:-}${DNNL_MAX_CPU_ISA:-}" ] && grep -qw amx_int8 /proc/cpuinfo; then
+    ct2_int8_cap=(env ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI DNNL_MAX_CPU_ISA=AVX512_CORE_VNNI)
 fi
 # Marian's OpenBLAS on the sgemm kernel nmt's cpu plugin gives its own (OpenBLAS names its kernels by
 # CPU model and falls back to SSE3 ones on a model newer than its table): SkylakeX with AVX-512 (not
@@ -191,9 +199,10 @@ run() {
         /usr/bin/time -f "%e %M" -o "$tmp/time" "$B/nmt-decode" -m "$ckpt" --in ids --threads "$t" --beam "$beam" --alpha 0 \
             --precision "$np" --max-tokens 4096 --max-len-a 0 --max-len-b $((maxlen + 1)) -i "$tmp/src.ids" -o "$out" || exit 1 ;;
     ct2 | ct2i)
-        local th=(--intra_threads "$t")
+        local th=(--intra_threads "$t") cap=()
         [ "$e" = ct2i ] && th=(--inter_threads "$t" --intra_threads 1)
-        /usr/bin/time -f "%e %M" -o "$tmp/time" "$ct2/bin/ct2-translator" --model "$tmp/ct2.$p" --compute_type "$p" \
+        [ "$p" = int8 ] && cap=("${ct2_int8_cap[@]}")
+        /usr/bin/time -f "%e %M" -o "$tmp/time" "${cap[@]}" "$ct2/bin/ct2-translator" --model "$tmp/ct2.$p" --compute_type "$p" \
             --beam_size "$beam" --length_penalty 0 "${th[@]}" --batch_type "${batching%%:*}" --batch_size "${batching#*:}" \
             --max_decoding_length "$maxlen" --min_decoding_length 0 --max_input_length "$mlen" \
             < "$tmp/src.pieces" > "$raw" || exit 1 ;;
