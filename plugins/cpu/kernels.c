@@ -22,23 +22,29 @@ struct ew {
 
 CPU_VEC_BODY(add_body)
 {
-    struct ew *e = arg;
+    const struct ew *e = arg;
+    float *out = e->out;
+    const float *a = e->a, *b = e->b;
     for (int64_t i = lo; i < hi; i++)
-        e->out[i] = e->a[i] + e->b[i];
+        out[i] = a[i] + b[i];
 }
 
 CPU_VEC_BODY(relu_body)
 {
-    struct ew *e = arg;
+    const struct ew *e = arg;
+    float *out = e->out;
+    const float *a = e->a;
     for (int64_t i = lo; i < hi; i++)
-        e->out[i] = e->a[i] > 0 ? e->a[i] : 0.0f;
+        out[i] = a[i] > 0 ? a[i] : 0.0f;
 }
 
 CPU_VEC_BODY(relu_back_body)
 {
-    struct ew *e = arg; /* out = dx, a = dout, b = y */
+    const struct ew *e = arg; /* out = dx, a = dout, b = y */
+    float *out = e->out;
+    const float *a = e->a, *b = e->b;
     for (int64_t i = lo; i < hi; i++)
-        e->out[i] = e->b[i] > 0 ? e->a[i] : 0.0f;
+        out[i] = b[i] > 0 ? a[i] : 0.0f;
 }
 
 CPU_VEC_BODY(swish_body)
@@ -59,11 +65,12 @@ CPU_VEC_BODY(swish_back_body)
 
 CPU_VEC_BODY(dropout_body)
 {
-    struct ew *e = arg; /* out, a = input, s = p */
-    float p = e->s, k = 1.0f / (1.0f - p);
-    uint64_t key = rng_key(e->seed);
+    const struct ew *e = arg; /* out, a = input, s = p */
+    float p = e->s, k = 1.0f / (1.0f - p), *out = e->out;
+    const float *a = e->a;
+    uint64_t key = rng_key(e->seed), offset = e->offset;
     for (int64_t i = lo; i < hi; i++)
-        e->out[i] = e->a[i] * (rng_uniform_keyed(key, e->offset + (uint64_t)i) >= p ? k : 0.0f);
+        out[i] = a[i] * (rng_uniform_keyed(key, offset + (uint64_t)i) >= p ? k : 0.0f);
 }
 
 static int ew_run(nmt_bctx *ctx, pool_fn fn, struct ew *e, size_t n)
@@ -134,11 +141,13 @@ struct rows {
 
 CPU_VEC_BODY(bias_add_body)
 {
-    struct rows *r = arg;
+    const struct rows *r = arg;
+    const float *bias = r->a;
+    int N = r->N;
     for (int64_t i = lo; i < hi; i++) {
-        float *o = r->out + i * r->N;
-        for (int j = 0; j < r->N; j++)
-            o[j] += r->a[j];
+        float *o = r->out + i * N;
+        for (int j = 0; j < N; j++)
+            o[j] += bias[j];
     }
 }
 
@@ -154,11 +163,12 @@ int cpu_bias_add(nmt_bctx *ctx, float *out, const float *bias, int M, int N)
 /* Column sums over the column range [lo, hi), rows in order: deterministic. */
 CPU_VEC_BODY(bias_grad_body)
 {
-    struct rows *r = arg;
+    const struct rows *r = arg;
+    float *out = r->out;
     for (int64_t i = 0; i < r->M; i++) {
         const float *g = r->a + i * r->N;
         for (int64_t j = lo; j < hi; j++)
-            r->out[j] += g[j];
+            out[j] += g[j];
     }
 }
 
@@ -340,14 +350,15 @@ int cpu_layernorm_forward(nmt_bctx *ctx, float *out, float *mean, float *rstd, c
 /* dgamma/dbeta over a column range, rows in order. */
 CPU_VEC_BODY(ln_bwd_param_body)
 {
-    struct rows *r = arg; /* out = dgamma, out2 = dbeta, a = dout, b = x, c = mean, d = rstd */
+    const struct rows *r = arg; /* out = dgamma, out2 = dbeta, a = dout, b = x, c = mean, d = rstd */
     int D = r->N;
+    float *dgamma = r->out, *dbeta = r->out2;
     for (int64_t n = 0; n < r->M; n++) {
         const float *g = r->a + n * D, *x = r->b + n * D;
         float mu = r->c[n], rs = r->d[n];
         for (int64_t j = lo; j < hi; j++) {
-            r->out[j] += g[j] * ((x[j] - mu) * rs);
-            r->out2[j] += g[j];
+            dgamma[j] += g[j] * ((x[j] - mu) * rs);
+            dbeta[j] += g[j];
         }
     }
 }
