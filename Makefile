@@ -167,8 +167,8 @@ $(OBJ)/tests/plugins/%.so: $(OBJ)/tests/plugins/%.o
 
 # The cpu plugin with its AMX path on the tile emulation of plugins/cpu/amx.h, for the tests: an
 # AMX machine's int8 path run through nmt-decode on any CPU with AVX-512 VNNI.
-# Only gemm.c (which picks the path) and linear_q_amx.c (the kernel) depend on the emulation.
-AMXEMU_SRC := plugins/cpu/isa.c plugins/cpu/linear_q_amx.c
+# Only isa.c (which grants the path) and the tile kernels depend on the emulation.
+AMXEMU_SRC := plugins/cpu/isa.c plugins/cpu/linear_q_amx.c plugins/cpu/gemm_bf16_amx.c
 AMXEMU_OBJ := $(patsubst plugins/cpu/%.c,$(OBJ)/tests/amxemu/%.o,$(AMXEMU_SRC)) \
 	$(patsubst %.c,$(OBJ)/%.o,$(filter-out $(AMXEMU_SRC),$(wildcard plugins/cpu/*.c)))
 $(OBJ)/tests/amxemu/%.o: plugins/cpu/%.c

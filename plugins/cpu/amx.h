@@ -1,5 +1,5 @@
-/* amx.h: the AMX tile instructions of the int8 linear layer's AMX path (linear_q_amx.c), as GCC's
- * intrinsics; or, where CPU_AMX_EMULATE is defined, as C functions that follow the pseudo-code of
+/* amx.h: the AMX tile instructions of the int8 linear layer's AMX path (linear_q_amx.c) and of
+ * the bf16 products (gemm_bf16_amx.c), as GCC's intrinsics; or, where CPU_AMX_EMULATE is defined, as C functions that follow the pseudo-code of
  * Intel's instruction set reference, so that tests run the tile kernel on CPUs without AMX
  * (tests/unit/test_amx.c). Tile numbers are constants. The emulation aborts where the hardware
  * would fault: a tile used before a configuration is loaded, or operand shapes that do not match. */
@@ -27,6 +27,7 @@ struct amx_cfg {
 #define AMX_STORE(t, base, stride) _tile_stored(t, base, stride)
 #define AMX_DPBUSD(c, a, b) _tile_dpbusd(c, a, b)
 #define AMX_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
+#define AMX_DPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
 
 #else
 
@@ -123,6 +124,57 @@ static inline void amx_emu_dpb(int c, int a, int b, int a_signed)
     }
 }
 
+/* A float32 with DAZ and FTZ: below the normal range (exponent bits 0) it reads as 0 of its sign. */
+static inline float amx_emu_flush(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if (!(u & 0x7f800000u))
+        u &= 0x80000000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* The bfloat16 at byte offset 2 * I of tile row R, as a float32 (DAZ). */
+static inline float amx_emu_bf16(const uint8_t *r, int i)
+{
+    uint16_t h;
+    memcpy(&h, r + 2 * i, sizeof h);
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return amx_emu_flush(x);
+}
+
+/* tdpbf16ps: for each row m of C and each float32 column n, two running sums from 0, of the even
+ * and of the odd elements of the bf16 pairs: for each pair k of A's row m, in increasing k,
+ * e += A[m].bf16[2k] * B[k].bf16[2n] and o += A[m].bf16[2k+1] * B[k].bf16[2n+1], each a fused
+ * multiply-add rounded to nearest even; then C[m][n] += e + o (the sum first). Inputs and results
+ * below float32's normal range are 0 (DAZ, FTZ). Shapes as tdpbssd's. */
+__attribute__((target("fma"))) static inline void amx_emu_dpbf16ps(int c, int a, int b)
+{
+    amx_emu_check(c), amx_emu_check(a), amx_emu_check(b);
+    const struct amx_cfg *g = &amx_emu.cfg;
+    if (g->rows[c] != g->rows[a] || g->colsb[a] / 4 != g->rows[b] || g->colsb[c] != g->colsb[b] || g->colsb[c] % 4 ||
+        g->colsb[a] % 4)
+        amx_emu_fail("tdpbf16ps: operand shapes do not match");
+    int K = g->colsb[a] / 4, N = g->colsb[c] / 4;
+    for (int m = 0; m < g->rows[c]; m++) {
+        float e[16] = { 0 }, o[16] = { 0 }, acc[16];
+        for (int k = 0; k < K; k++) {
+            float x0 = amx_emu_bf16(amx_emu.t[a][m], 2 * k), x1 = amx_emu_bf16(amx_emu.t[a][m], 2 * k + 1);
+            for (int n = 0; n < N; n++) {
+                e[n] = amx_emu_flush(__builtin_fmaf(x0, amx_emu_bf16(amx_emu.t[b][k], 2 * n), e[n]));
+                o[n] = amx_emu_flush(__builtin_fmaf(x1, amx_emu_bf16(amx_emu.t[b][k], 2 * n + 1), o[n]));
+            }
+        }
+        memcpy(acc, amx_emu.t[c][m], sizeof acc);
+        for (int n = 0; n < N; n++)
+            acc[n] = amx_emu_flush(amx_emu_flush(acc[n]) + amx_emu_flush(e[n] + o[n]));
+        memcpy(amx_emu.t[c][m], acc, sizeof acc);
+    }
+}
+
 #define AMX_LOADCONFIG(cfg) amx_emu_loadconfig(cfg)
 #define AMX_RELEASE() amx_emu_release()
 #define AMX_ZERO(t) amx_emu_zero(t)
@@ -130,6 +182,7 @@ static inline void amx_emu_dpb(int c, int a, int b, int a_signed)
 #define AMX_STORE(t, base, stride) amx_emu_store(t, base, (long)(stride))
 #define AMX_DPBUSD(c, a, b) amx_emu_dpb(c, a, b, 0)
 #define AMX_DPBSSD(c, a, b) amx_emu_dpb(c, a, b, 1)
+#define AMX_DPBF16PS(c, a, b) amx_emu_dpbf16ps(c, a, b)
 
 #endif
 #endif

@@ -43,7 +43,8 @@ int cpu_isa(void)
 #ifdef CPU_AMX_EMULATE /* the tests' build: the AMX path on the tile emulation of amx.h */
         int amx = vnni;
 #else
-        int amx = vnni && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8") && cpu_amx_request();
+        int amx = vnni && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8") &&
+                  __builtin_cpu_supports("amx-bf16") && cpu_amx_request();
 #endif
         cpu = amx      ? CPU_ISA_AMX
               : vnni   ? CPU_ISA_VNNI

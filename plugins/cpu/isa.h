@@ -11,7 +11,7 @@
 #define ISA_AVX512_BF16 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma")))
 #define ISA_AVX512_VNNI __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 #define ISA_AMX                                                                                                 \
-    __attribute__((target("amx-tile,amx-int8,avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+    __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
 /* CPU_VEC_BODY(NAME) { ... } defines NAME, a pool_for body (void *arg, int64_t lo, int64_t hi, int
  * tid), from the block after it: a hot loop compiled three times (AVX-512, AVX2, baseline), the one
@@ -34,8 +34,9 @@
 
 /* The instruction sets of the hand-written kernels (gemm_rowinv, linear_rowinv), widest last.
  * VNNI is AVX-512 with AVX512-VNNI: the float32 kernels take their AVX-512 path on it, the int8
- * linear layer its vpdpwssd path. AMX is VNNI with AMX-TILE and AMX-INT8 granted by the kernel:
- * the int8 layer's tile path (linear_q_amx.c), the rest as on VNNI. */
+ * linear layer its vpdpwssd path. AMX is VNNI with AMX-TILE, AMX-INT8 and AMX-BF16 granted by the
+ * kernel: the int8 layer's tile path (linear_q_amx.c) and the bf16 products' (gemm_bf16_amx.c), the
+ * rest as on VNNI. */
 enum { CPU_ISA_PORTABLE, CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_VNNI, CPU_ISA_AMX };
 /* The widest set the CPU has, capped by NMT_CPU_ISA (portable, avx2, avx512, avx512vnni or amx;
  * read per call, so tests can check every path; cpu_isa_env_error checks its value). */

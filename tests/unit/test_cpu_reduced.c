@@ -13,11 +13,14 @@
  * bf16 (where the CPU has AVX512-BF16): bit for bit against vdpbf16ps's documented arithmetic
  * restated here (inputs rounded to bf16 to nearest even, each pair's products added to the float32
  * sum odd element first, k ascending), against float32 within a bound, row invariance, and the
- * refusal when NMT_CPU_ISA turns AVX-512 off. */
+ * refusal when NMT_CPU_ISA turns AVX-512 off.
+ * bf16 products (gemm_ex under set_precision(BF16)) on CPUs with AMX: bit for bit the tiles'
+ * arithmetic (tests/unit/amx_bf16_spec.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx_bf16_spec.h"
 #include "run/backend_loader.h"
 #include "test.h"
 #include "cli/cli.h"
@@ -439,6 +442,45 @@ static void test_bf16(void)
     free(A), free(W), free(b), free(C), free(y), free(Wp);
 }
 
+/* The bf16 products of gemm_ex under set_precision(BF16) on real tiles (plugins/cpu/gemm_bf16_amx.c):
+ * bit for bit tests/unit/amx_bf16_spec.h (which test_amx_bf16 checks the tile emulation against), on
+ * 1 and 2 threads, float32 and bf16 operands, the four transpositions. */
+static void test_amx_bf16(void)
+{
+    if (!cpu_has("amx")) {
+        test_ok(1, "bf16 products on AMX tiles # SKIP this CPU lacks the amx path");
+        return;
+    }
+    static const int cases[][5] = { { 37, 29, 67, 0, 1 }, { 64, 48, 96, 0, 0 }, { 19, 70, 33, 1, 0 },
+                                    { 100, 17, 130, 1, 1 }, { 1, 1, 1, 0, 1 }, { 33, 200, 64, 0, 0 } };
+    int exact = 1, n = 0;
+    rng_state = 5;
+    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        int M = cases[c][0], N = cases[c][1], K = cases[c][2], ta = cases[c][3], tb = cases[c][4];
+        int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
+        size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+        float *A = frand(na, -2, 2), *B = frand(nb, -1, 1), *C0 = frand(nc, -1, 1), *C = malloc(nc * 4), *R = malloc(nc * 4);
+        uint16_t *B16 = malloc(nb * 2);
+        for (int t = 0; t < 2; t++)
+            for (int b16 = 0; b16 < 2; b16++, n++) {
+                struct backend *x = t ? be : be1;
+                float beta = b16 ? 0.5f : 0.0f;
+                memcpy(C, C0, nc * 4);
+                memcpy(R, C0, nc * 4);
+                int rc = x->ops.set_precision(x->ctx, NMT_DTYPE_BF16) < 0 ||
+                         x->ops.cast(x->ctx, B16, NMT_DTYPE_BF16, B, NMT_DTYPE_F32, nb) < 0 ||
+                         x->ops.gemm_ex(x->ctx, ta, tb, M, N, K, 0.75f, A, NMT_DTYPE_F32, lda, b16 ? (void *)B16 : B,
+                                        b16 ? NMT_DTYPE_BF16 : NMT_DTYPE_F32, ldb, beta, C, ldc) < 0 ||
+                         x->ops.set_precision(x->ctx, NMT_DTYPE_F32) < 0;
+                spec_amx_bf16_gemm(ta, tb, M, N, K, 0.75f, A, lda, B, ldb, beta, R, ldc);
+                exact &= rc == 0 && !memcmp(C, R, nc * 4);
+            }
+        free(A), free(B), free(C0), free(C), free(R), free(B16);
+    }
+    test_ok(exact, "bf16 products on AMX tiles (gemm_ex under set_precision bf16): %d products bit for bit the tile "
+            "spec (four transpositions, awkward shapes, float32 and bf16 operands, 1 and 2 threads)", n);
+}
+
 /* The int8 layer in DTYPE (activations on the grid -TOP..TOP; NAME in messages) on every path this
  * CPU has: the spec bit for bit, within BOUND of float32, row invariance, the extremes, and
  * identical bits across the paths. */
@@ -504,6 +546,7 @@ int main(void)
     /* 8-bit activations: the weights' rounding and the activations' (0.70% above) */
     test_int8(NMT_DTYPE_INT8A8, 127, "int8-a8", 1e-2);
     test_bf16();
+    test_amx_bf16();
     backend_close(be);
     backend_close(be1);
     return test_done();

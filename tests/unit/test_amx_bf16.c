@@ -1,0 +1,192 @@
+/* test_amx_bf16: the cpu plugin's bf16 products on AMX (plugins/cpu/gemm_bf16_amx.c) run through
+ * the tile emulation of plugins/cpu/amx.h, so that the kernel is checked on CPUs without AMX:
+ *   - the emulated tdpbf16ps on hand-worked values: the even and odd products summed apart, then
+ *     added to C; inputs and results below float32's normal range read as 0;
+ *   - the rounding of float32 operands to bf16 (16 at a time, or fewer: zeros after them) against
+ *     f32_to_bf16 on special values and random bit patterns;
+ *   - the whole product bit for bit against tests/unit/amx_bf16_spec.h on awkward M, N and K, the
+ *     four transpositions, float32 and bf16 operands, alpha and beta (beta 0 never reads C, even
+ *     NaN), no element of C past M rows or N columns written, whatever the thread split.
+ * The kernel's packing is AVX-512 code: the checks need a CPU with it (and are skipped elsewhere).
+ * On CPUs with AMX, test_cpu_reduced runs the real instructions against the same spec. */
+#define CPU_AMX_EMULATE 1
+#include "cpu/gemm_bf16_amx.c"
+
+#include <stdlib.h>
+
+#include "amx_bf16_spec.h"
+#include "test.h"
+
+/* The thread pool of the plugin, replaced: [0, N) in test_chunks pieces, run one after another as
+ * threads 0, 1, ... (the kernel's results may not depend on the split). */
+static int test_chunks = 1;
+void pool_for(struct pool *p, int64_t n, int64_t grain, pool_fn fn, void *arg)
+{
+    (void)p, (void)grain;
+    for (int t = 0; t < test_chunks; t++) {
+        int64_t lo = n * t / test_chunks, hi = n * (t + 1) / test_chunks;
+        if (hi > lo)
+            fn(arg, lo, hi, t);
+    }
+}
+
+static uint64_t rng_state = 7;
+static uint32_t rnd(void)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(rng_state >> 33);
+}
+static float urand(void) { return (float)(rnd() % 2000001) / 1000000.0f - 1.0f; }
+
+static uint16_t bits_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
+
+/* One row of A by one column of B, hand-worked. Even products 1 and 0, odd 2^-24 and 2^-24: the
+ * odd sum is 2^-23 and 1 + 2^-23 is a float32; one running sum would round 1 + 2^-24 to 1 twice.
+ * Then a denormal input (2^-130 as bf16) reads as 0, and a result below the normal range is 0. */
+static void test_emulation(void)
+{
+    /* tiles: 0 A (one row, two pairs), 1 B (two rows of one pair), 2 C (one element) */
+    static const struct amx_cfg cfg2 = { .palette = 1, .colsb = { 8, 4, 4 }, .rows = { 1, 2, 1 } };
+    static const struct amx_cfg cfg = { .palette = 1, .colsb = { 4, 4, 4 }, .rows = { 1, 1, 1 } };
+    const float two24 = 1.0f / 16777216.0f;
+    uint16_t a[4] = { bits_bf16(1.0f), bits_bf16(1.0f), bits_bf16(1.0f), bits_bf16(1.0f) };
+    uint16_t b[4] = { bits_bf16(1.0f), bits_bf16(two24), 0, bits_bf16(two24) }; /* rows k = 0, 1 */
+    float c = 0, want = 1.0f + 2 * two24;
+    AMX_LOADCONFIG(&cfg2);
+    AMX_LOAD(0, a, 8);
+    AMX_LOAD(1, b, 4);
+    AMX_LOAD(2, &c, 4);
+    AMX_DPBF16PS(2, 0, 1);
+    AMX_STORE(2, &c, 4);
+    AMX_RELEASE();
+    test_ok(c == want, "emulated tdpbf16ps sums the even and odd products apart: %.9g (want %.9g)", c, want);
+
+    const float tiny = 7.34683969e-40f; /* 2^-130: a float32 denormal, exactly a bf16 one */
+    uint16_t da[2] = { bits_bf16(tiny), bits_bf16(1.0f) }, db[2] = { bits_bf16(1e30f), 0 };
+    uint16_t sa[2] = { bits_bf16(1e-20f), 0 }, sb[2] = { bits_bf16(1e-20f), 0 }; /* 1e-40: below normal */
+    float d = 0, s = 0;
+    AMX_LOADCONFIG(&cfg);
+    AMX_LOAD(0, da, 4);
+    AMX_LOAD(1, db, 4);
+    AMX_ZERO(2);
+    AMX_DPBF16PS(2, 0, 1);
+    AMX_STORE(2, &d, 4);
+    AMX_LOAD(0, sa, 4);
+    AMX_LOAD(1, sb, 4);
+    AMX_ZERO(2);
+    AMX_DPBF16PS(2, 0, 1);
+    AMX_STORE(2, &s, 4);
+    AMX_RELEASE();
+    test_ok(d == 0 && s == 0, "emulated tdpbf16ps: a denormal input reads as 0 (%g), a denormal result is 0 (%g)", d, s);
+}
+
+/* The packing's conversion of the first M of 16 float32 values at X into GOT[16]. */
+ISA_AMX static void convert16(uint16_t *got, const float *x, int m)
+{
+    _mm256_storeu_si256((__m256i *)got, cvt16(x, 0, m));
+}
+
+static void test_rounding(void)
+{
+    enum { N = 4099 };
+    static float x[N];
+    uint16_t got[16];
+    static const uint32_t special[] = { 0x00000000u, 0x80000000u, 0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu,
+                                        0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00001u, 0xffa00000u,
+                                        0x7f800001u, 0x00000001u, 0x807fffffu, 0x00800000u, 0x7f7f8000u };
+    int ns = (int)(sizeof special / sizeof special[0]);
+    for (int i = 0; i < N; i++) {
+        uint32_t u = i < ns ? special[i] : rnd() << 1 ^ rnd();
+        memcpy(&x[i], &u, 4);
+    }
+    int bad = 0;
+    for (int i = 0; i < N; i += 16) { /* every count 0..16 of values from each place */
+        int n = N - i < 16 ? N - i : 16;
+        for (int m = 0; m <= n; m++) {
+            convert16(got, x + i, m);
+            for (int q = 0; q < 16; q++)
+                bad += got[q] != (q < m ? f32_to_bf16(x[i + q]) : 0);
+        }
+    }
+    test_ok(bad == 0, "float32 to bf16 in the packing: as f32_to_bf16 on %d special and random values (%d differ)", N,
+            bad);
+}
+
+/* One product on the emulated tiles against the spec; TEST_CHUNKS splits; returns differing elements
+ * (C checked whole: the sentinel columns past N must be unchanged). */
+static int one_case(int ta, int tb, int M, int N, int K, int a16, int b16, float alpha, float beta, int chunks)
+{
+    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 5;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    float *A = malloc(na * 4), *B = malloc(nb * 4), *C = malloc(nc * 4), *R = malloc(nc * 4);
+    uint16_t *A16 = malloc(na * 2), *B16 = malloc(nb * 2);
+    for (size_t i = 0; i < na; i++) {
+        A[i] = urand() * (rnd() % 9 == 0 ? 300.0f : 1.0f);
+        if (a16) { /* the bf16 operand and its float32 value, so the spec reads the same number */
+            A16[i] = f32_to_bf16(A[i]);
+            A[i] = bf16_to_f32(A16[i]);
+        }
+    }
+    for (size_t i = 0; i < nb; i++) {
+        B[i] = urand();
+        if (b16) {
+            B16[i] = f32_to_bf16(B[i]);
+            B[i] = bf16_to_f32(B16[i]);
+        }
+    }
+    for (size_t i = 0; i < nc; i++)
+        C[i] = R[i] = (int)(i % (size_t)ldc) >= N ? -777.0f : beta == 0 ? NAN : urand();
+    void *work = aligned_alloc(64, (cpu_gemm_bf16_amx_bytes(M, N, K) + 63) / 64 * 64);
+    nmt_bctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    test_chunks = chunks;
+    cpu_gemm_bf16_amx(&ctx, work, ta, tb, M, N, K, alpha, a16 ? (const void *)A16 : A, a16, lda,
+                      b16 ? (const void *)B16 : B, b16, ldb, beta, C, ldc);
+    spec_amx_bf16_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
+    int bad = 0;
+    for (size_t i = 0; i < nc; i++)
+        bad += memcmp(&C[i], &R[i], 4) != 0;
+    free(A), free(B), free(C), free(R), free(A16), free(B16), free(work);
+    return bad;
+}
+
+static void test_products(void)
+{
+    static const int shapes[][3] = { { 1, 1, 1 },   { 16, 16, 32 }, { 32, 32, 64 }, { 17, 33, 31 }, { 5, 70, 97 },
+                                     { 48, 20, 33 }, { 33, 16, 200 }, { 3, 40, 512 }, { 65, 47, 66 } };
+    int ns = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int t = 0; t < 4; t++) {
+        int bad = 0, cases = 0;
+        for (int s = 0; s < ns; s++)
+            for (int v = 0; v < 4; v++, cases++) {
+                const int *d = shapes[s];
+                float alpha = v == 2 ? -0.5f : 1.0f, beta = v == 1 ? 0.25f : v == 3 ? -1.0f : 0.0f;
+                bad += one_case(t >> 1, t & 1, d[0], d[1], d[2], v == 2, v == 3, alpha, beta, 1 + (s + v) % 3) != 0;
+            }
+        test_ok(bad == 0, "transA %d transB %d: %d products (float32 and bf16 operands, alpha, beta 0 on NaN C, "
+                "1-3 thread chunks) bit for bit the spec, nothing written past N (%d differ)", t >> 1, t & 1, cases, bad);
+    }
+    int split = 0;
+    for (int chunks = 1; chunks <= 4; chunks++)
+        split += one_case(0, 1, 70, 100, 130, 0, 0, 1.0f, 0.0f, chunks) != 0;
+    test_ok(split == 0, "70 x 100 x 130 split into 1, 2, 3, 4 chunks of columns: the spec each time (%d differ)", split);
+}
+
+int main(void)
+{
+    __builtin_cpu_init();
+    test_emulation();
+    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))) {
+        test_ok(1, "AMX bf16 packing and kernel (emulated) # SKIP they are AVX-512 code, which this CPU lacks");
+        return test_done();
+    }
+    test_rounding();
+    test_products();
+    return test_done();
+}
