@@ -43,8 +43,9 @@
 # schedule with WARMUP (default 4000) warm-up steps at nmt's peak rate (--lr 1: d^-0.5 WARMUP^-0.5). STEPS
 # updates (default 300), then the validation perplexity of each. For each thread count of THREADS
 # (default "1 2"): target tokens/s (median of the logged rates after step LO, default 20), target tokens
-# an update, peak RSS (/usr/bin/time), validation perplexity. WORK keeps the files (default a temporary
-# folder). Run it alone: timings need an idle machine.
+# an update, peak RSS (/usr/bin/time), validation perplexity. TRAIN_PRECISIONS (default float32; also
+# bf16) are nmt-train's --precision runs, each a row before Marian's (Marian trains in float32 on a
+# CPU). WORK keeps the files (default a temporary folder). Run it alone: timings need an idle machine.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 ct2=${CT2:-$top/../shared/peers/ctranslate2} marian=${MARIAN:-$top/../shared/peers/marian}
@@ -90,33 +91,37 @@ train_engines() {
     echo "| engine | threads | target tokens/s | target tokens an update | peak RSS MiB | validation perplexity after $steps steps |"
     echo "|---|---|---|---|---|---|"
     local t
+    local p precisions=${TRAIN_PRECISIONS:-float32}
     for t in $threads_list; do
-        train_nmt "$t" || return 1
-        train_marian "$t" || return 1
+        for p in $precisions; do
+            train_nmt "$t" "$p" || return 1
+        done
+        train_marian "$t" "${precisions%% *}" || return 1
     done
     [ -n "${WORK:-}" ] || rm -rf "$w"
 }
 
-# train_nmt THREADS: one nmt-train run, a table row
+# train_nmt THREADS PRECISION: one nmt-train run, a table row
 train_nmt() {
-    local t=$1
+    local t=$1 p=$2
     rm -f "$w/nmt.ckpt"*
     /usr/bin/time -f "%M" -o "$w/nmt.$t.time" "$B/nmt-train" "${arch[@]}" -i "$w/train.batches" --vocab "$vocab" \
         -o "$w/nmt.ckpt" --max-steps "$steps" --threads "$t" --valid "$w/valid.batches" --valid-every "$steps" \
-        --log "$w/nmt.$t.csv" -q || return 1
+        --precision "$p" --log "$w/nmt.$t.$p.csv" -q || return 1
     [ -s "$w/marian.vocab.yml" ] || "$B/nmt-export" -m "$w/nmt.ckpt" --to marian -o "$w/marian.npz" || return 1
-    awk -F, -v lo="$lo" -v t="$t" -v kb="$(cat "$w/nmt.$t.time")" '
+    awk -F, -v lo="$lo" -v t="$t" -v kb="$(cat "$w/nmt.$t.time")" -v name="nmt-train$([ "$p" = float32 ] || echo " $p")" '
         NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
         $c["step"] > lo { r[++n] = $c["tokens_per_s"]; tok += $c["tokens"]; k++ }
         $c["valid_ppl"] != "" { ppl = $c["valid_ppl"] }
         END { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { x = r[i]; r[i] = r[j]; r[j] = x }
-              printf "| nmt-train | %d | %.0f | %.0f | %.0f | %.2f |\n", t, n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2,
-                     tok / k, kb / 1024, ppl }' "$w/nmt.$t.csv"
+              printf "| %s | %d | %.0f | %.0f | %.0f | %.2f |\n", name, t, n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2,
+                     tok / k, kb / 1024, ppl }' "$w/nmt.$t.$p.csv"
 }
 
-# train_marian THREADS: one marian run (synchronous updates over THREADS workers), a table row
+# train_marian THREADS PRECISION: one marian run (synchronous updates over THREADS workers), a table
+# row; its batches as large as those of nmt's run in PRECISION
 train_marian() {
-    local t=$1 hdr dims
+    local t=$1 p=$2 hdr dims
     hdr=$("$B/nmt-cat" --header "$w/nmt.ckpt")
     dims() { awk -F '\t' -v k="model.$1" '$1 == k {print $2}' <<< "$hdr"; }
     local d; d=$(dims d_model)
@@ -126,7 +131,7 @@ train_marian() {
     # Marian's batches by target words (labels; with --sync-sgd one batch an update, split over its T
     # workers): nmt's mean target tokens a step
     local mbw; mbw=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-        $c["tokens"] != "" { s += $c["tokens"]; k++ } END { printf "%d", s / k + 0.5 }' "$w/nmt.$t.csv")
+        $c["tokens"] != "" { s += $c["tokens"]; k++ } END { printf "%d", s / k + 0.5 }' "$w/nmt.$t.$p.csv")
     rm -rf "$w/m.$t" && mkdir -p "$w/m.$t"
     /usr/bin/time -f "%M" -o "$w/marian.$t.time" "$marian/bin/marian" --type transformer --cpu-threads "$t" --sync-sgd \
         -t "$w/tsrc.pieces" "$w/ttgt.pieces" -v "$w/marian.vocab.yml" "$w/marian.vocab.yml" -m "$w/m.$t/model.npz" \
