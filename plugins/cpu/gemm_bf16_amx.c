@@ -6,9 +6,12 @@
  * are) into packed copies:
  *   - A as Mp / 16 row tiles (M rounded up to 32, zero rows past M), each Kp / 32 A tiles in
  *     turn (K rounded up to 32, zeros past K): 16 rows of 32 values, 1 KB, read as one stream;
+ *     packed a row tile at a time where op(A) = A, a step of K at a time from whole rows of A
+ *     where op(A) = A^T (transposed in registers), so that A is always read along its rows;
  *   - B as Np / 16 panels (N rounded up to 32) of 16 columns, each Kp / 2 rows of 64 bytes: row g
  *     holds, for c = 0..15, op(B)[2g][c] and op(B)[2g+1][c]. 16 such rows are a B tile: 32 values
- *     of K by 16 columns, the pairs tdpbf16ps multiplies.
+ *     of K by 16 columns, the pairs tdpbf16ps multiplies. Packed a panel at a time where
+ *     op(B) = B^T, a step of K at a time from whole rows of B where op(B) = B.
  * Tiles, all 16 rows by 64 bytes: 0..3 the sums of a block of 32 rows by 32 columns of C, 4 and 5
  * its rows of A, 6 and 7 its columns of B. Each tdpbf16ps adds to an element's sum the 32 products
  * of one step of K (amx.h states the order). So an element's sum depends on K and on its own row
@@ -253,7 +256,7 @@ ISA_AMX static void block(const struct bfg *g, int i, int j)
             AMX_DPBF16PS(2, 5, 6);
             AMX_DPBF16PS(3, 5, 7);
         }
-    else /* the edge: every tile, the missing ones on zero rows (their sums unused) */
+    else /* the edge: only the tiles with rows below M and columns below N */
         for (size_t k = 0; k < (size_t)g->Kp; k += STEP) {
             AMX_LOAD(4, a0 + k * 16, 64);
             AMX_LOAD(6, b0 + k * 16, 64);

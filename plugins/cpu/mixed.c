@@ -7,6 +7,7 @@
  * accumulation), up to the order of the sums (and, on the tiles, values below float32's normal
  * range read as 0): the numbers of bf16 training on any CPU, at the tiles' speed where there are
  * tiles. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -97,7 +98,7 @@ int cpu_gemm_ex(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, floa
         return -1;
     if (M == 0 || N == 0 || K == 0 || alpha == 0)
         return cpu_gemm_f32(ctx, transA, transB, M, N, K, alpha, NULL, lda, NULL, ldb, beta, C, ldc);
-    if (round && cpu_isa() == CPU_ISA_AMX) { /* the tile path (gemm_bf16_amx.c) */
+    if (round && cpu_isa() == CPU_ISA_AMX && K <= INT_MAX - 32) { /* the tile path (gemm_bf16_amx.c) */
         if (mbuf_reserve(ctx, (cpu_gemm_bf16_amx_bytes(M, N, K) + sizeof(float) - 1) / sizeof(float)) < 0)
             return -1;
         return cpu_gemm_bf16_amx(ctx, ctx->mbuf, transA, transB, M, N, K, alpha, A, a_dtype == NMT_DTYPE_BF16, lda, B,

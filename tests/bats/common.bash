@@ -43,3 +43,14 @@ nmt_tools() {
     done
     return 0
 }
+
+# Skips the test unless this CPU can run the cpu plugin built on the tile emulation of
+# plugins/cpu/amx.h (AVX-512 with VNNI); else sets AMXEMU to that plugin, which takes its AMX paths.
+need_amxemu() {
+    local flags f
+    flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
+    for f in avx512f avx512dq avx512bw avx512vl avx512_vnni; do
+        [[ "$flags" == *" $f "* ]] || skip "this CPU lacks $f: the emulated AMX path runs where the VNNI one would"
+    done
+    AMXEMU="$NMT_BIN/../build/tests/plugins/amxemu.so"
+}

@@ -420,13 +420,10 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
 }
 
 @test "--precision int8, int8-all, int8-a8-all on an AMX CPU (the tile path, here on the tile emulation): the same bytes as the default path" {
-    flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
-    for f in avx512f avx512dq avx512bw avx512vl avx512_vnni; do
-        [[ "$flags" == *" $f "* ]] || skip "this CPU lacks $f: the emulated AMX path runs where the VNNI one would"
-    done
     # the cpu plugin built with the tile instructions emulated (plugins/cpu/amx.h), which takes its
     # AMX path on this CPU: nmt-decode through linear_q.c's AMX driver and linear_q_amx.c's kernel
-    E="$NMT_BIN/../build/tests/plugins/amxemu.so"
+    need_amxemu
+    E=$AMXEMU
     run nmt-backends --backend "$E" --threads 1
     [ "$status" -eq 0 ]
     grep -q '^device.*, amx, ' <<< "$output"

@@ -412,13 +412,10 @@ losses() { cut -d, -f1,3 "$1"; }
 }
 
 @test "--precision bf16 on an AMX CPU (the tile path, here on the tile emulation): within 1% of the sgemm emulation's losses, the same bits on 1 and 2 threads" {
-    flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
-    for f in avx512f avx512dq avx512bw avx512vl avx512_vnni; do
-        [[ "$flags" == *" $f "* ]] || skip "this CPU lacks $f: the emulated AMX path runs where the VNNI one would"
-    done
     # the cpu plugin built with the tile instructions emulated (plugins/cpu/amx.h): its AMX path
     # here, its exact emulation on sgemm with NMT_CPU_ISA=avx512vnni
-    E="$NMT_BIN/../build/tests/plugins/amxemu.so"
+    need_amxemu
+    E=$AMXEMU
     NMT_CPU_ISA=avx512vnni "${T[@]}" --backend "$E" -o v.ckpt --max-steps 6 --log v.csv --precision bf16
     "${T[@]}" --backend "$E" -o a.ckpt --max-steps 6 --log a.csv --precision bf16
     "${T[@]}" --backend "$E" -o a2.ckpt --max-steps 6 --log a2.csv --precision bf16 --threads 2
