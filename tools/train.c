@@ -36,6 +36,7 @@ struct opts {
     const char *init_from;  /* --init-from: the checkpoint whose weights a new run starts from */
     struct freeze_parts freeze; /* --freeze: the parts whose weights stay as they are */
     int resume, threads, quiet, no_shuffle, preset_set, reduce_fast, overlap;
+    int save_init;          /* --save-init: write the initialised model and stop */
     int gpu_comm;           /* --gpu-comm: the index in GPU_COMMS, -1 when not given (auto) */
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
     double max_time, lr, clip, progress_every, peak_lr;
@@ -135,6 +136,10 @@ static const struct opt_spec OPTIONS[] = {
 {OPTION(OT_U64, "max-steps", 0, "N", OFF(max_steps),
         "total optimizer steps, counting those before a --resume"),
  .flags = OF_ZERO_UNSET, .imin = 1, .imax = BIG},
+{OPTION(OT_FLAG, "save-init", 0, NULL, OFF(save_init),
+        "write the model as initialised (step 0) to -o and stop: another\n"
+        "engine can start from the same weights (nmt-export)"),
+ .flags = OF_NO_DUMP},
 {OPTION(OT_DURATION, "max-time", 0, "DUR", OFF(max_time),
         "wall time of this run: seconds or with s, m, h suffix"),
  .flags = OF_ZERO_UNSET | OF_MIN_OPEN, .dmin = 0, .dmax = INFINITY},
@@ -490,6 +495,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
         return nmt_usage_error("the vocabulary of the batches is required (--vocab FILE)");
     if (o->init_from && !*o->init_from)
         return nmt_usage_error("--init-from needs a checkpoint file");
+    if (o->save_init && o->resume)
+        return nmt_usage_error("--save-init writes a new model: not with --resume");
     struct model_config tmp;
     if (model_preset(&tmp, o->preset) < 0)
         return nmt_usage_error("%s", nmt_errmsg());
@@ -1088,6 +1095,11 @@ static int setup(struct ctx *c)
     if (o->max_steps && c->t.s.step >= o->max_steps) {
         nmt_error("'%s' is already at step %llu (--max-steps %llu): nothing to do", o->output,
                   (unsigned long long)c->t.s.step, (unsigned long long)o->max_steps);
+        return 1;
+    }
+    if (o->save_init) { /* the weights as initialised, before any update */
+        if (c->root && trainer_save(&c->t, &c->rec, o->output) < 0)
+            return -1;
         return 1;
     }
     if (open_log(c) < 0)

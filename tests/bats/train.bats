@@ -38,7 +38,7 @@ losses() { cut -d, -f1,3 "$1"; }
              --clip-norm --update-freq --seed --label-smoothing --dropout --attention-dropout --activation-dropout \
              --no-shuffle --max-bad --valid-every --patience --save-every --keep --log --log-every --quiet --help \
              --version --valid-bleu --valid-beam --config --dump-config --peak-lr --force --comm --reduce \
-             --precision --overlap --gpu-comm --init-from --schedule --ema --freeze; do
+             --precision --overlap --gpu-comm --init-from --schedule --ema --freeze --save-init; do
         [[ "$output" == *"$o"* ]] || { echo "missing $o"; return 1; }
     done
 }
@@ -127,6 +127,25 @@ losses() { cut -d, -f1,3 "$1"; }
     [ "$(grep -c . b.csv)" -eq 16 ]
     diff <(losses a.csv) <(losses b.csv)
     same_model a.ckpt b.ckpt
+}
+
+@test "--save-init writes the model at step 0: resumed from it, training is that of a run from scratch" {
+    run "${T[@]}" --max-steps 5 --attention-dropout 0.1 -o a.ckpt --log a.csv
+    [ "$status" -eq 0 ]
+    run "${T[@]}" --attention-dropout 0.1 -o b.ckpt --save-init
+    [ "$status" -eq 0 ]; [ -z "$output" ]
+    run nmt-cat --header b.ckpt
+    [ "$status" -eq 0 ]
+    [[ "$output" == *$'train.step\t0'* ]]
+    [ ! -e b.csv ]
+    run "${T[@]}" --attention-dropout 0.1 --resume --max-steps 5 -o b.ckpt --log b.csv
+    [ "$status" -eq 0 ]
+    [ "$(grep -c . b.csv)" -eq 6 ]
+    diff <(losses a.csv) <(losses b.csv)
+    same_model a.ckpt b.ckpt
+    run "${T[@]}" -o c.ckpt --save-init --resume
+    [ "$status" -eq 2 ]; [[ "$output" == *"--save-init writes a new model"* ]]
+    [ ! -e c.ckpt ]
 }
 
 @test "--resume reads the vocabulary from the checkpoint and refuses another shape" {
