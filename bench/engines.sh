@@ -40,8 +40,10 @@
 # The model: nmt's PRESET (default tiny) with the options Marian's transformer has
 # (its positions, zero start, output bias, layer-norm epsilon 1e-6, ReLU as --transformer-ffn-activation
 # relu); dropout 0.1, label smoothing 0.1, Adam (0.9, 0.98, 1e-9), no clipping, the inverse square-root
-# schedule with WARMUP (default 4000) warm-up steps at nmt's peak rate (--lr 1: d^-0.5 WARMUP^-0.5). STEPS
-# updates (default 300), then the validation perplexity of each. For each thread count of THREADS
+# schedule with WARMUP (default 4000) warm-up steps at nmt's peak rate (--lr 1: d^-0.5 WARMUP^-0.5); both
+# engines start from the same weights (nmt-train --save-init, exported to Marian's --pretrained-model). STEPS
+# updates (default 300), then the validation perplexity of each (the same measure: exp of the mean negative
+# log-likelihood of the reference pieces and </s>, no label smoothing). For each thread count of THREADS
 # (default "1 2"): target tokens/s (median of the logged rates after step LO, default 20), target tokens
 # an update, peak RSS (/usr/bin/time), validation perplexity. TRAIN_PRECISIONS (default float32; also
 # bf16) are nmt-train's --precision runs, each a row before Marian's (Marian trains in float32 on a
@@ -83,6 +85,9 @@ train_engines() {
                 --activation relu --tied-embeddings all --dropout 0.1 --label-smoothing 0.1 --lr 1 --warmup "$warmup")
     "$B/nmt-tokenize" --vocab "$vocab" --src "$tsrc" --tgt "$ttgt" | "$B/nmt-batch" -t "$mt" -o "$w/train.batches" || return 1
     "$B/nmt-tokenize" --vocab "$vocab" --src "$vsrc" --tgt "$vtgt" | "$B/nmt-batch" -t "$mt" -o "$w/valid.batches" || return 1
+    # the initial weights, once: nmt's runs make the same from the same seed, Marian's start from them
+    "$B/nmt-train" "${arch[@]}" -i "$w/train.batches" --vocab "$vocab" -o "$w/init.ckpt" --force --save-init || return 1
+    "$B/nmt-export" -m "$w/init.ckpt" --to marian -o "$w/marian.npz" || return 1
     local f
     for f in tsrc ttgt vsrc vtgt; do
         "$B/nmt-tokenize" --vocab "$vocab" --text=pieces < "${!f}" > "$w/$f.pieces" || return 1
@@ -108,7 +113,6 @@ train_nmt() {
     /usr/bin/time -f "%M" -o "$w/nmt.$t.time" "$B/nmt-train" "${arch[@]}" -i "$w/train.batches" --vocab "$vocab" \
         -o "$w/nmt.ckpt" --max-steps "$steps" --threads "$t" --valid "$w/valid.batches" --valid-every "$steps" \
         --precision "$p" --log "$w/nmt.$t.$p.csv" -q || return 1
-    [ -s "$w/marian.vocab.yml" ] || "$B/nmt-export" -m "$w/nmt.ckpt" --to marian -o "$w/marian.npz" || return 1
     awk -F, -v lo="$lo" -v t="$t" -v kb="$(cat "$w/nmt.$t.time")" -v name="nmt-train$([ "$p" = float32 ] || echo " $p")" '
         NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
         $c["step"] > lo { r[++n] = $c["tokens_per_s"]; tok += $c["tokens"]; k++ }
@@ -142,7 +146,8 @@ train_marian() {
         --lr-warmup "$warmup" --lr-decay-inv-sqrt "$warmup" --max-length "$(dims max_len)" --max-length-crop \
         --mini-batch-words "$mbw" --maxi-batch 100 --after "${steps}u" --disp-freq "$((steps < 100 ? 1 : 10))u" \
         --valid-sets "$w/vsrc.pieces" "$w/vtgt.pieces" --valid-metrics perplexity --valid-freq "${steps}u" \
-        --save-freq "${steps}u" --overwrite --seed 1 --log "$w/marian.$t.log" > /dev/null 2>&1 ||
+        --save-freq "${steps}u" --overwrite --seed 1 --pretrained-model "$w/marian.npz" --log "$w/marian.$t.log" \
+        > /dev/null 2>&1 ||
         { tail -5 "$w/marian.$t.log" >&2; return 1; }
     # "Ep. E : Up. U : Sen. S : Cost C * LABELS @ ... after TOTAL : Time Ts : R words/s : ..." and
     # "[valid] Ep. E : Up. U : perplexity : P"

@@ -77,7 +77,7 @@
 #include <stdint.h>
 
 #define NMT_BACKEND_ABI_MAJOR 2
-#define NMT_BACKEND_ABI_MINOR 8
+#define NMT_BACKEND_ABI_MINOR 9
 #define NMT_BACKEND_ENTRY "nmt_backend_entry"
 
 /* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 2 kernels are F32;
@@ -424,6 +424,14 @@ struct nmt_backend {
      * the cache rows of every surviving hypothesis at each step (gather_rows). */
     int (*attention_forward_rows)(nmt_bctx *ctx, float *out, const float *q, const float *k, const float *v,
                                   const struct nmt_attn_args *a, const int32_t *rows, int64_t rows_ld);
+
+    /* ---- OPTIONAL, ABI 2.9: the rows of a packed weight ---- */
+    /* out[i*K .. i*K+K-1] (device, row-major) = row rows[i] of the weight W (N,K) that PACKED holds in
+     * float32 (linear_pack, or linear_pack_q with NMT_DTYPE_F32), each value exactly as W had it, for
+     * i < n; zeros for rows[i] < 0 (rows: device). The host reads an embedding tied to the output
+     * projection through it, so the embedding's float32 copy need not stay in memory. 0, or negative
+     * (PACKED not a float32 packed weight, rows[i] >= N). */
+    int (*linear_rows)(nmt_bctx *ctx, float *out, const void *packed, const int32_t *rows, int n);
     /* New slots are appended here, bumping NMT_BACKEND_ABI_MINOR. */
 };
 

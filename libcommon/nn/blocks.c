@@ -81,11 +81,35 @@ int nn_dropout(struct nn_exec *e, float *x, size_t n, float p, uint64_t *off)
     return nn_bk(e, e->k->dropout_forward(e->ctx, x, x, n, p, e->seed, o), "dropout_forward");
 }
 
+/* nn_embed's embedding of N rows from E->emb_packed (see struct nn_exec): the rows' values, then
+ * the positions, as embedding(_table)_forward computes them from the table. */
+static int embed_packed(struct nn_exec *e, float *x, const int32_t *ids, const int32_t *pos, int N)
+{
+    int D = e->c->d_model;
+    for (int i = 0; i < N; i += e->emb_chunk) {
+        int n = N - i < e->emb_chunk ? N - i : e->emb_chunk;
+        float *xi = x + (size_t)i * (size_t)D;
+        if (nn_bk(e, e->k->linear_rows(e->ctx, e->emb_scratch, e->emb_packed, ids + i, n), "linear_rows") < 0)
+            return -1;
+        /* a row of ids < 0 (the zero start) is zeros in the scratch: its embedding is its position's */
+        int rc = e->pe ? e->k->embedding_table_forward(e->ctx, xi, e->emb_iota, pos + i, e->emb_scratch, e->pe, n, D, n,
+                                                       e->c->max_len, sqrtf((float)D))
+                       : e->k->embedding_forward(e->ctx, xi, e->emb_iota, pos + i, e->emb_scratch, n, D, n,
+                                                 sqrtf((float)D));
+        if (nn_bk(e, rc, e->pe ? "embedding_table_forward" : "embedding_forward") < 0)
+            return -1;
+    }
+    return 0;
+}
+
 int nn_embed(struct nn_exec *e, float *x, const int32_t *ids, const int32_t *pos, const float *emb, int N,
              uint64_t *drop_off)
 {
     int D = e->c->d_model;
-    if (e->pe) {
+    if (e->emb_packed && emb == e->emb_table) {
+        if (embed_packed(e, x, ids, pos, N) < 0)
+            return -1;
+    } else if (e->pe) {
         if (nn_bk(e, e->k->embedding_table_forward(e->ctx, x, ids, pos, emb, e->pe, N, D, e->c->vocab, e->c->max_len,
                                                    sqrtf((float)D)),
                   "embedding_table_forward") < 0)

@@ -41,6 +41,16 @@ struct nn_exec {
     /* the position table (max_len, D) of the model's formula, through the backend's
      * embedding_table_forward (nn_pe_table); NULL: the paper's sinusoid of embedding_forward */
     const float *pe;
+    /* an embedding table whose float32 copy may be gone, read instead from the packed weight that
+     * holds it (the output projection it is tied to) through the backend's linear_rows: nn_embed
+     * given EMB_TABLE (compared, never read) gathers EMB_CHUNK rows at a time from EMB_PACKED into
+     * EMB_SCRATCH (EMB_CHUNK x d_model floats), then embeds them as rows 0, 1, ... (EMB_IOTA);
+     * EMB_PACKED NULL: none */
+    const float *emb_table;
+    const void *emb_packed;
+    float *emb_scratch;
+    const int32_t *emb_iota;
+    int emb_chunk;
 };
 
 /* The bfloat16 copy of weight W (a pointer into E->wbase's buffer); E->wbf must be set. */

@@ -37,6 +37,8 @@ struct infer {
     int nwt;
     char *wt_buf;                    /* device buffer of the packed weights (NULL when shared) */
     float *pe;                       /* device (max_len, D) position table (nn_pe_table), or NULL */
+    float *emb_scratch;              /* device (EMB_CHUNK, D): rows of a packed embedding (run.emb_packed) */
+    int32_t *emb_iota;               /* device 0, 1, ..., EMB_CHUNK - 1 */
     int shares;                      /* wts and the model are another state's (infer_new_shared) */
     uint64_t rows_stepped;           /* infer_rows_stepped */
     int out_gone;                    /* the output projection's float32 weights are not in the model
@@ -140,6 +142,8 @@ void infer_free(struct infer *in)
         in->k->free(in->ctx, in->sl_rows);
         in->k->free(in->ctx, in->sl_b);
         in->k->free(in->ctx, in->pe);
+        in->k->free(in->ctx, in->emb_scratch);
+        in->k->free(in->ctx, in->emb_iota);
         in->k->free(in->ctx, in->sl_ids);
         in->k->free(in->ctx, in->sl_u);
         in->k->free(in->ctx, in->sl_flat);
@@ -245,11 +249,53 @@ static int wt_table(struct infer *in)
     return 0;
 }
 
-/* Whether E's weight is read by more than the products (the embeddings, which the input reads too;
- * the output projection, whose rows a shortlist gathers): its float32 copy stays in the model. */
+/* Whether the embedding tied to E's weight (the output projection) is read from E's packed copy
+ * (linear_rows: float32 packs hold the weight's exact values) rather than from its float32 copy. */
+static int emb_from_packed(const struct infer *in, const struct wt_entry *e)
+{
+    return in->k->linear_rows && e->dtype == NMT_DTYPE_F32;
+}
+
+/* Whether E's weight is read by more than the products (an embedding tied to it, which the input
+ * reads too, unless from the packed copy; the output projection, whose rows a shortlist gathers):
+ * its float32 copy stays in the model. */
 static int wt_read_elsewhere(const struct infer *in, const struct wt_entry *e)
 {
-    return e->w == in->w->emb || e->w == in->w->dec_emb || (e->w == in->w->out_w && in->sl);
+    if (e->w == in->w->out_w && in->sl)
+        return 1;
+    return (e->w == in->w->emb || e->w == in->w->dec_emb) && !emb_from_packed(in, e);
+}
+
+/* Rows of a packed embedding gathered at a time (struct nn_exec's emb_chunk). */
+#define EMB_CHUNK 256
+
+/* Points IN's blocks at the packed copy of the output projection for the embedding tied to it,
+ * where emb_from_packed says so (after pack_weights, or with an owner's table). 0, or -1 with the
+ * error set. */
+static int emb_setup(struct infer *in)
+{
+    const struct wt_entry *e = NULL;
+    for (int i = 0; i < in->nwt; i++)
+        if (in->wts[i].w == in->w->out_w)
+            e = &in->wts[i];
+    if (!e || !e->packed || !emb_from_packed(in, e) || (e->w != in->w->emb && e->w != in->w->dec_emb))
+        return 0;
+    int32_t iota[EMB_CHUNK];
+    for (int i = 0; i < EMB_CHUNK; i++)
+        iota[i] = i;
+    in->emb_scratch = in->k->alloc(in->ctx, (size_t)EMB_CHUNK * (size_t)in->c.d_model * sizeof(float));
+    in->emb_iota = in->k->alloc(in->ctx, sizeof iota);
+    if (!in->emb_scratch || !in->emb_iota)
+        return nmt_seterr("cannot allocate the embedding's rows on backend %s: %s", in->k->name,
+                          in->k->last_error(in->ctx));
+    if (nn_bk(&in->run, in->k->upload(in->ctx, in->emb_iota, iota, sizeof iota), "upload") < 0)
+        return -1;
+    in->run.emb_table = e->w;
+    in->run.emb_packed = e->packed;
+    in->run.emb_scratch = in->emb_scratch;
+    in->run.emb_iota = in->emb_iota;
+    in->run.emb_chunk = EMB_CHUNK;
+    return 0;
 }
 
 /* The ranges of the model's weights that only the products read (wt_read_elsewhere), for
@@ -452,7 +498,8 @@ struct infer *infer_new(struct backend *be, struct model *m, unsigned flags, uin
     struct infer *in = infer_alloc(be, m, (flags & INFER_INVARIANT) != 0, precision);
     if (!in)
         return NULL;
-    if (packs(in) && (wt_table(in) < 0 || pack_weights(in, (flags & INFER_DISCARD) != 0, NULL, 0) < 0)) {
+    if (packs(in) && (wt_table(in) < 0 || pack_weights(in, (flags & INFER_DISCARD) != 0, NULL, 0) < 0 ||
+                      emb_setup(in) < 0)) {
         infer_free(in);
         return NULL;
     }
@@ -471,6 +518,10 @@ struct infer *infer_new_shared(struct backend *be, const struct infer *owner)
     in->nwt = owner->nwt;
     in->shares = 1;
     in->out_gone = owner->out_gone;
+    if (emb_setup(in) < 0) {
+        infer_free(in);
+        return NULL;
+    }
     return in;
 }
 
@@ -1515,8 +1566,8 @@ static struct infer *load_model(struct backend *be, struct model *m, struct st_f
     free(r);
     if (rc < 0)
         nmt_seterr("'%s': %s", o->path, nmt_errmsg());
-    else if (direct)
-        rc = pack_weights(in, 1, ckpt, consume);
+    else if (direct && (rc = pack_weights(in, 1, ckpt, consume)) == 0)
+        rc = emb_setup(in);
     if (rc < 0) {
         infer_free(in);
         return NULL;

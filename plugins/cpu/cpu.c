@@ -256,6 +256,7 @@ static const struct nmt_backend cpu_table = {
     .alloc_sparse = cpu_alloc_sparse,
     .topk_logits = cpu_topk_logits,
     .attention_forward_rows = cpu_attention_forward_rows,
+    .linear_rows = cpu_linear_rows,
 };
 
 __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void) { return &cpu_table; }

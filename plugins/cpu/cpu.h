@@ -41,14 +41,15 @@ struct nmt_bctx {
     size_t mcap;   /* floats of mbuf */
 };
 
-/* linear_packed_bytes, linear_pack, linear_rowinv, linear_packed_bytes_q and linear_pack_q
- * (plugins/backend.h), in linear.c. */
+/* linear_packed_bytes, linear_pack, linear_rowinv, linear_packed_bytes_q, linear_pack_q and
+ * linear_rows (plugins/backend.h), in linear.c. */
 size_t cpu_linear_packed_bytes(nmt_bctx *ctx, int N, int K);
 int cpu_linear_pack(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw);
 int cpu_linear_rowinv(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *Wp,
                       const float *bias, int relu, float *C, int ldc);
 size_t cpu_linear_packed_bytes_q(nmt_bctx *ctx, int N, int K, uint32_t dtype);
 int cpu_linear_pack_q(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw, uint32_t dtype);
+int cpu_linear_rows(nmt_bctx *ctx, float *out, const void *packed, const int32_t *rows, int n);
 
 /* Every weight packed by linear_pack or linear_pack_q starts with this header (one cache line);
  * its data follow (linear.c, linear_q.c). */

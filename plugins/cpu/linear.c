@@ -95,6 +95,32 @@ int cpu_linear_pack(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int 
     return 0;
 }
 
+int cpu_linear_rows(nmt_bctx *ctx, float *out, const void *packed, const int32_t *rows, int n)
+{
+    struct lin_hdr h;
+    if (!packed || n < 0)
+        return cpu_err(ctx, "linear_rows: no packed weight, or n = %d", n);
+    memcpy(&h, packed, sizeof h);
+    if (h.magic != LIN_MAGIC || h.dtype != NMT_DTYPE_F32)
+        return cpu_err(ctx, "linear_rows: the weight was not packed in float32 by linear_pack");
+    const float *wp = (const float *)((const char *)packed + LIN_HDR);
+    size_t K = (size_t)h.K;
+    for (int i = 0; i < n; i++) {
+        float *o = out + (size_t)i * K;
+        int j = rows[i];
+        if (j >= h.N)
+            return cpu_err(ctx, "linear_rows: row %d of a weight of %d rows", j, h.N);
+        if (j < 0) {
+            memset(o, 0, K * sizeof *o);
+            continue;
+        }
+        const float *w = wp + (size_t)(j / PW) * K * PW + (size_t)(j % PW); /* panel_row's layout */
+        for (size_t k = 0; k < K; k++)
+            o[k] = w[k * PW];
+    }
+    return 0;
+}
+
 /* ---------------- AVX-512: tiles of up to 6 rows by 4 panels ---------------- */
 
 #define MR16 6

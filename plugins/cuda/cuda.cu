@@ -661,6 +661,8 @@ static const struct nmt_backend cuda_table = {
     .topk_logits = cu_topk_logits,
     /* nor attention_forward_rows (ABI 2.8): beam search moves its cache rows (gather_rows) */
     .attention_forward_rows = NULL,
+    /* nor linear_rows (ABI 2.9): an embedding tied to the output projection keeps its float32 copy */
+    .linear_rows = NULL,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct nmt_backend *nmt_backend_entry(void)

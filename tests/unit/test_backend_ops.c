@@ -917,6 +917,47 @@ static void check_alloc_sparse(const char *path, const struct nmt_backend_opts *
     backend_close(x);
 }
 
+/* linear_rows (ABI 2.9): rows of a weight packed in float32 (by linear_pack from a strided W) are W's
+ * rows bit for bit, a negative row zeros; a row past N and a weight packed in int8 are errors. */
+static void check_linear_rows(const char *path, const struct nmt_backend_opts *opts)
+{
+    struct backend *x = backend_open(path, opts);
+    if (!x || !x->ops.linear_rows || !x->ops.linear_pack) {
+        test_ok(x != NULL, "%s: linear_rows # SKIP optional slot absent", path);
+        backend_close(x);
+        return;
+    }
+    static const int shapes[][3] = { { 37, 19, 23 }, { 16, 1, 1 }, { 1000, 64, 64 } };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int N = shapes[s][0], K = shapes[s][1], ldw = shapes[s][2], n = 7;
+        int32_t rows[7] = { 0, N - 1, N / 2, -1, 5 % N, N - 1, 3 % N }, past = N;
+        float *W = drand(x, (size_t)N * ldw, -1, 1), *out = drand(x, (size_t)n * K, -1, 1);
+        float *hw = host_of(x, W, (size_t)N * ldw), *ho = malloc((size_t)n * K * sizeof *ho);
+        void *Wp = x->ops.alloc(x->ctx, x->ops.linear_packed_bytes(x->ctx, N, K));
+        int rc = !Wp || !ho || OP(x, linear_pack, Wp, W, N, K, ldw) < 0 ||
+                 OP(x, linear_rows, out, Wp, dints(x, rows, n), n) < 0 ||
+                 OP(x, download, ho, out, (size_t)n * K * sizeof *ho) < 0;
+        int same = !rc;
+        for (int i = 0; same && i < n; i++)
+            for (int k = 0; k < K; k++) {
+                float want = rows[i] < 0 ? 0.0f : hw[(size_t)rows[i] * ldw + k];
+                same &= !memcmp(&ho[(size_t)i * K + k], &want, sizeof want);
+            }
+        test_ok(same, "%s: linear_rows of a %dx%d weight (ldw %d) packed in float32: its rows bit for bit, row -1 zeros",
+                x->ops.name, N, K, ldw);
+        test_ok(x->ops.linear_rows(x->ctx, out, Wp, dints(x, &past, 1), 1) < 0,
+                "%s: linear_rows: row %d of %d rows is an error", x->ops.name, N, N);
+        size_t qb = x->ops.linear_packed_bytes_q ? x->ops.linear_packed_bytes_q(x->ctx, N, K, NMT_DTYPE_INT8) : 0;
+        void *Wq = qb ? x->ops.alloc(x->ctx, qb) : NULL;
+        if (Wq && x->ops.linear_pack_q(x->ctx, Wq, W, N, K, ldw, NMT_DTYPE_INT8) == 0)
+            test_ok(x->ops.linear_rows(x->ctx, out, Wq, dints(x, rows, 1), 1) < 0,
+                    "%s: linear_rows of a weight packed in int8 is an error", x->ops.name);
+        free(hw);
+        free(ho);
+    }
+    backend_close(x);
+}
+
 /* discard (ABI 2.4): in a large buffer (the cpu plugin's huge-page one) and a small one, a range
  * with unaligned ends is given back; every byte outside it keeps its value, and the range holds
  * what is written to it afterwards. */
@@ -1007,6 +1048,7 @@ int main(void)
         check_rowinv(list[i].path, &opts);
         check_attention_rows(list[i].path, &opts);
         check_discard(list[i].path, &opts);
+        check_linear_rows(list[i].path, &opts);
         check_alloc_sparse(list[i].path, &opts);
     }
     test_ok(tested >= 1, "%d usable plugin(s) tested against cpu", tested);

@@ -757,12 +757,24 @@ static void run_discard(struct backend *be)
     model_free(m);
 }
 
+/* The backend's linear_rows, counting its calls (run_load_direct). */
+static int (*real_linear_rows)(nmt_bctx *, float *, const void *, const int32_t *, int);
+static int linear_rows_calls;
+static int counting_linear_rows(nmt_bctx *ctx, float *out, const void *packed, const int32_t *rows, int n)
+{
+    linear_rows_calls++;
+    return real_linear_rows(ctx, out, packed, rows, n);
+}
+
 /* infer_load with INFER_DISCARD: the products' weights packed straight from the checkpoint's bytes
  * (model_load_except: never in the model), the checkpoint consumed or not, the output projection
- * tied to the embedding (kept in the model, which reads it) or not: the same scores and beam-2
- * results as a state over the whole model, whose weights were saved to that checkpoint. */
+ * tied to the embedding or not: the same scores and beam-2 results as a state over the whole model,
+ * whose weights were saved to that checkpoint, made without the backend's linear_rows. The output
+ * projection (float32 in both precisions) tied to the embedding is given back too: the embedding's
+ * rows are read from its packed copy (linear_rows). */
 static void run_load_direct(struct backend *be)
 {
+    real_linear_rows = be->ops.linear_rows;
     char path[64];
     snprintf(path, sizeof path, "/tmp/nmt-test-direct-%d.ckpt", (int)getpid());
     for (int v = 0; v < 8; v++) {
@@ -777,13 +789,18 @@ static void run_load_direct(struct backend *be)
         st_writer_free(w);
         double l0[DS], l1[DS];
         struct search_result r0[DS], r1[DS];
+        be->ops.linear_rows = NULL; /* the reference reads the embedding's float32 table */
         struct infer *ref = ok ? infer_new(be, m, INFER_INVARIANT, prec) : NULL;
         ok = ref && decode_all(ref, l0, r0) == 0;
+        be->ops.linear_rows = real_linear_rows ? counting_linear_rows : NULL;
+        linear_rows_calls = 0;
         struct st_file *f = ok ? st_read(path) : NULL;
         struct infer_load_opts o = {.cfg = &c, .path = path, .flags = INFER_INVARIANT | INFER_DISCARD, .precision = prec};
         struct infer *in = f ? infer_load(be, NULL, &f, consume, &o, &m2) : NULL;
         int dec = ok && in && decode_all(in, l1, r1) == 0;
-        int same = dec && model_weights_discarded(m2) && (consume ? !f : f != NULL) && !memcmp(l0, l1, sizeof l0);
+        int rows_read = !untied && real_linear_rows; /* the output projection is packed in float32 */
+        int same = dec && model_weights_discarded(m2) && (consume ? !f : f != NULL) && !memcmp(l0, l1, sizeof l0) &&
+                   (linear_rows_calls > 0) == rows_read;
         for (int b = 0; b < DS; b++) {
             if (dec)
                 same &= same_result(&r0[b], &r1[b]), search_result_free(&r1[b]);
@@ -791,14 +808,16 @@ static void run_load_direct(struct backend *be)
                 search_result_free(&r0[b]);
         }
         test_ok(same, "infer_load (%s, output projection %s, checkpoint %s): packed from the file's bytes, the "
-                "results of the whole model (%s)", infer_precision_name(prec), untied ? "untied" : "tied",
-                consume ? "consumed" : "kept", in ? "" : nmt_errmsg());
+                "results of the whole model%s (%s)", infer_precision_name(prec), untied ? "untied" : "tied",
+                consume ? "consumed" : "kept", rows_read ? ", the embedding read from the packed copy" : "",
+                in ? "" : nmt_errmsg());
         infer_free(in);
         infer_free(ref);
         model_free(m2);
         model_free(m);
         st_free(f);
     }
+    be->ops.linear_rows = real_linear_rows;
     unlink(path);
 }
 
