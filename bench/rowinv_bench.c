@@ -6,7 +6,7 @@
  * row-invariant slots to the full gemm; and, where the backend has linear_pack_q (ABI 2.1),
  * linear_rowinv on the weight packed in int8 (nmt-decode --precision int8; its "GF/s" count the
  * same 2MNK operations), with its ratio to the float32 linear_rowinv.
- * Usage: rowinv_bench [BACKEND [THREADS [tiny|base|small [int8|int8-a8]]]]   (defaults: cpu, 2, small,
+ * Usage: rowinv_bench [BACKEND [THREADS [tiny|base|small [int8|int8-a8|int8-a7]]]]   (defaults: cpu, 2, small,
  * int8; tiny: the TINY model's shapes, d 128, ff 256, a vocabulary of 8000; base: the BASE model's,
  * d 512, ff 2048; int8-a8: the int8 column with 8-bit activations, --precision int8-a8) */
 #include <stdio.h>
@@ -61,7 +61,9 @@ int main(int argc, char **argv)
     static const int base[][2] = { { 512, 512 }, { 1536, 512 }, { 2048, 512 }, { 512, 2048 }, { 8000, 512 } };
     const int(*NK)[2] = argc > 3 && !strcmp(argv[3], "tiny") ? tiny : argc > 3 && !strcmp(argv[3], "base") ? base : small;
     int q = be->ops.linear_packed_bytes_q && be->ops.linear_pack_q; /* int8 too */
-    uint32_t qtype = argc > 4 && !strcmp(argv[4], "int8-a8") ? NMT_DTYPE_INT8A8 : NMT_DTYPE_INT8;
+    uint32_t qtype = argc > 4 && !strcmp(argv[4], "int8-a8")   ? NMT_DTYPE_INT8A8
+                     : argc > 4 && !strcmp(argv[4], "int8-a7") ? NMT_DTYPE_INT8A7
+                                                               : NMT_DTYPE_INT8;
     printf("%5s %5s %5s %12s %12s %12s %12s %8s %8s %12s %10s\n", "M", "N", "K", "gemm GF/s", "8-row GF/s",
            "rowinv GF/s", "linear GF/s", "ratio", "ratio", "int8 GF/s", "int8/lin");
     for (size_t s = 0; s < sizeof small / sizeof small[0]; s++)

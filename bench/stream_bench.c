@@ -4,7 +4,7 @@
  * projection (8000 columns), packed once in PRECISION, swept in turn for M rows, so that each
  * comes from memory (or the last-level cache, where they fit), as they do in nmt-decode, not from
  * the L2 cache as in rowinv_bench. M is the number of rows of a step (sentences of a greedy batch).
- * Usage: stream_bench [BACKEND [THREADS [float32|int8|int8-a8 [LAYERS]]]]   (defaults: cpu, 1,
+ * Usage: stream_bench [BACKEND [THREADS [float32|int8|int8-a8|int8-a7 [LAYERS]]]]   (defaults: cpu, 1,
  * float32, 6) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +31,8 @@ int main(int argc, char **argv)
     }
     const struct nmt_backend *k = &be->ops;
     const char *prec = argc > 3 ? argv[3] : "float32";
-    uint32_t dtype = !strcmp(prec, "int8") ? NMT_DTYPE_INT8 : !strcmp(prec, "int8-a8") ? NMT_DTYPE_INT8A8 : NMT_DTYPE_F32;
+    uint32_t dtype = !strcmp(prec, "int8") ? NMT_DTYPE_INT8 : !strcmp(prec, "int8-a8") ? NMT_DTYPE_INT8A8
+                     : !strcmp(prec, "int8-a7") ? NMT_DTYPE_INT8A7 : NMT_DTYPE_F32;
     int layers = argc > 4 ? atoi(argv[4]) : 6;
     if (!k->linear_rowinv || !k->linear_packed_bytes_q || !k->linear_pack_q || layers < 1 || layers > 64) {
         fprintf(stderr, "stream_bench: backend %s lacks linear_pack_q, or LAYERS outside 1..64\n", k->name);

@@ -77,15 +77,17 @@
 #include <stdint.h>
 
 #define NMT_BACKEND_ABI_MAJOR 2
-#define NMT_BACKEND_ABI_MINOR 9
+#define NMT_BACKEND_ABI_MINOR 10
 #define NMT_BACKEND_ENTRY "nmt_backend_entry"
 
 /* Data types a backend can hold (bit mask in nmt_backend_props.dtypes). ABI 2 kernels are F32;
  * linear_pack_q (ABI 2.1) also takes INT8 and BF16 as the precision of a packed weight (ABI 2.8:
- * INT8A8, int8 weights with 8-bit activations, which only linear_pack_q takes); cast,
+ * INT8A8, int8 weights with 8-bit activations, which only linear_pack_q takes; ABI 2.10: INT8A7,
+ * with 7-bit activations, likewise); cast,
  * gemm_ex and set_precision (ABI 2.2) take BF16 for matrix products. A BF16 tensor holds bfloat16
  * values as uint16_t bit patterns (the top half of a float32), 2 bytes an element. */
-enum { NMT_DTYPE_F32 = 1, NMT_DTYPE_F16 = 2, NMT_DTYPE_BF16 = 4, NMT_DTYPE_INT8 = 8, NMT_DTYPE_INT8A8 = 16 };
+enum { NMT_DTYPE_F32 = 1, NMT_DTYPE_F16 = 2, NMT_DTYPE_BF16 = 4, NMT_DTYPE_INT8 = 8, NMT_DTYPE_INT8A8 = 16,
+       NMT_DTYPE_INT8A7 = 32 };
 
 /* Options for open(). The host zero-fills the struct and sets size = sizeof(struct
  * nmt_backend_opts); a plugin reads only fields within `size` and takes defaults for the rest. */
@@ -322,7 +324,10 @@ struct nmt_backend {
      * on that row (the linear_rowinv contract holds), and it is the same on every code path of a
      * plugin. INT8A8 (ABI 2.8; a plugin may refuse it): the same weights, the rows of A on the
      * int8 grid instead (a_i = max_k |A[i,k]| / 127, values in [-127, 127]), the same exact sums
-     * and epilogue: what 8-bit integer dot products (VNNI's vpdpbusd) compute fastest. BF16: W and each row of A rounded to bfloat16 (to nearest even), products summed in
+     * and epilogue: what 8-bit integer dot products (VNNI's vpdpbusd) compute fastest. INT8A7
+     * (ABI 2.10; a plugin may refuse it): the same weights, the rows of A on a 7-bit grid (a_i =
+     * max_k |A[i,k]| / 63, values in [-63, 63]), the same exact sums and epilogue: what AVX2's
+     * vpmaddubsw multiplies exactly as unsigned bytes qA + 64, without saturating. BF16: W and each row of A rounded to bfloat16 (to nearest even), products summed in
      * float32 in a fixed order. 0 or negative (DTYPE not supported, bad shape, non-finite weight). */
     int (*linear_pack_q)(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw, uint32_t dtype);
 
@@ -432,6 +437,8 @@ struct nmt_backend {
      * projection through it, so the embedding's float32 copy need not stay in memory. 0, or negative
      * (PACKED not a float32 packed weight, rows[i] >= N). */
     int (*linear_rows)(nmt_bctx *ctx, float *out, const void *packed, const int32_t *rows, int n);
+
+    /* ABI 2.10 adds no slot: linear_pack_q's NMT_DTYPE_INT8A7 (above). */
     /* New slots are appended here, bumping NMT_BACKEND_ABI_MINOR. */
 };
 

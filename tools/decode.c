@@ -1213,8 +1213,10 @@ static const struct opt_spec OPTIONS[] = {
             "output projection, attention and layer norms stay float32), bf16\n"
             "(on CPUs with AVX512-BF16: bf16 products, float32 sums), int8-a8: int8\n"
             "with 8-bit activations (12-bit in int8): faster on VNNI CPUs, half the\n"
-            "weight memory on AVX2, further from float32; or int8-all, int8-a8-all,\n"
-            "bf16-all: the output projection in that precision too"),
+            "weight memory on AVX2, further from float32; int8-a7: 7-bit activations,\n"
+            "faster on AVX2 CPUs without VNNI, further still; or int8-all,\n"
+            "int8-a8-all, int8-a7-all, bf16-all: the output projection in that\n"
+            "precision too"),
      .parse = parse_precision},
     {OPTION(OT_FLAG, "shortlist", 0, NULL, OFF(shortlist),
             "the output layer computes only each sentence's candidates in the\n"

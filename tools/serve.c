@@ -435,7 +435,7 @@ static const struct opt_spec OPTIONS[] = {
             "--client: the longest a request may take (default 300)"),
      .imin = 1, .imax = 86400},
     {OPTION(OT_CUSTOM, "precision", 0, "P", OFF(so.precision),
-            "float32 (default), int8, int8-all, int8-a8, int8-a8-all, bf16,\nbf16-all (as nmt-decode)"),
+            "float32 (default), int8, int8-all, int8-a8, int8-a8-all, int8-a7,\nint8-a7-all, bf16, bf16-all (as nmt-decode)"),
      .parse = parse_precision},
     {OPTION(OT_FLAG, "shortlist", 0, NULL, OFF(so.shortlist),
             "the output layer over each sentence's shortlisted pieces (as nmt-decode)")},

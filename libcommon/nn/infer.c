@@ -387,6 +387,8 @@ static const struct {
     {"int8-all", NMT_DTYPE_INT8 | INFER_OUTPUT_TOO},
     {"int8-a8", NMT_DTYPE_INT8A8},
     {"int8-a8-all", NMT_DTYPE_INT8A8 | INFER_OUTPUT_TOO},
+    {"int8-a7", NMT_DTYPE_INT8A7},
+    {"int8-a7-all", NMT_DTYPE_INT8A7 | INFER_OUTPUT_TOO},
     {"bf16", NMT_DTYPE_BF16},
     {"bf16-all", NMT_DTYPE_BF16 | INFER_OUTPUT_TOO},
 };
@@ -406,7 +408,8 @@ int infer_precision_parse(const char *name, uint32_t *dtype)
             *dtype = precisions[i].dtype;
             return 0;
         }
-    return nmt_seterr("invalid precision '%s' (float32, int8, int8-all, int8-a8, int8-a8-all, bf16 or bf16-all)",
+    return nmt_seterr("invalid precision '%s' (float32, int8, int8-all, int8-a8, int8-a8-all, int8-a7, int8-a7-all, "
+                      "bf16 or bf16-all)",
                       name);
 }
 
@@ -416,7 +419,7 @@ static double step_weight_bytes(const struct model_config *c, uint32_t precision
 {
     double d = c->d_model, layers = c->dec_layers * (6 * d * d + 2 * d * c->ff), out = (double)c->vocab * d;
     uint32_t dt = precision & ~INFER_OUTPUT_TOO;
-    double wb = dt == NMT_DTYPE_INT8 || dt == NMT_DTYPE_INT8A8 ? 1 : dt == NMT_DTYPE_BF16 ? 2 : 4;
+    double wb = dt == NMT_DTYPE_INT8 || dt == NMT_DTYPE_INT8A8 || dt == NMT_DTYPE_INT8A7 ? 1 : dt == NMT_DTYPE_BF16 ? 2 : 4;
     return layers * wb + out * (precision & INFER_OUTPUT_TOO ? wb : 4);
 }
 

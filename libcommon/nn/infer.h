@@ -39,7 +39,8 @@ struct shortlist;
  * (above; M must not have weights given back). PRECISION is that of the linear layers of the
  * encoder and decoder: NMT_DTYPE_F32, NMT_DTYPE_INT8 (weights quantised per output channel when
  * packed, activations per row when the layer runs: row-invariant too, whatever INVARIANT says),
- * NMT_DTYPE_INT8A8 (the same with 8-bit activations: faster where VNNI runs, further from float32) or
+ * NMT_DTYPE_INT8A8 (the same with 8-bit activations: faster where VNNI runs, further from float32),
+ * NMT_DTYPE_INT8A7 (7-bit activations: faster on AVX2 without VNNI, further still) or
  * NMT_DTYPE_BF16 (weights and activations rounded to bf16, float32 sums; likewise);
  * the output projection stays float32 unless INFER_OUTPUT_TOO is OR'ed in. Returns it, or NULL
  * with the error set (a backend without the linear_pack_q slot, or one that cannot compute in
@@ -68,8 +69,8 @@ struct infer_load_opts {
 struct infer *infer_load(struct backend *be, const struct infer *owner, struct st_file **ckpt, int consume,
                          const struct infer_load_opts *o, struct model **m);
 /* Sets *DTYPE to the precision named NAME: "float32", "int8" (NMT_DTYPE_INT8), "int8-all"
- * (NMT_DTYPE_INT8 | INFER_OUTPUT_TOO), "int8-a8" (NMT_DTYPE_INT8A8), "int8-a8-all", "bf16" or
- * "bf16-all" (likewise); 0, or -1 with the error set. */
+ * (NMT_DTYPE_INT8 | INFER_OUTPUT_TOO), "int8-a8" (NMT_DTYPE_INT8A8), "int8-a8-all", "int8-a7"
+ * (NMT_DTYPE_INT8A7), "int8-a7-all", "bf16" or "bf16-all" (likewise); 0, or -1 with the error set. */
 int infer_precision_parse(const char *name, uint32_t *dtype);
 /* Returns the name of the precision DTYPE, as infer_precision_parse takes it. */
 const char *infer_precision_name(uint32_t dtype);

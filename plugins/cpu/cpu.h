@@ -55,7 +55,7 @@ int cpu_linear_rows(nmt_bctx *ctx, float *out, const void *packed, const int32_t
  * its data follow (linear.c, linear_q.c). */
 struct lin_hdr {
     uint32_t magic; /* LIN_MAGIC */
-    uint32_t dtype; /* NMT_DTYPE_F32, NMT_DTYPE_INT8, NMT_DTYPE_INT8A8 or NMT_DTYPE_BF16 */
+    uint32_t dtype; /* NMT_DTYPE_F32, NMT_DTYPE_INT8, NMT_DTYPE_INT8A8, NMT_DTYPE_INT8A7 or NMT_DTYPE_BF16 */
     int32_t N, K;   /* the weight's shape */
     uint8_t pad[48];
 };
@@ -64,13 +64,15 @@ struct lin_hdr {
 /* The largest K of the int8 layer: 2047 * 127 * K stays below 2^31 (linear_q.c). */
 #define LIN_Q_MAXK 8192
 
-/* int8 weights (linear_q.c), with 12-bit activations or, A8 non-zero, 8-bit ones
- * (NMT_DTYPE_INT8A8): bytes after the header for W (N,K); packs W into DATA (after the header; 0,
- * or -1 with the error set: a non-finite weight, K too large); the int8 linear layer on such a
- * weight, packed with the same A8 (arguments as linear_rowinv's, checked by the caller; 0 or -1). */
+/* int8 weights (linear_q.c), for 12-bit activations or, A8 non-zero, for 8- or 7-bit ones
+ * (NMT_DTYPE_INT8A8, NMT_DTYPE_INT8A7: the same packing, with compensations): bytes after the
+ * header for W (N,K); packs W into DATA (after the header; 0, or -1 with the error set: a
+ * non-finite weight, K too large); the int8 linear layer on such a weight with activations on a
+ * grid of ABITS bits (12, 8 or 7; 8 and 7 on a weight packed with A8; arguments as linear_rowinv's,
+ * checked by the caller; 0 or -1). */
 size_t cpu_linear_q_bytes(int N, int K, int a8);
 int cpu_linear_q_pack(nmt_bctx *ctx, void *data, const float *W, int N, int K, int ldw, int a8);
-int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data, int a8,
+int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data, int abits,
                      const float *bias, int relu, float *C, int ldc);
 /* Makes ctx->qbuf hold BYTES (the rows of A converted by the int8 and bf16 layers); 0 or -1. */
 int cpu_qbuf_reserve(nmt_bctx *ctx, size_t bytes);

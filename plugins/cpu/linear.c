@@ -45,6 +45,12 @@ size_t cpu_linear_packed_bytes(nmt_bctx *ctx, int N, int K)
     return LIN_HDR + (size_t)((N + PW - 1) / PW) * PW * (size_t)K * sizeof(float);
 }
 
+/* The bits of the activations' grid of the int8 dtype DT (12, 8 or 7); 0 for any other dtype. */
+static int q_abits(uint32_t dt)
+{
+    return dt == NMT_DTYPE_INT8 ? 12 : dt == NMT_DTYPE_INT8A8 ? 8 : dt == NMT_DTYPE_INT8A7 ? 7 : 0;
+}
+
 size_t cpu_linear_packed_bytes_q(nmt_bctx *ctx, int N, int K, uint32_t dtype)
 {
     if (dtype == NMT_DTYPE_F32)
@@ -53,19 +59,19 @@ size_t cpu_linear_packed_bytes_q(nmt_bctx *ctx, int N, int K, uint32_t dtype)
         return cpu_err(ctx, "bf16 needs AVX512-BF16, which this CPU lacks or NMT_CPU_ISA turns off"), 0;
     if (dtype == NMT_DTYPE_BF16)
         return N <= 0 || K <= 0 ? 0 : LIN_HDR + cpu_linear_bf16_bytes(N, K);
-    if (dtype != NMT_DTYPE_INT8 && dtype != NMT_DTYPE_INT8A8)
+    if (!q_abits(dtype))
         return cpu_err(ctx, "the cpu backend packs weights in float32, int8 or bf16 only (dtype %u)", dtype), 0;
     if (K > LIN_Q_MAXK)
         return cpu_err(ctx, "int8 linear layer: K=%d above %d", K, LIN_Q_MAXK), 0;
-    return N <= 0 || K <= 0 ? 0 : LIN_HDR + cpu_linear_q_bytes(N, K, dtype == NMT_DTYPE_INT8A8);
+    return N <= 0 || K <= 0 ? 0 : LIN_HDR + cpu_linear_q_bytes(N, K, q_abits(dtype) <= 8);
 }
 
 int cpu_linear_pack_q(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw, uint32_t dtype)
 {
     if (dtype == NMT_DTYPE_F32)
         return cpu_linear_pack(ctx, dst, W, N, K, ldw);
-    int a8 = dtype == NMT_DTYPE_INT8A8;
-    if (dtype != NMT_DTYPE_INT8 && !a8 && dtype != NMT_DTYPE_BF16)
+    int a8 = q_abits(dtype) && q_abits(dtype) <= 8; /* packed with the compensations */
+    if (!q_abits(dtype) && dtype != NMT_DTYPE_BF16)
         return cpu_err(ctx, "linear_pack_q: the cpu backend packs weights in float32, int8 or bf16 only (dtype %u)",
                        dtype);
     if (dtype == NMT_DTYPE_BF16 && !cpu_bf16())
@@ -384,8 +390,7 @@ int cpu_linear_rowinv(nmt_bctx *ctx, int M, int N, int K, const float *A, int ld
     if (!Wp)
         return cpu_err(ctx, "linear_rowinv: no packed weight");
     memcpy(&h, Wp, sizeof h);
-    if (h.magic != LIN_MAGIC || (h.dtype != NMT_DTYPE_F32 && h.dtype != NMT_DTYPE_INT8 && h.dtype != NMT_DTYPE_INT8A8 &&
-                                 h.dtype != NMT_DTYPE_BF16))
+    if (h.magic != LIN_MAGIC || (h.dtype != NMT_DTYPE_F32 && !q_abits(h.dtype) && h.dtype != NMT_DTYPE_BF16))
         return cpu_err(ctx, "linear_rowinv: the weight was not packed by linear_pack");
     if (h.N != N || h.K != K)
         return cpu_err(ctx, "linear_rowinv: the weight was packed as %d x %d, used as %d x %d", h.N, h.K, N, K);
@@ -399,9 +404,9 @@ int cpu_linear_rowinv(nmt_bctx *ctx, int M, int N, int K, const float *A, int ld
             }
         return 0;
     }
-    if (h.dtype == NMT_DTYPE_INT8 || h.dtype == NMT_DTYPE_INT8A8)
-        return cpu_linear_q_run(ctx, M, N, K, A, lda, (const char *)Wp + LIN_HDR, h.dtype == NMT_DTYPE_INT8A8, bias,
-                                relu, C, ldc);
+    if (q_abits(h.dtype))
+        return cpu_linear_q_run(ctx, M, N, K, A, lda, (const char *)Wp + LIN_HDR, q_abits(h.dtype), bias, relu, C,
+                                ldc);
     if (h.dtype == NMT_DTYPE_BF16)
         return cpu_linear_bf16_run(ctx, M, N, K, A, lda, (const char *)Wp + LIN_HDR, bias, relu, C, ldc);
     struct lin_job job = { { A, (const float *)((const char *)Wp + LIN_HDR), bias, C, M, N, K, lda, ldc, relu != 0 },

@@ -22,6 +22,15 @@
  * runs the 12-bit code on these values. Twice the products per instruction of the 12-bit layer on
  * VNNI; translations about as far from float32 as CTranslate2's int8.
  *
+ * With 7-bit activations (NMT_DTYPE_INT8A7) the rows of A go on the grid -63..63 (scale a_i =
+ * max_k |A[i,k]| / 63); the weights, their packing and compensations are those of 8-bit
+ * activations. On AVX2 each value travels as the unsigned byte qA + 64 (1..127), and vpmaddubsw
+ * multiplies it by the weight bytes as packed, adding pairs (at most 2 * 127 * 127: no
+ * saturation), vpmaddwd by ones the two pairs; the sum of (qA + 64) * qW less 64 * sum_k qW[j,k]
+ * (half the packed compensation) is S exactly: 2 instructions on the vector multiply ports for 32
+ * products where 8-bit activations need 3. The other paths run their 8-bit code on these values
+ * (a 7-bit value is an 8-bit one).
+ *
  * Result. C[i,j] = ((float)S * s_j) * a_i, + bias[j], then max(., 0) if asked, where
  * S = sum_k qA[i,k] * qW[j,k] is an exact 32-bit integer sum (|S| <= 2047 * 127 * K < 2^31 for
  * K <= LIN_Q_MAXK). Integer sums do not depend on their order, and the float epilogue is the same
@@ -90,6 +99,8 @@ static int wide_pos(int c, int t) { return ((t & 1) * 2 + c / 8) * 16 + (c % 8) 
 #define QA_MAX 2047 /* the activations' grid: -2047..2047 */
 #define QA8_MAX 127 /* with 8-bit activations: -127..127 */
 #define QA8_BIAS 128 /* what makes them unsigned bytes on the VNNI path */
+#define QA7_MAX 63   /* with 7-bit activations: -63..63 */
+#define QA7_BIAS 64  /* what makes them unsigned bytes (1..127) on the AVX2 path */
 
 /* Where column k of a row of A is held: each group of 4 in the order 0, 2, 1, 3 (an involution). */
 static inline int act_pos(int k) { return (k & ~3) | ((k & 1) << 1) | ((k & 2) >> 1); }
@@ -136,26 +147,26 @@ static float quant_act(int16_t *q, const float *x, int K, int Kp, int top, int i
     return isa >= CPU_ISA_AVX2 ? quant_act_avx2(q, x, K, Kp, top) : quant_act_plain(q, x, K, Kp, top);
 }
 
-/* Quantises the K values X on the int8 grid (as quant_act with TOP 127) into U: Kp unsigned bytes
- * q + 128 in column order (128 past K); returns the scale. AVX2 on blocks of 8 values: the same
- * bits as quant_act_plain. */
-ISA_AVX2 static float quant_act_u8(uint8_t *u, const float *x, int K, int Kp)
+/* Quantises the K values X on the grid -TOP..TOP (as quant_act; TOP at most 127) into U: Kp
+ * unsigned bytes q + BIAS in column order (BIAS past K); returns the scale. AVX2 on blocks of 8
+ * values: the same bits as quant_act_plain. */
+ISA_AVX2 static float quant_act_u8(uint8_t *u, const float *x, int K, int Kp, int top, int bias)
 {
     int finite, k = 0;
-    float amax = row_absmax_avx2(x, K, &finite), inv, s = quant_scale_top(amax, finite, (float)QA8_MAX, &inv);
+    float amax = row_absmax_avx2(x, K, &finite), inv, s = quant_scale_top(amax, finite, (float)top, &inv);
     __m256 vinv = _mm256_set1_ps(inv);
-    __m256i lo = _mm256_set1_epi32(-QA8_MAX), hi = _mm256_set1_epi32(QA8_MAX);
-    const __m128i bias = _mm_set1_epi8((char)0x80); /* q + 128 of a byte in -127..127 is q ^ 0x80 */
+    __m256i lo = _mm256_set1_epi32(-top), hi = _mm256_set1_epi32(top);
+    const __m128i vbias = _mm_set1_epi8((char)bias); /* q + bias, modulo 256: in 0..255 */
     for (; s > 0 && k + 8 <= K; k += 8) {
         __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
         r = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
         __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-        _mm_storel_epi64((__m128i *)(u + k), _mm_xor_si128(_mm_packs_epi16(w, w), bias));
+        _mm_storel_epi64((__m128i *)(u + k), _mm_add_epi8(_mm_packs_epi16(w, w), vbias));
     }
     for (; k < Kp; k++) {
         float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f;
-        r = r > (float)QA8_MAX ? (float)QA8_MAX : r < -(float)QA8_MAX ? -(float)QA8_MAX : r;
-        u[k] = (uint8_t)((int)r + QA8_BIAS);
+        r = r > (float)top ? (float)top : r < -(float)top ? -(float)top : r;
+        u[k] = (uint8_t)((int)r + bias);
     }
     return s;
 }
@@ -430,34 +441,78 @@ TILE8_ANY(qtile8_any, qtile8)
  * signs and vpmaddubsw multiplies them by the activations' magnitudes (at most 127), adding pairs
  * (at most 2 * 127 * 127: no saturation), vpmaddwd by ones the two pairs: the exact sums of
  * qtile8, in half its weight bytes. Tiles of up to 4 rows by one panel. */
+/* Row R's word of 4 activation bytes and the word of their magnitudes against both halves of the
+ * panel, into the named accumulators cR0 and cR1 (as in qtile16). */
+#define SSTEP(r)                                                                                                       \
+    if (mr > r) {                                                                                                      \
+        int32_t a4, m4;                                                                                                \
+        memcpy(&a4, a + (size_t)(r) * ld8 + (size_t)k, 4);                                                             \
+        memcpy(&m4, am + (size_t)(r) * ld8 + (size_t)k, 4);                                                            \
+        __m256i av = _mm256_set1_epi32(a4), mag = _mm256_set1_epi32(m4);                                              \
+        __m256i s0 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w0, av));                                             \
+        __m256i s1 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w1, av));                                             \
+        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(s0, ones));                                             \
+        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(s1, ones));                                             \
+    }
+
 static inline __attribute__((always_inline)) ISA_AVX2 void stile8(const struct qlin *g, int i, int p, int mr, int n,
                                                                  const char *pf)
 {
     size_t ld8 = (size_t)g->ld8;
     const int8_t *a = g->As8 + (size_t)i * ld8;
     const uint8_t *am = g->Am8 + (size_t)i * ld8, *w = qpanel(g, p, 0);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i acc[MR8][2];
-    for (int r = 0; r < mr; r++)
-        acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    const __m256i ones = _mm256_set1_epi16(1), z = _mm256_setzero_si256();
+    __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
         CPU_PF_TOUCH(pf, k / 4);
         __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
-        for (int r = 0; r < mr; r++) {
-            int32_t a4, m4;
-            memcpy(&a4, a + (size_t)r * ld8 + (size_t)k, 4);
-            memcpy(&m4, am + (size_t)r * ld8 + (size_t)k, 4);
-            __m256i av = _mm256_set1_epi32(a4), mag = _mm256_set1_epi32(m4);
-            __m256i s0 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w0, av));
-            __m256i s1 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w1, av));
-            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(s0, ones));
-            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(s1, ones));
-        }
+        SSTEP(0) SSTEP(1) SSTEP(2) SSTEP(3)
+    }
+    __m256i acc[MR8][2] = { { c00, c01 }, { c10, c11 }, { c20, c21 }, { c30, c31 } };
+    qstore8(g, i, p, mr, n, acc);
+}
+#undef SSTEP
+
+TILE8_ANY(stile8_any, stile8)
+
+/* AVX2 with 7-bit activations: each word of 4 unsigned activation bytes qA + 64 broadcast,
+ * vpmaddubsw by the weight bytes as packed (pairs at most 2 * 127 * 127: no saturation), vpmaddwd
+ * by ones; 64 * sum_k qW[j,k] (half the packed compensation) taken off at the end: the exact sums
+ * of stile8, with one instruction on the multiply ports fewer. Tiles of up to 4 rows by one panel. */
+/* Row R's word of 4 activation bytes against both halves of the panel, into the named
+ * accumulators cR0 and cR1 (named, as in qtile16, so that GCC keeps them in registers). */
+#define USTEP(r)                                                                                                       \
+    if (mr > r) {                                                                                                      \
+        int32_t a4;                                                                                                    \
+        memcpy(&a4, a + (size_t)(r) * ld8 + (size_t)k, 4);                                                             \
+        __m256i av = _mm256_set1_epi32(a4);                                                                            \
+        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, w0), ones));                   \
+        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, w1), ones));                   \
+    }
+
+static inline __attribute__((always_inline)) ISA_AVX2 void utile8(const struct qlin *g, int i, int p, int mr, int n,
+                                                                 const char *pf)
+{
+    size_t ld8 = (size_t)g->ld8;
+    const uint8_t *a = g->Au7 + (size_t)i * ld8, *w = qpanel(g, p, 0);
+    const __m256i ones = _mm256_set1_epi16(1), z = _mm256_setzero_si256();
+    __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
+    for (int k = 0; k < g->Kp; k += 4, w += 64) {
+        CPU_PF_TOUCH(pf, k / 4);
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
+        USTEP(0) USTEP(1) USTEP(2) USTEP(3)
+    }
+    __m256i acc[MR8][2] = { { c00, c01 }, { c10, c11 }, { c20, c21 }, { c30, c31 } };
+    for (int h = 0; h < 2; h++) {
+        __m256i comp = _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(g->comp + p * QPW + 8 * h)), 1);
+        for (int r = 0; r < mr; r++)
+            acc[r][h] = _mm256_sub_epi32(acc[r][h], comp);
     }
     qstore8(g, i, p, mr, n, acc);
 }
+#undef USTEP
 
-TILE8_ANY(stile8_any, stile8)
+TILE8_ANY(utile8_any, utile8)
 #undef TILE8_ANY
 
 /* ---------------- portable: tiles of up to 4 rows by one panel ---------------- */
@@ -492,7 +547,7 @@ struct qlin_job {
     uint8_t *lo; /* AMX: the split rows (g.Alo, g.Ahi); VNNI with 8-bit activations: g.Au8 */
     int8_t *hi;
     int lda, K, isa; /* isa: CPU_ISA_AMX only when Kp is a multiple of 64 */
-    int top;         /* the activations' grid: QA_MAX, or QA8_MAX */
+    int top;         /* the activations' grid: QA_MAX, QA8_MAX or QA7_MAX */
 };
 
 /* The magnitudes |Q[k]| of the N bytes Q (values -127..127) into M. */
@@ -510,13 +565,14 @@ static void quant_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
     struct qlin_job *job = arg;
     for (int64_t i = lo; i < hi; i++) {
-        if (job->g.Au8) { /* VNNI with 8-bit activations: their bytes only */
-            job->qs[i] = quant_act_u8(job->lo + i * job->g.ld8, job->Af + i * job->lda, job->K, job->g.Kp);
+        if (job->g.Au8 || job->g.Au7) { /* VNNI with 8- or 7-bit activations, AVX2 with 7: their bytes only */
+            job->qs[i] = quant_act_u8(job->lo + i * job->g.ld8, job->Af + i * job->lda, job->K, job->g.Kp, job->top,
+                                      job->g.Au8 ? QA8_BIAS : QA7_BIAS);
             continue;
         }
-        if (job->g.As8) { /* AVX2 and AMX with 8-bit activations: their values (AVX2: and magnitudes), in order */
+        if (job->g.As8) { /* AVX2 with 8-bit activations, AMX with 8 or 7: their values (AVX2: and magnitudes) */
             int8_t *q = (int8_t *)job->lo + i * job->g.ld8;
-            job->qs[i] = quant_row_avx2(q, job->Af + i * job->lda, job->K, job->g.Kp);
+            job->qs[i] = quant_row_top_avx2(q, job->Af + i * job->lda, job->K, job->g.Kp, job->top);
             if (job->g.Am8)
                 abs_bytes_avx2((uint8_t *)job->g.Am8 + i * job->g.ld8, q, job->g.Kp);
             continue;
@@ -544,7 +600,7 @@ static void qlinear_body(void *arg, int64_t lo, int64_t hi, int tid)
             cpu_q_amx_group(g, p0, np, last);
         /* the next group's NN panels (prefetch.h), of STRIDE bytes a step of 4 columns */
         int nn = panels - p0 - np < GROUP ? panels - p0 - np : GROUP, steps = g->Kp / 4;
-        size_t stride = q_wide(job->isa) && !g->As8 && job->isa < CPU_ISA_VNNI ? 128 : 64;
+        size_t stride = q_wide(job->isa) && !g->comp ? 128 : 64; /* the 16-bit layout: 12-bit activations on AVX2 */
         const uint8_t *next = nn > 0 ? g->Wp + (size_t)(p0 + np) * (size_t)steps * stride : NULL;
         size_t lines = nn > 0 ? (size_t)nn * (size_t)steps * (stride / 64) : 0;
         for (int i = 0; job->isa == CPU_ISA_VNNI && i < g->M; i += MRV) {
@@ -559,7 +615,9 @@ static void qlinear_body(void *arg, int64_t lo, int64_t hi, int tid)
             const char *pf = cpu_pf_plan(next, lines, i / MR8, (size_t)steps);
             for (int p = p0; p < p0 + np; p++) {
                 const char *pp = p == p0 ? pf : NULL; /* the first panel's loop makes the requests */
-                if (g->As8)
+                if (g->Au7)
+                    utile8_any(g, i, p, rows, n - (p - p0) * QPW, pp);
+                else if (g->As8)
                     stile8_any(g, i, p, rows, n - (p - p0) * QPW, pp);
                 else if (q_wide(job->isa))
                     qtile8_any(g, i, p, rows, n - (p - p0) * QPW, pp);
@@ -586,20 +644,21 @@ int cpu_qbuf_reserve(nmt_bctx *ctx, size_t bytes)
     return 0;
 }
 
-int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data, int a8,
+int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda, const void *data, int abits,
                      const float *bias, int relu, float *C, int ldc)
 {
     int np = pad16(N), kp = pad4(K), ldq = (kp + 31) & ~31; /* int16 rows of 64-byte multiples */
-    int isa = cpu_isa(), m16 = (M + 15) & ~15;
+    int isa = cpu_isa(), m16 = (M + 15) & ~15, a8 = abits <= 8;
     if (isa == CPU_ISA_AMX && (kp % 64 || M < AMX_MIN_ROWS))
         isa = CPU_ISA_VNNI; /* the same bits: the paths differ in speed only */
     /* the byte rows' stride: AMX's tiles read 16 rows at once, which a stride of a large power of
      * two (Kp = 2048) would put in a few sets of the first level cache */
     int ld8 = isa == CPU_ISA_AMX ? kp + 64 : kp;
     /* qbuf: the int16 rows, their scales (to a 64-byte boundary), then for AMX the split rows,
-     * M rounded up to 16 (rows past M are zero); with 8-bit activations their scales and bytes
-     * only (AMX: M rounded up to 16 rows likewise) */
-    int amx8 = a8 && isa == CPU_ISA_AMX, mag8 = a8 && q_wide(isa); /* the AVX2 tiles read the magnitudes too */
+     * M rounded up to 16 (rows past M are zero); with 8- or 7-bit activations their scales and
+     * bytes only (AMX: M rounded up to 16 rows likewise) */
+    int amx8 = a8 && isa == CPU_ISA_AMX, u7 = abits == 7 && q_wide(isa);
+    int mag8 = a8 && !u7 && q_wide(isa); /* the AVX2 tiles of 8-bit activations read the magnitudes too */
     size_t bytes8 = a8 && (isa == CPU_ISA_VNNI || q_wide(isa)) ? (size_t)M * (size_t)kp
                     : amx8                                    ? (size_t)m16 * (size_t)ld8
                                                               : 0;
@@ -616,8 +675,8 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
     const int32_t *comp = a8 ? (const int32_t *)(sw + np) : NULL;
     struct qlin_job job = { { qa, qs, sw, (const uint8_t *)(sw + (a8 ? 2 : 1) * np), bias, C, M, N, kp, ldq, ldc,
                               relu != 0, lo, hi, ld8, bytes8 && isa == CPU_ISA_VNNI ? lo : NULL, comp,
-                              mag8 || amx8 ? (const int8_t *)lo : NULL, mag8 ? lo + bytes8 : NULL },
-                            A, qa, qs, lo, hi, lda, K, isa, a8 ? QA8_MAX : QA_MAX };
+                              mag8 || amx8 ? (const int8_t *)lo : NULL, mag8 ? lo + bytes8 : NULL, u7 ? lo : NULL },
+                            A, qa, qs, lo, hi, lda, K, isa, abits == 7 ? QA7_MAX : a8 ? QA8_MAX : QA_MAX };
     if (amx8)
         memset(lo + (size_t)M * (size_t)ld8, 0, (size_t)(m16 - M) * (size_t)ld8);
     if (splitbytes) {

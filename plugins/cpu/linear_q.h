@@ -24,11 +24,12 @@ struct qlin {
     const uint8_t *Alo; /* AMX only: (M rounded up to 16, ld8) the low bytes of A, columns in order */
     const int8_t *Ahi;  /* the high parts, as Alo */
     int ld8;
-    const uint8_t *Au8;  /* 8-bit activations on VNNI: (M, ld8) the unsigned bytes qA + 128, in order */
-    const int32_t *comp; /* 8-bit activations: (Np) 128 * sum_k qW[j,k], or NULL */
-    const int8_t *As8;   /* 8-bit activations on AVX2 and AMX: (M, ld8) the values qA, in order (AMX: M rounded
-                          * up to 16, the rows past M zero) */
+    const uint8_t *Au8;  /* 8- and 7-bit activations on VNNI: (M, ld8) the unsigned bytes qA + 128, in order */
+    const int32_t *comp; /* 8- and 7-bit activations: (Np) 128 * sum_k qW[j,k], or NULL */
+    const int8_t *As8;   /* 8-bit activations on AVX2, 8- and 7-bit on AMX: (M, ld8) the values qA, in order
+                          * (AMX: M rounded up to 16, the rows past M zero) */
     const uint8_t *Am8;  /* and their magnitudes |qA|, as As8 */
+    const uint8_t *Au7;  /* 7-bit activations on AVX2: (M, ld8) the unsigned bytes qA + 64, in order */
 };
 
 /* The first byte of panel P's group of the bytes K..K+3. */

@@ -86,13 +86,14 @@ static inline float quant_row_plain(int8_t *q, const float *x, int K, int Kp)
     return s;
 }
 
-/* quant_row_plain with AVX2 on blocks of 8 values, the tail in C: the same bits. */
-ISA_AVX2 static inline float quant_row_avx2(int8_t *q, const float *x, int K, int Kp)
+/* quant_row_plain on the grid -TOP..TOP (TOP at most 127) with AVX2 on blocks of 8 values, the
+ * tail in C: the same bits as quant_row_plain where TOP is 127. */
+ISA_AVX2 static inline float quant_row_top_avx2(int8_t *q, const float *x, int K, int Kp, int top)
 {
     int finite, k = 0;
-    float amax = row_absmax_avx2(x, K, &finite), inv, s = quant_scale(amax, finite, &inv);
+    float amax = row_absmax_avx2(x, K, &finite), inv, s = quant_scale_top(amax, finite, (float)top, &inv);
     __m256 vinv = _mm256_set1_ps(inv);
-    __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    __m256i lo = _mm256_set1_epi32(-top), hi = _mm256_set1_epi32(top);
     for (; s > 0 && k + 8 <= K; k += 8) {
         __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
         r = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
@@ -101,10 +102,16 @@ ISA_AVX2 static inline float quant_row_avx2(int8_t *q, const float *x, int K, in
     }
     for (; k < Kp; k++) {
         float r = k < K && s > 0 ? rintf(x[k] * inv) : 0.0f;
-        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+        r = r > (float)top ? (float)top : r < -(float)top ? -(float)top : r;
         q[k] = (int8_t)r;
     }
     return s;
+}
+
+/* quant_row_plain with AVX2: the same bits. */
+ISA_AVX2 static inline float quant_row_avx2(int8_t *q, const float *x, int K, int Kp)
+{
+    return quant_row_top_avx2(q, x, K, Kp, 127);
 }
 
 #endif

@@ -14,7 +14,7 @@ teardown() { rm -rf "$TMP"; }
     run nmt-backends
     [ "$status" -eq 0 ]
     [ "${lines[0]}" = "$(printf 'NAME\tSCORE\tABI\tPATH\tSTATUS')" ]
-    grep -qP '^cpu\t1[0-9]\t2\.9\t.*/nmt-backend-cpu\.so\tok$' <<< "$output"
+    grep -qP '^cpu\t1[0-9]\t2\.10\t.*/nmt-backend-cpu\.so\tok$' <<< "$output"
     grep -q '^default: cpu (' <<< "$output"
 }
 
@@ -22,7 +22,7 @@ teardown() { rm -rf "$TMP"; }
     run nmt-backends --backend cpu --threads 1
     [ "$status" -eq 0 ]
     grep -qx "$(printf 'name\tcpu')" <<< "$output"
-    grep -qx "$(printf 'abi\t2.9')" <<< "$output"
+    grep -qx "$(printf 'abi\t2.10')" <<< "$output"
     grep -qP '^device\tcpu: .*\(1 thread, ' <<< "$output"
     grep -qx "$(printf 'dtypes\tf32 bf16')" <<< "$output"
 }

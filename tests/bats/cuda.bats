@@ -14,10 +14,10 @@ setup() {
 }
 teardown() { [ -z "${TMP:-}" ] || rm -rf "$TMP"; }
 
-@test "nmt-backends lists cuda with score 0 and ABI 2.9; the default is cpu" {
+@test "nmt-backends lists cuda with score 0 and ABI 2.10; the default is cpu" {
     run nmt-backends
     [ "$status" -eq 0 ]
-    grep -qP "^cuda\t0\t2\.9\t$CUDA\tunusable here: no NVIDIA driver: .*libcuda\.so\.1.*$" <<< "$output"
+    grep -qP "^cuda\t0\t2\.10\t$CUDA\tunusable here: no NVIDIA driver: .*libcuda\.so\.1.*$" <<< "$output"
     grep -q '^default: cpu (' <<< "$output"
 }
 
@@ -36,7 +36,7 @@ teardown() { [ -z "${TMP:-}" ] || rm -rf "$TMP"; }
     [ "$status" -eq 1 ]; [[ "$output" == *"is not usable on this machine: no NVIDIA driver"* ]]
     [ ! -e "$TMP/m.ckpt" ]
     run nmt-train --version
-    [[ "$output" == *"plugin cuda ($CUDA): score 0, ABI 2.9, unusable here: no NVIDIA driver: "* ]]
+    [[ "$output" == *"plugin cuda ($CUDA): score 0, ABI 2.10, unusable here: no NVIDIA driver: "* ]]
 }
 
 @test "with a driver library but no device the runtime starts, fails cleanly, and cuda scores 0" {
@@ -45,7 +45,7 @@ teardown() { [ -z "${TMP:-}" ] || rm -rf "$TMP"; }
     cc -shared -fPIC "$TMP/stub.c" -o "$TMP/libcuda.so.1"
     LD_LIBRARY_PATH="$TMP" run nmt-backends
     [ "$status" -eq 0 ]
-    grep -qP "^cuda\t0\t2\.9\t.*\tunusable here: no CUDA device: .+$" <<< "$output"
+    grep -qP "^cuda\t0\t2\.10\t.*\tunusable here: no CUDA device: .+$" <<< "$output"
     grep -q '^default: cpu (' <<< "$output"
     LD_LIBRARY_PATH="$TMP" run nmt-backends --backend auto
     [ "$status" -eq 0 ] && grep -qx "$(printf 'name\tcpu')" <<< "$output"

@@ -294,10 +294,10 @@ setup_file() {
     $DEC --score --max-tokens 40 --jobs 3 -i "$D/pairs.tsv" | same_as "$D/s1.txt"
 }
 
-@test "--precision: a value other than float32, int8, int8-all, int8-a8, int8-a8-all, bf16 or bf16-all is a usage error naming it" {
+@test "--precision: a value other than float32, int8, int8-all, int8-a8, int8-a8-all, int8-a7, int8-a7-all, bf16 or bf16-all is a usage error naming it" {
     run $DEC --precision fp16 -i "$D/src.en"
     [ "$status" -eq 2 ]
-    [ "${lines[0]}" = "nmt-decode: invalid precision 'fp16' (float32, int8, int8-all, int8-a8, int8-a8-all, bf16 or bf16-all)" ]
+    [ "${lines[0]}" = "nmt-decode: invalid precision 'fp16' (float32, int8, int8-all, int8-a8, int8-a8-all, int8-a7, int8-a7-all, bf16 or bf16-all)" ]
 }
 
 @test "memory: the weights once, whatever the precision and --jobs (no optimizer state read, no float32 copy of packed layers, no second model)" {
@@ -332,11 +332,11 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     done
 }
 
-@test "--precision int8, int8-all and int8-a8-all: the same bytes in batches of 1, 7 and 64 sentences, and with --jobs 1 or 2" {
+@test "--precision int8, int8-all, int8-a8-all and int8-a7-all: the same bytes in batches of 1, 7 and 64 sentences, and with --jobs 1 or 2" {
     zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
     for mode in "--precision int8 --beam 1 --scores" "--precision int8 --beam 4 --scores" \
                 "--precision int8-all --beam 1 --scores" "--precision int8-all --beam 4 --scores" \
-                "--precision int8-a8-all --beam 4 --scores"; do
+                "--precision int8-a8-all --beam 4 --scores" "--precision int8-a7-all --beam 4 --scores"; do
         Q="$DEC $mode --jobs 1"
         $Q -i "$D/s64.en" > "$D/q64.txt"                      # one batch of 64 sentences
         [ "$(wc -l < "$D/q64.txt")" -eq 64 ]
@@ -351,14 +351,15 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     done
 }
 
-@test "--precision int8, int8-all, int8-a8 and int8-a8-all translate close to float32: most lines the same, scores near" {
+@test "--precision int8, int8-all, int8-a8, int8-a8-all, int8-a7 and int8-a7-all translate close to float32: most lines the same, scores near" {
     zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
     $DEC -i "$D/s64.en" > "$D/f32.txt"
     paste "$D/s64.en" "$D/f32.txt" > "$D/fp.tsv"
     $DEC --score -i "$D/fp.tsv" > "$D/f32.lp"
     # precision: the fewest identical greedy lines of 64, the largest relative (or absolute) change of
-    # a forced decoding's log-probability (8-bit activations are further from float32 than 12-bit ones)
-    for case in int8:56:0.02 int8-all:56:0.02 int8-a8:52:0.04 int8-a8-all:52:0.04; do
+    # a forced decoding's log-probability (8-bit activations are further from float32 than 12-bit ones,
+    # 7-bit ones further still)
+    for case in int8:56:0.02 int8-all:56:0.02 int8-a8:52:0.04 int8-a8-all:52:0.04 int8-a7:52:0.04 int8-a7-all:52:0.04; do
         IFS=: read -r p least tol <<< "$case"
         $DEC --precision $p -i "$D/s64.en" > "$D/i8.txt"
         same=$(paste -d '\t' "$D/f32.txt" "$D/i8.txt" | awk -F'\t' '$1 == $2' | wc -l)
@@ -374,12 +375,14 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
     # the output projection in int8 moves the scores further; so do 8-bit activations
     fails same_as "$D/int8.lp" < "$D/int8-all.lp"
     fails same_as "$D/int8.lp" < "$D/int8-a8.lp"
+    fails same_as "$D/int8-a8.lp" < "$D/int8-a7.lp"
 }
 
-@test "--precision int8, int8-all, int8-a8, int8-a8-all: NMT_CPU_ISA=avx512vnni and avx512 give the same bytes as the default path, avx2 and portable the same translations" {
+@test "--precision int8, int8-all, int8-a8, int8-a8-all, int8-a7, int8-a7-all: NMT_CPU_ISA=avx512vnni and avx512 give the same bytes as the default path, avx2 and portable the same translations" {
     zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 101,164p > "$D/s64.en"
     for mode in "--precision int8 --beam 1" "--precision int8 --beam 4" "--precision int8-all --beam 1" \
-                "--precision int8-a8 --beam 1" "--precision int8-a8-all --beam 4"; do
+                "--precision int8-a8 --beam 1" "--precision int8-a8-all --beam 4" "--precision int8-a7 --beam 1" \
+                "--precision int8-a7-all --beam 4"; do
         $DEC $mode --scores -i "$D/s64.en" > "$D/isa.txt"
         [ "$(wc -l < "$D/isa.txt")" -eq 64 ]
         # on a CPU with AMX the default runs the tile kernel, avx512vnni the vpdpwssd kernel, avx512

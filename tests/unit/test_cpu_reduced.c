@@ -9,7 +9,8 @@
  *   - the extremes of the integer range (the largest K, every product at its largest), zero and
  *     non-finite rows, and the errors (bad dtype, non-finite weight, shape mismatch).
  * The same for int8-a8 (NMT_DTYPE_INT8A8: activations on the int8 grid; on VNNI as unsigned bytes
- * through vpdpbusd, less each column's compensation).
+ * through vpdpbusd, less each column's compensation) and int8-a7 (NMT_DTYPE_INT8A7: on the grid
+ * -63..63; on AVX2 as unsigned bytes qA + 64 through vpmaddubsw, less half the compensation).
  * bf16 (where the CPU has AVX512-BF16): bit for bit against vdpbf16ps's documented arithmetic
  * restated here (inputs rounded to bf16 to nearest even, each pair's products added to the float32
  * sum odd element first, k ascending), against float32 within a bound, row invariance, and the
@@ -545,6 +546,8 @@ int main(void)
     test_int8(NMT_DTYPE_INT8, 2047, "int8", 6e-3);
     /* 8-bit activations: the weights' rounding and the activations' (0.70% above) */
     test_int8(NMT_DTYPE_INT8A8, 127, "int8-a8", 1e-2);
+    /* 7-bit activations: half the 8-bit grid's resolution */
+    test_int8(NMT_DTYPE_INT8A7, 63, "int8-a7", 2e-2);
     test_bf16();
     test_amx_bf16();
     backend_close(be);
