@@ -39,7 +39,8 @@
 # the first nmt model), --mini-batch-words set to nmt's mean target tokens a step (both reported).
 # The model: nmt's PRESET (default tiny) with the options Marian's transformer has
 # (its positions, zero start, output bias, layer-norm epsilon 1e-6, ReLU as --transformer-ffn-activation
-# relu); dropout 0.1, label smoothing 0.1, Adam (0.9, 0.98, 1e-9), no clipping, the inverse square-root
+# relu); DROPOUT (default 0.1) on the residual branches and the embeddings (nmt-train --dropout, Marian's
+# --transformer-dropout), label smoothing 0.1, Adam (0.9, 0.98, 1e-9), no clipping, the inverse square-root
 # schedule with WARMUP (default 4000) warm-up steps at nmt's peak rate (--lr 1: d^-0.5 WARMUP^-0.5); both
 # engines start from the same weights (nmt-train --save-init, exported to Marian's --pretrained-model). STEPS
 # updates (default 300), then the validation perplexity of each (the same measure: exp of the mean negative
@@ -77,12 +78,12 @@ fi
 usage() { sed -n 2,45p "$0" >&2; exit 2; }
 train_engines() {
     local vocab=$1 tsrc=$2 ttgt=$3 vsrc=$4 vtgt=$5
-    local preset=${PRESET:-tiny} steps=${STEPS:-300} warmup=${WARMUP:-4000} lo=${LO:-20}
+    local preset=${PRESET:-tiny} steps=${STEPS:-300} warmup=${WARMUP:-4000} lo=${LO:-20} dropout=${DROPOUT:-0.1}
     local mt=${MAX_TOKENS:-4096} threads_list=${THREADS:-1 2}
     local w=${WORK:-$(mktemp -d)}
     mkdir -p "$w"
     local arch=(--preset "$preset" --positions marian --start-embedding zero --output-bias --ln-eps 1e-6
-                --activation relu --tied-embeddings all --dropout 0.1 --label-smoothing 0.1 --lr 1 --warmup "$warmup")
+                --activation relu --tied-embeddings all --dropout "$dropout" --label-smoothing 0.1 --lr 1 --warmup "$warmup")
     "$B/nmt-tokenize" --vocab "$vocab" --src "$tsrc" --tgt "$ttgt" | "$B/nmt-batch" -t "$mt" -o "$w/train.batches" || return 1
     "$B/nmt-tokenize" --vocab "$vocab" --src "$vsrc" --tgt "$vtgt" | "$B/nmt-batch" -t "$mt" -o "$w/valid.batches" || return 1
     # the initial weights, once: nmt's runs make the same from the same seed, Marian's start from them
@@ -141,7 +142,7 @@ train_marian() {
         -t "$w/tsrc.pieces" "$w/ttgt.pieces" -v "$w/marian.vocab.yml" "$w/marian.vocab.yml" -m "$w/m.$t/model.npz" \
         --dim-emb "$d" --transformer-dim-ffn "$(dims ff)" --transformer-heads "$(dims heads)" \
         --enc-depth "$(dims enc_layers)" --dec-depth "$(dims dec_layers)" --transformer-ffn-activation relu \
-        --tied-embeddings-all --transformer-dropout 0.1 --label-smoothing 0.1 \
+        --tied-embeddings-all --transformer-dropout "$dropout" --label-smoothing 0.1 \
         --optimizer adam --optimizer-params 0.9 0.98 1e-09 --clip-norm 0 --learn-rate "$lr" \
         --lr-warmup "$warmup" --lr-decay-inv-sqrt "$warmup" --max-length "$(dims max_len)" --max-length-crop \
         --mini-batch-words "$mbw" --maxi-batch 100 --after "${steps}u" --disp-freq "$((steps < 100 ? 1 : 10))u" \

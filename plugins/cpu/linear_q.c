@@ -435,83 +435,70 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct q
 
 TILE8_ANY(qtile8_any, qtile8)
 
-/* AVX2 with 8-bit activations: the weight bytes as packed (8 columns a vector, 4 bytes of k a
- * column), each word of 4 activation bytes broadcast, and the word of their magnitudes (quantised
- * with them, once a call); vpsignb gives the weights the activations'
- * signs and vpmaddubsw multiplies them by the activations' magnitudes (at most 127), adding pairs
- * (at most 2 * 127 * 127: no saturation), vpmaddwd by ones the two pairs: the exact sums of
- * qtile8, in half its weight bytes. Tiles of up to 4 rows by one panel. */
-/* Row R's word of 4 activation bytes and the word of their magnitudes against both halves of the
- * panel, into the named accumulators cR0 and cR1 (as in qtile16). */
-#define SSTEP(r)                                                                                                       \
+/* AVX2 with 8- or 7-bit activations (U7 0 or 1, a constant after inlining), the weight bytes as
+ * packed (8 columns a vector, 4 bytes of k a column), each word of 4 activation bytes broadcast.
+ * 8-bit: with the word of their magnitudes (quantised with them, once a call); vpsignb gives the
+ * weights the activations' signs and vpmaddubsw multiplies them by the magnitudes (at most 127),
+ * adding pairs (at most 2 * 127 * 127: no saturation), vpmaddwd by ones the two pairs: the exact
+ * sums of qtile8, in half its weight bytes. 7-bit: the unsigned bytes qA + 64 (1..127) multiplied
+ * by the weight bytes as they are (pairs at most 2 * 127 * 127 again), 64 * sum_k qW[j,k] (half
+ * the packed compensation) taken off at the end: the same exact sums with one instruction on the
+ * multiply ports fewer. Tiles of up to 4 rows by one panel; the accumulators are named variables
+ * cR0, cR1 (as in qtile16: GCC keeps an array of them in memory). */
+#define BSTEP8(r)                                                                                                      \
     if (mr > r) {                                                                                                      \
         int32_t a4, m4;                                                                                                \
         memcpy(&a4, a + (size_t)(r) * ld8 + (size_t)k, 4);                                                             \
-        memcpy(&m4, am + (size_t)(r) * ld8 + (size_t)k, 4);                                                            \
-        __m256i av = _mm256_set1_epi32(a4), mag = _mm256_set1_epi32(m4);                                              \
-        __m256i s0 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w0, av));                                             \
-        __m256i s1 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w1, av));                                             \
+        __m256i av = _mm256_set1_epi32(a4), s0, s1;                                                                    \
+        if (u7) {                                                                                                      \
+            s0 = _mm256_maddubs_epi16(av, w0);                                                                         \
+            s1 = _mm256_maddubs_epi16(av, w1);                                                                         \
+        } else {                                                                                                       \
+            memcpy(&m4, am + (size_t)(r) * ld8 + (size_t)k, 4);                                                        \
+            __m256i mag = _mm256_set1_epi32(m4);                                                                       \
+            s0 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w0, av));                                                  \
+            s1 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w1, av));                                                  \
+        }                                                                                                              \
         c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(s0, ones));                                             \
         c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(s1, ones));                                             \
     }
 
-static inline __attribute__((always_inline)) ISA_AVX2 void stile8(const struct qlin *g, int i, int p, int mr, int n,
-                                                                 const char *pf)
+static inline __attribute__((always_inline)) ISA_AVX2 void btile8(const struct qlin *g, int i, int p, int mr, int n,
+                                                                 const char *pf, int u7)
 {
     size_t ld8 = (size_t)g->ld8;
-    const int8_t *a = g->As8 + (size_t)i * ld8;
-    const uint8_t *am = g->Am8 + (size_t)i * ld8, *w = qpanel(g, p, 0);
+    const uint8_t *a = (u7 ? g->Au7 : (const uint8_t *)g->As8) + (size_t)i * ld8, *w = qpanel(g, p, 0);
+    const uint8_t *am = u7 ? NULL : g->Am8 + (size_t)i * ld8;
     const __m256i ones = _mm256_set1_epi16(1), z = _mm256_setzero_si256();
     __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
         CPU_PF_TOUCH(pf, k / 4);
         __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
-        SSTEP(0) SSTEP(1) SSTEP(2) SSTEP(3)
+        BSTEP8(0) BSTEP8(1) BSTEP8(2) BSTEP8(3)
     }
     __m256i acc[MR8][2] = { { c00, c01 }, { c10, c11 }, { c20, c21 }, { c30, c31 } };
-    qstore8(g, i, p, mr, n, acc);
-}
-#undef SSTEP
-
-TILE8_ANY(stile8_any, stile8)
-
-/* AVX2 with 7-bit activations: each word of 4 unsigned activation bytes qA + 64 broadcast,
- * vpmaddubsw by the weight bytes as packed (pairs at most 2 * 127 * 127: no saturation), vpmaddwd
- * by ones; 64 * sum_k qW[j,k] (half the packed compensation) taken off at the end: the exact sums
- * of stile8, with one instruction on the multiply ports fewer. Tiles of up to 4 rows by one panel. */
-/* Row R's word of 4 activation bytes against both halves of the panel, into the named
- * accumulators cR0 and cR1 (named, as in qtile16, so that GCC keeps them in registers). */
-#define USTEP(r)                                                                                                       \
-    if (mr > r) {                                                                                                      \
-        int32_t a4;                                                                                                    \
-        memcpy(&a4, a + (size_t)(r) * ld8 + (size_t)k, 4);                                                             \
-        __m256i av = _mm256_set1_epi32(a4);                                                                            \
-        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, w0), ones));                   \
-        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, w1), ones));                   \
-    }
-
-static inline __attribute__((always_inline)) ISA_AVX2 void utile8(const struct qlin *g, int i, int p, int mr, int n,
-                                                                 const char *pf)
-{
-    size_t ld8 = (size_t)g->ld8;
-    const uint8_t *a = g->Au7 + (size_t)i * ld8, *w = qpanel(g, p, 0);
-    const __m256i ones = _mm256_set1_epi16(1), z = _mm256_setzero_si256();
-    __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
-    for (int k = 0; k < g->Kp; k += 4, w += 64) {
-        CPU_PF_TOUCH(pf, k / 4);
-        __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
-        USTEP(0) USTEP(1) USTEP(2) USTEP(3)
-    }
-    __m256i acc[MR8][2] = { { c00, c01 }, { c10, c11 }, { c20, c21 }, { c30, c31 } };
-    for (int h = 0; h < 2; h++) {
+    for (int h = 0; u7 && h < 2; h++) {
         __m256i comp = _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(g->comp + p * QPW + 8 * h)), 1);
         for (int r = 0; r < mr; r++)
             acc[r][h] = _mm256_sub_epi32(acc[r][h], comp);
     }
     qstore8(g, i, p, mr, n, acc);
 }
-#undef USTEP
+#undef BSTEP8
 
+static inline __attribute__((always_inline)) ISA_AVX2 void stile8(const struct qlin *g, int i, int p, int mr, int n,
+                                                                 const char *pf)
+{
+    btile8(g, i, p, mr, n, pf, 0);
+}
+
+static inline __attribute__((always_inline)) ISA_AVX2 void utile8(const struct qlin *g, int i, int p, int mr, int n,
+                                                                 const char *pf)
+{
+    btile8(g, i, p, mr, n, pf, 1);
+}
+
+TILE8_ANY(stile8_any, stile8)
 TILE8_ANY(utile8_any, utile8)
 #undef TILE8_ANY
 
