@@ -327,8 +327,8 @@ struct nmt_backend {
      * and epilogue: what 8-bit integer dot products (VNNI's vpdpbusd) compute fastest. INT8A7
      * (ABI 2.10; a plugin may refuse it): the same weights, the rows of A on a 7-bit grid (a_i =
      * max_k |A[i,k]| / 63, values in [-63, 63]), the same exact sums and epilogue: what AVX2's
-     * vpmaddubsw multiplies exactly as unsigned bytes qA + 64, without saturating. BF16: W and each row of A rounded to bfloat16 (to nearest even), products summed in
-     * float32 in a fixed order. 0 or negative (DTYPE not supported, bad shape, non-finite weight). */
+     * vpmaddubsw multiplies exactly as unsigned bytes qA + 64, without saturating. BF16: W and each
+     * row of A rounded to bfloat16 (to nearest even), products summed in float32 in a fixed order. 0 or negative (DTYPE not supported, bad shape, non-finite weight). */
     int (*linear_pack_q)(nmt_bctx *ctx, void *dst, const float *W, int N, int K, int ldw, uint32_t dtype);
 
     /* ---- OPTIONAL, ABI 2.2: attention without P (both slots or none) ---- */

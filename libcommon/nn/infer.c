@@ -419,7 +419,8 @@ static double step_weight_bytes(const struct model_config *c, uint32_t precision
 {
     double d = c->d_model, layers = c->dec_layers * (6 * d * d + 2 * d * c->ff), out = (double)c->vocab * d;
     uint32_t dt = precision & ~INFER_OUTPUT_TOO;
-    double wb = dt == NMT_DTYPE_INT8 || dt == NMT_DTYPE_INT8A8 || dt == NMT_DTYPE_INT8A7 ? 1 : dt == NMT_DTYPE_BF16 ? 2 : 4;
+    int int8 = dt == NMT_DTYPE_INT8 || dt == NMT_DTYPE_INT8A8 || dt == NMT_DTYPE_INT8A7;
+    double wb = int8 ? 1 : dt == NMT_DTYPE_BF16 ? 2 : 4;
     return layers * wb + out * (precision & INFER_OUTPUT_TOO ? wb : 4);
 }
 

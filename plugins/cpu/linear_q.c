@@ -531,7 +531,7 @@ struct qlin_job {
     const float *Af; /* (M, lda) the float rows, quantised into qa and qs (= g.A and g.sa) */
     int16_t *qa;
     float *qs;
-    uint8_t *lo; /* AMX: the split rows (g.Alo, g.Ahi); VNNI with 8-bit activations: g.Au8 */
+    uint8_t *lo; /* AMX: the split rows (g.Alo, g.Ahi); 8- and 7-bit activations: their bytes (g.Au8, As8, Au7) */
     int8_t *hi;
     int lda, K, isa; /* isa: CPU_ISA_AMX only when Kp is a multiple of 64 */
     int top;         /* the activations' grid: QA_MAX, QA8_MAX or QA7_MAX */
