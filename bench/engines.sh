@@ -12,7 +12,8 @@
 #   nmt-decode --max-tokens 4096 (and its default of at most 16 sentences a batch on the cpu) --threads T
 #     --precision float32|NMT_INT8 (default int8-all: the output
 #     projection in int8 too, as nmt-export --quantize int8 gives it to CTranslate2; NMT_INT8=int8
-#     keeps it in float32)
+#     keeps it in float32; int8-a8-all, 8-bit activations, is nmt's fastest int8 on VNNI and AMX
+#     CPUs, int8-a7-all on AVX2 ones)
 #   ct2-translator --intra_threads T (ct2), and with T > 1 also --inter_threads T --intra_threads 1
 #     (ct2i: T translators of one thread), each batching of CT2_BATCHES (default "tokens:4096
 #     examples:32"), each its own columns, --compute_type float32|int8 (int8 on a CPU with AMX:
