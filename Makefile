@@ -203,16 +203,18 @@ N ?= 5
 check-stress: tests-built
 	bash tests/stress.sh $(N)
 
-# The whole suite: plain build, then the same tests under ASan+UBSan, then the fuzzers.
+# The whole suite: plain build, then the same tests under ASan+UBSan, then the fuzzers. The builds
+# compile NMT_TEST_JOBS files at a time (default: the number of cores), as the tests run.
+CHECK_JOBS = $${NMT_TEST_JOBS:-$$(nproc)}
 check: deps layers lint
 	@rm -f .check-counts .check-counts.skips .check-counts.fails; st=0; t=$$(date +%s); times=; \
 	lap() { n=$$(date +%s); times="$$times $$1 $$((n - t))s"; t=$$n; }; \
-	$(MAKE) tests-built || exit 1; lap build; \
+	$(MAKE) -j$(CHECK_JOBS) tests-built || exit 1; lap build; \
 	bash tests/run.sh . .check-counts || st=1; lap plain; \
-	$(MAKE) O=san SAN=1 tests-built || exit 1; lap san-build; \
+	$(MAKE) -j$(CHECK_JOBS) O=san SAN=1 tests-built || exit 1; lap san-build; \
 	bash tests/run.sh san .check-counts || st=1; lap san; \
 	VALGRIND=1 bash tests/run.sh . .check-counts || st=1; lap valgrind; \
-	$(MAKE) fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-$(FUZZ_SECONDS)} || st=1; lap fuzz; \
+	$(MAKE) -j$(CHECK_JOBS) fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-$(FUZZ_SECONDS)} || st=1; lap fuzz; \
 	echo "check: time of each phase:$$times"; \
 	bash tests/summary.sh .check-counts || st=1; \
 	exit $$st

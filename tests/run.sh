@@ -26,10 +26,13 @@ tap_count() { # reads TAP on stdin, echoes "passed failed skipped" (a skip is no
     awk '/^ok .*# [Ss][Kk][Ii][Pp]/{s++; next} /^ok /{p++} /^not ok /{f++} END{print p+0, f+0, s+0}'
 }
 
+# Bats's --timing adds " in Nms" after a test's name: taken out of the names listed
+untime='s/ in [0-9]*ms\( #\|$\)/\1/'
+
 # Appends the skips of the TAP in file $2 to the skip list beside COUNTS, labelled $1.
 tap_skips() {
     [ "$counts" = /dev/null ] && return
-    grep -i '^ok .*# skip' "$2" | sed "s/^ok [0-9]* *-* *//; s/^/[$1] /" >> "$counts.skips"
+    grep -i '^ok .*# skip' "$2" | sed "s/^ok [0-9]* *-* *//; $untime; s/^/[$1] /" >> "$counts.skips"
 }
 
 # Appends the name of each failed test of the TAP in file $2 to the failure list beside COUNTS,
@@ -37,7 +40,7 @@ tap_skips() {
 tap_fails() {
     [ "$counts" = /dev/null ] && return
     if grep -q '^not ok' "$2"; then
-        grep '^not ok' "$2" | sed "s/^not ok [0-9]* *-* *//; s/^/[$1] /" >> "$counts.fails"
+        grep '^not ok' "$2" | sed "s/^not ok [0-9]* *-* *//; $untime; s/^/[$1] /" >> "$counts.fails"
     else
         echo "[$1] $3" >> "$counts.fails"
     fi
@@ -79,11 +82,18 @@ for t in "${units[@]}"; do report_unit "$t"; done
 rm -rf "$work"
 
 shopt -s nullglob
-suites=(tests/bats/*.bats)
+# The files that take longest start first, so that the jobs end close together: Bats hands the
+# files to its jobs in the order given.
+suites=()
+for f in mpi train decode readme demo; do [ -f "tests/bats/$f.bats" ] && suites+=("tests/bats/$f.bats"); done
+for f in tests/bats/*.bats; do [[ " ${suites[*]} " == *" $f "* ]] || suites+=("$f"); done
 if [ ${#suites[@]} -gt 0 ] && [ "${VALGRIND:-0}" != 1 ]; then
     out=$(mktemp)
-    bats --tap "${bats_jobs[@]}" "${suites[@]}" > "$out" 2>&1
+    bats --tap --timing "${bats_jobs[@]}" "${suites[@]}" > "$out" 2>&1
     rc=$?
+    # the slowest tests, to keep the suite's time in view
+    sed -n 's/^ok [0-9]* \(.*\) in \([0-9]*\)ms\( #.*\)*$/\2 \1/p' "$out" | sort -rn |
+        awk -v l="$label" 'NR <= 5 { printf "%s bats: slow: %.1f s %s\n", l, $1 / 1000, substr($0, length($1) + 2) }'
     read -r p f sk < <(tap_count < "$out")
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; cat "$out"; fi
     awk '/^not ok /{show=1} /^ok /{show=0} show' "$out" | head -200 | sed "s/^/  [$label bats] /"
