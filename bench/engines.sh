@@ -43,8 +43,9 @@
 # relu); DROPOUT (default 0.1) on the residual branches and the embeddings (nmt-train --dropout, Marian's
 # --transformer-dropout), label smoothing 0.1, Adam (0.9, 0.98, 1e-9), no clipping, the inverse square-root
 # schedule with WARMUP (default 4000) warm-up steps at nmt's peak rate (--lr 1: d^-0.5 WARMUP^-0.5); both
-# engines start from the same weights (nmt-train --save-init, exported to Marian's --pretrained-model). STEPS
-# updates (default 300), then the validation perplexity of each (the same measure: exp of the mean negative
+# engines start from the same weights (nmt-train --save-init, exported to Marian's --pretrained-model). First
+# a line on whether the two take the same steps: 40 updates of each on one batch, the losses compared.
+# STEPS updates (default 300), then the validation perplexity of each (the same measure: exp of the mean negative
 # log-likelihood of the reference pieces and </s>, no label smoothing). For each thread count of THREADS
 # (default "1 2"): target tokens/s (median of the logged rates after step LO, default 20), target tokens
 # an update, peak RSS (/usr/bin/time), validation perplexity. TRAIN_PRECISIONS (default float32; also
@@ -76,7 +77,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
         export OPENBLAS_CORETYPE=Haswell
     fi
 fi
-usage() { sed -n 2,45p "$0" >&2; exit 2; }
+usage() { sed -n 2,54p "$0" >&2; exit 2; }
 train_engines() {
     local vocab=$1 tsrc=$2 ttgt=$3 vsrc=$4 vtgt=$5
     local preset=${PRESET:-tiny} steps=${STEPS:-300} warmup=${WARMUP:-4000} lo=${LO:-20} dropout=${DROPOUT:-0.1}
@@ -95,6 +96,7 @@ train_engines() {
         "$B/nmt-tokenize" --vocab "$vocab" --text=pieces < "${!f}" > "$w/$f.pieces" || return 1
     done
     echo "$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); preset $preset; $steps steps; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    train_same_batch || return 1
     echo "| engine | threads | target tokens/s | target tokens an update | peak RSS MiB | validation perplexity after $steps steps |"
     echo "|---|---|---|---|---|---|"
     local t
@@ -124,32 +126,66 @@ train_nmt() {
                      tok / k, kb / 1024, ppl }' "$w/nmt.$t.$p.csv"
 }
 
+# train_same_batch: both engines take 40 updates on one batch (the first 200 pairs), from the
+# same weights, without dropout; prints how far apart their losses end. Marian's first update has
+# a learning rate of 0 (its warm-up counts the updates done), so its update k + 1 is nmt's step k.
+train_same_batch() {
+    local margs k=40
+    marian_model "$w/init.ckpt"
+    sed -n 1,200p "$tsrc" > "$w/one.src"; sed -n 1,200p "$ttgt" > "$w/one.tgt"
+    "$B/nmt-tokenize" --vocab "$vocab" --src "$w/one.src" --tgt "$w/one.tgt" |
+        "$B/nmt-batch" -t 1000000 -o "$w/one.batches" 2> /dev/null || return 1
+    "$B/nmt-train" --init-from "$w/init.ckpt" --dropout 0 --label-smoothing 0.1 --lr 1 --warmup "$warmup" \
+        -i "$w/one.batches" --no-shuffle --max-steps "$k" --threads 1 -o "$w/one.ckpt" --force -q --log "$w/one.csv" || return 1
+    head -200 "$w/tsrc.pieces" > "$w/one.src.pieces"; head -200 "$w/ttgt.pieces" > "$w/one.tgt.pieces"
+    rm -rf "$w/one.m" && mkdir -p "$w/one.m"
+    "$marian/bin/marian" "${margs[@]}" --cpu-threads 1 --sync-sgd -t "$w/one.src.pieces" "$w/one.tgt.pieces" \
+        -m "$w/one.m/model.npz" --transformer-dropout 0 --mini-batch 1000 --mini-batch-words 1000000 --maxi-batch 1 \
+        --shuffle none --after "$((k + 1))u" --disp-freq 1u --save-freq "$((k + 1))u" --log "$w/one.m/log" > /dev/null 2>&1 ||
+        { tail -5 "$w/one.m/log" >&2; return 1; }
+    # the label-smoothed loss of each update: nmt's log, Marian's "Up. U : ... Cost C"
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } { print $c["step"], $c["loss"] }' "$w/one.csv" > "$w/one.nmt"
+    awk '/ Up\. [0-9]+ : .* Cost / { for (i = 1; i <= NF; i++) { if ($i == "Up.") u = $(i + 1); if ($i == "Cost") c = $(i + 1) }
+        print u - 1, c }' "$w/one.m/log" > "$w/one.marian"
+    awk -v k="$k" 'NR == FNR { m[$1] = $2; next }
+        { d = $2 - m[$1]; if (d < 0) d = -d; if (d > worst) worst = d; if ($1 == k) last = $2 }
+        END { printf "same batch, %d updates, no dropout: the losses at most %.4f apart (nmt ends at %.4f), with Marian one update behind\n", k, worst, last }' \
+        "$w/one.marian" "$w/one.nmt"
+}
+
+# marian_model CKPT: sets margs, Marian's options for the model of nmt checkpoint CKPT, its Adam and
+# the schedule of nmt's --lr 1 --warmup WARMUP: nmt's peak rate d^-0.5 WARMUP^-0.5, reached at
+# WARMUP, then as 1/sqrt(step), is Marian's --learn-rate with --lr-warmup and --lr-decay-inv-sqrt at
+# WARMUP
+marian_model() {
+    local hdr d lr
+    hdr=$("$B/nmt-cat" --header "$1")
+    dims() { awk -F '\t' -v k="model.$1" '$1 == k {print $2}' <<< "$hdr"; }
+    d=$(dims d_model)
+    lr=$(awk -v d="$d" -v n="$warmup" 'BEGIN {printf "%.6g", 1 / sqrt(d) / sqrt(n)}')
+    margs=(--type transformer -v "$w/marian.vocab.yml" "$w/marian.vocab.yml"
+        --dim-emb "$d" --transformer-dim-ffn "$(dims ff)" --transformer-heads "$(dims heads)"
+        --enc-depth "$(dims enc_layers)" --dec-depth "$(dims dec_layers)" --transformer-ffn-activation relu
+        --tied-embeddings-all --label-smoothing 0.1 --optimizer adam --optimizer-params 0.9 0.98 1e-09 --clip-norm 0
+        --learn-rate "$lr" --lr-warmup "$warmup" --lr-decay-inv-sqrt "$warmup" --max-length "$(dims max_len)"
+        --max-length-crop --pretrained-model "$w/marian.npz" --seed 1 --overwrite)
+}
+
 # train_marian THREADS PRECISION: one marian run (synchronous updates over THREADS workers), a table
 # row; its batches as large as those of nmt's run in PRECISION
 train_marian() {
-    local t=$1 p=$2 hdr dims
-    hdr=$("$B/nmt-cat" --header "$w/nmt.ckpt")
-    dims() { awk -F '\t' -v k="model.$1" '$1 == k {print $2}' <<< "$hdr"; }
-    local d; d=$(dims d_model)
-    # nmt's peak rate d^-0.5 WARMUP^-0.5, reached at WARMUP, then as 1/sqrt(step): Marian's --learn-rate
-    # at the peak with --lr-warmup and --lr-decay-inv-sqrt at the same step
-    local lr; lr=$(awk -v d="$d" -v n="$warmup" 'BEGIN {printf "%.6g", 1 / sqrt(d) / sqrt(n)}')
+    local t=$1 p=$2 margs
+    marian_model "$w/nmt.ckpt"
     # Marian's batches by target words (labels; with --sync-sgd one batch an update, split over its T
     # workers): nmt's mean target tokens a step
     local mbw; mbw=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
         $c["tokens"] != "" { s += $c["tokens"]; k++ } END { printf "%d", s / k + 0.5 }' "$w/nmt.$t.$p.csv")
     rm -rf "$w/m.$t" && mkdir -p "$w/m.$t"
-    /usr/bin/time -f "%M" -o "$w/marian.$t.time" "$marian/bin/marian" --type transformer --cpu-threads "$t" --sync-sgd \
-        -t "$w/tsrc.pieces" "$w/ttgt.pieces" -v "$w/marian.vocab.yml" "$w/marian.vocab.yml" -m "$w/m.$t/model.npz" \
-        --dim-emb "$d" --transformer-dim-ffn "$(dims ff)" --transformer-heads "$(dims heads)" \
-        --enc-depth "$(dims enc_layers)" --dec-depth "$(dims dec_layers)" --transformer-ffn-activation relu \
-        --tied-embeddings-all --transformer-dropout "$dropout" --label-smoothing 0.1 \
-        --optimizer adam --optimizer-params 0.9 0.98 1e-09 --clip-norm 0 --learn-rate "$lr" \
-        --lr-warmup "$warmup" --lr-decay-inv-sqrt "$warmup" --max-length "$(dims max_len)" --max-length-crop \
+    /usr/bin/time -f "%M" -o "$w/marian.$t.time" "$marian/bin/marian" "${margs[@]}" --cpu-threads "$t" --sync-sgd \
+        -t "$w/tsrc.pieces" "$w/ttgt.pieces" -m "$w/m.$t/model.npz" --transformer-dropout "$dropout" \
         --mini-batch-words "$mbw" --maxi-batch 100 --after "${steps}u" --disp-freq "$((steps < 100 ? 1 : 10))u" \
         --valid-sets "$w/vsrc.pieces" "$w/vtgt.pieces" --valid-metrics perplexity --valid-freq "${steps}u" \
-        --save-freq "${steps}u" --overwrite --seed 1 --pretrained-model "$w/marian.npz" --log "$w/marian.$t.log" \
-        > /dev/null 2>&1 ||
+        --save-freq "${steps}u" --log "$w/marian.$t.log" > /dev/null 2>&1 ||
         { tail -5 "$w/marian.$t.log" >&2; return 1; }
     # "Ep. E : Up. U : Sen. S : Cost C * LABELS @ ... after TOTAL : Time Ts : R words/s : ..." and
     # "[valid] Ep. E : Up. U : perplexity : P"
