@@ -204,7 +204,7 @@ check-stress: tests-built
 	bash tests/stress.sh $(N)
 
 # The whole suite: plain build, then the same tests under ASan+UBSan, then the fuzzers. The builds
-# compile NMT_TEST_JOBS files at a time (default: the number of cores), as many as the tests run at once.
+# compile NMT_TEST_JOBS files at a time (default: the number of cores), as the tests run that many.
 CHECK_JOBS = $${NMT_TEST_JOBS:-$$(nproc)}
 check: deps layers lint
 	@rm -f .check-counts .check-counts.skips .check-counts.fails; st=0; t=$$(date +%s); times=; \
