@@ -137,7 +137,7 @@ train_same_batch() {
         "$B/nmt-batch" -t 1000000 -o "$w/one.batches" 2> /dev/null || return 1
     "$B/nmt-train" --init-from "$w/init.ckpt" --dropout 0 --label-smoothing 0.1 --lr 1 --warmup "$warmup" \
         -i "$w/one.batches" --no-shuffle --max-steps "$k" --threads 1 -o "$w/one.ckpt" --force -q --log "$w/one.csv" || return 1
-    head -200 "$w/tsrc.pieces" > "$w/one.src.pieces"; head -200 "$w/ttgt.pieces" > "$w/one.tgt.pieces"
+    sed -n 1,200p "$w/tsrc.pieces" > "$w/one.src.pieces"; sed -n 1,200p "$w/ttgt.pieces" > "$w/one.tgt.pieces"
     rm -rf "$w/one.m" && mkdir -p "$w/one.m"
     "$marian/bin/marian" "${margs[@]}" --cpu-threads 1 --sync-sgd -t "$w/one.src.pieces" "$w/one.tgt.pieces" \
         -m "$w/one.m/model.npz" --transformer-dropout 0 --mini-batch 1000 --mini-batch-words 1000000 --maxi-batch 1 \
