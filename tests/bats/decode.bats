@@ -106,8 +106,9 @@ setup_file() {
     nmt-train --vocab "$D/v.vocab" -i "$D/p.batches" -o "$D/wide.ckpt" --enc-layers 1 --dec-layers 4 --d-model 512 \
         --heads 4 --ff 1024 --max-steps 1 -q --threads 2
     head -3 "$D/src.en" > "$D/s3.en"
-    want() { # BEAM PRECISION SENTENCES
-        nmt-decode -m "$D/wide.ckpt" --threads 1 --verbose --beam "$1" --precision "$2" -i "$D/s3.en" > /dev/null 2> "$D/w.err"
+    want() { # BEAM PRECISION SENTENCES (one output piece: the batching is chosen before the search)
+        nmt-decode -m "$D/wide.ckpt" --threads 1 --verbose --beam "$1" --precision "$2" --max-len-a 0 --max-len-b 1 \
+            -i "$D/s3.en" > /dev/null 2> "$D/w.err"
         grep -q "batches of at most $3 sentences" "$D/w.err" || { echo "beam $1 $2: want $3"; cat "$D/w.err"; return 1; }
     }
     want 1 float32 64
