@@ -106,9 +106,7 @@ CPU_VEC_BODY(fwd_body)
             float p = s[j];
             if (a->dropout > 0)
                 p = rng_uniform_keyed(key, ctr + (uint64_t)j) >= a->dropout ? p * keep : 0.0f;
-            const float *vj = key_at(t, vh, b, j, a->v_bs, a->v_ld);
-            for (int d = 0; d < dh; d++)
-                o[d] += p * vj[d];
+            vaxpy(o, p, key_at(t, vh, b, j, a->v_bs, a->v_ld), dh);
         }
     }
 }
@@ -380,21 +378,14 @@ CPU_VEC_BODY(bwd_body)
                 float m = a->dropout > 0 ? (rng_uniform_keyed(key, ctr + (uint64_t)j) >= a->dropout ? keep : 0.0f)
                                          : 1.0f;
                 /* dV_j += P'_ij dO_i ; dP_ij = (dO_i . V_j) * m */
-                float pp = prow[j] * m;
-                float *dvj = dvb + j * a->v_ld;
-                for (int d = 0; d < dh; d++)
-                    dvj[d] += pp * go[d];
+                vaxpy(dvb + j * a->v_ld, prow[j] * m, go, dh);
                 dp[j] = vdot(go, vb + j * a->v_ld, dh) * m;
                 dot += prow[j] * dp[j];
             }
             for (int j = 0; j < n; j++) {
                 float ds = prow[j] * (dp[j] - dot) * a->scale;
-                const float *kj = kb + j * a->k_ld;
-                float *dkj = dkb + j * a->k_ld;
-                for (int d = 0; d < dh; d++) {
-                    dqi[d] += ds * kj[d];
-                    dkj[d] += ds * qi[d];
-                }
+                vaxpy(dqi, ds, kb + j * a->k_ld, dh);
+                vaxpy(dkb + j * a->k_ld, ds, qi, dh);
             }
         }
     }

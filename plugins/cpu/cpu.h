@@ -133,8 +133,15 @@ static inline void *cpu_scratch_of(struct nmt_bctx *ctx, int tid)
 }
 
 /* ---- vector helpers: multi-lane accumulators so the compiler vectorises without reassociating
- * anything the C source does not say; the order of operations is fixed. ---- */
+ * anything the C source does not say; the order of operations is fixed. The products over a row
+ * (vdot, vaxpy) are written on GCC's vector type of LANES floats, so that every clone of a loop
+ * (isa.h) and every build, sanitizers included (whose checks stop GCC from vectorising plain
+ * loops), computes LANES lanes an instruction or a few; each lane's operations are those of the
+ * plain loop, so the bits are too. ---- */
 #define LANES 16
+typedef float vlanes __attribute__((vector_size(LANES * sizeof(float))));
+/* the same, read and written at any float's address */
+typedef float vlanes_at __attribute__((vector_size(LANES * sizeof(float)), aligned(sizeof(float)), may_alias));
 
 static inline __attribute__((always_inline)) float vsum(const float *x, int64_t n)
 {
@@ -151,19 +158,35 @@ static inline __attribute__((always_inline)) float vsum(const float *x, int64_t 
     return s;
 }
 
+/* sum of a[i] * b[i], i < n: lane l sums the products i = l mod LANES in order (the last n mod
+ * LANES products in lanes 0, 1, ...), then the lanes are added in order */
 static inline __attribute__((always_inline)) float vdot(const float *a, const float *b, int64_t n)
 {
-    float acc[LANES] = { 0 };
+    vlanes acc = { 0 };
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
-        for (int l = 0; l < LANES; l++)
-            acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++)
-        acc[l] += a[i] * b[i];
+        acc += *(const vlanes_at *)(a + i) * *(const vlanes_at *)(b + i);
+    if (i < n) { /* the other lanes add +0: a -0 among them turns +0, which leaves the sum below as it is */
+        float t[LANES] = { 0 };
+        for (int l = 0; i < n; i++, l++)
+            t[l] = a[i] * b[i];
+        acc += *(const vlanes_at *)t;
+    }
     float s = 0;
+    #pragma GCC unroll 16
     for (int l = 0; l < LANES; l++)
         s += acc[l];
     return s;
+}
+
+/* y[i] += s * x[i], i < n (a product, then a sum); y and x do not overlap */
+static inline __attribute__((always_inline)) void vaxpy(float *y, float s, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        *(vlanes_at *)(y + i) += s * *(const vlanes_at *)(x + i);
+    for (; i < n; i++)
+        y[i] += s * x[i];
 }
 
 static inline __attribute__((always_inline)) float vmax(const float *x, int64_t n)
