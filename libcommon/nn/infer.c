@@ -57,7 +57,8 @@ struct infer {
     int Kcap;                        /* rows per sentence prepared for (Rcap = B * Kcap) */
     float *ex, *et, *eq, *eatt, *esub, *eh;   /* encoder (B*S, D|3D|F) */
     struct nn_encoder_acts enc;      /* the encoder's views: every layer on the buffers above */
-    int32_t *src_ids, *src_pos, *src_len;     /* (B*S), (B*S), (B) */
+    int32_t *src_ids, *src_pos, *src_len;     /* (B*S) by encoder chunk (enc_chunk), (B*S), (B) */
+    int32_t *src_rows;               /* (B*S) each cross key's row in its encoder chunk's output */
     float **ckv;                     /* (Ld) cross keys/values (B, S, 2D) of the live sentences */
     float *ckv_spare;                /* (B, S, 2D) */
     float **kv;                      /* (Ld) self keys/values (t, R, 2D) of the live rows; where the
@@ -616,6 +617,7 @@ static void arena_layout(struct infer *in, struct nn_bump *b)
     size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, V = (size_t)in->c.vocab, Ns = in->ext.Ns;
     in->src_ids = nn_bump_i(b, Ns);
     in->src_pos = nn_bump_i(b, Ns);
+    in->src_rows = nn_bump_i(b, Ns);
     in->src_len = nn_bump_i(b, in->ext.B);
     for (int l = 0; l < in->c.dec_layers; l++)
         in->ckv[l] = nn_bump_f(b, Ns * 2 * D);
@@ -1086,6 +1088,81 @@ int infer_reserve(struct infer *in, int B, int S, int K, int tmax)
     return arena_prepare(in);
 }
 
+/* The encoder chunk of a batch that starts at sentence B0 of NB, whose lengths (with EOS) are LEN:
+ * the most sentences from B0 whose rows, each sentence padded to the longest of them, fit in CAP
+ * rows (one sentence at least). Returns their count, and that longest length in *SC. nmt-decode's
+ * batches come sorted by length, so a chunk pads far fewer rows than the batch's longest would. */
+static int enc_chunk(const int32_t *len, int b0, int nb, int cap, int *sc)
+{
+    int n = 1, s = len[b0];
+    while (b0 + n < nb) {
+        int s2 = len[b0 + n] > s ? len[b0 + n] : s;
+        if ((int64_t)(n + 1) * s2 > cap)
+            break;
+        s = s2;
+        n++;
+    }
+    *sc = s;
+    return n;
+}
+
+/* Lays the batch's source out on the host by encoder chunk (enc_chunk of at most CAP rows): each
+ * chunk's sentences padded to its own longest, one after the other, in IDS and POS; ROWS (B*S) gives
+ * row j of sentence b (b*S + j, padded to the batch's S) its row in its chunk's output (the
+ * sentence's last row for padding). Returns the rows of IDS and POS, or -1 with the error set. */
+static int64_t enc_layout(const struct infer *in, const uint32_t *const *src, const int *len, int cap, int32_t *ids,
+                          int32_t *pos, int32_t *rows)
+{
+    int B = in->B, S = in->S, V = in->c.vocab;
+    size_t off = 0;
+    for (int b = 0; b < B;) {
+        int sc, n = enc_chunk(in->host_len, b, B, cap, &sc);
+        for (int i = 0; i < n; i++, b++)
+            for (int j = 0; j < S; j++) {
+                if (j < sc) {
+                    size_t r = off + (size_t)i * (size_t)sc + (size_t)j;
+                    if (j < len[b] && src[b][j] >= (uint32_t)V)
+                        return nmt_seterr("source id %u outside the vocabulary of %d", src[b][j], V);
+                    ids[r] = j < len[b] ? (int32_t)src[b][j] : j == len[b] ? NMT_EOS : 0;
+                    pos[r] = j <= len[b] ? j : -1;
+                }
+                rows[(size_t)b * (size_t)S + (size_t)j] = i * sc + (j < sc ? j : sc - 1);
+            }
+        off += (size_t)n * (size_t)sc;
+    }
+    return (int64_t)off;
+}
+
+/* Encodes the batch chunk by chunk (enc_layout's) and writes each decoder layer's cross keys and
+ * values of its sentences (padded to the batch's S) in ckv. 0 or -1 with the error set. */
+static int enc_chunks(struct infer *in, int cap)
+{
+    const struct model_config *c = &in->c;
+    const struct nmt_backend *k = in->k;
+    int B = in->B, S = in->S;
+    size_t D2 = 2 * (size_t)c->d_model, off = 0;
+    for (int b = 0; b < B;) {
+        int sc, n = enc_chunk(in->host_len, b, B, cap, &sc);
+        const float *mem;
+        if (nn_encoder(&in->run, in->w, &in->enc, in->src_ids + off, in->src_pos + off, in->src_len + b, n, sc,
+                       &mem) < 0)
+            return -1;
+        size_t o = (size_t)b * (size_t)S;
+        for (int l = 0; l < c->dec_layers; l++) {
+            /* padded to S already: straight into place; else through eq (dead once encoded) */
+            float *kv = sc == S ? in->ckv[l] + o * D2 : in->eq;
+            if (infer_linear(&in->run, kv, mem, in->w->dec[l].ckv_w, in->w->dec[l].ckv_b, 0, n * sc, (int)D2,
+                             c->d_model) < 0 ||
+                (sc < S && nn_bk(&in->run, k->gather_rows(in->ctx, in->ckv[l] + o * D2, kv, in->src_rows + o,
+                                                          n * S, (int64_t)D2), "gather_rows") < 0))
+                return -1;
+        }
+        off += (size_t)n * (size_t)sc;
+        b += n;
+    }
+    return 0;
+}
+
 int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int *len, int K, int tmax)
 {
     const struct model_config *c = &in->c;
@@ -1105,44 +1182,29 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
     set_shape(in, B, S, K, tmax);
     if (arena_prepare(in) < 0)
         return -1;
-    int D = c->d_model, V = c->vocab, Ns = B * S;
-    size_t Ns_ = (size_t)Ns;
-    if (host_ints(in, 2 * Ns_ + (size_t)B) < 0 || host_ints(in, (size_t)tmax * (size_t)in->Rcap) < 0 ||
+    size_t Ns_ = (size_t)B * (size_t)S;
+    if (host_ints(in, 3 * Ns_) < 0 || host_ints(in, (size_t)tmax * (size_t)in->Rcap) < 0 ||
         (rows_mode(in) && host_rows(in, (size_t)tmax * (size_t)in->Rcap) < 0))
         return -1;
     free(in->host_len);
     in->host_len = malloc((size_t)B * sizeof *in->host_len);
     if (!in->host_len)
         return nmt_seterr("out of memory");
-    int32_t *ids = in->host_ints, *pos = ids + Ns_;
-    for (int b = 0; b < B; b++) {
-        for (int j = 0; j < S; j++) {
-            size_t r = (size_t)b * (size_t)S + (size_t)j;
-            int32_t id = j < len[b] ? (int32_t)src[b][j] : j == len[b] ? NMT_EOS : 0;
-            if (j < len[b] && src[b][j] >= (uint32_t)V)
-                return nmt_seterr("source id %u outside the vocabulary of %d", src[b][j], V);
-            ids[r] = id;
-            pos[r] = j <= len[b] ? j : -1;
-        }
+    for (int b = 0; b < B; b++)
         in->host_len[b] = len[b] + 1;
-    }
-    const struct nmt_backend *k = in->k;
-    if (nn_bk(&in->run, k->upload(in->ctx, in->src_ids, ids, Ns_ * sizeof(int32_t)), "upload") < 0 ||
-        nn_bk(&in->run, k->upload(in->ctx, in->src_pos, pos, Ns_ * sizeof(int32_t)), "upload") < 0 ||
-        nn_bk(&in->run, k->upload(in->ctx, in->src_len, in->host_len, (size_t)B * sizeof(int32_t)), "upload") < 0)
+    /* a chunk takes as many rows as enc_sentences gives the batch's S */
+    int cap = enc_sentences(in, B, S) * S;
+    int32_t *ids = in->host_ints, *pos = ids + Ns_, *rows = pos + Ns_;
+    int64_t er = enc_layout(in, src, len, cap, ids, pos, rows);
+    if (er < 0)
         return -1;
-    int per = enc_sentences(in, B, S);
-    for (int b = 0; b < B; b += per) {
-        int n = B - b < per ? B - b : per;
-        size_t o = (size_t)b * (size_t)S;
-        const float *mem;
-        if (nn_encoder(&in->run, in->w, &in->enc, in->src_ids + o, in->src_pos + o, in->src_len + b, n, S, &mem) < 0)
-            return -1;
-        for (int l = 0; l < c->dec_layers; l++)
-            if (infer_linear(&in->run, in->ckv[l] + o * 2 * (size_t)D, mem, in->w->dec[l].ckv_w, in->w->dec[l].ckv_b,
-                             0, n * S, 2 * D, D) < 0)
-                return -1;
-    }
+    const struct nmt_backend *k = in->k;
+    if (nn_bk(&in->run, k->upload(in->ctx, in->src_ids, ids, (size_t)er * sizeof(int32_t)), "upload") < 0 ||
+        nn_bk(&in->run, k->upload(in->ctx, in->src_pos, pos, (size_t)er * sizeof(int32_t)), "upload") < 0 ||
+        nn_bk(&in->run, k->upload(in->ctx, in->src_rows, rows, Ns_ * sizeof(int32_t)), "upload") < 0 ||
+        nn_bk(&in->run, k->upload(in->ctx, in->src_len, in->host_len, (size_t)B * sizeof(int32_t)), "upload") < 0 ||
+        enc_chunks(in, cap) < 0)
+        return -1;
     if (in->sl && short_prepare(in, B, src, len) < 0)
         return -1;
     in->ns = B;
