@@ -198,14 +198,22 @@ int nn_self_attention(struct nn_exec *e, struct nn_sub *s, float *out, const flo
 }
 
 int nn_cross_attention(struct nn_exec *e, struct nn_sub *s, float *out, const float *sin, const float *kv,
-                       const struct dec_layer_weights *w, int B, int Tq, int Tk, const int32_t *klen)
+                       const struct dec_layer_weights *w, int B, int Tq, int Tk, const int32_t *klen,
+                       const int32_t *rows)
 {
     int D = e->c->d_model, N = B * Tq;
     if (e->linear(e, s->q, sin, w->cq_w, w->cq_b, 0, N, D, D) < 0)
         return -1;
     struct nmt_attn_args a = nn_attn_args(e, B, Tq, Tk, D, 2 * D, klen, 0);
-    if (attend(e, s, &a, kv, kv + D) < 0)
+    if (rows) { /* key j of item b: kv row rows[b * Tk + j] */
+        a.k_bs = a.v_bs = 2 * D;
+        a.k_ld = a.v_ld = 0;
+        if (nn_bk(e, e->k->attention_forward_rows(e->ctx, s->att, s->q, kv, kv + D, &a, rows, Tk),
+                  "attention_forward_rows") < 0)
+            return -1;
+    } else if (attend(e, s, &a, kv, kv + D) < 0) {
         return -1;
+    }
     return e->linear(e, out, s->att, w->co_w, w->co_b, 0, N, D, D);
 }
 

@@ -164,9 +164,12 @@ int nn_self_attention(struct nn_exec *e, struct nn_sub *s, float *out, const flo
                       const float *qkv_b, const float *o_w, const float *o_b, int B, int T, const int32_t *klen,
                       int causal);
 /* Encoder-decoder attention: queries from SIN (B*Tq, D) over the keys/values KV (B*Tk, 2D) of the
- * memory, KLEN of them visible per item; into OUT (B*Tq, D). 0 or -1. */
+ * memory, KLEN of them visible per item; into OUT (B*Tq, D). With ROWS (device (B, Tk); inference
+ * only, on a backend with attention_forward_rows), key j of item b is row ROWS[b*Tk + j] of KV
+ * instead, with the same results bit for bit. 0 or -1. */
 int nn_cross_attention(struct nn_exec *e, struct nn_sub *s, float *out, const float *sin, const float *kv,
-                       const struct dec_layer_weights *w, int B, int Tq, int Tk, const int32_t *klen);
+                       const struct dec_layer_weights *w, int B, int Tq, int Tk, const int32_t *klen,
+                       const int32_t *rows);
 /* FFN sublayer: OUT (N, D) = W2 drop(act(W1 SIN + b1)) + b2, act the configuration's ReLU or swish;
  * the activation's output stays in S->h (swish: its input in S->u when not NULL), the dropped one goes
  * through ACT (N, F) scratch. 0 or -1. */

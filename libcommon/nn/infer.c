@@ -58,9 +58,16 @@ struct infer {
     float *ex, *et, *eq, *eatt, *esub, *eh;   /* encoder (B*S, D|3D|F) */
     struct nn_encoder_acts enc;      /* the encoder's views: every layer on the buffers above */
     int32_t *src_ids, *src_pos, *src_len;     /* (B*S) by encoder chunk (enc_chunk), (B*S), (B) */
-    int32_t *src_rows;               /* (B*S) each cross key's row in its encoder chunk's output */
-    float **ckv;                     /* (Ld) cross keys/values (B, S, 2D) of the live sentences */
-    float *ckv_spare;                /* (B, S, 2D) */
+    int ckv_by_rows;                 /* the cross keys and values by encoder chunk, read through ckv_rows
+                                      * (the backend's attention_forward_rows), not padded to S */
+    int32_t *ckv_rows;               /* device (B, S): with ckv_by_rows, the row in ckv of each live
+                                      * sentence's key j; else the row of the key in the output of its
+                                      * encoder chunk (enc_layout) */
+    int32_t *host_ckv_rows;          /* with ckv_by_rows, the host copy of ckv_rows */
+    size_t host_ckv_cap;
+    float **ckv;                     /* (Ld) cross keys/values of the live sentences: (B, S, 2D), or by
+                                      * encoder chunk with ckv_by_rows */
+    float *ckv_spare;                /* (B, S, 2D); NULL with ckv_by_rows */
     float **kv;                      /* (Ld) self keys/values (t, R, 2D) of the live rows; where the
                                       * backend reads them through rows (attention_forward_rows),
                                       * rows of 2D appended a step at a time (kv_used of tmax * Rcap),
@@ -169,6 +176,7 @@ void infer_free(struct infer *in)
     free(in->kv);
     free(in->host_len);
     free(in->host_ints);
+    free(in->host_ckv_rows);
     free(in->host_rows);
     free(in->host_rows_new);
     free(in);
@@ -600,7 +608,7 @@ static void arena_decoder(struct infer *in, struct nn_bump *b)
     in->vals = nn_bump_f(b, in->ext.Rk);
     in->logits_few = nn_bump_f(b, (size_t)logits_rows(in->c.vocab) * V);
     in->idx = nn_bump_i(b, TR > in->ext.Rk ? TR : in->ext.Rk);
-    in->ckv_spare = nn_bump_f(b, in->ext.Ns * 2 * D);
+    in->ckv_spare = in->ckv_by_rows ? NULL : nn_bump_f(b, in->ext.Ns * 2 * D);
     for (int l = 0; l < in->c.dec_layers; l++)
         in->kv[l] = nn_bump_f(b, TR * 2 * D);
     in->kv_spare = rows_mode(in) ? NULL : nn_bump_f(b, TR * 2 * D);
@@ -617,7 +625,7 @@ static void arena_layout(struct infer *in, struct nn_bump *b)
     size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, V = (size_t)in->c.vocab, Ns = in->ext.Ns;
     in->src_ids = nn_bump_i(b, Ns);
     in->src_pos = nn_bump_i(b, Ns);
-    in->src_rows = nn_bump_i(b, Ns);
+    in->ckv_rows = nn_bump_i(b, Ns);
     in->src_len = nn_bump_i(b, in->ext.B);
     for (int l = 0; l < in->c.dec_layers; l++)
         in->ckv[l] = nn_bump_f(b, Ns * 2 * D);
@@ -1065,6 +1073,8 @@ static void set_shape(struct infer *in, int B, int S, int K, int tmax)
     in->B = B;
     in->S = S;
     in->K = in->Kcap = K;
+    /* the kept attention is attention_forward's P, over keys padded to S */
+    in->ckv_by_rows = in->k->attention_forward_rows != NULL && !in->keep_att;
     in->tmax = tmax;
     in->Rcap = B * K;
     in->topk_cap = 4 * K; /* beam search's 2K, and an ensemble's members' 4K */
@@ -1108,8 +1118,9 @@ static int enc_chunk(const int32_t *len, int b0, int nb, int cap, int *sc)
 
 /* Lays the batch's source out on the host by encoder chunk (enc_chunk of at most CAP rows): each
  * chunk's sentences padded to its own longest, one after the other, in IDS and POS; ROWS (B*S) gives
- * row j of sentence b (b*S + j, padded to the batch's S) its row in its chunk's output (the
- * sentence's last row for padding). Returns the rows of IDS and POS, or -1 with the error set. */
+ * row j of sentence b (b*S + j, padded to the batch's S) its row in all the chunks' outputs one
+ * after the other with ckv_by_rows, else in its chunk's output (for padding, the row of the
+ * sentence's last one). Returns the rows of IDS and POS, or -1 with the error set. */
 static int64_t enc_layout(const struct infer *in, const uint32_t *const *src, const int *len, int cap, int32_t *ids,
                           int32_t *pos, int32_t *rows)
 {
@@ -1126,7 +1137,8 @@ static int64_t enc_layout(const struct infer *in, const uint32_t *const *src, co
                     ids[r] = j < len[b] ? (int32_t)src[b][j] : j == len[b] ? NMT_EOS : 0;
                     pos[r] = j <= len[b] ? j : -1;
                 }
-                rows[(size_t)b * (size_t)S + (size_t)j] = i * sc + (j < sc ? j : sc - 1);
+                rows[(size_t)b * (size_t)S + (size_t)j] =
+                    (int32_t)((in->ckv_by_rows ? off : 0) + (size_t)i * (size_t)sc + (size_t)(j < sc ? j : sc - 1));
             }
         off += (size_t)n * (size_t)sc;
     }
@@ -1134,7 +1146,8 @@ static int64_t enc_layout(const struct infer *in, const uint32_t *const *src, co
 }
 
 /* Encodes the batch chunk by chunk (enc_layout's) and writes each decoder layer's cross keys and
- * values of its sentences (padded to the batch's S) in ckv. 0 or -1 with the error set. */
+ * values of its sentences in ckv: as the chunks lie with ckv_by_rows, else padded to the batch's S.
+ * 0 or -1 with the error set. */
 static int enc_chunks(struct infer *in, int cap)
 {
     const struct model_config *c = &in->c;
@@ -1149,12 +1162,14 @@ static int enc_chunks(struct infer *in, int cap)
             return -1;
         size_t o = (size_t)b * (size_t)S;
         for (int l = 0; l < c->dec_layers; l++) {
-            /* padded to S already: straight into place; else through eq (dead once encoded) */
-            float *kv = sc == S ? in->ckv[l] + o * D2 : in->eq;
+            /* as the chunk lies, or padded to S already: straight into place; else through eq (dead
+             * once encoded) */
+            int direct = in->ckv_by_rows || sc == S;
+            float *kv = in->ckv_by_rows ? in->ckv[l] + off * D2 : sc == S ? in->ckv[l] + o * D2 : in->eq;
             if (infer_linear(&in->run, kv, mem, in->w->dec[l].ckv_w, in->w->dec[l].ckv_b, 0, n * sc, (int)D2,
                              c->d_model) < 0 ||
-                (sc < S && nn_bk(&in->run, k->gather_rows(in->ctx, in->ckv[l] + o * D2, kv, in->src_rows + o,
-                                                          n * S, (int64_t)D2), "gather_rows") < 0))
+                (!direct && nn_bk(&in->run, k->gather_rows(in->ctx, in->ckv[l] + o * D2, kv, in->ckv_rows + o,
+                                                           n * S, (int64_t)D2), "gather_rows") < 0))
                 return -1;
         }
         off += (size_t)n * (size_t)sc;
@@ -1198,10 +1213,20 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
     int64_t er = enc_layout(in, src, len, cap, ids, pos, rows);
     if (er < 0)
         return -1;
+    if (in->ckv_by_rows) { /* infer_reorder keeps the live sentences' rows */
+        if (Ns_ > in->host_ckv_cap) {
+            free(in->host_ckv_rows);
+            in->host_ckv_cap = 0;
+            if (!(in->host_ckv_rows = malloc(Ns_ * sizeof *in->host_ckv_rows)))
+                return nmt_seterr("out of memory");
+            in->host_ckv_cap = Ns_;
+        }
+        memcpy(in->host_ckv_rows, rows, Ns_ * sizeof *rows);
+    }
     const struct nmt_backend *k = in->k;
     if (nn_bk(&in->run, k->upload(in->ctx, in->src_ids, ids, (size_t)er * sizeof(int32_t)), "upload") < 0 ||
         nn_bk(&in->run, k->upload(in->ctx, in->src_pos, pos, (size_t)er * sizeof(int32_t)), "upload") < 0 ||
-        nn_bk(&in->run, k->upload(in->ctx, in->src_rows, rows, Ns_ * sizeof(int32_t)), "upload") < 0 ||
+        nn_bk(&in->run, k->upload(in->ctx, in->ckv_rows, rows, Ns_ * sizeof(int32_t)), "upload") < 0 ||
         nn_bk(&in->run, k->upload(in->ctx, in->src_len, in->host_len, (size_t)B * sizeof(int32_t)), "upload") < 0 ||
         enc_chunks(in, cap) < 0)
         return -1;
@@ -1252,6 +1277,8 @@ static int self_attention_step(struct infer *in, struct nn_sub *s, float *out, c
 static int keep_attention(struct infer *in, const float *kv)
 {
     int D = in->c.d_model;
+    if (in->ckv_by_rows)
+        return nmt_seterr("attention kept from a batch encoded without it (infer_keep_attention comes before infer_encode)");
     struct nmt_attn_args a = nn_attn_args(&in->run, in->ns, in->K, in->S, D, 2 * D, in->src_len, 0);
     return nn_bk(&in->run, in->k->attention_forward(in->ctx, in->att, in->catt, in->q, kv, kv + D, &a),
                  "attention_forward");
@@ -1271,7 +1298,8 @@ static int decoder_layers(struct infer *in, int t)
             nn_res_end(e, &s, in->x, in->sub, d->ln1_g, d->ln1_b, R) < 0)
             return -1;
         sin = nn_res_begin(e, &s, in->x, d->ln2_g, d->ln2_b, R);
-        if (!sin || nn_cross_attention(e, &s, in->sub, sin, in->ckv[l], d, in->ns, in->K, in->S, in->src_len) < 0 ||
+        if (!sin || nn_cross_attention(e, &s, in->sub, sin, in->ckv[l], d, in->ns, in->K, in->S, in->src_len,
+                                       in->ckv_by_rows ? in->ckv_rows : NULL) < 0 ||
             (in->keep_att && l == in->c.dec_layers - 1 && keep_attention(in, in->ckv[l]) < 0) ||
             nn_res_end(e, &s, in->x, in->sub, d->ln2_g, d->ln2_b, R) < 0)
             return -1;
@@ -1558,10 +1586,18 @@ int infer_reorder(struct infer *in, int ns, int kn, const int *keep, const int *
             h[s] = keep[s];
         for (int s = 0; in->sl && s < ns; s++) /* keep increases: in place */
             in->live[s] = in->live[keep[s]];
-        if (nn_bk(&in->run, k->upload(in->ctx, in->idx, h, (size_t)ns * sizeof(int32_t)), "upload") < 0)
+        size_t S = (size_t)in->S;
+        if (in->ckv_by_rows) { /* no key moves: the kept sentences' rows (keep increases: in place) */
+            for (int s = 0; s < ns; s++)
+                memmove(in->host_ckv_rows + (size_t)s * S, in->host_ckv_rows + (size_t)keep[s] * S, S * sizeof(int32_t));
+            if (nn_bk(&in->run, k->upload(in->ctx, in->ckv_rows, in->host_ckv_rows, (size_t)ns * S * sizeof(int32_t)),
+                      "upload") < 0)
+                return -1;
+        } else if (nn_bk(&in->run, k->upload(in->ctx, in->idx, h, (size_t)ns * sizeof(int32_t)), "upload") < 0) {
             return -1;
-        int64_t row = (int64_t)in->S * 2 * D;
-        for (int l = 0; l < in->c.dec_layers; l++) {
+        }
+        int64_t row = (int64_t)S * 2 * D;
+        for (int l = 0; !in->ckv_by_rows && l < in->c.dec_layers; l++) {
             if (nn_bk(&in->run, k->gather_rows(in->ctx, in->ckv_spare, in->ckv[l], in->idx, ns, row),
                       "gather_rows") < 0)
                 return -1;

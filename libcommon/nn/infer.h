@@ -131,7 +131,8 @@ int infer_logits(struct infer *in, float *logits);
 int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, float *out);
 
 /* Makes the next steps keep the last decoder layer's encoder-decoder attention (ON) or not (0, the
- * default, which spares computing it). */
+ * default, which spares computing it); set before infer_encode (a batch encoded without it keeps
+ * its cross keys in a layout that attention cannot be kept from: infer_step then fails). */
 void infer_keep_attention(struct infer *in, int on);
 /* Makes the top-k of the next steps (infer_step's VALS) the logits themselves (RAW), not their
  * log-probabilities (0, the default): the same ids in the same order, without each row's

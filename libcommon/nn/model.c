@@ -847,7 +847,7 @@ static int decoder_fwd(struct model *m, const float *mem, const float **y)
         if (e->linear(e, da->kv, mem, dw->ckv_w, dw->ckv_b, 0, Ns, 2 * D, D) < 0)
             return -1;
         sin = nn_res_begin(e, &da->ca, x, dw->ln2_g, dw->ln2_b, Nt);
-        if (!sin || nn_cross_attention(e, &da->ca, a->sa, sin, da->kv, dw, B, T, S, a->src_len) < 0 ||
+        if (!sin || nn_cross_attention(e, &da->ca, a->sa, sin, da->kv, dw, B, T, S, a->src_len, NULL) < 0 ||
             nn_res_end(e, &da->ca, x, a->sa, dw->ln2_g, dw->ln2_b, Nt) < 0)
             return -1;
         x = da->ca.x;

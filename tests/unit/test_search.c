@@ -894,6 +894,63 @@ static void run_cache_rows(struct backend *be)
     }
 }
 
+/* The encoder in chunks, each padded to its own longest sentence, and the cross keys and values read
+ * through rows (attention_forward_rows) or gathered into the batch's layout (without the slot): 70
+ * sentences of 1 to 40 tokens, in increasing and in mixed order, translated together give each
+ * sentence's translation alone, bit for bit; greedy and beam 3. */
+#define NC 70
+typedef int (*attn_rows_fn)(nmt_bctx *, float *, const float *, const float *, const float *,
+                            const struct nmt_attn_args *, const int32_t *, int64_t);
+static void run_enc_chunks(struct backend *be)
+{
+    static uint32_t store[NC][40];
+    const uint32_t *src[NC], *mixed[NC];
+    int len[NC], mlen[NC];
+    uint64_t s = 7;
+    for (int b = 0; b < NC; b++) {
+        len[b] = 1 + b * 39 / (NC - 1);
+        for (int j = 0; j < 40; j++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            store[b][j] = 4 + (uint32_t)((s >> 33) % 56);
+        }
+        src[b] = store[b];
+    }
+    for (int b = 0; b < NC; b++) { /* 17 and 70 coprime: a permutation */
+        mixed[b] = store[b * 17 % NC];
+        mlen[b] = len[b * 17 % NC];
+    }
+    struct model *m = tiny_model(be, 0, 60, 64, 21);
+    int ok = m && make_eos_likely(be, m) == 0, same = ok, ended = 0;
+    attn_rows_fn rows = be->ops.attention_forward_rows;
+    for (int beam = 1; ok && beam <= 3; beam += 2) {
+        struct search_opts o = {.beam = beam, .nbest = 1, .alpha = 0.6, .len_a = 1.0, .len_b = 5};
+        struct search_result alone[NC], r[NC];
+        struct infer *in = infer_new(be, m, 1, NMT_DTYPE_F32);
+        int na = 0;
+        for (; in && na < NC && search_batch(&in, 1, &o, 1, &src[na], &len[na], &alone[na]) == 0; na++)
+            ended += alone[na].hyp[0].n < (uint32_t)len[na] + 4;
+        infer_free(in);
+        ok &= na == NC;
+        for (int v = 0; ok && v < 4; v++) { /* v & 1: without the slot; v & 2: mixed order */
+            be->ops.attention_forward_rows = v & 1 ? NULL : rows;
+            struct infer *iv = infer_new(be, m, 1, NMT_DTYPE_F32);
+            ok &= iv && search_batch(&iv, 1, &o, NC, v & 2 ? mixed : src, v & 2 ? mlen : len, r) == 0;
+            for (int b = 0; ok && b < NC; b++)
+                same &= same_result(&r[b], &alone[v & 2 ? b * 17 % NC : b]);
+            for (int b = 0; ok && b < NC; b++)
+                search_result_free(&r[b]);
+            infer_free(iv);
+        }
+        be->ops.attention_forward_rows = rows;
+        for (int b = 0; b < na; b++)
+            search_result_free(&alone[b]);
+    }
+    test_ok(ok && same && rows && ended > 10, "encoder chunks, cross keys through rows or gathered: %d sentences of 1 "
+            "to 40 tokens together, sorted or mixed, give their translations alone (greedy, beam 3; %d ended early) %s",
+            NC, ended, ok ? "" : nmt_errmsg());
+    model_free(m);
+}
+
 int main(void)
 {
     struct nmt_backend_opts bo = {sizeof bo, 2, 0};
@@ -912,6 +969,7 @@ int main(void)
     run_load_direct(be);
     run_keep_logits(be);
     run_cache_rows(be);
+    run_enc_chunks(be);
     /* the host's fallback for a backend without gemm_rowinv: products on blocks of 8 rows */
     be->ops.gemm_rowinv = NULL;
     test_ok(1, "# without gemm_rowinv (fixed row blocks)");
