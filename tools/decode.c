@@ -593,6 +593,7 @@ struct work {
     struct sent **ord;
     const size_t *start;
     size_t nb;
+    int alone;                 /* one engine: it reads the checkpoints last (engine_load's LAST) */
     atomic_size_t next;        /* batches handed out */
     atomic_int stop;           /* a job failed */
 };
@@ -634,7 +635,7 @@ static void *job_run(void *arg)
 {
     struct job *j = arg;
     struct work *w = j->w;
-    if ((!j->e->loaded && engine_load(w->st, j->e, 0) < 0) || engine_reserve(w, j->e) < 0) {
+    if ((!j->e->loaded && engine_load(w->st, j->e, w->alone) < 0) || engine_reserve(w, j->e) < 0) {
         snprintf(j->e->err, sizeof j->e->err, "%s", nmt_errmsg());
         j->e->rc = -1;
         atomic_store(&w->stop, 1);
@@ -677,7 +678,7 @@ static int run_batches(struct state *st, struct sent **ord, const size_t *start,
     }
     if (n == 1 && st->eng[0].loaded) /* nothing left to load */
         ckpts_free(st);
-    struct work w = {.st = st, .ord = ord, .start = start, .nb = nb};
+    struct work w = {.st = st, .ord = ord, .start = start, .nb = nb, .alone = n == 1};
     atomic_init(&w.next, 0);
     atomic_init(&w.stop, 0);
     struct job *jobs = calloc((size_t)n, sizeof *jobs);

@@ -301,7 +301,7 @@ setup_file() {
     [ "${lines[0]}" = "nmt-decode: invalid precision 'fp16' (float32, int8, int8-all, int8-a8, int8-a8-all, int8-a7, int8-a7-all, bf16 or bf16-all)" ]
 }
 
-@test "memory: the weights once, whatever the precision and --jobs (no optimizer state read, no float32 copy of packed layers, no second model)" {
+@test "memory: the weights once, whatever the precision and --jobs (no optimizer state read, no float32 copy of packed layers, no second model, the file given back by a lone job)" {
     [[ "$NMT_BIN" != */san/bin ]] || skip "ASan holds freed memory in quarantine: the plain build measures"
     # 7.6 M parameters: 30 MB of weights (W; every layer's 1 MiB or more), twice that again of Adam
     # moments in the training checkpoint; the decoding buffers at these sizes are a few MB
@@ -320,11 +320,17 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
         one=$(peak -m "$D/big.ckpt" --jobs 1 --precision $p)
         two=$(peak -m "$D/big.ckpt" --jobs 2 --precision $p)
         avg=$(peak -m "$D/big.avg.ckpt" --jobs 1 --precision $p)
-        echo "$p: W $W KB; peak RSS: small model $base KB, --jobs 1 $one KB, --jobs 2 $two KB, without the optimizer state $avg KB"
+        solo1=$(peak -m "$D/big.avg.ckpt" --jobs 1 --precision $p --max-tokens 100000 --max-sentences 100) # one batch
+        solo=$(peak -m "$D/big.avg.ckpt" --jobs 2 --precision $p --max-tokens 100000 --max-sentences 100)  # so one job of two
+        echo "$p: W $W KB; peak RSS: small model $base KB, --jobs 1 $one KB, --jobs 2 $two KB, without the optimizer state $avg KB, one batch with --jobs 1 $solo1 KB, --jobs 2 $solo KB"
         [ "$base" -gt 0 ]
         [ "$one" -gt 0 ]
         [ "$two" -gt 0 ]
         [ "$avg" -gt 0 ]
+        [ "$solo1" -gt 0 ]
+        [ "$solo" -gt 0 ]
+        # one job of two: it reads the file last and gives each part back as it is loaded
+        [ $((solo - solo1)) -lt $((W / 4)) ]
         # the file's moments (2 W) are not read; the file's copy of the weights is given back as they
         # are loaded, and their float32 copies as they are packed: the model adds about W, not 2-4 W
         [ $((one - base)) -lt $((W * 3 / 2)) ]
