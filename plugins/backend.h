@@ -426,7 +426,10 @@ struct nmt_backend {
      * where attention_forward reads row b: the results attention_forward gives on the keys and
      * values so gathered, bit for bit. Beam search reads each hypothesis's
      * self-attention cache through the rows of its ancestors, where without the slot it copies
-     * the cache rows of every surviving hypothesis at each step (gather_rows). */
+     * the cache rows of every surviving hypothesis at each step (gather_rows); the cross-attention
+     * of decoding reads each sentence's encoder keys and values where the encoder computed them,
+     * where without the slot they are padded to the batch's longest source and copied when
+     * sentences end. */
     int (*attention_forward_rows)(nmt_bctx *ctx, float *out, const float *q, const float *k, const float *v,
                                   const struct nmt_attn_args *a, const int32_t *rows, int64_t rows_ld);
 
