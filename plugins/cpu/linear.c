@@ -30,6 +30,7 @@ struct lin {
     const float *A, *Wp, *bias;
     float *C;
     int M, N, K, lda, ldc, relu;
+    int pf_shift; /* the spacing of the requests for the next group's lines (cpu_pf_shift) */
 };
 
 /* The first float of panel P's row K. */
@@ -144,7 +145,7 @@ static inline __attribute__((always_inline)) ISA_AVX512 void tile16(const struct
         for (int c = 0; c < nv; c++)
             acc[r][c] = _mm512_setzero_ps();
     for (int k = 0; k < g->K; k++, w += PW) {
-        CPU_PF_TOUCH(pf, k);
+        CPU_PF_TOUCH(pf, k, g->pf_shift);
         __m512 wv[GROUP];
         for (int c = 0; c < nv; c++)
             wv[c] = _mm512_load_ps(w + (size_t)c * pstride);
@@ -243,7 +244,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 void tile8(const struct li
         for (int c = 0; c < 2 * np; c++)
             acc[r][c] = _mm256_setzero_ps();
     for (int k = 0; k < g->K; k++, w += PW) {
-        CPU_PF_TOUCH(pf, k);
+        CPU_PF_TOUCH(pf, k, g->pf_shift);
         __m256 wv[2 * NP8];
         #pragma GCC unroll 8
         for (int c = 0; c < 2 * np; c++)
@@ -365,10 +366,9 @@ static void linear_body(void *arg, int64_t lo, int64_t hi, int tid)
             if (job->isa >= CPU_ISA_AVX512) {
                 int rem = n - PW * (np - 1);
                 tile16_any(g, i, p0, mr, np, (__mmask16)((1u << rem) - 1),
-                           cpu_pf_plan(next, lines, t, (size_t)g->K));
+                           cpu_pf_plan(next, lines, t, (size_t)g->K >> g->pf_shift));
             } else if (job->isa == CPU_ISA_AVX2) {
-                rows8(g, i, mr, p0, np, n,
-                      cpu_pf_plan(next, lines, t, (size_t)g->K));
+                rows8(g, i, mr, p0, np, n, cpu_pf_plan(next, lines, t, (size_t)g->K >> g->pf_shift));
             } else {
                 for (int r = i; r < i + mr; r += MRP)
                     for (int p = p0; p < p0 + np; p++)
@@ -409,7 +409,9 @@ int cpu_linear_rowinv(nmt_bctx *ctx, int M, int N, int K, const float *A, int ld
                                 ldc);
     if (h.dtype == NMT_DTYPE_BF16)
         return cpu_linear_bf16_run(ctx, M, N, K, A, lda, (const char *)Wp + LIN_HDR, bias, relu, C, ldc);
-    struct lin_job job = { { A, (const float *)((const char *)Wp + LIN_HDR), bias, C, M, N, K, lda, ldc, relu != 0 },
+    int tiles = (M + MR16 - 1) / MR16; /* the row tiles of every path but the portable one */
+    struct lin_job job = { { A, (const float *)((const char *)Wp + LIN_HDR), bias, C, M, N, K, lda, ldc, relu != 0,
+                             cpu_pf_shift(tiles, (size_t)K, (size_t)GROUP * (size_t)K) },
                            cpu_isa() };
     int64_t groups = (N + GROUP * PW - 1) / (GROUP * PW), per = (int64_t)M * (K > 0 ? K : 1) * GROUP * PW;
     pool_for(ctx->pool, groups, (WORK_GRAIN + per - 1) / per, linear_body, &job);

@@ -256,7 +256,7 @@ static inline __attribute__((always_inline)) ISA_AVX512_VNNI void qtile16(const 
     __m512i a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z, a20 = z, a21 = z, a22 = z, a23 = z;
     __m512i a30 = z, a31 = z, a32 = z, a33 = z, a40 = z, a41 = z, a42 = z, a43 = z, a50 = z, a51 = z, a52 = z, a53 = z;
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
-        CPU_PF_TOUCH(pf, k / 4);
+        CPU_PF_TOUCH(pf, k / 4, g->pf_shift);
         __m512i x0 = _mm512_loadu_si512((const void *)w);
         __m512i x1 = nv > 1 ? _mm512_loadu_si512((const void *)(w + pstride)) : z;
         __m512i x2 = nv > 2 ? _mm512_loadu_si512((const void *)(w + 2 * pstride)) : z;
@@ -332,7 +332,7 @@ static inline __attribute__((always_inline)) ISA_AVX512_VNNI void btile16(const 
     __m512i a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z, a20 = z, a21 = z, a22 = z, a23 = z;
     __m512i a30 = z, a31 = z, a32 = z, a33 = z, a40 = z, a41 = z, a42 = z, a43 = z, a50 = z, a51 = z, a52 = z, a53 = z;
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
-        CPU_PF_TOUCH(pf, k / 4);
+        CPU_PF_TOUCH(pf, k / 4, g->pf_shift);
         __m512i x0 = _mm512_loadu_si512((const void *)w);
         __m512i x1 = nv > 1 ? _mm512_loadu_si512((const void *)(w + pstride)) : z;
         __m512i x2 = nv > 2 ? _mm512_loadu_si512((const void *)(w + 2 * pstride)) : z;
@@ -393,7 +393,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 void qtile8(const struct q
     for (int r = 0; r < mr; r++)
         acc[r][0] = acc[r][1] = _mm256_setzero_si256();
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
-        CPU_PF_TOUCH(pf, k / 4);
+        CPU_PF_TOUCH(pf, k / 4, g->pf_shift);
         /* the pairs (w0, w2) of columns 0..7 and 8..15, then the pairs (w1, w3) */
         __m256i e0 = _mm256_loadu_si256((const __m256i *)w), e1 = _mm256_loadu_si256((const __m256i *)(w + 16));
         __m256i o0 = _mm256_loadu_si256((const __m256i *)(w + 32)), o1 = _mm256_loadu_si256((const __m256i *)(w + 48));
@@ -472,7 +472,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 void btile8(const struct q
     const __m256i ones = _mm256_set1_epi16(1), z = _mm256_setzero_si256();
     __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
     for (int k = 0; k < g->Kp; k += 4, w += 64) {
-        CPU_PF_TOUCH(pf, k / 4);
+        CPU_PF_TOUCH(pf, k / 4, g->pf_shift);
         __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
         BSTEP8(0) BSTEP8(1) BSTEP8(2) BSTEP8(3)
     }
@@ -591,7 +591,7 @@ static void qlinear_body(void *arg, int64_t lo, int64_t hi, int tid)
         const uint8_t *next = nn > 0 ? g->Wp + (size_t)(p0 + np) * (size_t)steps * stride : NULL;
         size_t lines = nn > 0 ? (size_t)nn * (size_t)steps * (stride / 64) : 0;
         for (int i = 0; job->isa == CPU_ISA_VNNI && i < g->M; i += MRV) {
-            const char *pf = cpu_pf_plan(next, lines, i / MRV, (size_t)steps);
+            const char *pf = cpu_pf_plan(next, lines, i / MRV, (size_t)steps >> g->pf_shift);
             if (g->Au8)
                 btile16_any(g, i, p0, g->M - i < MRV ? g->M - i : MRV, np, last, pf);
             else
@@ -599,7 +599,7 @@ static void qlinear_body(void *arg, int64_t lo, int64_t hi, int tid)
         }
         for (int i = 0; job->isa < CPU_ISA_VNNI && i < g->M; i += MR8) {
             int rows = g->M - i < MR8 ? g->M - i : MR8;
-            const char *pf = cpu_pf_plan(next, lines, i / MR8, (size_t)steps);
+            const char *pf = cpu_pf_plan(next, lines, i / MR8, (size_t)steps >> g->pf_shift);
             for (int p = p0; p < p0 + np; p++) {
                 const char *pp = p == p0 ? pf : NULL; /* the first panel's loop makes the requests */
                 if (g->Au7)
@@ -660,9 +660,13 @@ int cpu_linear_q_run(nmt_bctx *ctx, int M, int N, int K, const float *A, int lda
     uint8_t *lo = (uint8_t *)ctx->qbuf + qbytes + sbytes;
     int8_t *hi = (int8_t *)(lo + splitbytes);
     const int32_t *comp = a8 ? (const int32_t *)(sw + np) : NULL;
+    size_t steps = (size_t)kp / 4, stride = q_wide(isa) && !a8 ? 128 : 64; /* qlinear_body's requests */
+    int pf_shift = cpu_pf_shift(isa == CPU_ISA_VNNI ? (M + MRV - 1) / MRV : (M + MR8 - 1) / MR8, steps,
+                                GROUP * steps * (stride / 64));
     struct qlin_job job = { { qa, qs, sw, (const uint8_t *)(sw + (a8 ? 2 : 1) * np), bias, C, M, N, kp, ldq, ldc,
                               relu != 0, lo, hi, ld8, bytes8 && isa == CPU_ISA_VNNI ? lo : NULL, comp,
-                              mag8 || amx8 ? (const int8_t *)lo : NULL, mag8 ? lo + bytes8 : NULL, u7 ? lo : NULL },
+                              mag8 || amx8 ? (const int8_t *)lo : NULL, mag8 ? lo + bytes8 : NULL, u7 ? lo : NULL,
+                              pf_shift },
                             A, qa, qs, lo, hi, lda, K, isa, abits == 7 ? QA7_MAX : a8 ? QA8_MAX : QA_MAX };
     if (amx8)
         memset(lo + (size_t)M * (size_t)ld8, 0, (size_t)(m16 - M) * (size_t)ld8);

@@ -30,6 +30,7 @@ struct qlin {
                           * (AMX: M rounded up to 16, the rows past M zero) */
     const uint8_t *Am8;  /* and their magnitudes |qA|, as As8 */
     const uint8_t *Au7;  /* 7-bit activations on AVX2: (M, ld8) the unsigned bytes qA + 64, in order */
+    int pf_shift;        /* the spacing of the requests for the next group's lines (cpu_pf_shift) */
 };
 
 /* The first byte of panel P's group of the bytes K..K+3. */

@@ -20,12 +20,25 @@ static inline const char *cpu_pf_plan(const void *next, size_t lines, int t, siz
     return (const char *)next + (size_t)(t - 1) * steps * 64;
 }
 
-/* Step S's request of the lines from PF (none when PF is NULL; a tile inlined with a constant NULL has
- * none in its loop): prefetcht1, into the L2 cache. */
-#define CPU_PF_TOUCH(pf, s)                                                                                            \
+/* The spacing of the requests, as a shift: a tile asks for one line every 2^shift steps of its
+ * loop, the largest spacing at which the NTILES - 1 tiles that ask, STEPS steps each, still cover
+ * the next group's LINES lines. Requests crowded into the first tiles of a group (one a step) fill
+ * the core's line fill buffers while the tiles' own reads of the group, from the L2 cache, need
+ * them too; spread over all the tiles they leave room. */
+static inline int cpu_pf_shift(int ntiles, size_t steps, size_t lines)
+{
+    int s = 0;
+    while (ntiles > 1 && (steps >> (s + 1)) > 0 && (size_t)(ntiles - 1) * (steps >> (s + 1)) >= lines)
+        s++;
+    return s;
+}
+
+/* Step S's request of the lines from PF, one every 2^SH steps (none when PF is NULL; a tile inlined
+ * with a constant NULL has none in its loop): prefetcht1, into the L2 cache. */
+#define CPU_PF_TOUCH(pf, s, sh)                                                                                        \
     do {                                                                                                               \
-        if (pf)                                                                                                        \
-            _mm_prefetch((pf) + (size_t)(s) * 64, _MM_HINT_T1);                                                        \
+        if ((pf) && !((size_t)(s) & (((size_t)1 << (sh)) - 1)))                                                        \
+            _mm_prefetch((pf) + ((size_t)(s) >> (sh)) * 64, _MM_HINT_T1);                                              \
     } while (0)
 
 #endif

@@ -129,7 +129,7 @@ static void run_amx(const struct prob *p, float *C)
     for (size_t x = 0; x < (size_t)p->M * p->ldc; x++)
         C[x] = -12345.0f;
     struct qlin g = { NULL, p->sa, p->sw, Wp, p->bias ? p->b : NULL, C, p->M, p->N, p->Kp, 0, p->ldc, p->relu,
-                      p->a8 ? NULL : lo, p->a8 ? NULL : hi, (int)ld8, NULL, NULL, p->a8 ? s8 : NULL, NULL, NULL };
+                      p->a8 ? NULL : lo, p->a8 ? NULL : hi, (int)ld8, NULL, NULL, p->a8 ? s8 : NULL, NULL, NULL, 0 };
     cpu_q_amx_begin();
     for (int p0 = 0; p0 < np; p0 += 4) { /* the driver's column groups of 4 panels */
         int n = p->N - p0 * 16 < 64 ? p->N - p0 * 16 : 64, gp = (n + 15) / 16;
