@@ -2,17 +2,17 @@
  * packed weights a group of panels at a time, each group by every row tile of A; in a decoder step
  * the weights come from memory (each is read once a step), and only the group's first row tile
  * waits for them. So row tiles 1, 2, ... each ask the L2 cache for a stretch of the next group's
- * lines, one line a step of their loop (as the loop reads its own panel's), and the next group's
- * first tile finds them there. */
+ * lines, one line every 2^shift steps of their loop (cpu_pf_shift), and the next group's first tile
+ * finds them there. */
 #ifndef NMT_CPU_PREFETCH_H
 #define NMT_CPU_PREFETCH_H
 
 #include <immintrin.h>
 #include <stddef.h>
 
-/* The first of the lines row tile T asks for, one a step of its loop of STEPS steps, when the next
- * group's LINES 64-byte lines (a multiple of STEPS) start at NEXT; NULL (none) for tile 0, when there
- * is no next group (NEXT NULL), or for the tiles past the lines. */
+/* The first of the STEPS lines row tile T asks for (its loop's steps over 2^shift), when the next
+ * group's LINES 64-byte lines start at NEXT; NULL (none) for tile 0, when there is no next group
+ * (NEXT NULL), or for the tiles past the lines. */
 static inline const char *cpu_pf_plan(const void *next, size_t lines, int t, size_t steps)
 {
     if (t == 0 || !next || (size_t)(t - 1) * steps >= lines)
