@@ -38,6 +38,7 @@ struct opts {
     int nmodels;
     const char *input, *output, *src, *tgt, *backend, *comm, *prefix;
     int in_ids, out_hyp, scores, score, interactive, variant, quiet, verbose, threads, jobs, shortlist, word_scores;
+    int static_batches;        /* --static-batches: no sentence joins a batch under way */
     uint32_t precision;        /* --precision (infer_new's) */
     uint64_t shard_k, shard_n;  /* --shard K/N (K from 1; N 0: no sharding) */
     long max_tokens;
@@ -594,7 +595,9 @@ struct work {
     const size_t *start;
     size_t nb;
     int alone;                 /* one engine: it reads the checkpoints last (engine_load's LAST) */
-    atomic_size_t next;        /* batches handed out */
+    int stream;                /* the jobs take sentences, not batches (search_stream) */
+    int window, smax;          /* then: sentences live at once, the longest source */
+    atomic_size_t next;        /* batches handed out, or with stream sentences */
     atomic_int stop;           /* a job failed */
 };
 
@@ -629,30 +632,94 @@ static int engine_reserve(struct work *w, struct engine *e)
     return rc;
 }
 
-/* Loads the engine's model if not yet done and reserves its memory, then decodes batches with it,
- * the longest first, until none is left or a job has failed. */
-static void *job_run(void *arg)
+/* search_stream's feed of a job: the sentences of the work's batches, the longest first, each one
+ * to the first job that asks (the empty ones skipped); a failed job stops the others. */
+static int feed_take(void *arg, int n, const uint32_t **src, int *len, size_t *key)
 {
-    struct job *j = arg;
+    struct work *w = arg;
+    size_t all = w->start[w->nb] - w->start[0];
+    int k = 0;
+    while (k < n && !atomic_load(&w->stop)) {
+        size_t i = atomic_fetch_add(&w->next, 1);
+        if (i >= all)
+            break;
+        struct sent *s = w->ord[w->start[0] + all - 1 - i];
+        if (s->empty)
+            continue;
+        src[k] = s->ids[0];
+        len[k] = s->n[0];
+        key[k++] = w->start[0] + all - 1 - i;
+    }
+    return k;
+}
+
+static int feed_put(void *arg, size_t key, struct search_result *r)
+{
+    struct work *w = arg;
+    w->ord[key]->res = *r;
+    return 0;
+}
+
+/* Decodes batches of the work with job J's engine, the longest first, until none is left or a job
+ * has failed; or with stream, its sentences. 0, or -1 with the error set. */
+static int job_decode(struct job *j)
+{
     struct work *w = j->w;
-    if ((!j->e->loaded && engine_load(w->st, j->e, w->alone) < 0) || engine_reserve(w, j->e) < 0) {
-        snprintf(j->e->err, sizeof j->e->err, "%s", nmt_errmsg());
-        j->e->rc = -1;
-        atomic_store(&w->stop, 1);
-        return NULL;
+    if (w->stream) {
+        struct search_feed f = {feed_take, feed_put, w};
+        return search_stream(j->e->in, w->st->o->nmodels, &w->st->o->so, w->window, w->smax, &f);
     }
     while (!atomic_load(&w->stop)) {
         size_t b = atomic_fetch_add(&w->next, 1);
         if (b >= w->nb)
             break;
         b = w->nb - 1 - b;
-        if (run_batch(w->st, j->e, w->ord + w->start[b], (int)(w->start[b + 1] - w->start[b])) < 0) {
-            snprintf(j->e->err, sizeof j->e->err, "%s", nmt_errmsg());
-            j->e->rc = -1;
-            atomic_store(&w->stop, 1);
-        }
+        if (run_batch(w->st, j->e, w->ord + w->start[b], (int)(w->start[b + 1] - w->start[b])) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Loads the engine's model if not yet done and reserves its memory (for batches), then decodes
+ * with it (job_decode). */
+static void *job_run(void *arg)
+{
+    struct job *j = arg;
+    struct work *w = j->w;
+    if ((!j->e->loaded && engine_load(w->st, j->e, w->alone) < 0) || (!w->stream && engine_reserve(w, j->e) < 0) ||
+        job_decode(j) < 0) {
+        snprintf(j->e->err, sizeof j->e->err, "%s", nmt_errmsg());
+        j->e->rc = -1;
+        atomic_store(&w->stop, 1);
     }
     return NULL;
+}
+
+/* Whether the jobs of W stream its sentences (search_stream: greedy search without alignments,
+ * prefixes or a shortlist, on a backend with attention_forward_rows, unless --static-batches), and
+ * the stream's shape: its longest source, and as many sentences at once as a batch of them may
+ * hold (--max-sentences, --max-tokens). */
+static void stream_shape(const struct state *st, struct work *w)
+{
+    const struct opts *o = st->o;
+    w->stream = !o->static_batches && !o->score && !o->sample && !o->prefix && o->so.beam == 1 && !o->so.attention &&
+                !st->sl && st->eng[0].be->ops.attention_forward_rows != NULL;
+    w->smax = -1;
+    long win = 0; /* at most as many as there are */
+    for (size_t i = w->start[0]; i < w->start[w->nb]; i++)
+        if (!w->ord[i]->empty) {
+            win++;
+            w->smax = w->ord[i]->n[0] > w->smax ? w->ord[i]->n[0] : w->smax;
+        }
+    if (w->smax < 0) { /* nothing to translate */
+        w->stream = 0;
+        w->smax = 0;
+    }
+    if (win > o->max_tokens / (w->smax + 1))
+        win = o->max_tokens / (w->smax + 1);
+    if (st->max_sentences && (uint64_t)win > st->max_sentences)
+        win = (long)st->max_sentences;
+    w->window = win < 1 ? 1 : win > 1 << 20 ? 1 << 20 : (int)win;
 }
 
 /* Decodes the NB batches of ORD (see struct work) on min(jobs, NB) engines at once, the first
@@ -679,6 +746,10 @@ static int run_batches(struct state *st, struct sent **ord, const size_t *start,
     if (n == 1 && st->eng[0].loaded) /* nothing left to load */
         ckpts_free(st);
     struct work w = {.st = st, .ord = ord, .start = start, .nb = nb, .alone = n == 1};
+    stream_shape(st, &w);
+    if (w.stream && st->o->verbose && comm_rank(st->comm) == 0)
+        fprintf(stderr, "nmt-decode: greedy search: sentences join the batch under way as others end, at most %d at once\n",
+                w.window);
     atomic_init(&w.next, 0);
     atomic_init(&w.stop, 0);
     struct job *jobs = calloc((size_t)n, sizeof *jobs);
@@ -1206,6 +1277,10 @@ static const struct opt_spec OPTIONS[] = {
      .imin = 1, .imax = 100000000},
     {OPTION(OT_FLAG, "interactive", 0, NULL, OFF(interactive),
             "translate and write each line as it arrives (default when the input is\nnot a regular file)")},
+    {OPTION(OT_FLAG, "static-batches", 0, NULL, OFF(static_batches),
+            "decode each batch to its end before the next: without it, greedy search\n"
+            "takes sentences into the batch under way as others end (the same\n"
+            "translations, fewer steps with few sentences)")},
     {OPTION(OT_FLAG, "batch-variant", 0, NULL, OFF(variant),
             "faster products whose results may depend on the batch neighbours")},
     {OPTION(OT_CUSTOM, "precision", 0, "P", OFF(precision),

@@ -77,6 +77,21 @@ struct infer {
     int32_t *host_rows, *host_rows_new; /* host copies of kv_rows (Rcap, tmax), and a spare */
     size_t host_rows_cap;
     int kv_used;                     /* rows of the caches written in this batch (with kv_rows) */
+    int kv_tk;                       /* in a stream, the most keys a live row has at this step */
+    /* a stream (infer_open_stream): sentences admitted as others end, each row at a step of its own,
+     * its cross keys in the slot of S rows of ckv it was given, its self keys and values of each
+     * step in a free row of the caches, copied there from kv_stage (the encoder's buffers over the
+     * step's: admissions come between steps) */
+    int stream;
+    int32_t *row_step;               /* host (Rcap) each live row's step */
+    int32_t *klen;                   /* device (Rcap) each live row's keys at this step */
+    float *kv_stage;                 /* device (Rcap, 2D) the keys and values of a step */
+    int32_t *slot_free;              /* host (B) the free slots, a stack */
+    int nslot_free;
+    int32_t *kv_free;                /* host (tmax * Rcap) the free rows of the caches, a stack */
+    int nkv_free;
+    unsigned char *row_kept;         /* host (Rcap) infer_reorder's scratch */
+    int32_t *iota;                   /* device (max(En, Rcap)) 0, 1, 2, ... */
     float *x, *t, *q, *att, *sub, *h, *logits, *vals;  /* decoder (Rcap, D|F|V|topk) */
     float *logits_few;               /* (logits_rows, V) the logits of topk_by_rows */
     int32_t *idx, *tok, *pos, *tgt;  /* (tmax*Rcap), (Rcap) x3 */
@@ -179,6 +194,10 @@ void infer_free(struct infer *in)
     free(in->host_ckv_rows);
     free(in->host_rows);
     free(in->host_rows_new);
+    free(in->row_step);
+    free(in->slot_free);
+    free(in->kv_free);
+    free(in->row_kept);
     free(in);
 }
 
@@ -567,7 +586,10 @@ static int enc_sentences(const struct infer *in, int B, int S)
  * a batch of several rows a sentence (beam search, sampling): the reordering of each step then moves
  * indices, not cache rows. With one row a sentence (greedy search) rows move only when sentences end,
  * and the caches stay compact as they do. */
-static int rows_mode(const struct infer *in) { return in->k->attention_forward_rows != NULL && in->Kcap > 1; }
+static int rows_mode(const struct infer *in)
+{
+    return in->k->attention_forward_rows != NULL && (in->Kcap > 1 || in->stream);
+}
 
 /* The encoder's buffers, dead once a batch is encoded. */
 static void arena_encoder(struct infer *in, struct nn_bump *b)
@@ -589,6 +611,16 @@ static void arena_encoder(struct infer *in, struct nn_bump *b)
     in->enc.fl = in->et;
 }
 
+/* The self-attention caches and the rows they are read through. */
+static void arena_caches(struct infer *in, struct nn_bump *b)
+{
+    size_t D = (size_t)in->c.d_model, TR = in->ext.TR;
+    for (int l = 0; l < in->c.dec_layers; l++)
+        in->kv[l] = nn_bump_f(b, TR * 2 * D);
+    in->kv_spare = rows_mode(in) ? NULL : nn_bump_f(b, TR * 2 * D);
+    in->kv_rows = rows_mode(in) ? nn_bump_i(b, TR) : NULL;
+}
+
 /* The decoder's buffers, unused until a batch is encoded: the step's (first, the pages every batch
  * touches in full), then the caches, of which a batch touches the steps it makes, then the logits
  * of all rows, which only the steps that keep them touch (infer_keep_logits). */
@@ -606,21 +638,22 @@ static void arena_decoder(struct infer *in, struct nn_bump *b)
     in->pos = nn_bump_i(b, R);
     in->tgt = nn_bump_i(b, R);
     in->lp = nn_bump_f(b, R);
+    in->klen = in->stream ? nn_bump_i(b, R) : NULL;
+    in->kv_stage = in->stream ? nn_bump_f(b, R * 2 * D) : NULL;
     in->vals = nn_bump_f(b, in->ext.Rk);
     in->logits_few = nn_bump_f(b, (size_t)logits_rows(in->c.vocab) * V);
     in->idx = nn_bump_i(b, TR > in->ext.Rk ? TR : in->ext.Rk);
     in->ckv_spare = in->ckv_by_rows ? NULL : nn_bump_f(b, in->ext.Ns * 2 * D);
-    for (int l = 0; l < in->c.dec_layers; l++)
-        in->kv[l] = nn_bump_f(b, TR * 2 * D);
-    in->kv_spare = rows_mode(in) ? NULL : nn_bump_f(b, TR * 2 * D);
-    in->kv_rows = rows_mode(in) ? nn_bump_i(b, TR) : NULL;
+    if (!in->stream)
+        arena_caches(in, b);
     in->logits = nn_bump_f(b, R * V);
 }
 
 /* Lays the arena out from B (a NULL base measures it): what lives through a batch (the source, the
- * cross keys and values, the padding blocks), then the encoder's buffers and the decoder's over the
- * same bytes, the one phase's being dead in the other (arena_prepare lays the arena out again
- * before each batch, which undoes infer_reorder's swaps of buffers). */
+ * cross keys and values, the padding blocks; in a stream, where sentences are encoded between
+ * the steps of others, the self-attention caches too), then the encoder's buffers and the
+ * decoder's over the same bytes, the one phase's being dead in the other (arena_prepare lays the
+ * arena out again before each batch, which undoes infer_reorder's swaps of buffers). */
 static void arena_layout(struct infer *in, struct nn_bump *b)
 {
     size_t D = (size_t)in->c.d_model, F = (size_t)in->c.ff, V = (size_t)in->c.vocab, Ns = in->ext.Ns;
@@ -637,6 +670,10 @@ static void arena_layout(struct infer *in, struct nn_bump *b)
         wout = V;
     in->padx = nn_bump_f(b, INFER_BLOCK * win);
     in->pady = nn_bump_f(b, INFER_BLOCK * wout);
+    if (in->stream) { /* a step's buffers are dead while sentences are admitted, the caches are not */
+        arena_caches(in, b);
+        in->iota = nn_bump_i(b, in->ext.En > in->ext.R ? in->ext.En : in->ext.R);
+    }
     size_t phase = b->off;
     arena_encoder(in, b);
     size_t enc_end = b->off;
@@ -678,6 +715,17 @@ static int host_rows(struct infer *in, size_t n)
     in->host_rows_new = malloc(n * sizeof *in->host_rows_new);
     in->host_rows_cap = in->host_rows && in->host_rows_new ? n : 0;
     return in->host_rows_cap ? 0 : nmt_seterr("out of memory");
+}
+
+/* Makes host_ckv_rows hold N entries; 0 or -1. */
+static int host_ckv_room(struct infer *in, size_t n)
+{
+    if (n <= in->host_ckv_cap)
+        return 0;
+    free(in->host_ckv_rows);
+    in->host_ckv_rows = malloc(n * sizeof *in->host_ckv_rows);
+    in->host_ckv_cap = in->host_ckv_rows ? n : 0;
+    return in->host_ckv_cap ? 0 : nmt_seterr("out of memory");
 }
 
 static int host_ints(struct infer *in, size_t n)
@@ -1094,6 +1142,7 @@ int infer_reserve(struct infer *in, int B, int S, int K, int tmax)
 {
     if (B < 1 || S < 1 || K < 1 || tmax < 1)
         return nmt_seterr("reserve: empty batch shape (B=%d S=%d K=%d T=%d)", B, S, K, tmax);
+    in->stream = 0;
     set_shape(in, B, S, K, tmax);
     in->ns = in->R = 0; /* no batch is under way until the next infer_encode */
     return arena_prepare(in);
@@ -1195,6 +1244,7 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
     if (in->run.k->set_precision &&
         nn_bk(&in->run, in->run.k->set_precision(in->run.ctx, NMT_DTYPE_F32), "set_precision") < 0)
         return -1;
+    in->stream = 0;
     set_shape(in, B, S, K, tmax);
     if (arena_prepare(in) < 0)
         return -1;
@@ -1215,13 +1265,8 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
     if (er < 0)
         return -1;
     if (in->ckv_by_rows) { /* infer_reorder keeps the live sentences' rows */
-        if (Ns_ > in->host_ckv_cap) {
-            free(in->host_ckv_rows);
-            in->host_ckv_cap = 0;
-            if (!(in->host_ckv_rows = malloc(Ns_ * sizeof *in->host_ckv_rows)))
-                return nmt_seterr("out of memory");
-            in->host_ckv_cap = Ns_;
-        }
+        if (host_ckv_room(in, Ns_) < 0)
+            return -1;
         memcpy(in->host_ckv_rows, rows, Ns_ * sizeof *rows);
     }
     const struct nmt_backend *k = in->k;
@@ -1239,6 +1284,151 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
     return 0;
 }
 
+/* Makes the host arrays of a stream of B sentences (infer_open_stream), every slot free, and the
+ * device's iota. 0 or -1. */
+static int stream_arrays(struct infer *in)
+{
+    int B = in->B, T = in->tmax;
+    size_t Ns = (size_t)B * (size_t)in->S;
+    free(in->row_step);
+    free(in->slot_free);
+    free(in->kv_free);
+    free(in->row_kept);
+    free(in->host_len);
+    in->row_step = calloc((size_t)B, sizeof *in->row_step);
+    in->kv_free = malloc((size_t)T * (size_t)B * sizeof *in->kv_free);
+    in->slot_free = malloc((size_t)B * sizeof *in->slot_free);
+    in->row_kept = malloc((size_t)B);
+    in->host_len = malloc((size_t)B * sizeof *in->host_len);
+    if (!in->row_step || !in->kv_free || !in->slot_free || !in->row_kept || !in->host_len ||
+        host_ints(in, 3 * Ns) < 0 || host_ints(in, (size_t)T * (size_t)B) < 0 ||
+        host_rows(in, (size_t)T * (size_t)B) < 0 || host_ckv_room(in, Ns) < 0)
+        return nmt_seterr("out of memory");
+    for (int i = 0; i < B; i++) /* popped from the top: slot 0 first */
+        in->slot_free[i] = B - 1 - i;
+    in->nslot_free = B;
+    in->nkv_free = T * B;
+    for (int i = 0; i < T * B; i++)
+        in->kv_free[i] = T * B - 1 - i;
+    size_t n = in->ext.En > (size_t)B ? in->ext.En : (size_t)B;
+    int32_t *h = in->host_ints;
+    for (size_t i = 0; i < n; i++)
+        h[i] = (int32_t)i;
+    return nn_bk(&in->run, in->k->upload(in->ctx, in->iota, h, n * sizeof(int32_t)), "upload");
+}
+
+int infer_can_stream(const struct infer *in) { return in->k->attention_forward_rows != NULL && !in->sl; }
+
+int infer_open_stream(struct infer *in, int B, int S, int tmax)
+{
+    if (B < 1 || S < 1 || tmax < 1)
+        return nmt_seterr("stream: empty shape (B=%d S=%d T=%d)", B, S, tmax);
+    if ((size_t)B * (size_t)tmax > INT32_MAX || (size_t)B * (size_t)S > INT32_MAX)
+        return nmt_seterr("stream: %d sentences of %d steps and %d source tokens are too many to index", B, tmax, S);
+    if (!in->k->attention_forward_rows)
+        return nmt_seterr("backend %s cannot decode a stream: it has no attention_forward_rows", in->k->name);
+    if (in->keep_att || in->sl)
+        return nmt_seterr("a stream keeps no attention and has no shortlist");
+    if (in->run.k->set_precision &&
+        nn_bk(&in->run, in->run.k->set_precision(in->run.ctx, NMT_DTYPE_F32), "set_precision") < 0)
+        return -1;
+    in->stream = 1;
+    set_shape(in, B, S, 1, tmax);
+    in->ns = in->R = 0;
+    in->time = 0;
+    if (arena_prepare(in) < 0 || stream_arrays(in) < 0) {
+        in->stream = 0;
+        return -1;
+    }
+    return 0;
+}
+
+/* Lays the M sentences of an admitted chunk (SRC, LEN; padded to SC) out on the host in IDS and POS,
+ * and the rows of their keys in the cross-key slots they take (live sentences NS0 on) in
+ * host_ckv_rows. 0, or -1 with the error set. */
+static int admit_layout(struct infer *in, int ns0, int m, int sc, const uint32_t *const *src, const int *len,
+                        int32_t *ids, int32_t *pos)
+{
+    size_t S = (size_t)in->S;
+    for (int a = 0; a < m; a++) {
+        int32_t slot = in->slot_free[--in->nslot_free];
+        for (int j = 0; j < sc; j++) {
+            size_t r = (size_t)a * (size_t)sc + (size_t)j;
+            if (j < len[a] && src[a][j] >= (uint32_t)in->c.vocab)
+                return nmt_seterr("source id %u outside the vocabulary of %d", src[a][j], in->c.vocab);
+            ids[r] = j < len[a] ? (int32_t)src[a][j] : j == len[a] ? NMT_EOS : 0;
+            pos[r] = j <= len[a] ? j : -1;
+        }
+        for (size_t j = 0; j < S; j++)
+            in->host_ckv_rows[(size_t)(ns0 + a) * S + j] = (int32_t)((size_t)slot * S + (j <= (size_t)len[a] ? j : (size_t)len[a]));
+    }
+    return 0;
+}
+
+/* Encodes the M admitted sentences SRC, LEN (live sentences NS0 on, padded to SC) and copies each
+ * decoder layer's cross keys and values of each into its slot. 0 or -1. */
+static int admit_chunk(struct infer *in, int ns0, int m, int sc, const uint32_t *const *src, const int *len)
+{
+    const struct nmt_backend *k = in->k;
+    size_t D2 = 2 * (size_t)in->c.d_model, rows = (size_t)m * (size_t)sc, S = (size_t)in->S;
+    int32_t *ids = in->host_ints, *pos = ids + rows;
+    if (admit_layout(in, ns0, m, sc, src, len, ids, pos) < 0)
+        return -1;
+    const float *mem;
+    if (nn_bk(&in->run, k->upload(in->ctx, in->src_ids, ids, rows * sizeof(int32_t)), "upload") < 0 ||
+        nn_bk(&in->run, k->upload(in->ctx, in->src_pos, pos, rows * sizeof(int32_t)), "upload") < 0 ||
+        nn_encoder(&in->run, in->w, &in->enc, in->src_ids, in->src_pos, in->src_len + ns0, m, sc, &mem) < 0)
+        return -1;
+    for (int l = 0; l < in->c.dec_layers; l++) {
+        if (infer_linear(&in->run, in->eq, mem, in->w->dec[l].ckv_w, in->w->dec[l].ckv_b, 0, (int)rows, (int)D2,
+                         in->c.d_model) < 0)
+            return -1;
+        for (int a = 0; a < m; a++) {
+            size_t slot0 = (size_t)in->host_ckv_rows[(size_t)(ns0 + a) * S]; /* the slot's row 0 */
+            if (nn_bk(&in->run, k->gather_rows(in->ctx, in->ckv[l] + slot0 * D2, in->eq + (size_t)a * (size_t)sc * D2,
+                                               in->iota, len[a] + 1, (int64_t)D2), "gather_rows") < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+int infer_admit(struct infer *in, int n, const uint32_t *const *src, const int *len)
+{
+    const struct nmt_backend *k = in->k;
+    int ns0 = in->ns, S = in->S;
+    if (!in->stream)
+        return nmt_seterr("no stream to admit sentences to (infer_open_stream)");
+    if (n < 0 || ns0 + n > in->B)
+        return nmt_seterr("stream: %d sentences admitted to %d live, %d at most", n, ns0, in->B);
+    for (int b = 0; b < n; b++) {
+        if (len[b] < 0 || len[b] + 1 > in->c.max_len)
+            return nmt_seterr("sentence of %d tokens exceeds the model's maximum length %d", len[b] + 1, in->c.max_len);
+        if (len[b] + 1 > S)
+            return nmt_seterr("stream: sentence of %d tokens, %d at most prepared", len[b] + 1, S);
+        in->host_len[ns0 + b] = len[b] + 1;
+        in->row_step[ns0 + b] = 0;
+    }
+    if (n == 0)
+        return 0;
+    if (nn_bk(&in->run, k->upload(in->ctx, in->src_len + ns0, in->host_len + ns0, (size_t)n * sizeof(int32_t)),
+              "upload") < 0)
+        return -1;
+    int cap = enc_sentences(in, in->B, S) * S;
+    for (int b = 0; b < n;) { /* chunk by chunk, as infer_encode's */
+        int sc, m = enc_chunk(in->host_len + ns0, b, n, cap, &sc);
+        if (admit_chunk(in, ns0 + b, m, sc, src + b, len + b) < 0)
+            return -1;
+        b += m;
+    }
+    if (nn_bk(&in->run, k->upload(in->ctx, in->ckv_rows + (size_t)ns0 * (size_t)S, in->host_ckv_rows + (size_t)ns0 * (size_t)S,
+                                  (size_t)n * (size_t)S * sizeof(int32_t)), "upload") < 0)
+        return -1;
+    in->ns += n;
+    in->R += n;
+    return 0;
+}
+
 const struct model_config *infer_config(const struct infer *in) { return &in->c; }
 int infer_rows(const struct infer *in) { return in->R; }
 int infer_time(const struct infer *in) { return in->time; }
@@ -1246,6 +1436,19 @@ int infer_src_len(const struct infer *in) { return in->S; }
 
 /* ---------------------------------------------------------------------------------------------
  * decoder */
+
+/* In a stream: each live row's keys and values of this step, in kv_stage, go to its row of CACHE. 0 or -1. */
+static int kv_scatter(struct infer *in, float *cache)
+{
+    size_t T = (size_t)in->tmax, D2 = 2 * (size_t)in->c.d_model;
+    for (int r = 0; r < in->R; r++) {
+        size_t at = (size_t)in->host_rows[(size_t)r * T + (size_t)in->row_step[r]];
+        if (nn_bk(&in->run, in->k->gather_rows(in->ctx, cache + at * D2, in->kv_stage, in->iota + r, 1, (int64_t)D2),
+                  "gather_rows") < 0)
+            return -1;
+    }
+    return 0;
+}
 
 /* Self-attention of decoder layer D at step T: the step's keys and values (the last 2D rows of the
  * qkv weight) go into row block T of CACHE (steps, R, 2D), the queries attend to steps 0..T of it;
@@ -1256,12 +1459,15 @@ static int self_attention_step(struct infer *in, struct nn_sub *s, float *out, c
     struct nn_exec *e = &in->run;
     int D = in->c.d_model, R = in->R, rows = rows_mode(in);
     size_t slot = (size_t)R * 2 * (size_t)D; /* floats per time step of a cache */
-    /* with kv_rows, this step's rows go after those written so far (kv_rows_step) */
-    float *at = cache + (rows ? (size_t)(in->kv_used - R) * 2 * (size_t)D : (size_t)t * slot);
+    /* with kv_rows, this step's rows go where kv_rows_step says; in a stream through kv_stage */
+    float *at = in->stream ? in->kv_stage : cache + (rows ? (size_t)(in->kv_used - R) * 2 * (size_t)D : (size_t)t * slot);
     if (e->linear(e, s->q, sin, d->sqkv_w, d->sqkv_b, 0, R, D, D) < 0 ||
-        e->linear(e, at, sin, d->sqkv_w + (size_t)D * (size_t)D, d->sqkv_b + D, 0, R, 2 * D, D) < 0)
+        e->linear(e, at, sin, d->sqkv_w + (size_t)D * (size_t)D, d->sqkv_b + D, 0, R, 2 * D, D) < 0 ||
+        (in->stream && kv_scatter(in, cache) < 0))
         return -1;
-    struct nmt_attn_args a = nn_attn_args(e, R, 1, t + 1, D, (int64_t)slot, NULL, 0);
+    /* in a stream row r attends to its own steps, klen[r] of them */
+    struct nmt_attn_args a = nn_attn_args(e, R, 1, in->stream ? in->kv_tk : t + 1, D, (int64_t)slot,
+                                          in->stream ? in->klen : NULL, 0);
     a.k_bs = a.v_bs = 2 * D; /* row r's keys and values at step j: cache + j * slot + r * 2D */
     if (rows)                /* or at cache + kv_rows[r][j] * 2D */
         a.k_ld = a.v_ld = 0;
@@ -1416,12 +1622,39 @@ int infer_attention(struct infer *in, float *att)
 
 uint64_t infer_rows_stepped(const struct infer *in) { return in->rows_stepped; }
 
+/* In a stream: row r's keys and values of its step go to a free row of the caches (from kv_stage:
+ * kv_scatter), the rows of every live row's steps so far and its key count (staged in KL, host, R)
+ * to the device. The rows last freed are taken first, so the caches' pages in use stay those of
+ * the most keys live at once. 0 or -1. */
+static int kv_row_step(struct infer *in, int32_t *kl)
+{
+    size_t T = (size_t)in->tmax;
+    int R = in->R;
+    in->kv_tk = 0;
+    if (in->nkv_free < R) /* a live row has at most tmax steps: never */
+        return nmt_seterr("stream: %d rows of the caches free, %d wanted", in->nkv_free, R);
+    for (int r = 0; r < R; r++) {
+        int j = in->row_step[r];
+        in->host_rows[(size_t)r * T + (size_t)j] = in->kv_free[--in->nkv_free];
+        kl[r] = j + 1;
+        in->kv_tk = j + 1 > in->kv_tk ? j + 1 : in->kv_tk;
+    }
+    size_t n = (size_t)(R - 1) * T + (size_t)in->row_step[R - 1] + 1;
+    return nn_bk(&in->run, in->k->upload(in->ctx, in->kv_rows, in->host_rows, n * sizeof(int32_t)), "upload") < 0 ||
+                   nn_bk(&in->run, in->k->upload(in->ctx, in->klen, kl, (size_t)R * sizeof(int32_t)), "upload") < 0
+               ? -1
+               : 0;
+}
+
 /* With kv_rows: step T's keys and values of row r go to cache row kv_used + r, after the rows
- * written so far, and the rows of every live row's steps so far go to the device. 0 or -1. */
-static int kv_rows_step(struct infer *in, int t)
+ * written so far (in a stream: kv_row_step, staging in KL), and the rows of every live row's
+ * steps so far go to the device. 0 or -1. */
+static int kv_rows_step(struct infer *in, int t, int32_t *kl)
 {
     if (!rows_mode(in) || in->R == 0)
         return 0;
+    if (in->stream)
+        return kv_row_step(in, kl);
     size_t T = (size_t)in->tmax;
     if (t == 0)
         in->kv_used = 0;
@@ -1439,23 +1672,26 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
     const struct model_config *c = &in->c;
     struct nn_exec *e = &in->run;
     int D = c->d_model, V = c->vocab, R = in->R, t = in->time;
-    if (t >= in->tmax)
+    if (t >= in->tmax && !in->stream)
         return nmt_seterr("decoder step %d past the prepared length %d", t, in->tmax);
     in->rows_stepped += (uint64_t)R;
     if (topk > in->topk_cap)
         return nmt_seterr("top-%d asked, at most %d prepared", topk, in->topk_cap);
     if (in->keep_att && att_room(in) < 0)
         return -1;
-    if (host_ints(in, 2 * (size_t)R) < 0)
+    if (host_ints(in, 3 * (size_t)R) < 0)
         return -1;
     int32_t *hp = in->host_ints, *ht = hp + R;
     for (int r = 0; r < R; r++) {
+        int rt = in->stream ? in->row_step[r] : t; /* the row's own step */
         if (tok[r] < 0 || tok[r] >= V)
             return nmt_seterr("token id %d outside the vocabulary of %d", tok[r], V);
-        hp[r] = t;
-        ht[r] = t == 0 && c->start_zero ? -1 : tok[r]; /* the zero start: no embedding */
+        if (rt >= in->tmax)
+            return nmt_seterr("decoder step %d past the prepared length %d", rt, in->tmax);
+        hp[r] = rt;
+        ht[r] = rt == 0 && c->start_zero ? -1 : tok[r]; /* the zero start: no embedding */
     }
-    if (kv_rows_step(in, t) < 0 ||
+    if (kv_rows_step(in, t, ht + R) < 0 ||
         nn_bk(e, in->k->upload(in->ctx, in->tok, ht, (size_t)R * sizeof(int32_t)), "upload") < 0 ||
         nn_bk(e, in->k->upload(in->ctx, in->pos, hp, (size_t)R * sizeof(int32_t)), "upload") < 0 ||
         nn_embed(e, in->x, in->tok, in->pos, in->w->dec_emb, R, NULL) < 0 || decoder_layers(in, t) < 0)
@@ -1478,6 +1714,8 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
     }
     in->logits_kept = !by_rows;
     in->time = t + 1;
+    for (int r = 0; in->stream && r < R; r++)
+        in->row_step[r]++;
     return 0;
 }
 
@@ -1557,6 +1795,31 @@ int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, 
     return 0;
 }
 
+/* In a stream, before infer_reorder keeps the NS sentences KEEP (KN rows each, their PARENT rows):
+ * gives the ended sentences' slots and rows of the caches back. A stream keeps one row a
+ * sentence, its own. 0, or -1 with the error set. */
+static int stream_release(struct infer *in, int ns, int kn, const int *keep, const int *parent)
+{
+    size_t S = (size_t)in->S, T = (size_t)in->tmax;
+    if (kn != 1)
+        return nmt_seterr("reorder: a stream keeps one row a sentence, not %d", kn);
+    memset(in->row_kept, 0, (size_t)in->R);
+    for (int s = 0; s < ns; s++) {
+        if (parent[s] != keep[s])
+            return nmt_seterr("reorder: in a stream a sentence's row is its own (row %d for sentence %d)", parent[s],
+                              keep[s]);
+        in->row_kept[keep[s]] = 1;
+    }
+    for (int r = 0; r < in->R; r++) {
+        if (in->row_kept[r])
+            continue;
+        for (int j = in->row_step[r] - 1; j >= 0; j--)
+            in->kv_free[in->nkv_free++] = in->host_rows[(size_t)r * T + (size_t)j];
+        in->slot_free[in->nslot_free++] = (int32_t)((size_t)in->host_ckv_rows[(size_t)r * S] / S);
+    }
+    return 0;
+}
+
 int infer_reorder(struct infer *in, int ns, int kn, const int *keep, const int *parent)
 {
     const struct nmt_backend *k = in->k;
@@ -1576,6 +1839,8 @@ int infer_reorder(struct infer *in, int ns, int kn, const int *keep, const int *
             return nmt_seterr("reorder: bad parent row %d", parent[i]);
         same_rows &= parent[i] == i;
     }
+    if (in->stream && stream_release(in, ns, kn, keep, parent) < 0)
+        return -1;
     in->K = kn;
     if (ns == 0) {
         in->ns = in->R = 0;
@@ -1616,8 +1881,12 @@ int infer_reorder(struct infer *in, int ns, int kn, const int *keep, const int *
     if (!(same_sent && same_rows) && t > 0 && rows_mode(in)) {
         /* row i reads its steps where row parent[i] did: no cache row moves */
         size_t T = (size_t)in->tmax;
-        for (int i = 0; i < Rn; i++)
-            memcpy(in->host_rows_new + (size_t)i * T, in->host_rows + (size_t)parent[i] * T, (size_t)t * sizeof(int32_t));
+        for (int i = 0; i < Rn; i++) { /* in a stream, each row's own steps (parent increases: in place) */
+            int n = in->stream ? in->row_step[parent[i]] : t;
+            memcpy(in->host_rows_new + (size_t)i * T, in->host_rows + (size_t)parent[i] * T, (size_t)n * sizeof(int32_t));
+            if (in->stream)
+                in->row_step[i] = n;
+        }
         int32_t *tmp = in->host_rows;
         in->host_rows = in->host_rows_new;
         in->host_rows_new = tmp;

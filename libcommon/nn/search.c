@@ -836,6 +836,216 @@ out:
     return rc;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * greedy search of a stream (continuous batching) */
+
+/* The state of one search_stream: its live sentences in the models' order, W at most. */
+struct stream {
+    int W, T, k2, nin, ns;     /* sentences at most, longest output (tokens with EOS), extensions a row, models, live */
+    size_t *key;               /* (W) each live sentence's name for the feed */
+    int *ml, *step;            /* (W) its length limit, its steps so far */
+    int32_t *tok;              /* (W) its last token */
+    double *score;             /* (W) its summed log-probability */
+    uint32_t *hist;            /* (W, T) its tokens */
+    float *hlp;                /* (W, T) their log-probabilities */
+    int32_t *idx;              /* (W, k2) each row's best extensions */
+    float *vals;               /* (W, k2) and their log-probabilities */
+    int *keep;                 /* (W) the sentences a step keeps */
+    const uint32_t **src;      /* (W) the sentences taken from the feed */
+    int *len;                  /* (W) */
+    size_t *nkey;              /* (W) */
+    struct ens ens;
+};
+
+static void stream_free(struct stream *z)
+{
+    free(z->key);
+    free(z->ml);
+    free(z->step);
+    free(z->tok);
+    free(z->score);
+    free(z->hist);
+    free(z->hlp);
+    free(z->idx);
+    free(z->vals);
+    free(z->keep);
+    free(z->src);
+    free(z->len);
+    free(z->nkey);
+    ens_free(&z->ens);
+}
+
+static int stream_init(struct stream *z, int W, int T, int nin, int V)
+{
+    size_t w = (size_t)W;
+    z->W = W;
+    z->T = T;
+    z->nin = nin;
+    z->k2 = 2 < V ? 2 : V;
+    z->key = malloc(w * sizeof *z->key), z->nkey = malloc(w * sizeof *z->nkey);
+    z->ml = malloc(w * sizeof *z->ml), z->step = malloc(w * sizeof *z->step);
+    z->tok = malloc(w * sizeof *z->tok), z->score = malloc(w * sizeof *z->score);
+    z->hist = malloc(w * (size_t)T * sizeof *z->hist), z->hlp = malloc(w * (size_t)T * sizeof *z->hlp);
+    z->idx = malloc(w * (size_t)z->k2 * sizeof *z->idx), z->vals = malloc(w * (size_t)z->k2 * sizeof *z->vals);
+    z->keep = malloc(w * sizeof *z->keep), z->len = malloc(w * sizeof *z->len);
+    z->src = malloc(w * sizeof *z->src);
+    int lok = nin == 1 || ens_init(&z->ens, nin, w, z->k2, V) == 0;
+    if (!z->key || !z->nkey || !z->ml || !z->step || !z->tok || !z->score || !z->hist || !z->hlp || !z->idx ||
+        !z->vals || !z->keep || !z->len || !z->src || !lok)
+        return nmt_seterr("out of memory");
+    return 0;
+}
+
+/* Takes up to the free room of sentences from F into the models IN and Z, each at its step 0.
+ * Returns how many, or -1 with the error set. */
+static int stream_admit(struct stream *z, struct infer *const *in, const struct search_opts *o, int model_max,
+                        const struct search_feed *f)
+{
+    int n = f->take(f->arg, z->W - z->ns, z->src, z->len, z->nkey);
+    if (n < 0 || n > z->W - z->ns)
+        return n < 0 ? -1 : nmt_seterr("stream: %d sentences given, %d asked", n, z->W - z->ns);
+    for (int i = 0; i < n; i++) {
+        int s = z->ns + i;
+        z->key[s] = z->nkey[i];
+        z->ml[s] = search_max_len(o, z->len[i], model_max);
+        if (z->ml[s] > z->T)
+            return nmt_seterr("stream: sentence of %d tokens, longer than prepared", z->len[i]);
+        z->step[s] = 0;
+        z->tok[s] = NMT_BOS;
+        z->score[s] = 0;
+    }
+    for (int m = 0; m < z->nin && n; m++)
+        if (infer_admit(in[m], n, z->src, z->len) < 0)
+            return -1;
+    z->ns += n;
+    return n;
+}
+
+/* Live sentence S ends at its step T with EOS of log-probability LP: its result goes to F, as
+ * search_batch's with beam 1. 0 or -1. */
+static int stream_finish(struct stream *z, const struct search_opts *o, int s, int t, float lp,
+                         const struct search_feed *f)
+{
+    struct search_result r = {0, NULL};
+    struct search_hyp *h = r.hyp = calloc(1, sizeof *r.hyp);
+    if (!h)
+        return nmt_seterr("out of memory");
+    double sum = z->score[s] + (double)lp;
+    *h = (struct search_hyp){(float)(sum / search_length_penalty(o->alpha, t + 1)), sum, (uint32_t)t, NULL, NULL, 0,
+                             NULL};
+    h->ids = malloc((t ? (size_t)t : 1) * sizeof *h->ids);
+    h->lps = malloc(((size_t)t + 1) * sizeof *h->lps);
+    r.nhyp = 1;
+    if (!h->ids || !h->lps) {
+        search_result_free(&r);
+        return nmt_seterr("out of memory");
+    }
+    memcpy(h->ids, z->hist + (size_t)s * (size_t)z->T, (size_t)t * sizeof *h->ids);
+    memcpy(h->lps, z->hlp + (size_t)s * (size_t)z->T, (size_t)t * sizeof *h->lps);
+    h->lps[t] = lp;
+    if (f->put(f->arg, z->key[s], &r) < 0) {
+        search_result_free(&r);
+        return -1;
+    }
+    return 0;
+}
+
+/* One step's choices: each live sentence takes its best token (EOS at its length limit), ending with
+ * EOS; the others are kept in z->keep and move to the front. Returns how many are kept, or -1. */
+static int stream_choose(struct stream *z, const struct search_opts *o, const struct search_feed *f)
+{
+    int nk = 0;
+    size_t T = (size_t)z->T;
+    for (int s = 0; s < z->ns; s++) {
+        int t = z->step[s], forced = t >= z->ml[s] - 1;
+        int32_t tok = forced ? NMT_EOS : z->idx[(size_t)s * (size_t)z->k2];
+        float lp = forced ? 0 : z->vals[(size_t)s * (size_t)z->k2];
+        if (tok == NMT_EOS) {
+            if (stream_finish(z, o, s, t, lp, f) < 0)
+                return -1;
+            continue;
+        }
+        z->hist[(size_t)s * T + (size_t)t] = (uint32_t)tok;
+        z->hlp[(size_t)s * T + (size_t)t] = lp;
+        z->score[s] += (double)lp;
+        z->tok[s] = tok;
+        z->step[s] = t + 1;
+        z->keep[nk++] = s;
+    }
+    for (int i = 0; i < nk; i++) {
+        int s = z->keep[i];
+        if (s == i)
+            continue;
+        z->key[i] = z->key[s];
+        z->ml[i] = z->ml[s];
+        z->step[i] = z->step[s];
+        z->tok[i] = z->tok[s];
+        z->score[i] = z->score[s];
+        memcpy(z->hist + (size_t)i * T, z->hist + (size_t)s * T, (size_t)z->step[s] * sizeof *z->hist);
+        memcpy(z->hlp + (size_t)i * T, z->hlp + (size_t)s * T, (size_t)z->step[s] * sizeof *z->hlp);
+    }
+    return nk;
+}
+
+int search_can_stream(struct infer *const *in, int nin, const struct search_opts *o)
+{
+    int ok = o->beam == 1 && o->nbest <= 1 && !o->attention;
+    for (int m = 0; m < nin && ok; m++)
+        ok = infer_can_stream(in[m]);
+    return ok;
+}
+
+int search_stream(struct infer *const *in, int nin, const struct search_opts *o, int W, int smax,
+                  const struct search_feed *f)
+{
+    int model_max, rc = -1, drained = 0;
+    if (search_models_check(in, nin, &model_max) < 0)
+        return -1;
+    if (!search_can_stream(in, nin, o))
+        return nmt_seterr("stream: greedy search only, without attention, on a backend with attention_forward_rows "
+                          "and no shortlist");
+    if (W < 1 || smax < 0 || smax + 1 > model_max)
+        return nmt_seterr("stream: %d sentences of %d tokens", W, smax + 1);
+    int T = search_max_len(o, smax, model_max), t0 = search_max_len(o, 0, model_max);
+    struct stream z = {0};
+    if (stream_init(&z, W, T > t0 ? T : t0, nin, infer_config(in[0])->vocab) < 0)
+        goto out;
+    for (int m = 0; m < nin; m++) {
+        infer_keep_attention(in[m], 0);
+        infer_keep_logits(in[m], nin > 1); /* an ensemble reads its members' (ensemble_step) */
+        infer_topk_raw(in[m], o->ranks_only && nin == 1);
+        if (infer_open_stream(in[m], W, smax + 1, z.T) < 0)
+            goto out;
+    }
+    /* sentences come in once a quarter of the room is free, the encoder then runs on several */
+    int refill = W / 4 > 1 ? W / 4 : 1;
+    for (;;) {
+        if (!drained && (z.ns == 0 || W - z.ns >= refill)) {
+            int n = stream_admit(&z, in, o, model_max, f);
+            if (n < 0)
+                goto out;
+            drained = n == 0;
+        }
+        if (z.ns == 0)
+            break;
+        if (ensemble_step(in, nin, z.tok, z.k2, z.vals, z.idx, NULL, NULL, &z.ens) < 0)
+            goto out;
+        int nk = stream_choose(&z, o, f);
+        if (nk < 0)
+            goto out;
+        for (int m = 0; m < nin && nk < z.ns; m++)
+            if (infer_reorder(in[m], nk, 1, z.keep, z.keep) < 0)
+                goto out;
+        z.ns = nk;
+    }
+    rc = 0;
+out:
+    for (int m = 0; m < nin; m++)
+        infer_topk_raw(in[m], 0);
+    stream_free(&z);
+    return rc;
+}
+
 int search_reserve(struct infer *const *in, int nin, const struct search_opts *o, int B, const int *len,
                    const int *tlen)
 {

@@ -103,6 +103,30 @@ int search_prefix_check(const struct search_prefix *pre, int b, int V, int max_l
 int search_score(struct infer *const *in, int nin, int B, const uint32_t *const *src, const int *len,
                  const uint32_t *const *tgt, const int *tlen, double *lp);
 
+/* Sentences for search_stream: given by, and their results handed back to, the caller. */
+struct search_feed {
+    /* Gives at most N more sentences: SRC[i], LEN[i] (ids without EOS, valid until the sentence's
+     * result is put) and KEY[i], the caller's name for it. Returns their number (0: none is left), or
+     * -1 with the error set. */
+    int (*take)(void *arg, int n, const uint32_t **src, int *len, size_t *key);
+    /* Takes sentence KEY's result R (the caller's to free with search_result_free). 0, or -1 with the
+     * error set. */
+    int (*put)(void *arg, size_t key, struct search_result *r);
+    void *arg;
+};
+
+/* Whether search_stream can run O with the NIN models IN: greedy search without attention, on a
+ * backend with attention_forward_rows, without a shortlist (infer_can_stream). */
+int search_can_stream(struct infer *const *in, int nin, const struct search_opts *o);
+/* Greedy search (O, beam 1) of the sentences F gives, none of more than SMAX ids, with the NIN models
+ * IN, by continuous batching (infer_open_stream): at most W sentences live at once, sentences taken
+ * in as others end (whenever a quarter of W, at least one, is free, so that the encoder runs on
+ * several together), each result put as its sentence ends. Each result is search_batch's, bit
+ * for bit. Returns 0, or -1 with the error set (search_can_stream false, a sentence longer than
+ * SMAX, the feed's error). */
+int search_stream(struct infer *const *in, int nin, const struct search_opts *o, int W, int smax,
+                  const struct search_feed *f);
+
 /* Reserves the decoding memory (infer_reserve) of the NIN models IN for search_batch with O on B
  * sentences of LEN[b] ids, or, with TLEN, for search_score on those pairs. 0, or -1 with the error set. */
 int search_reserve(struct infer *const *in, int nin, const struct search_opts *o, int B, const int *len,

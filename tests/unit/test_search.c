@@ -951,6 +951,104 @@ static void run_enc_chunks(struct backend *be)
     model_free(m);
 }
 
+/* A feed of N sentences for search_stream, at most GIVE at a time, in the order given; the results
+ * land in RES by key. */
+struct feed_arg {
+    const uint32_t *const *src;
+    const int *len;
+    int n, next, give, puts;
+    struct search_result *res;
+};
+
+static int feed_take(void *arg, int n, const uint32_t **src, int *len, size_t *key)
+{
+    struct feed_arg *f = arg;
+    int k = 0;
+    for (; k < n && k < f->give && f->next < f->n; k++, f->next++) {
+        src[k] = f->src[f->next];
+        len[k] = f->len[f->next];
+        key[k] = (size_t)f->next;
+    }
+    return k;
+}
+
+static int feed_put(void *arg, size_t key, struct search_result *r)
+{
+    struct feed_arg *f = arg;
+    f->res[key] = *r;
+    f->puts++;
+    return 0;
+}
+
+/* Continuous batching (search_stream): 70 sentences of 1 to 40 tokens in mixed order, streamed
+ * through windows of 1 to 70 sentences, a few or all given at a time, give search_batch's results
+ * bit for bit, for one model, pre-norm or not, with rankings by logits, and for an ensemble. */
+static void run_stream(struct backend *be)
+{
+    static uint32_t store[NC][40];
+    const uint32_t *src[NC];
+    int len[NC];
+    uint64_t s = 5;
+    for (int b = 0; b < NC; b++) { /* 17 and 70 coprime: lengths in mixed order */
+        len[b] = 1 + (b * 17 % NC) * 39 / (NC - 1);
+        for (int j = 0; j < 40; j++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            store[b][j] = 4 + (uint32_t)((s >> 33) % 56);
+        }
+        src[b] = store[b];
+    }
+    struct model *m[2] = {tiny_model(be, 0, 60, 64, 31), tiny_model(be, 1, 60, 64, 32)};
+    int ok = m[0] && m[1] && make_eos_likely(be, m[0]) == 0 && make_eos_likely(be, m[1]) == 0, same = ok, runs = 0;
+    int ended = 0;
+    struct infer *in[2] = {NULL, NULL};
+    for (int i = 0; ok && i < 2; i++)
+        ok &= (in[i] = infer_new(be, m[i], 1, NMT_DTYPE_F32)) != NULL;
+    /* v: 0, 1 each model alone, 2 with ranks only, 3 the ensemble */
+    for (int v = 0; ok && v < 4; v++) {
+        struct search_opts o = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1.0, .len_b = 5, .ranks_only = v == 2};
+        struct infer *ms[2] = {in[v == 1], in[1]};
+        int nin = v == 3 ? 2 : 1;
+        struct search_result want[NC], got[NC];
+        ok &= search_batch(ms, nin, &o, NC, src, len, want) == 0;
+        for (int b = 0; ok && b < NC && v == 0; b++)
+            ended += want[b].hyp[0].n < (uint32_t)len[b] + 4;
+        static const int windows[][2] = {{1, 1}, {5, 3}, {16, 100}, {70, 7}, {70, 100}};
+        for (int w = 0; ok && w < 5; w++) {
+            struct feed_arg fa = {src, len, NC, 0, windows[w][1], 0, got};
+            struct search_feed f = {feed_take, feed_put, &fa};
+            ok &= search_stream(ms, nin, &o, windows[w][0], 40, &f) == 0 && fa.puts == NC;
+            for (int b = 0; ok && b < NC; b++)
+                same &= same_result(&want[b], &got[b]);
+            for (int b = 0; b < fa.puts; b++)
+                search_result_free(&got[b]);
+            runs += ok;
+        }
+        for (int b = 0; ok && b < NC; b++)
+            search_result_free(&want[b]);
+    }
+    test_ok(ok && same && runs == 20 && ended > 10,
+            "stream: %d sentences through windows of 1 to %d give the batch's results bit for bit (one model, "
+            "pre-norm or not, ranks only, an ensemble; %d runs; %d ended early) %s", NC, NC, runs, ended,
+            ok ? "" : nmt_errmsg());
+    /* a sentence longer than the stream was opened for, beam search: refused */
+    struct search_opts o = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1.0, .len_b = 5};
+    struct search_result got[NC];
+    struct feed_arg fa = {src, len, NC, 0, 100, 0, got};
+    struct search_feed f = {feed_take, feed_put, &fa};
+    int rc = ok ? search_stream(in, 1, &o, 8, 20, &f) : 0;
+    test_ok(rc < 0 && strstr(nmt_errmsg(), "prepared"), "stream: a source longer than prepared is refused: %s",
+            nmt_errmsg());
+    for (int b = 0; b < fa.puts; b++)
+        search_result_free(&got[b]);
+    o.beam = 2;
+    test_ok(ok && search_stream(in, 1, &o, 8, 40, &f) < 0 && strstr(nmt_errmsg(), "greedy search only"),
+            "stream: beam search refused: %s", nmt_errmsg());
+    for (int i = 0; i < 2; i++) {
+        infer_free(in[i]);
+        model_free(m[i]);
+    }
+}
+
 int main(void)
 {
     struct nmt_backend_opts bo = {sizeof bo, 2, 0};
@@ -970,6 +1068,7 @@ int main(void)
     run_keep_logits(be);
     run_cache_rows(be);
     run_enc_chunks(be);
+    run_stream(be);
     /* the host's fallback for a backend without gemm_rowinv: products on blocks of 8 rows */
     be->ops.gemm_rowinv = NULL;
     test_ok(1, "# without gemm_rowinv (fixed row blocks)");
