@@ -78,19 +78,22 @@ struct infer {
     size_t host_rows_cap;
     int kv_used;                     /* rows of the caches written in this batch (with kv_rows) */
     int kv_tk;                       /* in a stream, the most keys a live row has at this step */
-    /* a stream (infer_open_stream): sentences admitted as others end, each row at a step of its own,
-     * its cross keys in the slot of S rows of ckv it was given, its self keys and values of each
-     * step in a free row of the caches, copied there from kv_stage (the encoder's buffers over the
-     * step's: admissions come between steps) */
+    /* a stream (infer_open_stream): sentences admitted as others end, each at a step of its own,
+     * its cross keys in the slot of S rows of ckv it was given, each row's self keys and values of
+     * each step in a free row of the caches, copied there from kv_stage (the encoder's buffers over
+     * the step's: admissions come between steps) */
     int stream;
     int32_t *row_step;               /* host (Rcap) each live row's step */
+    int32_t *row_step_new;           /* host (Rcap) infer_reorder's */
     int32_t *klen;                   /* device (Rcap) each live row's keys at this step */
     float *kv_stage;                 /* device (Rcap, 2D) the keys and values of a step */
     int32_t *slot_free;              /* host (B) the free slots, a stack */
     int nslot_free;
     int32_t *kv_free;                /* host (tmax * Rcap) the free rows of the caches, a stack */
     int nkv_free;
-    unsigned char *row_kept;         /* host (Rcap) infer_reorder's scratch */
+    int32_t *kv_ref;                 /* host (tmax * Rcap) the live rows that read each row of the
+                                      * caches (beam search's hypotheses share their parents') */
+    unsigned char *sent_kept;        /* host (B) infer_reorder's scratch */
     int32_t *iota;                   /* device (max(En, Rcap)) 0, 1, 2, ... */
     float *x, *t, *q, *att, *sub, *h, *logits, *vals;  /* decoder (Rcap, D|F|V|topk) */
     float *logits_few;               /* (logits_rows, V) the logits of topk_by_rows */
@@ -195,9 +198,11 @@ void infer_free(struct infer *in)
     free(in->host_rows);
     free(in->host_rows_new);
     free(in->row_step);
+    free(in->row_step_new);
     free(in->slot_free);
     free(in->kv_free);
-    free(in->row_kept);
+    free(in->kv_ref);
+    free(in->sent_kept);
     free(in);
 }
 
@@ -1288,29 +1293,33 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
  * device's iota. 0 or -1. */
 static int stream_arrays(struct infer *in)
 {
-    int B = in->B, T = in->tmax;
+    int B = in->B, R = in->Rcap, TR = in->tmax * in->Rcap;
     size_t Ns = (size_t)B * (size_t)in->S;
     free(in->row_step);
+    free(in->row_step_new);
     free(in->slot_free);
     free(in->kv_free);
-    free(in->row_kept);
+    free(in->kv_ref);
+    free(in->sent_kept);
     free(in->host_len);
-    in->row_step = calloc((size_t)B, sizeof *in->row_step);
-    in->kv_free = malloc((size_t)T * (size_t)B * sizeof *in->kv_free);
+    in->row_step = calloc((size_t)R, sizeof *in->row_step);
+    in->row_step_new = calloc((size_t)R, sizeof *in->row_step_new);
+    in->kv_free = malloc((size_t)TR * sizeof *in->kv_free);
+    in->kv_ref = calloc((size_t)TR, sizeof *in->kv_ref);
     in->slot_free = malloc((size_t)B * sizeof *in->slot_free);
-    in->row_kept = malloc((size_t)B);
+    in->sent_kept = malloc((size_t)B);
     in->host_len = malloc((size_t)B * sizeof *in->host_len);
-    if (!in->row_step || !in->kv_free || !in->slot_free || !in->row_kept || !in->host_len ||
-        host_ints(in, 3 * Ns) < 0 || host_ints(in, (size_t)T * (size_t)B) < 0 ||
-        host_rows(in, (size_t)T * (size_t)B) < 0 || host_ckv_room(in, Ns) < 0)
+    if (!in->row_step || !in->row_step_new || !in->kv_free || !in->kv_ref || !in->slot_free || !in->sent_kept ||
+        !in->host_len || host_ints(in, 3 * Ns) < 0 || host_ints(in, (size_t)TR) < 0 || host_ints(in, (size_t)R) < 0 ||
+        host_rows(in, (size_t)TR) < 0 || host_ckv_room(in, Ns) < 0)
         return nmt_seterr("out of memory");
     for (int i = 0; i < B; i++) /* popped from the top: slot 0 first */
         in->slot_free[i] = B - 1 - i;
     in->nslot_free = B;
-    in->nkv_free = T * B;
-    for (int i = 0; i < T * B; i++)
-        in->kv_free[i] = T * B - 1 - i;
-    size_t n = in->ext.En > (size_t)B ? in->ext.En : (size_t)B;
+    in->nkv_free = TR;
+    for (int i = 0; i < TR; i++)
+        in->kv_free[i] = TR - 1 - i;
+    size_t n = in->ext.En > (size_t)R ? in->ext.En : (size_t)R;
     int32_t *h = in->host_ints;
     for (size_t i = 0; i < n; i++)
         h[i] = (int32_t)i;
@@ -1319,12 +1328,13 @@ static int stream_arrays(struct infer *in)
 
 int infer_can_stream(const struct infer *in) { return in->k->attention_forward_rows != NULL && !in->sl; }
 
-int infer_open_stream(struct infer *in, int B, int S, int tmax)
+int infer_open_stream(struct infer *in, int B, int S, int K, int tmax)
 {
-    if (B < 1 || S < 1 || tmax < 1)
-        return nmt_seterr("stream: empty shape (B=%d S=%d T=%d)", B, S, tmax);
-    if ((size_t)B * (size_t)tmax > INT32_MAX || (size_t)B * (size_t)S > INT32_MAX)
-        return nmt_seterr("stream: %d sentences of %d steps and %d source tokens are too many to index", B, tmax, S);
+    if (B < 1 || S < 1 || K < 1 || tmax < 1)
+        return nmt_seterr("stream: empty shape (B=%d S=%d K=%d T=%d)", B, S, K, tmax);
+    if ((size_t)B * (size_t)K * (size_t)tmax > INT32_MAX || (size_t)B * (size_t)S > INT32_MAX)
+        return nmt_seterr("stream: %d sentences of %d rows, %d steps and %d source tokens are too many to index", B, K,
+                          tmax, S);
     if (!in->k->attention_forward_rows)
         return nmt_seterr("backend %s cannot decode a stream: it has no attention_forward_rows", in->k->name);
     if (in->keep_att || in->sl)
@@ -1333,7 +1343,8 @@ int infer_open_stream(struct infer *in, int B, int S, int tmax)
         nn_bk(&in->run, in->run.k->set_precision(in->run.ctx, NMT_DTYPE_F32), "set_precision") < 0)
         return -1;
     in->stream = 1;
-    set_shape(in, B, S, 1, tmax);
+    set_shape(in, B, S, K, tmax);
+    in->K = 1; /* the rows a sentence has until infer_reorder says otherwise */
     in->ns = in->R = 0;
     in->time = 0;
     if (arena_prepare(in) < 0 || stream_arrays(in) < 0) {
@@ -1407,7 +1418,8 @@ int infer_admit(struct infer *in, int n, const uint32_t *const *src, const int *
         if (len[b] + 1 > S)
             return nmt_seterr("stream: sentence of %d tokens, %d at most prepared", len[b] + 1, S);
         in->host_len[ns0 + b] = len[b] + 1;
-        in->row_step[ns0 + b] = 0;
+        for (int j = 0; j < in->K; j++)
+            in->row_step[(ns0 + b) * in->K + j] = 0;
     }
     if (n == 0)
         return 0;
@@ -1425,7 +1437,7 @@ int infer_admit(struct infer *in, int n, const uint32_t *const *src, const int *
                                   (size_t)n * (size_t)S * sizeof(int32_t)), "upload") < 0)
         return -1;
     in->ns += n;
-    in->R += n;
+    in->R += n * in->K;
     return 0;
 }
 
@@ -1635,7 +1647,9 @@ static int kv_row_step(struct infer *in, int32_t *kl)
         return nmt_seterr("stream: %d rows of the caches free, %d wanted", in->nkv_free, R);
     for (int r = 0; r < R; r++) {
         int j = in->row_step[r];
-        in->host_rows[(size_t)r * T + (size_t)j] = in->kv_free[--in->nkv_free];
+        int32_t row = in->kv_free[--in->nkv_free];
+        in->host_rows[(size_t)r * T + (size_t)j] = row;
+        in->kv_ref[row] = 1;
         kl[r] = j + 1;
         in->kv_tk = j + 1 > in->kv_tk ? j + 1 : in->kv_tk;
     }
@@ -1795,28 +1809,40 @@ int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, 
     return 0;
 }
 
-/* In a stream, before infer_reorder keeps the NS sentences KEEP (KN rows each, their PARENT rows):
- * gives the ended sentences' slots and rows of the caches back. A stream keeps one row a
- * sentence, its own. 0, or -1 with the error set. */
-static int stream_release(struct infer *in, int ns, int kn, const int *keep, const int *parent)
+/* In a stream, for infer_reorder (its arguments checked otherwise) keeping the NS sentences KEEP
+ * with KN rows each, row i continuing PARENT[i], a row of its own sentence: gives the ended
+ * sentences' slots back, makes row i read the steps row PARENT[i] read (the rows of the caches
+ * shared, counted), and gives back the rows of the caches no live row reads any more. 0 or -1. */
+static int stream_reorder(struct infer *in, int ns, int kn, const int *keep, const int *parent)
 {
     size_t S = (size_t)in->S, T = (size_t)in->tmax;
-    if (kn != 1)
-        return nmt_seterr("reorder: a stream keeps one row a sentence, not %d", kn);
-    memset(in->row_kept, 0, (size_t)in->R);
-    for (int s = 0; s < ns; s++) {
-        if (parent[s] != keep[s])
-            return nmt_seterr("reorder: in a stream a sentence's row is its own (row %d for sentence %d)", parent[s],
-                              keep[s]);
-        in->row_kept[keep[s]] = 1;
+    int Rn = ns * kn;
+    for (int i = 0; i < Rn; i++)
+        if (parent[i] / in->K != keep[i / kn])
+            return nmt_seterr("reorder: row %d continues row %d, of another sentence", i, parent[i]);
+    memset(in->sent_kept, 0, (size_t)in->ns);
+    for (int s = 0; s < ns; s++)
+        in->sent_kept[keep[s]] = 1;
+    for (int s = 0; s < in->ns; s++)
+        if (!in->sent_kept[s])
+            in->slot_free[in->nslot_free++] = (int32_t)((size_t)in->host_ckv_rows[(size_t)s * S] / S);
+    for (int i = 0; i < Rn; i++) {
+        const int32_t *from = in->host_rows + (size_t)parent[i] * T;
+        int n = in->row_step_new[i] = in->row_step[parent[i]];
+        memcpy(in->host_rows_new + (size_t)i * T, from, (size_t)n * sizeof *from);
+        for (int j = 0; j < n; j++)
+            in->kv_ref[from[j]]++;
     }
-    for (int r = 0; r < in->R; r++) {
-        if (in->row_kept[r])
-            continue;
-        for (int j = in->row_step[r] - 1; j >= 0; j--)
-            in->kv_free[in->nkv_free++] = in->host_rows[(size_t)r * T + (size_t)j];
-        in->slot_free[in->nslot_free++] = (int32_t)((size_t)in->host_ckv_rows[(size_t)r * S] / S);
-    }
+    for (int r = 0; r < in->R; r++)
+        for (int j = in->row_step[r] - 1; j >= 0; j--) {
+            int32_t row = in->host_rows[(size_t)r * T + (size_t)j];
+            if (--in->kv_ref[row] == 0)
+                in->kv_free[in->nkv_free++] = row;
+        }
+    int32_t *tmp = in->host_rows;
+    in->host_rows = in->host_rows_new;
+    in->host_rows_new = tmp;
+    memcpy(in->row_step, in->row_step_new, (size_t)Rn * sizeof *in->row_step);
     return 0;
 }
 
@@ -1839,7 +1865,7 @@ int infer_reorder(struct infer *in, int ns, int kn, const int *keep, const int *
             return nmt_seterr("reorder: bad parent row %d", parent[i]);
         same_rows &= parent[i] == i;
     }
-    if (in->stream && stream_release(in, ns, kn, keep, parent) < 0)
+    if (in->stream && !(same_sent && same_rows) && stream_reorder(in, ns, kn, keep, parent) < 0)
         return -1;
     in->K = kn;
     if (ns == 0) {
@@ -1878,19 +1904,17 @@ int infer_reorder(struct infer *in, int ns, int kn, const int *keep, const int *
         if (nn_bk(&in->run, k->upload(in->ctx, in->src_len, in->host_len, (size_t)ns * sizeof(int32_t)), "upload") < 0)
             return -1;
     }
-    if (!(same_sent && same_rows) && t > 0 && rows_mode(in)) {
+    if (in->stream || (same_rows && same_sent) || t == 0) {
+        /* nothing moves (a stream's rows: stream_reorder) */
+    } else if (rows_mode(in)) {
         /* row i reads its steps where row parent[i] did: no cache row moves */
         size_t T = (size_t)in->tmax;
-        for (int i = 0; i < Rn; i++) { /* in a stream, each row's own steps (parent increases: in place) */
-            int n = in->stream ? in->row_step[parent[i]] : t;
-            memcpy(in->host_rows_new + (size_t)i * T, in->host_rows + (size_t)parent[i] * T, (size_t)n * sizeof(int32_t));
-            if (in->stream)
-                in->row_step[i] = n;
-        }
+        for (int i = 0; i < Rn; i++)
+            memcpy(in->host_rows_new + (size_t)i * T, in->host_rows + (size_t)parent[i] * T, (size_t)t * sizeof(int32_t));
         int32_t *tmp = in->host_rows;
         in->host_rows = in->host_rows_new;
         in->host_rows_new = tmp;
-    } else if (!(same_sent && same_rows) && t > 0) {
+    } else {
         /* cache row (j, i) of the new layout = row (j, parent[i]) of the old one */
         for (int j = 0; j < t; j++)
             for (int i = 0; i < Rn; i++)

@@ -105,22 +105,25 @@ int infer_reserve(struct infer *in, int B, int S, int K, int tmax);
  * the decoder to step 0. Returns 0, or -1 with the error set (id out of range, backend failure). */
 int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int *len, int K, int tmax);
 
-/* A stream (continuous batching): a batch that takes sentences in as others end, each at a step of
- * its own, so that a decoder step keeps many rows where a batch's last sentences would step alone.
- * One row a sentence (greedy search). Every computation stays per row, so each sentence's
- * results are those of infer_encode's batches, bit for bit. The encoder's buffers then lie apart
- * from the decoder's. */
+/* A stream (continuous batching): a batch that takes sentences in as others end, each at a step
+ * of its own, so that a decoder step keeps many rows where a batch's last sentences would step
+ * alone. Every computation stays per row, so each sentence's results are those of infer_encode's
+ * batches, bit for bit. The encoder's buffers lie over the step's (sentences are admitted between
+ * steps); each row's keys and values of a step take a free row of the caches, a hypothesis reads
+ * its parents' (infer_reorder), and a row of the caches is free again once no live row reads it. */
 /* Prepares an empty stream of at most B live sentences of at most S source tokens (EOS included),
- * each with at most TMAX decoder steps. Ends any batch under way. 0, or -1 with the error set (a
- * backend without attention_forward_rows, attention kept, a shortlist). */
-int infer_open_stream(struct infer *in, int B, int S, int tmax);
+ * with at most K rows and TMAX decoder steps each, one row a sentence until infer_reorder says
+ * otherwise. Ends any batch under way. 0, or -1 with the error set (a backend without
+ * attention_forward_rows, attention kept, a shortlist). */
+int infer_open_stream(struct infer *in, int B, int S, int K, int tmax);
 /* Whether IN can decode a stream: its backend has attention_forward_rows and it has no shortlist. */
 int infer_can_stream(const struct infer *in);
 /* Encodes N sentences (SRC[b], LEN[b] ids without EOS, as infer_encode's) and appends them to the
- * live sentences of the stream, one row each, at their step 0 (infer_step's token NMT_BOS). Sentences
- * leave the stream by infer_reorder (with KN 1 and PARENT the same as KEEP), which gives their memory
- * back. 0, or -1 with the error set (no stream, more than B live, a source longer than S or with an
- * id out of range; the stream must then be opened again). */
+ * live sentences of the stream with as many rows as each live sentence has now, at their step 0
+ * (infer_step's token NMT_BOS). In a stream infer_reorder takes each new row's parent from its own
+ * sentence; the sentences it does not keep give their memory back. 0, or -1 with the error set (no
+ * stream, more than B live, a source longer than S or with an id out of range; the stream must
+ * then be opened again). */
 int infer_admit(struct infer *in, int n, const uint32_t *const *src, const int *len);
 
 /* Returns the number of live rows (live sentences times their rows, K or fewer: infer_reorder) and

@@ -341,9 +341,11 @@ static int ensemble_step(struct infer *const *in, int nin, const int32_t *tok, i
     return 0;
 }
 
-/* The state of one search_batch over B sentences of K rows each. */
+/* The state of one search over B sentences (a batch's, or a stream's slots) of K rows each. */
 struct beam {
     int B, K, k2, nin;         /* sentences, beam, extensions looked at per row, models */
+    int ns;                    /* live sentences */
+    int *step;                 /* (B) each live sentence's steps so far */
     const struct search_prefix *pre; /* forced prefixes (NULL: none) */
     size_t R0, T;              /* rows at the start (B * K), longest output (tokens with EOS) */
     int *ml;                   /* (B) each sentence's length limit */
@@ -372,6 +374,13 @@ struct beam {
     int *nfin;                 /* (B) finished per sentence */
     int seq;                   /* finished so far (tie break) */
     struct ens ens;            /* an ensemble's scratch */
+    /* a stream's (search_stream), else NULL: */
+    const struct search_feed *feed;
+    size_t *key;               /* (B) each slot's sentence's name for the feed */
+    int *slot_free, nslot_free; /* (B) the free slots, a stack */
+    const uint32_t **tsrc;     /* (B) the sentences taken from the feed */
+    int *tlen;                 /* (B) */
+    size_t *tkey;              /* (B) */
 };
 
 static void beam_free(struct beam *z)
@@ -410,33 +419,25 @@ static void beam_free(struct beam *z)
     free(z->cd);
     free(z->fin);
     free(z->nfin);
+    free(z->step);
+    free(z->key);
+    free(z->slot_free);
+    free(z->tsrc);
+    free(z->tlen);
+    free(z->tkey);
     ens_free(&z->ens);
 }
 
-/* Sizes Z for B sentences of LEN[b] ids with prefixes PRE (NULL: none), beam O->beam, NIN models of
- * vocabulary V and length limit MODEL_MAX; every row starts with BOS, one row per sentence live. 0,
- * or -1 with the error set (Z is to be freed with beam_free either way). */
-static int beam_init(struct beam *z, const struct search_opts *o, int B, const int *len,
-                     const struct search_prefix *pre, int nin, int V, int model_max)
+/* Sizes Z for B sentences of at most TMAX output tokens with EOS, beam O->beam, NIN models of
+ * vocabulary V. 0, or -1 with the error set (Z is to be freed with beam_free either way). */
+static int beam_alloc(struct beam *z, const struct search_opts *o, int B, int tmax, int nin, int V)
 {
     const int K = o->beam;
     z->B = B;
     z->K = K;
     z->nin = nin;
-    z->pre = pre;
     z->k2 = 2 * K < V ? 2 * K : V;
     z->R0 = (size_t)B * (size_t)K;
-    z->ml = malloc((size_t)B * sizeof *z->ml);
-    if (!z->ml)
-        return nmt_seterr("out of memory");
-    int tmax = 1;
-    for (int b = 0; b < B; b++) {
-        z->ml[b] = search_max_len(o, len[b], model_max);
-        if (search_prefix_check(pre, b, V, z->ml[b]) < 0)
-            return nmt_seterr("sentence %d: %s", b + 1, nmt_errmsg());
-        if (z->ml[b] > tmax)
-            tmax = z->ml[b];
-    }
     size_t R0 = z->R0, T = z->T = (size_t)tmax, k2 = (size_t)z->k2;
     z->tok = malloc(R0 * sizeof *z->tok), z->idx = malloc(R0 * k2 * sizeof *z->idx);
     z->vals = malloc(R0 * k2 * sizeof *z->vals);
@@ -454,11 +455,46 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     z->cd = malloc((size_t)K * k2 * sizeof *z->cd);
     z->fin = calloc(R0, sizeof *z->fin);
     z->nfin = calloc((size_t)B, sizeof *z->nfin);
+    z->step = calloc((size_t)B, sizeof *z->step);
+    z->ml = malloc((size_t)B * sizeof *z->ml);
     int lok = nin == 1 || ens_init(&z->ens, nin, R0, z->k2, V) == 0;
     if (!z->tok || !z->idx || !z->vals || !z->score || !z->nscore || !z->hist || !z->nhist || !z->hlp || !z->nhlp ||
         !z->ntlp || !z->tgt || !z->mlp || !z->plp || !z->orig || !z->keep || !z->parent || !z->ntok || !z->cd ||
-        !z->fin || !z->nfin || !lok || !z->rtok || !z->rtgt || !z->rparent)
+        !z->fin || !z->nfin || !lok || !z->rtok || !z->rtgt || !z->rparent || !z->step || !z->ml)
         return nmt_seterr("out of memory");
+    z->kr = 1;
+    return 0;
+}
+
+/* Starts row S * K + J of live sentence S: BOS, and at step 0 the K rows are identical: row 0 is
+ * kept, the others dead. */
+static void beam_row_start(struct beam *z, int s, int j)
+{
+    size_t r = (size_t)s * (size_t)z->K + (size_t)j;
+    z->tok[r] = NMT_BOS;
+    z->score[r] = j ? -INFINITY : 0;
+}
+
+/* Sizes Z for a batch of B sentences of LEN[b] ids with prefixes PRE (NULL: none), beam O->beam,
+ * NIN models of vocabulary V and length limit MODEL_MAX; every sentence live at its step 0, one
+ * row each in the models. 0, or -1 with the error set (Z is to be freed with beam_free either way). */
+static int beam_init(struct beam *z, const struct search_opts *o, int B, const int *len,
+                     const struct search_prefix *pre, int nin, int V, int model_max)
+{
+    int tmax = 1;
+    z->pre = pre;
+    for (int b = 0; b < B; b++) {
+        int ml = search_max_len(o, len[b], model_max);
+        if (search_prefix_check(pre, b, V, ml) < 0)
+            return nmt_seterr("sentence %d: %s", b + 1, nmt_errmsg());
+        tmax = ml > tmax ? ml : tmax;
+    }
+    if (beam_alloc(z, o, B, tmax, nin, V) < 0)
+        return -1;
+    const int K = z->K;
+    size_t R0 = z->R0, T = z->T;
+    for (int b = 0; b < B; b++)
+        z->ml[b] = search_max_len(o, len[b], model_max);
     z->len = len;
     for (int b = 0; b < B; b++) {
         z->orig[b] = b;
@@ -471,13 +507,12 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
         if (!z->satt || !z->atmp || !z->hatt || !z->nhatt)
             return nmt_seterr("out of memory");
     }
-    for (size_t r = 0; r < R0; r++) {
-        z->tok[r] = NMT_BOS;
-        z->score[r] = r % (size_t)K ? -INFINITY : 0; /* at step 0 the K rows are identical: keep one */
-    }
-    z->kr = 1;
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < K; j++)
+            beam_row_start(z, b, j);
     for (int b = 0; b < B; b++)
         z->rparent[b] = b * K;
+    z->ns = B;
     return 0;
 }
 
@@ -634,11 +669,75 @@ static int beam_settled(const struct beam *z, const struct search_opts *o, int b
     return 1;
 }
 
-/* One search step's choices for live sentence S at step T: finished hypotheses, then its K best
- * non-EOS extensions as the rows of kept sentence *NK (incremented when it stays live). 0 or -1. */
-static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int t, int *nk)
+/* OUT receives the O->nbest best finished hypotheses of sentence (slot) B (their ids move out of
+ * Z; the others are freed: the slot is empty again). 0 or -1. */
+static int beam_result(struct beam *z, const struct search_opts *o, int b, struct search_result *out)
 {
-    int K = z->K, b = z->orig[s], forced = t >= z->ml[b] - 1;
+    struct fin *f = &z->fin[(size_t)b * (size_t)z->K];
+    qsort(f, (size_t)z->nfin[b], sizeof *f, fin_cmp);
+    int n = z->nfin[b] < o->nbest ? z->nfin[b] : o->nbest, rc = 0;
+    out->nhyp = 0;
+    if (!(out->hyp = calloc((size_t)(n ? n : 1), sizeof *out->hyp)))
+        rc = nmt_seterr("out of memory");
+    for (int i = 0; i < n && rc == 0; i++) {
+        struct search_hyp *h = &out->hyp[i];
+        *h = (struct search_hyp){(float)f[i].s, f[i].lp, f[i].n, f[i].ids, f[i].lps, 0, NULL};
+        f[i].ids = NULL;
+        f[i].lps = NULL;
+        out->nhyp = i + 1;
+        if (!f[i].att)
+            continue;
+        h->sn = (uint32_t)z->len[b] + 1; /* the columns of its own source */
+        if (!(h->att = malloc(((size_t)h->n + 1) * h->sn * sizeof *h->att))) {
+            rc = nmt_seterr("out of memory");
+            break;
+        }
+        for (uint32_t j = 0; j <= h->n; j++)
+            memcpy(h->att + (size_t)j * h->sn, f[i].att + (size_t)j * (size_t)z->S, h->sn * sizeof *h->att);
+    }
+    for (int i = 0; i < z->nfin[b]; i++) {
+        free(f[i].ids);
+        free(f[i].lps);
+        free(f[i].att);
+        f[i].ids = NULL;
+        f[i].lps = NULL;
+        f[i].att = NULL;
+    }
+    z->nfin[b] = 0;
+    return rc;
+}
+
+/* OUT[b] receives sentence b's results (beam_result) for every sentence of a batch. 0 or -1. */
+static int beam_results(struct beam *z, const struct search_opts *o, struct search_result *out)
+{
+    for (int b = 0; b < z->B; b++)
+        if (beam_result(z, o, b, &out[b]) < 0)
+            return -1;
+    return 0;
+}
+
+/* Sentence (slot) B has ended. In a stream its results go to the feed and its slot is free again;
+ * a batch's are taken at its end (beam_results). 0 or -1. */
+static int beam_end(struct beam *z, const struct search_opts *o, int b)
+{
+    if (!z->feed)
+        return 0;
+    struct search_result r;
+    int rc = beam_result(z, o, b, &r);
+    if (rc == 0 && z->feed->put(z->feed->arg, z->key[b], &r) == 0) {
+        z->slot_free[z->nslot_free++] = b;
+        return 0;
+    }
+    search_result_free(&r);
+    return -1;
+}
+
+/* One search step's choices for live sentence S (at its step): finished hypotheses, then its K best
+ * non-EOS extensions as the rows of kept sentence *NK (incremented when it stays live); a sentence
+ * that ends gives its results (beam_end). 0 or -1. */
+static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int *nk)
+{
+    int K = z->K, b = z->orig[s], t = z->step[s], forced = t >= z->ml[b] - 1;
     int32_t pt = z->tgt[s * K];
     int nc = beam_candidates(z, s, forced ? NMT_EOS : pt != NMT_PAD ? pt : -1);
     if (beam_finish(z, b, nc, t, search_length_penalty(o->alpha, t + 1)) < 0)
@@ -654,7 +753,7 @@ static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int
         nr++;
     }
     if (nr == 0 || forced || z->nfin[b] >= K || (!o->exhaustive && beam_settled(z, o, b, t, base, nr)))
-        return 0;
+        return beam_end(z, o, b);
     for (; nr < K; nr++) { /* fewer candidates than K: dead rows */
         z->parent[base + nr] = s * K;
         z->ntok[base + nr] = NMT_EOS;
@@ -665,13 +764,13 @@ static int beam_sentence(struct beam *z, const struct search_opts *o, int s, int
     return 0;
 }
 
-/* Sets z->tgt for step T of the NS live sentences: each row's prefix token (NMT_PAD past its
+/* Sets z->tgt for this step of the NS live sentences: each row's prefix token (NMT_PAD past its
  * sentence's prefix, or none). Returns z->tgt, or NULL when no row has one. */
-static const int32_t *beam_forced(struct beam *z, int ns, int t)
+static const int32_t *beam_forced(struct beam *z, int ns)
 {
     int any = 0;
     for (int s = 0; s < ns; s++) {
-        int b = z->orig[s];
+        int b = z->orig[s], t = z->step[s];
         int32_t f = z->pre && t < z->pre->n[b] ? (int32_t)z->pre->ids[b][t] : NMT_PAD;
         any |= f != NMT_PAD;
         for (int j = 0; j < z->K; j++)
@@ -698,12 +797,12 @@ static int beam_attention(struct beam *z, struct infer *const *in, int nin, int 
     return 0;
 }
 
-/* The NK kept sentences' rows after step T: histories, tokens and scores. */
-static void beam_advance(struct beam *z, int nk, int t)
+/* The NK kept sentences' rows after this step: histories, tokens, scores and steps. */
+static void beam_advance(struct beam *z, int nk)
 {
     size_t T = z->T;
     for (int i = 0; i < nk * z->K; i++) {
-        int r = z->parent[i];
+        int r = z->parent[i], t = z->step[z->keep[i / z->K]];
         if (t) {
             memcpy(z->nhist + (size_t)i * T, z->hist + (size_t)r * T, (size_t)t * sizeof *z->hist);
             memcpy(z->nhlp + (size_t)i * T, z->hlp + (size_t)r * T, (size_t)t * sizeof *z->hlp);
@@ -727,36 +826,10 @@ static void beam_advance(struct beam *z, int nk, int t)
     tl = z->hatt;
     z->hatt = z->nhatt;
     z->nhatt = tl;
-    for (int s = 0; s < nk; s++)
+    for (int s = 0; s < nk; s++) { /* keep increases: in place */
         z->orig[s] = z->orig[z->keep[s]];
-}
-
-/* OUT[b] receives sentence b's O->nbest best finished hypotheses (their ids move out of Z). 0 or -1. */
-static int beam_results(struct beam *z, const struct search_opts *o, struct search_result *out)
-{
-    for (int b = 0; b < z->B; b++) {
-        struct fin *f = &z->fin[(size_t)b * (size_t)z->K];
-        qsort(f, (size_t)z->nfin[b], sizeof *f, fin_cmp);
-        int n = z->nfin[b] < o->nbest ? z->nfin[b] : o->nbest;
-        out[b].hyp = calloc((size_t)(n ? n : 1), sizeof *out[b].hyp);
-        if (!out[b].hyp)
-            return nmt_seterr("out of memory");
-        for (int i = 0; i < n; i++) {
-            struct search_hyp *h = &out[b].hyp[i];
-            *h = (struct search_hyp){(float)f[i].s, f[i].lp, f[i].n, f[i].ids, f[i].lps, 0, NULL};
-            f[i].ids = NULL;
-            f[i].lps = NULL;
-            if (!f[i].att)
-                continue;
-            h->sn = (uint32_t)z->len[b] + 1; /* the columns of its own source */
-            if (!(h->att = malloc(((size_t)h->n + 1) * h->sn * sizeof *h->att)))
-                return nmt_seterr("out of memory");
-            for (uint32_t j = 0; j <= h->n; j++)
-                memcpy(h->att + (size_t)j * h->sn, f[i].att + (size_t)j * (size_t)z->S, h->sn * sizeof *h->att);
-        }
-        out[b].nhyp = n;
+        z->step[s] = z->step[z->keep[s]] + 1;
     }
-    return 0;
 }
 
 int search_prefix_check(const struct search_prefix *pre, int b, int V, int max_len)
@@ -781,6 +854,33 @@ int search_batch(struct infer *const *in, int nin, const struct search_opts *o, 
     return search_batch_prefix(in, nin, o, B, src, len, NULL, out);
 }
 
+/* One decoder step of the NIN models IN for Z's live sentences and the search's choices: the
+ * sentences that end leave the models (in a stream even the last), the others go on. 0 or -1. */
+static int beam_step(struct beam *z, struct infer *const *in, int nin, const struct search_opts *o)
+{
+    int nk = 0, ns = z->ns, R = ns * z->K;
+    const int32_t *tg = beam_forced(z, ns), *tok = z->tok, *tgm = tg;
+    beam_rows_in(z, ns, &tok, &tgm);
+    if (ensemble_step(in, nin, tok, z->k2, z->vals, z->idx, tgm, z->mlp, &z->ens) < 0)
+        return -1;
+    if (o->attention && beam_attention(z, in, nin, ns * z->kr) < 0)
+        return -1;
+    beam_rows_out(z, ns, tg != NULL, o->attention);
+    for (int r = 0; tg && r < R; r++)
+        z->plp[r] = token_logprob(z->mlp, nin, R, r);
+    for (int s = 0; s < ns; s++)
+        if (beam_sentence(z, o, s, &nk) < 0)
+            return -1;
+    beam_advance(z, nk);
+    int kn = beam_model_rows(z, nk);
+    for (int m = 0; m < nin && (nk || z->feed); m++)
+        if (infer_reorder(in[m], nk, kn, z->keep, z->rparent) < 0)
+            return -1;
+    z->kr = kn;
+    z->ns = nk;
+    return 0;
+}
+
 int search_batch_prefix(struct infer *const *in, int nin, const struct search_opts *o, int B,
                         const uint32_t *const *src, const int *len, const struct search_prefix *pre,
                         struct search_result *out)
@@ -803,28 +903,9 @@ int search_batch_prefix(struct infer *const *in, int nin, const struct search_op
         if (infer_encode(in[m], B, src, len, z.K, (int)z.T) < 0 || infer_reorder(in[m], B, 1, z.orig, z.rparent) < 0)
             goto out;
     }
-    for (int t = 0, ns = B; ns > 0; t++) {
-        int nk = 0, R = ns * z.K;
-        const int32_t *tg = beam_forced(&z, ns, t), *tok = z.tok, *tgm = tg;
-        beam_rows_in(&z, ns, &tok, &tgm);
-        if (ensemble_step(in, nin, tok, z.k2, z.vals, z.idx, tgm, z.mlp, &z.ens) < 0)
+    while (z.ns > 0)
+        if (beam_step(&z, in, nin, o) < 0)
             goto out;
-        if (o->attention && beam_attention(&z, in, nin, ns * z.kr) < 0)
-            goto out;
-        beam_rows_out(&z, ns, tg != NULL, o->attention);
-        for (int r = 0; tg && r < R; r++)
-            z.plp[r] = token_logprob(z.mlp, nin, R, r);
-        for (int s = 0; s < ns; s++)
-            if (beam_sentence(&z, o, s, t, &nk) < 0)
-                goto out;
-        beam_advance(&z, nk, t);
-        int kn = beam_model_rows(&z, nk);
-        for (int m = 0; m < nin && nk; m++)
-            if (infer_reorder(in[m], nk, kn, z.keep, z.rparent) < 0)
-                goto out;
-        z.kr = kn;
-        ns = nk;
-    }
     rc = beam_results(&z, o, out);
 out:
     for (int m = 0; m < nin; m++)
@@ -837,159 +918,57 @@ out:
 }
 
 /* ---------------------------------------------------------------------------------------------
- * greedy search of a stream (continuous batching) */
+ * a stream (continuous batching) */
 
-/* The state of one search_stream: its live sentences in the models' order, W at most. */
-struct stream {
-    int W, T, k2, nin, ns;     /* sentences at most, longest output (tokens with EOS), extensions a row, models, live */
-    size_t *key;               /* (W) each live sentence's name for the feed */
-    int *ml, *step;            /* (W) its length limit, its steps so far */
-    int32_t *tok;              /* (W) its last token */
-    double *score;             /* (W) its summed log-probability */
-    uint32_t *hist;            /* (W, T) its tokens */
-    float *hlp;                /* (W, T) their log-probabilities */
-    int32_t *idx;              /* (W, k2) each row's best extensions */
-    float *vals;               /* (W, k2) and their log-probabilities */
-    int *keep;                 /* (W) the sentences a step keeps */
-    const uint32_t **src;      /* (W) the sentences taken from the feed */
-    int *len;                  /* (W) */
-    size_t *nkey;              /* (W) */
-    struct ens ens;
-};
-
-static void stream_free(struct stream *z)
+/* Takes up to the free room of sentences from the feed into the NIN models IN and Z, each at its
+ * step 0 in a free slot, its length limit by O and MODEL_MAX. Returns how many, or -1 with the
+ * error set. */
+static int beam_admit(struct beam *z, struct infer *const *in, int nin, const struct search_opts *o, int model_max)
 {
-    free(z->key);
-    free(z->ml);
-    free(z->step);
-    free(z->tok);
-    free(z->score);
-    free(z->hist);
-    free(z->hlp);
-    free(z->idx);
-    free(z->vals);
-    free(z->keep);
-    free(z->src);
-    free(z->len);
-    free(z->nkey);
-    ens_free(&z->ens);
-}
-
-static int stream_init(struct stream *z, int W, int T, int nin, int V)
-{
-    size_t w = (size_t)W;
-    z->W = W;
-    z->T = T;
-    z->nin = nin;
-    z->k2 = 2 < V ? 2 : V;
-    z->key = malloc(w * sizeof *z->key), z->nkey = malloc(w * sizeof *z->nkey);
-    z->ml = malloc(w * sizeof *z->ml), z->step = malloc(w * sizeof *z->step);
-    z->tok = malloc(w * sizeof *z->tok), z->score = malloc(w * sizeof *z->score);
-    z->hist = malloc(w * (size_t)T * sizeof *z->hist), z->hlp = malloc(w * (size_t)T * sizeof *z->hlp);
-    z->idx = malloc(w * (size_t)z->k2 * sizeof *z->idx), z->vals = malloc(w * (size_t)z->k2 * sizeof *z->vals);
-    z->keep = malloc(w * sizeof *z->keep), z->len = malloc(w * sizeof *z->len);
-    z->src = malloc(w * sizeof *z->src);
-    int lok = nin == 1 || ens_init(&z->ens, nin, w, z->k2, V) == 0;
-    if (!z->key || !z->nkey || !z->ml || !z->step || !z->tok || !z->score || !z->hist || !z->hlp || !z->idx ||
-        !z->vals || !z->keep || !z->len || !z->src || !lok)
-        return nmt_seterr("out of memory");
-    return 0;
-}
-
-/* Takes up to the free room of sentences from F into the models IN and Z, each at its step 0.
- * Returns how many, or -1 with the error set. */
-static int stream_admit(struct stream *z, struct infer *const *in, const struct search_opts *o, int model_max,
-                        const struct search_feed *f)
-{
-    int n = f->take(f->arg, z->W - z->ns, z->src, z->len, z->nkey);
-    if (n < 0 || n > z->W - z->ns)
-        return n < 0 ? -1 : nmt_seterr("stream: %d sentences given, %d asked", n, z->W - z->ns);
+    int room = z->B - z->ns, n = z->feed->take(z->feed->arg, room, z->tsrc, z->tlen, z->tkey);
+    if (n < 0 || n > room)
+        return n < 0 ? -1 : nmt_seterr("stream: %d sentences given, %d asked", n, room);
     for (int i = 0; i < n; i++) {
-        int s = z->ns + i;
-        z->key[s] = z->nkey[i];
-        z->ml[s] = search_max_len(o, z->len[i], model_max);
-        if (z->ml[s] > z->T)
-            return nmt_seterr("stream: sentence of %d tokens, longer than prepared", z->len[i]);
+        int s = z->ns + i, b = z->slot_free[--z->nslot_free];
+        z->key[b] = z->tkey[i];
+        z->ml[b] = search_max_len(o, z->tlen[i], model_max);
+        if (z->ml[b] > (int)z->T)
+            return nmt_seterr("stream: sentence of %d tokens, longer than prepared", z->tlen[i]);
+        z->nfin[b] = 0;
+        z->orig[s] = b;
         z->step[s] = 0;
-        z->tok[s] = NMT_BOS;
-        z->score[s] = 0;
+        for (int j = 0; j < z->K; j++)
+            beam_row_start(z, s, j);
     }
-    for (int m = 0; m < z->nin && n; m++)
-        if (infer_admit(in[m], n, z->src, z->len) < 0)
+    for (int m = 0; m < nin && n; m++)
+        if (infer_admit(in[m], n, z->tsrc, z->tlen) < 0)
             return -1;
     z->ns += n;
     return n;
 }
 
-/* Live sentence S ends at its step T with EOS of log-probability LP: its result goes to F, as
- * search_batch's with beam 1. 0 or -1. */
-static int stream_finish(struct stream *z, const struct search_opts *o, int s, int t, float lp,
-                         const struct search_feed *f)
+/* Sizes Z for a stream of at most W sentences of at most T output tokens with EOS, every slot free.
+ * 0, or -1 with the error set (Z is to be freed with beam_free either way). */
+static int beam_open(struct beam *z, const struct search_opts *o, int W, int T, int nin, int V,
+                     const struct search_feed *f)
 {
-    struct search_result r = {0, NULL};
-    struct search_hyp *h = r.hyp = calloc(1, sizeof *r.hyp);
-    if (!h)
-        return nmt_seterr("out of memory");
-    double sum = z->score[s] + (double)lp;
-    *h = (struct search_hyp){(float)(sum / search_length_penalty(o->alpha, t + 1)), sum, (uint32_t)t, NULL, NULL, 0,
-                             NULL};
-    h->ids = malloc((t ? (size_t)t : 1) * sizeof *h->ids);
-    h->lps = malloc(((size_t)t + 1) * sizeof *h->lps);
-    r.nhyp = 1;
-    if (!h->ids || !h->lps) {
-        search_result_free(&r);
-        return nmt_seterr("out of memory");
-    }
-    memcpy(h->ids, z->hist + (size_t)s * (size_t)z->T, (size_t)t * sizeof *h->ids);
-    memcpy(h->lps, z->hlp + (size_t)s * (size_t)z->T, (size_t)t * sizeof *h->lps);
-    h->lps[t] = lp;
-    if (f->put(f->arg, z->key[s], &r) < 0) {
-        search_result_free(&r);
+    if (beam_alloc(z, o, W, T, nin, V) < 0)
         return -1;
-    }
+    size_t w = (size_t)W;
+    z->feed = f;
+    z->key = malloc(w * sizeof *z->key), z->slot_free = malloc(w * sizeof *z->slot_free);
+    z->tsrc = malloc(w * sizeof *z->tsrc), z->tlen = malloc(w * sizeof *z->tlen), z->tkey = malloc(w * sizeof *z->tkey);
+    if (!z->key || !z->slot_free || !z->tsrc || !z->tlen || !z->tkey)
+        return nmt_seterr("out of memory");
+    for (int i = 0; i < W; i++) /* popped from the top: slot 0 first */
+        z->slot_free[i] = W - 1 - i;
+    z->nslot_free = W;
     return 0;
-}
-
-/* One step's choices: each live sentence takes its best token (EOS at its length limit), ending with
- * EOS; the others are kept in z->keep and move to the front. Returns how many are kept, or -1. */
-static int stream_choose(struct stream *z, const struct search_opts *o, const struct search_feed *f)
-{
-    int nk = 0;
-    size_t T = (size_t)z->T;
-    for (int s = 0; s < z->ns; s++) {
-        int t = z->step[s], forced = t >= z->ml[s] - 1;
-        int32_t tok = forced ? NMT_EOS : z->idx[(size_t)s * (size_t)z->k2];
-        float lp = forced ? 0 : z->vals[(size_t)s * (size_t)z->k2];
-        if (tok == NMT_EOS) {
-            if (stream_finish(z, o, s, t, lp, f) < 0)
-                return -1;
-            continue;
-        }
-        z->hist[(size_t)s * T + (size_t)t] = (uint32_t)tok;
-        z->hlp[(size_t)s * T + (size_t)t] = lp;
-        z->score[s] += (double)lp;
-        z->tok[s] = tok;
-        z->step[s] = t + 1;
-        z->keep[nk++] = s;
-    }
-    for (int i = 0; i < nk; i++) {
-        int s = z->keep[i];
-        if (s == i)
-            continue;
-        z->key[i] = z->key[s];
-        z->ml[i] = z->ml[s];
-        z->step[i] = z->step[s];
-        z->tok[i] = z->tok[s];
-        z->score[i] = z->score[s];
-        memcpy(z->hist + (size_t)i * T, z->hist + (size_t)s * T, (size_t)z->step[s] * sizeof *z->hist);
-        memcpy(z->hlp + (size_t)i * T, z->hlp + (size_t)s * T, (size_t)z->step[s] * sizeof *z->hlp);
-    }
-    return nk;
 }
 
 int search_can_stream(struct infer *const *in, int nin, const struct search_opts *o)
 {
-    int ok = o->beam == 1 && o->nbest <= 1 && !o->attention;
+    int ok = !o->attention;
     for (int m = 0; m < nin && ok; m++)
         ok = infer_can_stream(in[m]);
     return ok;
@@ -1002,47 +981,40 @@ int search_stream(struct infer *const *in, int nin, const struct search_opts *o,
     if (search_models_check(in, nin, &model_max) < 0)
         return -1;
     if (!search_can_stream(in, nin, o))
-        return nmt_seterr("stream: greedy search only, without attention, on a backend with attention_forward_rows "
-                          "and no shortlist");
+        return nmt_seterr("stream: search without attention, on a backend with attention_forward_rows and no "
+                          "shortlist");
     if (W < 1 || smax < 0 || smax + 1 > model_max)
         return nmt_seterr("stream: %d sentences of %d tokens", W, smax + 1);
     int T = search_max_len(o, smax, model_max), t0 = search_max_len(o, 0, model_max);
-    struct stream z = {0};
-    if (stream_init(&z, W, T > t0 ? T : t0, nin, infer_config(in[0])->vocab) < 0)
+    struct beam z = {0};
+    if (beam_open(&z, o, W, T > t0 ? T : t0, nin, infer_config(in[0])->vocab, f) < 0)
         goto out;
     for (int m = 0; m < nin; m++) {
         infer_keep_attention(in[m], 0);
         infer_keep_logits(in[m], nin > 1); /* an ensemble reads its members' (ensemble_step) */
-        infer_topk_raw(in[m], o->ranks_only && nin == 1);
-        if (infer_open_stream(in[m], W, smax + 1, z.T) < 0)
+        infer_topk_raw(in[m], o->ranks_only && z.K == 1 && nin == 1);
+        if (infer_open_stream(in[m], W, smax + 1, z.K, (int)z.T) < 0)
             goto out;
     }
-    /* sentences come in once a quarter of the room is free, the encoder then runs on several */
+    /* sentences come in once a quarter of the room is free: the encoder runs on several at a time */
     int refill = W / 4 > 1 ? W / 4 : 1;
     for (;;) {
         if (!drained && (z.ns == 0 || W - z.ns >= refill)) {
-            int n = stream_admit(&z, in, o, model_max, f);
+            int n = beam_admit(&z, in, nin, o, model_max);
             if (n < 0)
                 goto out;
             drained = n == 0;
         }
         if (z.ns == 0)
             break;
-        if (ensemble_step(in, nin, z.tok, z.k2, z.vals, z.idx, NULL, NULL, &z.ens) < 0)
+        if (beam_step(&z, in, nin, o) < 0)
             goto out;
-        int nk = stream_choose(&z, o, f);
-        if (nk < 0)
-            goto out;
-        for (int m = 0; m < nin && nk < z.ns; m++)
-            if (infer_reorder(in[m], nk, 1, z.keep, z.keep) < 0)
-                goto out;
-        z.ns = nk;
     }
     rc = 0;
 out:
     for (int m = 0; m < nin; m++)
         infer_topk_raw(in[m], 0);
-    stream_free(&z);
+    beam_free(&z);
     return rc;
 }
 

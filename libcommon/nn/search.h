@@ -115,15 +115,15 @@ struct search_feed {
     void *arg;
 };
 
-/* Whether search_stream can run O with the NIN models IN: greedy search without attention, on a
- * backend with attention_forward_rows, without a shortlist (infer_can_stream). */
+/* Whether search_stream can run O with the NIN models IN: a search without attention, on a backend
+ * with attention_forward_rows, without a shortlist (infer_can_stream). */
 int search_can_stream(struct infer *const *in, int nin, const struct search_opts *o);
-/* Greedy search (O, beam 1) of the sentences F gives, none of more than SMAX ids, with the NIN models
- * IN, by continuous batching (infer_open_stream): at most W sentences live at once, sentences taken
- * in as others end (whenever a quarter of W, at least one, is free, so that the encoder runs on
- * several together), each result put as its sentence ends. Each result is search_batch's, bit
- * for bit. Returns 0, or -1 with the error set (search_can_stream false, a sentence longer than
- * SMAX, the feed's error). */
+/* The search O (greedy or beam) of the sentences F gives, none of more than SMAX ids, with the NIN
+ * models IN, by continuous batching (infer_open_stream): at most W sentences live at once,
+ * sentences taken in as others end (whenever a quarter of W, at least one, is free, so that the
+ * encoder runs on several together), each result put as its sentence ends. Each result is
+ * search_batch's, bit for bit. Returns 0, or -1 with the error set (search_can_stream false, a
+ * sentence longer than SMAX, the feed's error). */
 int search_stream(struct infer *const *in, int nin, const struct search_opts *o, int W, int smax,
                   const struct search_feed *f);
 

@@ -982,7 +982,8 @@ static int feed_put(void *arg, size_t key, struct search_result *r)
 
 /* Continuous batching (search_stream): 70 sentences of 1 to 40 tokens in mixed order, streamed
  * through windows of 1 to 70 sentences, a few or all given at a time, give search_batch's results
- * bit for bit, for one model, pre-norm or not, with rankings by logits, and for an ensemble. */
+ * bit for bit: greedy search of one model, pre-norm or not, with rankings by logits, and of an
+ * ensemble; beam 3 with all its best, beam 4 ending early and searching on, beam 2 of the ensemble. */
 static void run_stream(struct backend *be)
 {
     static uint32_t store[NC][40];
@@ -1003,11 +1004,14 @@ static void run_stream(struct backend *be)
     struct infer *in[2] = {NULL, NULL};
     for (int i = 0; ok && i < 2; i++)
         ok &= (in[i] = infer_new(be, m[i], 1, NMT_DTYPE_F32)) != NULL;
-    /* v: 0, 1 each model alone, 2 with ranks only, 3 the ensemble */
-    for (int v = 0; ok && v < 4; v++) {
-        struct search_opts o = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1.0, .len_b = 5, .ranks_only = v == 2};
-        struct infer *ms[2] = {in[v == 1], in[1]};
-        int nin = v == 3 ? 2 : 1;
+    /* v: 0, 1 each model alone, 2 with ranks only, 3 the ensemble; 4 beam 3, all its best; 5, 6 beam
+     * 4 ending early, searching on; 7 beam 2 of the ensemble */
+    static const int beams[] = {1, 1, 1, 1, 3, 4, 4, 2};
+    for (int v = 0; ok && v < 8; v++) {
+        struct search_opts o = {.beam = beams[v], .nbest = v == 4 ? 3 : 1, .alpha = 0.6, .len_a = 1.0, .len_b = 5,
+                                .ranks_only = v == 2, .exhaustive = v == 6};
+        struct infer *ms[2] = {in[v == 1 || v == 5], in[1]};
+        int nin = v == 3 || v == 7 ? 2 : 1;
         struct search_result want[NC], got[NC];
         ok &= search_batch(ms, nin, &o, NC, src, len, want) == 0;
         for (int b = 0; ok && b < NC && v == 0; b++)
@@ -1026,10 +1030,10 @@ static void run_stream(struct backend *be)
         for (int b = 0; ok && b < NC; b++)
             search_result_free(&want[b]);
     }
-    test_ok(ok && same && runs == 20 && ended > 10,
-            "stream: %d sentences through windows of 1 to %d give the batch's results bit for bit (one model, "
-            "pre-norm or not, ranks only, an ensemble; %d runs; %d ended early) %s", NC, NC, runs, ended,
-            ok ? "" : nmt_errmsg());
+    test_ok(ok && same && runs == 40 && ended > 10,
+            "stream: %d sentences through windows of 1 to %d give the batch's results bit for bit (greedy: one model, "
+            "pre-norm or not, ranks only, an ensemble; beam 2 to 4, n-best, early end or not; %d runs; %d ended "
+            "early) %s", NC, NC, runs, ended, ok ? "" : nmt_errmsg());
     /* a sentence longer than the stream was opened for, beam search: refused */
     struct search_opts o = {.beam = 1, .nbest = 1, .alpha = 0.6, .len_a = 1.0, .len_b = 5};
     struct search_result got[NC];
@@ -1040,9 +1044,9 @@ static void run_stream(struct backend *be)
             nmt_errmsg());
     for (int b = 0; b < fa.puts; b++)
         search_result_free(&got[b]);
-    o.beam = 2;
-    test_ok(ok && search_stream(in, 1, &o, 8, 40, &f) < 0 && strstr(nmt_errmsg(), "greedy search only"),
-            "stream: beam search refused: %s", nmt_errmsg());
+    o.attention = 1;
+    test_ok(ok && search_stream(in, 1, &o, 8, 40, &f) < 0 && strstr(nmt_errmsg(), "without attention"),
+            "stream: a search keeping the attention refused: %s", nmt_errmsg());
     for (int i = 0; i < 2; i++) {
         infer_free(in[i]);
         model_free(m[i]);
