@@ -695,14 +695,14 @@ static void *job_run(void *arg)
     return NULL;
 }
 
-/* Whether the jobs of W stream its sentences (search_stream: greedy search without alignments,
- * prefixes or a shortlist, on a backend with attention_forward_rows, unless --static-batches), and
+/* Whether the jobs of W stream its sentences (search_stream: a search without alignments, prefixes
+ * or a shortlist, on a backend with attention_forward_rows, unless --static-batches), and
  * the stream's shape: its longest source, and as many sentences at once as a batch of them may
  * hold (--max-sentences, --max-tokens). */
 static void stream_shape(const struct state *st, struct work *w)
 {
     const struct opts *o = st->o;
-    w->stream = !o->static_batches && !o->score && !o->sample && !o->prefix && o->so.beam == 1 && !o->so.attention &&
+    w->stream = !o->static_batches && !o->score && !o->sample && !o->prefix && !o->so.attention &&
                 !st->sl && st->eng[0].be->ops.attention_forward_rows != NULL;
     w->smax = -1;
     long win = 0; /* at most as many as there are */
@@ -748,8 +748,7 @@ static int run_batches(struct state *st, struct sent **ord, const size_t *start,
     struct work w = {.st = st, .ord = ord, .start = start, .nb = nb, .alone = n == 1};
     stream_shape(st, &w);
     if (w.stream && st->o->verbose && comm_rank(st->comm) == 0)
-        fprintf(stderr, "nmt-decode: greedy search: sentences join the batch under way as others end, at most %d at once\n",
-                w.window);
+        fprintf(stderr, "nmt-decode: sentences join the batch under way as others end, at most %d at once\n", w.window);
     atomic_init(&w.next, 0);
     atomic_init(&w.stop, 0);
     struct job *jobs = calloc((size_t)n, sizeof *jobs);
@@ -1278,9 +1277,9 @@ static const struct opt_spec OPTIONS[] = {
     {OPTION(OT_FLAG, "interactive", 0, NULL, OFF(interactive),
             "translate and write each line as it arrives (default when the input is\nnot a regular file)")},
     {OPTION(OT_FLAG, "static-batches", 0, NULL, OFF(static_batches),
-            "decode each batch to its end before the next: without it, greedy search\n"
-            "takes sentences into the batch under way as others end (the same\n"
-            "translations, fewer steps with few sentences)")},
+            "decode each batch to its end before the next: without it, the search takes\n"
+            "sentences into the batch under way as others end (the same translations,\n"
+            "fewer steps with few sentences)")},
     {OPTION(OT_FLAG, "batch-variant", 0, NULL, OFF(variant),
             "faster products whose results may depend on the batch neighbours")},
     {OPTION(OT_CUSTOM, "precision", 0, "P", OFF(precision),

@@ -51,6 +51,7 @@ struct infer {
     size_t arena_cap;
     struct extents {
         size_t Ns, B, R, TR, Rk;     /* B*S, B, B*K, tmax*B*K, B*K*topk_cap */
+        size_t RS;                   /* B*K*S */
         size_t En;                   /* rows of the encoder's buffers: enc_sentences(B, S) * S */
     } ext;
     int B, S, K, tmax, Rcap;         /* batch shape (K: rows per live sentence now) */
@@ -78,11 +79,18 @@ struct infer {
     size_t host_rows_cap;
     int kv_used;                     /* rows of the caches written in this batch (with kv_rows) */
     int kv_tk;                       /* in a stream, the most keys a live row has at this step */
-    /* a stream (infer_open_stream): sentences admitted as others end, each at a step of its own,
-     * its cross keys in the slot of S rows of ckv it was given, each row's self keys and values of
-     * each step in a free row of the caches, copied there from kv_stage (the encoder's buffers over
-     * the step's: admissions come between steps) */
+    /* a stream (infer_open_stream): sentences admitted as others end, each at a step of its own and
+     * with rows of its own number, its cross keys in the slot of S rows of ckv it was given (each
+     * row reads them through xrows), each row's self keys and values of each step in a free row of
+     * the caches, copied there from kv_stage (the encoder's buffers over the step's: admissions
+     * come between steps) */
     int stream;
+    int32_t *sent_rows;              /* host (B) each live sentence's rows, in order */
+    int32_t *sent_off;               /* host (B + 1) infer_reorder_rows' scratch: where they start */
+    int32_t *sent_kn;                /* host (B) infer_reorder's scratch */
+    int32_t *xrows, *xlen;           /* device (Rcap, S), (Rcap): each live row's cross keys and their count */
+    int32_t *host_xrows, *host_xlen; /* host copies, made again by the step after an admission or reorder */
+    int x_stale;
     int32_t *row_step;               /* host (Rcap) each live row's step */
     int32_t *row_step_new;           /* host (Rcap) infer_reorder's */
     int32_t *klen;                   /* device (Rcap) each live row's keys at this step */
@@ -155,6 +163,22 @@ struct infer {
     size_t sl_ucap, sl_flatcap;
 };
 
+/* Frees the host arrays of a stream (stream_arrays). */
+static void stream_arrays_free(struct infer *in)
+{
+    free(in->row_step);
+    free(in->row_step_new);
+    free(in->slot_free);
+    free(in->kv_free);
+    free(in->kv_ref);
+    free(in->sent_kept);
+    free(in->sent_rows);
+    free(in->sent_off);
+    free(in->sent_kn);
+    free(in->host_xrows);
+    free(in->host_xlen);
+}
+
 void infer_free(struct infer *in)
 {
     if (!in)
@@ -197,12 +221,7 @@ void infer_free(struct infer *in)
     free(in->host_ckv_rows);
     free(in->host_rows);
     free(in->host_rows_new);
-    free(in->row_step);
-    free(in->row_step_new);
-    free(in->slot_free);
-    free(in->kv_free);
-    free(in->kv_ref);
-    free(in->sent_kept);
+    stream_arrays_free(in);
     free(in);
 }
 
@@ -644,6 +663,8 @@ static void arena_decoder(struct infer *in, struct nn_bump *b)
     in->tgt = nn_bump_i(b, R);
     in->lp = nn_bump_f(b, R);
     in->klen = in->stream ? nn_bump_i(b, R) : NULL;
+    in->xlen = in->stream ? nn_bump_i(b, R) : NULL;
+    in->xrows = in->stream ? nn_bump_i(b, in->ext.RS) : NULL;
     in->kv_stage = in->stream ? nn_bump_f(b, R * 2 * D) : NULL;
     in->vals = nn_bump_f(b, in->ext.Rk);
     in->logits_few = nn_bump_f(b, (size_t)logits_rows(in->c.vocab) * V);
@@ -1141,6 +1162,7 @@ static void set_shape(struct infer *in, int B, int S, int K, int tmax)
     grow(&in->ext.R, R);
     grow(&in->ext.TR, (size_t)tmax * R);
     grow(&in->ext.Rk, R * (size_t)in->topk_cap);
+    grow(&in->ext.RS, R * (size_t)S);
 }
 
 int infer_reserve(struct infer *in, int B, int S, int K, int tmax)
@@ -1295,13 +1317,13 @@ static int stream_arrays(struct infer *in)
 {
     int B = in->B, R = in->Rcap, TR = in->tmax * in->Rcap;
     size_t Ns = (size_t)B * (size_t)in->S;
-    free(in->row_step);
-    free(in->row_step_new);
-    free(in->slot_free);
-    free(in->kv_free);
-    free(in->kv_ref);
-    free(in->sent_kept);
+    stream_arrays_free(in);
     free(in->host_len);
+    in->sent_rows = malloc((size_t)B * sizeof *in->sent_rows);
+    in->sent_kn = malloc((size_t)B * sizeof *in->sent_kn);
+    in->sent_off = malloc(((size_t)B + 1) * sizeof *in->sent_off);
+    in->host_xrows = malloc((size_t)R * (size_t)in->S * sizeof *in->host_xrows);
+    in->host_xlen = malloc((size_t)R * sizeof *in->host_xlen);
     in->row_step = calloc((size_t)R, sizeof *in->row_step);
     in->row_step_new = calloc((size_t)R, sizeof *in->row_step_new);
     in->kv_free = malloc((size_t)TR * sizeof *in->kv_free);
@@ -1309,7 +1331,8 @@ static int stream_arrays(struct infer *in)
     in->slot_free = malloc((size_t)B * sizeof *in->slot_free);
     in->sent_kept = malloc((size_t)B);
     in->host_len = malloc((size_t)B * sizeof *in->host_len);
-    if (!in->row_step || !in->row_step_new || !in->kv_free || !in->kv_ref || !in->slot_free || !in->sent_kept ||
+    if (!in->sent_rows || !in->sent_off || !in->sent_kn || !in->host_xrows || !in->host_xlen || !in->row_step || !in->row_step_new ||
+        !in->kv_free || !in->kv_ref || !in->slot_free || !in->sent_kept ||
         !in->host_len || host_ints(in, 3 * Ns) < 0 || host_ints(in, (size_t)TR) < 0 || host_ints(in, (size_t)R) < 0 ||
         host_rows(in, (size_t)TR) < 0 || host_ckv_room(in, Ns) < 0)
         return nmt_seterr("out of memory");
@@ -1344,7 +1367,7 @@ int infer_open_stream(struct infer *in, int B, int S, int K, int tmax)
         return -1;
     in->stream = 1;
     set_shape(in, B, S, K, tmax);
-    in->K = 1; /* the rows a sentence has until infer_reorder says otherwise */
+    in->K = 1; /* unused in a stream: sent_rows */
     in->ns = in->R = 0;
     in->time = 0;
     if (arena_prepare(in) < 0 || stream_arrays(in) < 0) {
@@ -1418,8 +1441,8 @@ int infer_admit(struct infer *in, int n, const uint32_t *const *src, const int *
         if (len[b] + 1 > S)
             return nmt_seterr("stream: sentence of %d tokens, %d at most prepared", len[b] + 1, S);
         in->host_len[ns0 + b] = len[b] + 1;
-        for (int j = 0; j < in->K; j++)
-            in->row_step[(ns0 + b) * in->K + j] = 0;
+        in->sent_rows[ns0 + b] = 1;
+        in->row_step[in->R + b] = 0;
     }
     if (n == 0)
         return 0;
@@ -1437,7 +1460,8 @@ int infer_admit(struct infer *in, int n, const uint32_t *const *src, const int *
                                   (size_t)n * (size_t)S * sizeof(int32_t)), "upload") < 0)
         return -1;
     in->ns += n;
-    in->R += n * in->K;
+    in->R += n;
+    in->x_stale = 1;
     return 0;
 }
 
@@ -1517,8 +1541,11 @@ static int decoder_layers(struct infer *in, int t)
             nn_res_end(e, &s, in->x, in->sub, d->ln1_g, d->ln1_b, R) < 0)
             return -1;
         sin = nn_res_begin(e, &s, in->x, d->ln2_g, d->ln2_b, R);
-        if (!sin || nn_cross_attention(e, &s, in->sub, sin, in->ckv[l], d, in->ns, in->K, in->S, in->src_len,
-                                       in->ckv_by_rows ? in->ckv_rows : NULL) < 0 ||
+        /* in a stream each row reads its sentence's keys through xrows */
+        int cb = in->stream ? R : in->ns, cq = in->stream ? 1 : in->K;
+        const int32_t *crows = in->stream ? in->xrows : in->ckv_by_rows ? in->ckv_rows : NULL;
+        if (!sin || nn_cross_attention(e, &s, in->sub, sin, in->ckv[l], d, cb, cq, in->S, in->stream ? in->xlen : in->src_len,
+                                       crows) < 0 ||
             (in->keep_att && l == in->c.dec_layers - 1 && keep_attention(in, in->ckv[l]) < 0) ||
             nn_res_end(e, &s, in->x, in->sub, d->ln2_g, d->ln2_b, R) < 0)
             return -1;
@@ -1634,6 +1661,26 @@ int infer_attention(struct infer *in, float *att)
 
 uint64_t infer_rows_stepped(const struct infer *in) { return in->rows_stepped; }
 
+/* In a stream: each live row's cross keys (its sentence's) and their count to the device, when
+ * sentences came or went since. 0 or -1. */
+static int stream_xrows(struct infer *in)
+{
+    if (!in->x_stale)
+        return 0;
+    size_t S = (size_t)in->S;
+    for (int s = 0, r = 0; s < in->ns; s++)
+        for (int j = 0; j < in->sent_rows[s]; j++, r++) {
+            memcpy(in->host_xrows + (size_t)r * S, in->host_ckv_rows + (size_t)s * S, S * sizeof(int32_t));
+            in->host_xlen[r] = in->host_len[s];
+        }
+    size_t R = (size_t)in->R;
+    if (nn_bk(&in->run, in->k->upload(in->ctx, in->xrows, in->host_xrows, R * S * sizeof(int32_t)), "upload") < 0 ||
+        nn_bk(&in->run, in->k->upload(in->ctx, in->xlen, in->host_xlen, R * sizeof(int32_t)), "upload") < 0)
+        return -1;
+    in->x_stale = 0;
+    return 0;
+}
+
 /* In a stream: row r's keys and values of its step go to a free row of the caches (from kv_stage:
  * kv_scatter), the rows of every live row's steps so far and its key count (staged in KL, host, R)
  * to the device. The rows last freed are taken first, so the caches' pages in use stay those of
@@ -1705,7 +1752,7 @@ int infer_step(struct infer *in, const int32_t *tok, int topk, float *vals, int3
         hp[r] = rt;
         ht[r] = rt == 0 && c->start_zero ? -1 : tok[r]; /* the zero start: no embedding */
     }
-    if (kv_rows_step(in, t, ht + R) < 0 ||
+    if ((in->stream && stream_xrows(in) < 0) || kv_rows_step(in, t, ht + R) < 0 ||
         nn_bk(e, in->k->upload(in->ctx, in->tok, ht, (size_t)R * sizeof(int32_t)), "upload") < 0 ||
         nn_bk(e, in->k->upload(in->ctx, in->pos, hp, (size_t)R * sizeof(int32_t)), "upload") < 0 ||
         nn_embed(e, in->x, in->tok, in->pos, in->w->dec_emb, R, NULL) < 0 || decoder_layers(in, t) < 0)
@@ -1809,23 +1856,44 @@ int infer_logits_at(struct infer *in, int n, const int32_t *ids, int32_t *flat, 
     return 0;
 }
 
-/* In a stream, for infer_reorder (its arguments checked otherwise) keeping the NS sentences KEEP
- * with KN rows each, row i continuing PARENT[i], a row of its own sentence: gives the ended
- * sentences' slots back, makes row i read the steps row PARENT[i] read (the rows of the caches
- * shared, counted), and gives back the rows of the caches no live row reads any more. 0 or -1. */
-static int stream_reorder(struct infer *in, int ns, int kn, const int *keep, const int *parent)
+/* Checks infer_reorder_rows' arguments: sentence s of the NS kept (KEEP, increasing) has NROWS[s]
+ * rows, each continuing a row of its own sentence (PARENT); sets in->sent_off to where the live
+ * sentences' rows start now. Returns the kept rows, or -1 with the error set. */
+static int stream_check(struct infer *in, int ns, const int *keep, const int *nrows, const int *parent)
+{
+    if (!in->stream)
+        return nmt_seterr("reorder: rows of their own number a sentence in a stream only");
+    if (ns < 0 || ns > in->ns)
+        return nmt_seterr("reorder: %d sentences kept of %d", ns, in->ns);
+    in->sent_off[0] = 0;
+    for (int s = 0; s < in->ns; s++)
+        in->sent_off[s + 1] = in->sent_off[s] + in->sent_rows[s];
+    int Rn = 0;
+    for (int s = 0; s < ns; s++) {
+        if (keep[s] < 0 || keep[s] >= in->ns || (s && keep[s] <= keep[s - 1]))
+            return nmt_seterr("reorder: bad sentence index %d", keep[s]);
+        if (nrows[s] < 1 || nrows[s] > in->Kcap)
+            return nmt_seterr("reorder: %d rows a sentence, 1 to %d prepared", nrows[s], in->Kcap);
+        for (int j = 0; j < nrows[s]; j++, Rn++)
+            if (parent[Rn] < in->sent_off[keep[s]] || parent[Rn] >= in->sent_off[keep[s] + 1])
+                return nmt_seterr("reorder: row %d continues row %d, not one of its sentence's", Rn, parent[Rn]);
+    }
+    return Rn;
+}
+
+int infer_reorder_rows(struct infer *in, int ns, const int *keep, const int *nrows, const int *parent)
 {
     size_t S = (size_t)in->S, T = (size_t)in->tmax;
-    int Rn = ns * kn;
-    for (int i = 0; i < Rn; i++)
-        if (parent[i] / in->K != keep[i / kn])
-            return nmt_seterr("reorder: row %d continues row %d, of another sentence", i, parent[i]);
+    int Rn = stream_check(in, ns, keep, nrows, parent);
+    if (Rn < 0)
+        return -1;
     memset(in->sent_kept, 0, (size_t)in->ns);
     for (int s = 0; s < ns; s++)
         in->sent_kept[keep[s]] = 1;
     for (int s = 0; s < in->ns; s++)
         if (!in->sent_kept[s])
             in->slot_free[in->nslot_free++] = (int32_t)((size_t)in->host_ckv_rows[(size_t)s * S] / S);
+    /* each new row reads its parent's rows of the caches (counted); the old rows' counts go */
     for (int i = 0; i < Rn; i++) {
         const int32_t *from = in->host_rows + (size_t)parent[i] * T;
         int n = in->row_step_new[i] = in->row_step[parent[i]];
@@ -1843,6 +1911,14 @@ static int stream_reorder(struct infer *in, int ns, int kn, const int *keep, con
     in->host_rows = in->host_rows_new;
     in->host_rows_new = tmp;
     memcpy(in->row_step, in->row_step_new, (size_t)Rn * sizeof *in->row_step);
+    for (int s = 0; s < ns; s++) { /* keep increases: in place */
+        memmove(in->host_ckv_rows + (size_t)s * S, in->host_ckv_rows + (size_t)keep[s] * S, S * sizeof(int32_t));
+        in->host_len[s] = in->host_len[keep[s]];
+        in->sent_rows[s] = nrows[s];
+    }
+    in->ns = ns;
+    in->R = Rn;
+    in->x_stale = 1;
     return 0;
 }
 
@@ -1850,6 +1926,12 @@ int infer_reorder(struct infer *in, int ns, int kn, const int *keep, const int *
 {
     const struct nmt_backend *k = in->k;
     int R = in->R, t = in->time, D = in->c.d_model;
+    if (in->stream) { /* KN rows each */
+        for (int s = 0; s < ns && s < in->B; s++)
+            in->sent_kn[s] = kn;
+        return ns > in->B ? nmt_seterr("reorder: %d sentences kept of %d", ns, in->ns)
+                          : infer_reorder_rows(in, ns, keep, in->sent_kn, parent);
+    }
     if (ns < 0 || ns > in->ns)
         return nmt_seterr("reorder: %d sentences kept of %d", ns, in->ns);
     if (kn < 1 || kn > in->Kcap)
@@ -1865,8 +1947,6 @@ int infer_reorder(struct infer *in, int ns, int kn, const int *keep, const int *
             return nmt_seterr("reorder: bad parent row %d", parent[i]);
         same_rows &= parent[i] == i;
     }
-    if (in->stream && !(same_sent && same_rows) && stream_reorder(in, ns, kn, keep, parent) < 0)
-        return -1;
     in->K = kn;
     if (ns == 0) {
         in->ns = in->R = 0;
@@ -1904,8 +1984,8 @@ int infer_reorder(struct infer *in, int ns, int kn, const int *keep, const int *
         if (nn_bk(&in->run, k->upload(in->ctx, in->src_len, in->host_len, (size_t)ns * sizeof(int32_t)), "upload") < 0)
             return -1;
     }
-    if (in->stream || (same_rows && same_sent) || t == 0) {
-        /* nothing moves (a stream's rows: stream_reorder) */
+    if ((same_rows && same_sent) || t == 0) {
+        /* nothing moves */
     } else if (rows_mode(in)) {
         /* row i reads its steps where row parent[i] did: no cache row moves */
         size_t T = (size_t)in->tmax;

@@ -112,19 +112,24 @@ int infer_encode(struct infer *in, int B, const uint32_t *const *src, const int 
  * steps); each row's keys and values of a step take a free row of the caches, a hypothesis reads
  * its parents' (infer_reorder), and a row of the caches is free again once no live row reads it. */
 /* Prepares an empty stream of at most B live sentences of at most S source tokens (EOS included),
- * with at most K rows and TMAX decoder steps each, one row a sentence until infer_reorder says
- * otherwise. Ends any batch under way. 0, or -1 with the error set (a backend without
+ * with at most K rows and TMAX decoder steps each. Ends any batch under way. 0, or -1 with the error set (a backend without
  * attention_forward_rows, attention kept, a shortlist). */
 int infer_open_stream(struct infer *in, int B, int S, int K, int tmax);
 /* Whether IN can decode a stream: its backend has attention_forward_rows and it has no shortlist. */
 int infer_can_stream(const struct infer *in);
 /* Encodes N sentences (SRC[b], LEN[b] ids without EOS, as infer_encode's) and appends them to the
- * live sentences of the stream with as many rows as each live sentence has now, at their step 0
- * (infer_step's token NMT_BOS). In a stream infer_reorder takes each new row's parent from its own
- * sentence; the sentences it does not keep give their memory back. 0, or -1 with the error set (no
+ * live sentences of the stream, one row each, at their step 0 (infer_step's token NMT_BOS). In a
+ * stream infer_reorder (or infer_reorder_rows) takes each new row's parent from its own sentence;
+ * the sentences it does not keep give their memory back. 0, or -1 with the error set (no
  * stream, more than B live, a source longer than S or with an id out of range; the stream must
  * then be opened again). */
 int infer_admit(struct infer *in, int n, const uint32_t *const *src, const int *len);
+
+/* infer_reorder in a stream, where sentences may have rows of different numbers: keeps the NS
+ * live sentences KEEP (increasing), sentence s now with NROWS[s] rows (1 to the K of
+ * infer_open_stream), the new rows in the order of their sentences, row i continuing row
+ * PARENT[i], a row of its own sentence. 0, or -1 with the error set (no stream, bad arguments). */
+int infer_reorder_rows(struct infer *in, int ns, const int *keep, const int *nrows, const int *parent);
 
 /* Returns the number of live rows (live sentences times their rows, K or fewer: infer_reorder) and
  * the current step. */

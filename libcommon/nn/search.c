@@ -364,10 +364,14 @@ struct beam {
     const int *len;            /* (B) the sources' lengths */
     float *satt, *atmp;        /* (R0, S) each live row's attention at this step; an ensemble member's */
     float *hatt, *nhatt;       /* (R0, T, S) each live row's attention at its steps, and the next step's */
-    int *orig, *keep, *parent; /* (B) live sentence -> batch index, (B) kept sentences, (R0) parent rows */
-    int kr;                    /* rows a live sentence has in the models: K, or 1 while each sentence has one
-                                * live row (the first step, forced prefixes): the others are not computed */
-    int32_t *rtok, *rtgt;      /* (B) with kr 1, the models' rows' tokens and prefix tokens */
+    int *orig, *keep, *parent; /* (B) live sentence -> batch index (a stream's slot), (B) kept sentences,
+                                * (R0) parent rows */
+    int *kr;                   /* (B) the rows each live sentence has in the models: K, or 1 while it has one
+                                * live row (its first step, forced prefixes): the others are not computed;
+                                * in a batch the same for all, K once any sentence has more than one */
+    int *roff;                 /* (B + 1) where each live sentence's rows start in the models */
+    int *kn;                   /* (B) beam_model_rows' */
+    int32_t *rtok, *rtgt;      /* (R0) the models' rows' tokens and prefix tokens, when not Z's */
     int *rparent;              /* (R0) the parents of the models' rows (infer_reorder) */
     struct cand *cd;           /* (K * k2) one sentence's candidates */
     struct fin *fin;           /* (B, K) finished hypotheses */
@@ -420,6 +424,9 @@ static void beam_free(struct beam *z)
     free(z->fin);
     free(z->nfin);
     free(z->step);
+    free(z->kr);
+    free(z->roff);
+    free(z->kn);
     free(z->key);
     free(z->slot_free);
     free(z->tsrc);
@@ -449,7 +456,9 @@ static int beam_alloc(struct beam *z, const struct search_opts *o, int B, int tm
     z->plp = malloc(R0 * sizeof *z->plp);
     z->orig = malloc((size_t)B * sizeof *z->orig), z->keep = malloc((size_t)B * sizeof *z->keep);
     z->parent = malloc(R0 * sizeof *z->parent);
-    z->rtok = malloc((size_t)B * sizeof *z->rtok), z->rtgt = malloc((size_t)B * sizeof *z->rtgt);
+    z->rtok = malloc(R0 * sizeof *z->rtok), z->rtgt = malloc(R0 * sizeof *z->rtgt);
+    z->kr = malloc((size_t)B * sizeof *z->kr), z->kn = malloc((size_t)B * sizeof *z->kn);
+    z->roff = malloc(((size_t)B + 1) * sizeof *z->roff);
     z->rparent = malloc(R0 * sizeof *z->rparent);
     z->ntok = malloc(R0 * sizeof *z->ntok);
     z->cd = malloc((size_t)K * k2 * sizeof *z->cd);
@@ -460,9 +469,11 @@ static int beam_alloc(struct beam *z, const struct search_opts *o, int B, int tm
     int lok = nin == 1 || ens_init(&z->ens, nin, R0, z->k2, V) == 0;
     if (!z->tok || !z->idx || !z->vals || !z->score || !z->nscore || !z->hist || !z->nhist || !z->hlp || !z->nhlp ||
         !z->ntlp || !z->tgt || !z->mlp || !z->plp || !z->orig || !z->keep || !z->parent || !z->ntok || !z->cd ||
-        !z->fin || !z->nfin || !lok || !z->rtok || !z->rtgt || !z->rparent || !z->step || !z->ml)
+        !z->fin || !z->nfin || !lok || !z->rtok || !z->rtgt || !z->rparent || !z->step || !z->ml || !z->kr ||
+        !z->kn || !z->roff)
         return nmt_seterr("out of memory");
-    z->kr = 1;
+    for (int b = 0; b < B; b++)
+        z->kr[b] = 1;
     return 0;
 }
 
@@ -516,66 +527,93 @@ static int beam_init(struct beam *z, const struct search_opts *o, int B, const i
     return 0;
 }
 
-/* The models' inputs for the NS live sentences' rows: with one row a sentence in the models (kr 1),
- * row 0's token and prefix token (*TG, when not NULL) of each, compacted; else Z's as they are. */
+/* Sets z->roff from z->kr for the NS live sentences; returns their rows in the models. */
+static int beam_model_offsets(struct beam *z, int ns)
+{
+    int n = 0;
+    for (int s = 0; s < ns; s++) {
+        z->roff[s] = n;
+        n += z->kr[s];
+    }
+    z->roff[ns] = n;
+    return n;
+}
+
+/* The models' inputs for the NS live sentences' rows: where a sentence has one row in the models,
+ * its row 0's token and prefix token (*TG, when not NULL), the rows compacted; else Z's as they are. */
 static void beam_rows_in(struct beam *z, int ns, const int32_t **tok, const int32_t **tg)
 {
-    if (z->kr == z->K)
+    int K = z->K;
+    if (beam_model_offsets(z, ns) == ns * K)
         return;
-    for (int s = 0; s < ns; s++) {
-        z->rtok[s] = z->tok[s * z->K];
-        if (*tg)
-            z->rtgt[s] = (*tg)[s * z->K];
-    }
+    for (int s = 0; s < ns; s++)
+        for (int j = 0; j < z->kr[s]; j++) {
+            z->rtok[z->roff[s] + j] = z->tok[s * K + j];
+            if (*tg)
+                z->rtgt[z->roff[s] + j] = (*tg)[s * K + j];
+        }
     *tok = z->rtok;
     if (*tg)
         *tg = z->rtgt;
 }
 
-/* Moves row s of the N rows of W bytes at BUF to row s * K (the last first, so nothing unread is
+/* Moves the models' rows of the NS live sentences (z->roff) in BUF, rows of W bytes, to their rows
+ * in the search's layout, K a sentence (the last first: a row never moves up, nothing unread is
  * overwritten). */
-static void spread_rows(void *buf, size_t w, int n, int K)
+static void spread_rows(const struct beam *z, void *buf, size_t w, int ns)
 {
-    for (int s = n - 1; s > 0; s--)
-        memmove((char *)buf + (size_t)s * (size_t)K * w, (char *)buf + (size_t)s * w, w);
-}
-
-/* The models' outputs for the NS live sentences in the search's layout (K rows a sentence): with one
- * row a sentence in the models, each sentence's row goes to its row 0 (the others are dead, their
- * members' log-probabilities of the prefix token 0). FORCED: z->mlp was written; ATT: z->satt. */
-static void beam_rows_out(struct beam *z, int ns, int forced, int att)
-{
-    int K = z->K;
-    if (z->kr == K)
-        return;
-    spread_rows(z->vals, (size_t)z->k2 * sizeof *z->vals, ns, K);
-    spread_rows(z->idx, (size_t)z->k2 * sizeof *z->idx, ns, K);
-    if (att)
-        spread_rows(z->satt, (size_t)z->S * sizeof *z->satt, ns, K);
-    size_t R = (size_t)ns * (size_t)K, Rm = (size_t)ns;
-    for (int m = z->nin - 1; forced && m >= 0; m--)
-        for (int s = ns - 1; s >= 0; s--) {
-            float v = z->mlp[(size_t)m * Rm + (size_t)s];
-            for (int j = K - 1; j > 0; j--)
-                z->mlp[(size_t)m * R + (size_t)s * (size_t)K + (size_t)j] = 0;
-            z->mlp[(size_t)m * R + (size_t)s * (size_t)K] = v;
+    for (int s = ns - 1; s >= 0; s--)
+        for (int j = z->kr[s] - 1; j >= 0; j--) {
+            size_t from = (size_t)(z->roff[s] + j), to = (size_t)s * (size_t)z->K + (size_t)j;
+            if (from != to)
+                memmove((char *)buf + to * w, (char *)buf + from * w, w);
         }
 }
 
-/* The rows the models keep for the NK kept sentences after beam_advance: one a sentence while every
- * one has a single live row, else K; z->rparent receives each one's parent among the models' rows
- * now. Returns their number a sentence. */
-static int beam_model_rows(struct beam *z, int nk)
+/* The models' outputs for the NS live sentences in the search's layout (K rows a sentence): a
+ * sentence's rows go to its first rows (the others are dead, their members' log-probabilities of
+ * the prefix token 0). FORCED: z->mlp was written; ATT: z->satt. */
+static void beam_rows_out(struct beam *z, int ns, int forced, int att)
 {
-    int K = z->K, kn = 1;
-    for (int i = 0; i < nk * K && kn == 1; i++)
-        if (i % K && z->score[i] != -INFINITY)
-            kn = K;
-    for (int i = 0; i < nk * kn; i++) {
-        int p = z->parent[(i / kn) * K + i % kn];
-        z->rparent[i] = z->kr == K ? p : p / K;
+    int K = z->K, Rm = z->roff[ns];
+    if (Rm == ns * K)
+        return;
+    spread_rows(z, z->vals, (size_t)z->k2 * sizeof *z->vals, ns);
+    spread_rows(z, z->idx, (size_t)z->k2 * sizeof *z->idx, ns);
+    if (att)
+        spread_rows(z, z->satt, (size_t)z->S * sizeof *z->satt, ns);
+    size_t R = (size_t)ns * (size_t)K;
+    for (int m = z->nin - 1; forced && m >= 0; m--) /* from (nin, Rm) to (nin, R), the last first */
+        for (int s = ns - 1; s >= 0; s--)
+            for (int j = K - 1; j >= 0; j--) {
+                float v = j < z->kr[s] ? z->mlp[(size_t)m * (size_t)Rm + (size_t)(z->roff[s] + j)] : 0;
+                z->mlp[(size_t)m * R + (size_t)s * (size_t)K + (size_t)j] = v;
+            }
+}
+
+/* The rows the models keep for the NK kept sentences after beam_advance (z->kn): one while a
+ * sentence has a single live row, else K; with SAME, K for all once any has more than one (a
+ * batch's models keep as many rows for each). z->rparent receives each one's parent among the
+ * models' rows now (z->roff). Returns the most rows a sentence. */
+static int beam_model_rows(struct beam *z, int nk, int same)
+{
+    int K = z->K, most = 1, n = 0;
+    for (int i = 0; i < nk; i++) {
+        z->kn[i] = 1;
+        for (int j = 1; j < K && z->kn[i] == 1; j++)
+            if (z->score[i * K + j] != -INFINITY)
+                z->kn[i] = K;
+        most = z->kn[i] > most ? z->kn[i] : most;
     }
-    return kn;
+    for (int i = 0; i < nk; i++) {
+        if (same)
+            z->kn[i] = most;
+        for (int j = 0; j < z->kn[i]; j++) {
+            int p = z->parent[i * K + j], so = p / K; /* a row of old sentence so */
+            z->rparent[n++] = z->roff[so] + (z->kr[so] == K ? p % K : 0);
+        }
+    }
+    return most;
 }
 
 /* Fills z->cd with the candidates of live sentence S, best first (at most 2K): each live row's k2
@@ -863,7 +901,7 @@ static int beam_step(struct beam *z, struct infer *const *in, int nin, const str
     beam_rows_in(z, ns, &tok, &tgm);
     if (ensemble_step(in, nin, tok, z->k2, z->vals, z->idx, tgm, z->mlp, &z->ens) < 0)
         return -1;
-    if (o->attention && beam_attention(z, in, nin, ns * z->kr) < 0)
+    if (o->attention && beam_attention(z, in, nin, z->roff[ns]) < 0)
         return -1;
     beam_rows_out(z, ns, tg != NULL, o->attention);
     for (int r = 0; tg && r < R; r++)
@@ -872,11 +910,12 @@ static int beam_step(struct beam *z, struct infer *const *in, int nin, const str
         if (beam_sentence(z, o, s, &nk) < 0)
             return -1;
     beam_advance(z, nk);
-    int kn = beam_model_rows(z, nk);
+    int kn = beam_model_rows(z, nk, !z->feed); /* a stream's sentences have rows of their own number */
     for (int m = 0; m < nin && (nk || z->feed); m++)
-        if (infer_reorder(in[m], nk, kn, z->keep, z->rparent) < 0)
+        if ((z->feed ? infer_reorder_rows(in[m], nk, z->keep, z->kn, z->rparent)
+                     : infer_reorder(in[m], nk, kn, z->keep, z->rparent)) < 0)
             return -1;
-    z->kr = kn;
+    memcpy(z->kr, z->kn, (size_t)nk * sizeof *z->kr);
     z->ns = nk;
     return 0;
 }
@@ -937,6 +976,7 @@ static int beam_admit(struct beam *z, struct infer *const *in, int nin, const st
         z->nfin[b] = 0;
         z->orig[s] = b;
         z->step[s] = 0;
+        z->kr[s] = 1; /* infer_admit's one row */
         for (int j = 0; j < z->K; j++)
             beam_row_start(z, s, j);
     }

@@ -9,6 +9,8 @@
  * hypothesis ends with EOS. Finished sentences leave the batch. K = 1 is greedy decoding. Every
  * decision is made per sentence, so results do not depend on the rest of the batch. A sentence's
  * output may be forced to start with given tokens (search_batch_prefix), the search going on after them.
+ * The same search runs on a stream (search_stream), where sentences join the batch under way as
+ * others end, each at a step of its own. 
  *
  * Ensembles: every function takes NIN >= 1 models' inference states IN[0..NIN), on one vocabulary.
  * With NIN > 1 each step's distribution is the mean of the members' probabilities (their softmax

@@ -87,32 +87,34 @@ setup_file() {
     sort -t$'\t' -k1,1n -s "$D/b_all.txt" | same_as "$D/b_rev.txt"
 }
 
-@test "greedy search takes sentences into the batch under way as others end: the bytes of --static-batches" {
+@test "the search takes sentences into the batch under way as others end: the bytes of --static-batches" {
     zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 1,100p > "$D/s100.en"
     sed -i '5i\\' "$D/s100.en" # an empty line: no model call
     M="nmt-decode -m $D/m.ckpt --threads 2"
-    # sentences that end by themselves and at their length limit, one job or two, windows of 1 to 101
+    # sentences that end by themselves and at their length limit, one job or two, windows of 1 to 101;
+    # greedy and beam search, n-best lists, an ensemble
     for opts in "--max-len-b 8 --scores" "--word-scores" "--out hyp" "--jobs 1 --max-sentences 3" \
                 "--jobs 2 --max-sentences 1" "--max-sentences 1000" "--precision int8" "--precision int8-a8-all" \
-                "--precision int8-a7-all" "-m $D/m2.ckpt --scores"; do
+                "--precision int8-a7-all" "-m $D/m2.ckpt --scores" "--beam 4 --scores" "--beam 3 --nbest 3 --jobs 1" \
+                "--beam 2 --max-sentences 5 --word-scores" "--beam 4 -m $D/m2.ckpt --precision int8"; do
         $M $opts --static-batches -i "$D/s100.en" > "$D/static.out"
         $M $opts -i "$D/s100.en" | same_as "$D/static.out" || { echo "$opts: differs"; return 1; }
     done
     $M -i "$D/s100.en" > "$D/stream.out"
     [ "$(wc -l < "$D/stream.out")" -eq 101 ]
     [ -z "$(sed -n 5p "$D/stream.out")" ]
-    # the stream says so with --verbose; beam search decodes batches to their end
+    # the stream says so with --verbose; --alignment decodes batches to their end
     $M --verbose -i "$D/s100.en" 2> "$D/st.err" > /dev/null
-    grep -qx 'nmt-decode: greedy search: sentences join the batch under way as others end, at most 16 at once' "$D/st.err"
+    grep -qx 'nmt-decode: sentences join the batch under way as others end, at most 16 at once' "$D/st.err"
     # --max-tokens bounds the window by the longest source: 200 tokens hold fewer than 16 sentences of it
     $M --verbose --max-tokens 200 -i "$D/s100.en" 2> "$D/st.err" > /dev/null
     w=$(sed -n 's/.*as others end, at most \([0-9]*\) at once$/\1/p' "$D/st.err")
     [ "$w" -ge 1 ] || { cat "$D/st.err"; return 1; }
     [ "$w" -lt 16 ]
-    $M --verbose --beam 2 -i "$D/s100.en" 2> "$D/b.err" > /dev/null
-    fails grep -q 'greedy search' "$D/b.err"
+    $M --verbose --beam 2 --alignment hard -i "$D/s100.en" 2> "$D/b.err" > /dev/null
+    fails grep -q 'join the batch' "$D/b.err"
     $M --verbose --static-batches -i "$D/s100.en" 2> "$D/b.err" > /dev/null
-    fails grep -q 'greedy search' "$D/b.err"
+    fails grep -q 'join the batch' "$D/b.err"
 }
 
 @test "--verbose: on the cpu batches of at most 16 sentences unless --max-sentences says; same output" {
