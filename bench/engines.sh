@@ -9,7 +9,8 @@
 # the source's length instead, the only bound it has), no length normalisation in beam search (nmt-decode
 # --alpha 0, ct2-translator --length_penalty 0, marian-decoder -n 0: one search), each in its fastest
 # CPU setting:
-#   nmt-decode --max-tokens 4096 (and its default of at most 16 sentences a batch on the cpu) --threads T
+#   nmt-decode --max-tokens 4096 (and its default of at most 16 sentences a batch on the cpu, sentences
+#     joining the batch under way as others end) --threads T
 #     --precision float32|NMT_INT8 (default int8-all: the output
 #     projection in int8 too, as nmt-export --quantize int8 gives it to CTranslate2; NMT_INT8=int8
 #     keeps it in float32; int8-a8-all, 8-bit activations, is nmt's fastest int8 on VNNI and AMX
