@@ -1456,10 +1456,7 @@ int infer_admit(struct infer *in, int n, const uint32_t *const *src, const int *
             return -1;
         b += m;
     }
-    if (nn_bk(&in->run, k->upload(in->ctx, in->ckv_rows + (size_t)ns0 * (size_t)S, in->host_ckv_rows + (size_t)ns0 * (size_t)S,
-                                  (size_t)n * (size_t)S * sizeof(int32_t)), "upload") < 0)
-        return -1;
-    in->ns += n;
+    in->ns += n; /* their rows read the cross keys through xrows (stream_xrows) */
     in->R += n;
     in->x_stale = 1;
     return 0;
