@@ -698,8 +698,9 @@ static void *job_run(void *arg)
 /* Whether the jobs of W stream its sentences (search_stream: a search without alignments, prefixes
  * or a shortlist, on a backend with attention_forward_rows, unless --static-batches), and
  * the stream's shape: its longest source, and as many sentences at once as a batch of them may
- * hold (--max-sentences, --max-tokens). */
-static void stream_shape(const struct state *st, struct work *w)
+ * hold (--max-sentences, --max-tokens), by default as many as infer_host_stream_sentences gives
+ * each of NJOBS jobs. */
+static void stream_shape(const struct state *st, struct work *w, int njobs)
 {
     const struct opts *o = st->o;
     w->stream = !o->static_batches && !o->score && !o->sample && !o->prefix && !o->so.attention &&
@@ -717,8 +718,11 @@ static void stream_shape(const struct state *st, struct work *w)
     }
     if (win > o->max_tokens / (w->smax + 1))
         win = o->max_tokens / (w->smax + 1);
-    if (st->max_sentences && (uint64_t)win > st->max_sentences)
-        win = (long)st->max_sentences;
+    uint64_t cap = st->max_sentences;
+    if (cap && !o->max_sentences) /* the default, for NJOBS jobs */
+        cap = (uint64_t)infer_host_stream_sentences((int)cap, njobs);
+    if (cap && (uint64_t)win > cap)
+        win = (long)cap;
     w->window = win < 1 ? 1 : win > 1 << 20 ? 1 << 20 : (int)win;
 }
 
@@ -746,9 +750,10 @@ static int run_batches(struct state *st, struct sent **ord, const size_t *start,
     if (n == 1 && st->eng[0].loaded) /* nothing left to load */
         ckpts_free(st);
     struct work w = {.st = st, .ord = ord, .start = start, .nb = nb, .alone = n == 1};
-    stream_shape(st, &w);
+    stream_shape(st, &w, n);
     if (w.stream && st->o->verbose && comm_rank(st->comm) == 0)
-        fprintf(stderr, "nmt-decode: sentences join the batch under way as others end, at most %d at once\n", w.window);
+        fprintf(stderr, "nmt-decode: sentences join the batch under way as others end, at most %d at once%s\n",
+                w.window, n > 1 ? " in each job" : "");
     atomic_init(&w.next, 0);
     atomic_init(&w.stop, 0);
     struct job *jobs = calloc((size_t)n, sizeof *jobs);

@@ -23,28 +23,38 @@ int nn_check_backend(const struct nmt_backend *k, const struct model_config *c)
     return 0;
 }
 
+/* Rows of the position table nn_pe_table computes and uploads at a time: 64 KiB of them (a whole
+ * table on the host would stay in the C library's heap after it is freed). */
+static int pe_chunk_rows(int D) { return D >= 16384 ? 1 : 16384 / D; }
+
 float *nn_pe_table(const struct nmt_backend *k, nmt_bctx *ctx, const struct model_config *c, int *err)
 {
     *err = 0;
     if (!model_needs_pe_table(c))
         return NULL;
     *err = -1;
-    size_t n = (size_t)c->max_len * (size_t)c->d_model;
-    float *h = malloc(n * sizeof *h);
+    size_t D = (size_t)c->d_model;
+    int rows = pe_chunk_rows(c->d_model);
+    float *h = malloc((size_t)rows * D * sizeof *h);
     if (!h)
         return nmt_seterr("out of memory"), NULL;
-    model_position_table(c, h);
-    float *d = k->alloc(ctx, n * sizeof *d);
+    float *d = k->alloc(ctx, (size_t)c->max_len * D * sizeof *d);
     if (!d) {
-        nmt_seterr("cannot allocate the position table on backend %s: %s", k->name, k->last_error(ctx));
-    } else if (k->upload(ctx, d, h, n * sizeof *d) < 0) {
-        nmt_seterr("backend %s: upload: %s", k->name, k->last_error(ctx));
-        k->free(ctx, d);
-        d = NULL;
-    } else {
-        *err = 0;
+        free(h);
+        return nmt_seterr("cannot allocate the position table on backend %s: %s", k->name, k->last_error(ctx)), NULL;
+    }
+    for (int p = 0; p < c->max_len; p += rows) {
+        int n = c->max_len - p < rows ? c->max_len - p : rows;
+        model_position_rows(c, h, p, n);
+        if (k->upload(ctx, d + (size_t)p * D, h, (size_t)n * D * sizeof *d) < 0) {
+            nmt_seterr("backend %s: upload: %s", k->name, k->last_error(ctx));
+            k->free(ctx, d);
+            free(h);
+            return NULL;
+        }
     }
     free(h);
+    *err = 0;
     return d;
 }
 

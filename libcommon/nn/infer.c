@@ -36,7 +36,6 @@ struct infer {
     struct wt_entry *wts;            /* (nwt) packed weights, in wt_buf */
     int nwt;
     char *wt_buf;                    /* device buffer of the packed weights (NULL when shared) */
-    float *pe;                       /* device (max_len, D) position table (nn_pe_table), or NULL */
     float *emb_scratch;              /* device (EMB_CHUNK, D): rows of a packed embedding (run.emb_packed) */
     int32_t *emb_iota;               /* device 0, 1, ..., EMB_CHUNK - 1 */
     int shares;                      /* wts and the model are another state's (infer_new_shared) */
@@ -191,7 +190,6 @@ void infer_free(struct infer *in)
         in->k->free(in->ctx, in->sl_w);
         in->k->free(in->ctx, in->sl_rows);
         in->k->free(in->ctx, in->sl_b);
-        in->k->free(in->ctx, in->pe);
         in->k->free(in->ctx, in->emb_scratch);
         in->k->free(in->ctx, in->emb_iota);
         in->k->free(in->ctx, in->sl_ids);
@@ -493,6 +491,13 @@ int infer_host_batch_sentences(const struct model_config *c, int nmodels, uint32
     return n < BATCH_SENTENCES ? BATCH_SENTENCES : n > STREAM_SENTENCES ? STREAM_SENTENCES : n;
 }
 
+int infer_host_stream_sentences(int batch, int jobs)
+{
+    if (jobs < 2 || batch <= BATCH_SENTENCES)
+        return batch;
+    return batch / 2 < BATCH_SENTENCES ? BATCH_SENTENCES : batch / 2;
+}
+
 /* Whether the backend can take weights in reduced precision; 0, or -1 with the error set. */
 static int check_precision(const struct infer *in)
 {
@@ -530,8 +535,7 @@ static struct infer *infer_alloc(struct backend *be, struct model *m, int invari
     int err = !in->enc.layer || !in->ckv || !in->kv ? nmt_seterr("out of memory") : 0;
     if (err == 0 && (check_precision(in) < 0 || nn_check_backend(in->k, &in->c) < 0))
         err = -1;
-    if (err == 0)
-        in->run.pe = in->pe = nn_pe_table(in->k, in->ctx, &in->c, &err);
+    in->run.pe = model_pe_table(m); /* read as the model's weights are, also by a shared state */
     if (err < 0) {
         infer_free(in);
         return NULL;

@@ -81,6 +81,11 @@ const char *infer_precision_name(uint32_t dtype);
  * rows (sentences x beam) that share each pass, 16 to 64 sentences (bench/RESULTS.md,
  * "nmt-decode's batches on the cpu"). */
 int infer_host_batch_sentences(const struct model_config *c, int nmodels, uint32_t precision, int beam);
+/* The sentences each of JOBS jobs keeps under way at once by default when sentences join the batch
+ * under way (search_stream), from BATCH, infer_host_batch_sentences' figure: with several jobs,
+ * which read the same weights, half of it and 16 at least (bench/RESULTS.md, "Several jobs'
+ * windows"); with one, BATCH. */
+int infer_host_stream_sentences(int batch, int jobs);
 /* Makes the output layer of the steps of the next batches compute only the candidates of each
  * sentence that shortlist SL (nn/shortlist.h; not owned, on the model's vocabulary) gives it, the
  * softmax over them: top-k ids, infer_logits and infer_logits_at answer in vocabulary ids, with

@@ -126,6 +126,8 @@ const struct model_weights *model_weights(const struct model *m)
     return &m->w;
 }
 
+const float *model_pe_table(const struct model *m) { return m->pe; }
+
 void model_free(struct model *m)
 {
     if (!m)

@@ -46,6 +46,9 @@ size_t model_params(const struct model *m, const struct model_param **params);
 float *model_param_data(struct model *m);
 /* Returns M's parameters as named fields (nn/params.h; device pointers, owned by M). */
 const struct model_weights *model_weights(const struct model *m);
+/* Returns M's position table (nn_pe_table: a device buffer owned by M), or NULL when its
+ * configuration needs none. */
+const float *model_pe_table(const struct model *m);
 /* Gives back the memory of the N weights at W (inside M's parameters; e.g. a linear layer whose
  * packed copy is all that inference reads) with the backend's discard slot (plugins/backend.h).
  * Until model_set_params, model_init or model_load set all weights again, M refuses what reads

@@ -68,11 +68,13 @@ int model_needs_pe_table(const struct model_config *c)
     return c->positions != MODEL_POS_PAPER || c->start_zero;
 }
 
-void model_position_table(const struct model_config *c, float *pe)
+void model_position_table(const struct model_config *c, float *pe) { model_position_rows(c, pe, 0, c->max_len); }
+
+void model_position_rows(const struct model_config *c, float *pe, int p0, int n)
 {
     int D = c->d_model, h = D / 2;
-    for (int p = 0; p < c->max_len; p++) {
-        float *row = pe + (size_t)p * (size_t)D;
+    for (int p = p0; p < p0 + n; p++) {
+        float *row = pe + (size_t)(p - p0) * (size_t)D;
         for (int i = 0; i < h; i++) {
             if (c->positions == MODEL_POS_MARIAN) {
                 double ang = p * exp(-i * log(10000.0) / (h > 1 ? h - 1 : 1));

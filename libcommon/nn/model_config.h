@@ -59,6 +59,8 @@ int model_option_parse(const char *key, const char *name, int *out);
 int model_needs_pe_table(const struct model_config *c);
 /* Fills PE (MAX_LEN, D) with the position encoding of C's formula (C->positions), row p for position p. */
 void model_position_table(const struct model_config *c, float *pe);
+/* Fills PE (N, D) with rows P0 .. P0 + N - 1 of model_position_table's. */
+void model_position_rows(const struct model_config *c, float *pe, int p0, int n);
 
 /* Returns 0 if C is a usable configuration, or -1 with the error naming the bad field. */
 int model_config_check(const struct model_config *c);

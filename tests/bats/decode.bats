@@ -105,10 +105,10 @@ setup_file() {
     [ -z "$(sed -n 5p "$D/stream.out")" ]
     # the stream says so with --verbose; --alignment decodes batches to their end
     $M --verbose -i "$D/s100.en" 2> "$D/st.err" > /dev/null
-    grep -qx 'nmt-decode: sentences join the batch under way as others end, at most 16 at once' "$D/st.err"
+    grep -qx 'nmt-decode: sentences join the batch under way as others end, at most 16 at once in each job' "$D/st.err"
     # --max-tokens bounds the window by the longest source: 200 tokens hold fewer than 16 sentences of it
     $M --verbose --max-tokens 200 -i "$D/s100.en" 2> "$D/st.err" > /dev/null
-    w=$(sed -n 's/.*as others end, at most \([0-9]*\) at once$/\1/p' "$D/st.err")
+    w=$(sed -n 's/.*as others end, at most \([0-9]*\) at once in each job$/\1/p' "$D/st.err")
     [ "$w" -ge 1 ] || { cat "$D/st.err"; return 1; }
     [ "$w" -lt 16 ]
     $M --verbose --beam 2 --alignment hard -i "$D/s100.en" 2> "$D/b.err" > /dev/null
@@ -130,7 +130,7 @@ setup_file() {
     cmp "$D/v32.txt" "$D/vq.txt"
 }
 
-@test "--verbose: larger batches on the cpu for a model whose decoder step reads over 32 MiB of weights" {
+@test "--verbose: larger batches on the cpu for a model whose decoder step reads over 32 MiB of weights; each job's window" {
     # d 512, ff 1024, 4 decoder layers: 4 x (6 x 512^2 + 2 x 512 x 1024) weights = 42 MB in float32,
     # 10.5 MB in int8 (the 500-piece output projection adds 1 MB in float32)
     nmt-train --vocab "$D/v.vocab" -i "$D/p.batches" -o "$D/wide.ckpt" --enc-layers 1 --dec-layers 4 --d-model 512 \
@@ -146,6 +146,23 @@ setup_file() {
     want 16 float32 16
     want 1 int8-all 16
     want 4 int8-all 16
+    # sentences joining the batch under way: each of several jobs keeps half as many under way by
+    # default, 16 at least; --max-sentences is each job's
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" | sed -n 1,100p > "$D/s100.en"
+    window() { # THREADS WINDOW-LINE-END OPTIONS...
+        local t=$1 end=$2
+        shift 2
+        nmt-decode -m "$D/wide.ckpt" --threads "$t" --verbose --max-len-a 0 --max-len-b 1 --max-tokens 100000 "$@" \
+            -i "$D/s100.en" > /dev/null 2> "$D/w.err"
+        grep -qx "nmt-decode: sentences join the batch under way as others end, at most $end" "$D/w.err" ||
+            { echo "$t threads $*: want $end"; cat "$D/w.err"; return 1; }
+    }
+    window 1 "64 at once"
+    window 2 "32 at once in each job"
+    window 2 "16 at once in each job" --beam 4
+    window 2 "16 at once in each job" --beam 16
+    window 2 "64 at once in each job" --max-sentences 64
+    window 2 "16 at once in each job" --precision int8-all
 }
 
 @test "greedy equals beam 1; beam 4 scores never below greedy's" {
