@@ -19,7 +19,8 @@
 #     (ct2i: T translators of one thread), each batching of CT2_BATCHES (default "tokens:4096
 #     examples:32"), each its own columns, --compute_type float32|int8 (int8 on a CPU with AMX:
 #     oneDNN capped at AVX-512 VNNI, its faster setting there)
-#   marian-decoder --cpu-threads T (its workers, one thread each) --mini-batch 32 --maxi-batch 100
+#   marian-decoder --cpu-threads T (its workers, one thread each: OPENBLAS_NUM_THREADS=1, without
+#     which Debian's OpenBLAS runs each worker's products on every core) --mini-batch 32 --maxi-batch 100
 #     --maxi-batch-sort src; int8: the marian-conv -g intgemm8avx2 model (intgemm8avx512 when the CPU has
 #     AVX-512 and NMT_CPU_ISA is not avx2)
 # Rows: MODES (default "greedy beam4") x THREADS (default "1 2") x PRECISIONS (default
@@ -45,13 +46,18 @@
 # --transformer-dropout), label smoothing 0.1, Adam (0.9, 0.98, 1e-9), no clipping, the inverse square-root
 # schedule with WARMUP (default 4000) warm-up steps at nmt's peak rate (--lr 1: d^-0.5 WARMUP^-0.5); both
 # engines start from the same weights (nmt-train --save-init, exported to Marian's --pretrained-model). First
-# a line on whether the two take the same steps: 40 updates of each on one batch, the losses compared.
+# a line on whether the two take the same steps: 40 updates of each on one batch, the losses compared
+# (SAME_BATCH=0 skips it: on `base` it takes longer than the runs).
 # STEPS updates (default 300), then the validation perplexity of each (the same measure: exp of the mean negative
 # log-likelihood of the reference pieces and </s>, no label smoothing). For each thread count of THREADS
 # (default "1 2"): target tokens/s (median of the logged rates after step LO, default 20), target tokens
 # an update, peak RSS (/usr/bin/time), validation perplexity. TRAIN_PRECISIONS (default float32; also
 # bf16) are nmt-train's --precision runs, each a row before Marian's (Marian trains in float32 on a
-# CPU). WORK keeps the files (default a temporary folder). Run it alone: timings need an idle machine.
+# CPU). Marian on T threads: T workers of one thread each (`marian`: --cpu-threads T,
+# OPENBLAS_NUM_THREADS=1), and with T > 1 also one worker whose products use T threads
+# (`marian/blas`: --cpu-threads 1, OPENBLAS_NUM_THREADS=T). Without OPENBLAS_NUM_THREADS Debian's
+# OpenBLAS takes every core, whatever --cpu-threads says.
+# WORK keeps the files (default a temporary folder). Run it alone: timings need an idle machine.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd); B=$top/bin
 ct2=${CT2:-$top/../shared/peers/ctranslate2} marian=${MARIAN:-$top/../shared/peers/marian}
@@ -97,7 +103,7 @@ train_engines() {
         "$B/nmt-tokenize" --vocab "$vocab" --text=pieces < "${!f}" > "$w/$f.pieces" || return 1
     done
     echo "$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); preset $preset; $steps steps; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-    train_same_batch || return 1
+    [ "${SAME_BATCH:-1}" = 0 ] || train_same_batch || return 1
     echo "| engine | threads | target tokens/s | target tokens an update | peak RSS MiB | validation perplexity after $steps steps |"
     echo "|---|---|---|---|---|---|"
     local t
@@ -106,7 +112,8 @@ train_engines() {
         for p in $precisions; do
             train_nmt "$t" "$p" || return 1
         done
-        train_marian "$t" "${precisions%% *}" || return 1
+        train_marian "$t" "$t" 1 || return 1
+        [ "$t" -eq 1 ] || train_marian "$t" 1 "$t" || return 1
     done
     [ -n "${WORK:-}" ] || rm -rf "$w"
 }
@@ -140,7 +147,7 @@ train_same_batch() {
         -i "$w/one.batches" --no-shuffle --max-steps "$k" --threads 1 -o "$w/one.ckpt" --force -q --log "$w/one.csv" || return 1
     sed -n 1,200p "$w/tsrc.pieces" > "$w/one.src.pieces"; sed -n 1,200p "$w/ttgt.pieces" > "$w/one.tgt.pieces"
     rm -rf "$w/one.m" && mkdir -p "$w/one.m"
-    "$marian/bin/marian" "${margs[@]}" --cpu-threads 1 --sync-sgd -t "$w/one.src.pieces" "$w/one.tgt.pieces" \
+    OPENBLAS_NUM_THREADS=1 "$marian/bin/marian" "${margs[@]}" --cpu-threads 1 --sync-sgd -t "$w/one.src.pieces" "$w/one.tgt.pieces" \
         -m "$w/one.m/model.npz" --transformer-dropout 0 --mini-batch 1000 --mini-batch-words 1000000 --maxi-batch 1 \
         --shuffle none --after "$((k + 1))u" --disp-freq 1u --save-freq "$((k + 1))u" --log "$w/one.m/log" > /dev/null 2>&1 ||
         { tail -5 "$w/one.m/log" >&2; return 1; }
@@ -172,33 +179,35 @@ marian_model() {
         --max-length-crop --pretrained-model "$w/marian.npz" --seed 1 --overwrite)
 }
 
-# train_marian THREADS PRECISION: one marian run (synchronous updates over THREADS workers), a table
-# row; its batches as large as those of nmt's run in PRECISION
+# train_marian THREADS WORKERS BLAS: one marian run on THREADS threads (synchronous updates over
+# WORKERS workers, each one's products on BLAS threads), a table row; its batches as large as those
+# of nmt's float32 run on THREADS threads
 train_marian() {
-    local t=$1 p=$2 margs
+    local t=$1 wk=$2 bt=$3 margs name=marian run=$1
+    [ "$bt" -eq 1 ] || { name=marian/blas; run=$1b; }
     marian_model "$w/nmt.ckpt"
-    # Marian's batches by target words (labels; with --sync-sgd one batch an update, split over its T
+    # Marian's batches by target words (labels; with --sync-sgd one batch an update, split over its
     # workers): nmt's mean target tokens a step
     local mbw; mbw=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-        $c["tokens"] != "" { s += $c["tokens"]; k++ } END { printf "%d", s / k + 0.5 }' "$w/nmt.$t.$p.csv")
-    rm -rf "$w/m.$t" && mkdir -p "$w/m.$t"
-    /usr/bin/time -f "%M" -o "$w/marian.$t.time" "$marian/bin/marian" "${margs[@]}" --cpu-threads "$t" --sync-sgd \
-        -t "$w/tsrc.pieces" "$w/ttgt.pieces" -m "$w/m.$t/model.npz" --transformer-dropout "$dropout" \
-        --mini-batch-words "$mbw" --maxi-batch 100 --after "${steps}u" --disp-freq "$((steps < 100 ? 1 : 10))u" \
-        --valid-sets "$w/vsrc.pieces" "$w/vtgt.pieces" --valid-metrics perplexity --valid-freq "${steps}u" \
-        --save-freq "${steps}u" --log "$w/marian.$t.log" > /dev/null 2>&1 ||
-        { tail -5 "$w/marian.$t.log" >&2; return 1; }
+        $c["tokens"] != "" { s += $c["tokens"]; k++ } END { printf "%d", s / k + 0.5 }' "$w/nmt.$t.float32.csv")
+    rm -rf "$w/m.$run" && mkdir -p "$w/m.$run"
+    OPENBLAS_NUM_THREADS=$bt /usr/bin/time -f "%M" -o "$w/marian.$run.time" "$marian/bin/marian" "${margs[@]}" \
+        --cpu-threads "$wk" --sync-sgd -t "$w/tsrc.pieces" "$w/ttgt.pieces" -m "$w/m.$run/model.npz" \
+        --transformer-dropout "$dropout" --mini-batch-words "$mbw" --maxi-batch 100 --after "${steps}u" \
+        --disp-freq "$((steps < 100 ? 1 : 10))u" --valid-sets "$w/vsrc.pieces" "$w/vtgt.pieces" \
+        --valid-metrics perplexity --valid-freq "${steps}u" --save-freq "${steps}u" --log "$w/marian.$run.log" \
+        > /dev/null 2>&1 || { tail -5 "$w/marian.$run.log" >&2; return 1; }
     # "Ep. E : Up. U : Sen. S : Cost C * LABELS @ ... after TOTAL : Time Ts : R words/s : ..." and
     # "[valid] Ep. E : Up. U : perplexity : P"
-    awk -v lo="$lo" -v t="$t" -v kb="$(cat "$w/marian.$t.time")" '
+    awk -v lo="$lo" -v t="$t" -v name="$name" -v kb="$(cat "$w/marian.$run.time")" '
         /\[valid\].*perplexity/ { for (i = 1; i < NF; i++) if ($i == "perplexity") ppl = $(i + 2) }
         / Up\. [0-9]+ : .*words\/s/ {
             for (i = 1; i <= NF; i++) { if ($i == "Up.") u = $(i + 1); if ($i == "words/s") ws = $(i - 1); if ($i == "after") tot = $(i + 1) }
             gsub(/,/, "", tot); gsub(/,/, "", ws)
             if (u + 0 > lo) r[++n] = ws; last_u = u; last_tot = tot }
         END { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { x = r[i]; r[i] = r[j]; r[j] = x }
-              printf "| marian | %d | %.0f | %.0f | %.0f | %s |\n", t, n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2,
-                     last_tot / last_u, kb / 1024, ppl }' "$w/marian.$t.log"
+              printf "| %s | %d | %.0f | %.0f | %.0f | %s |\n", name, t, n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2,
+                     last_tot / last_u, kb / 1024, ppl }' "$w/marian.$run.log"
 }
 
 case ${1:-} in
@@ -258,7 +267,7 @@ run() {
     marian)
         local m=$tmp/marian.npz
         [ "$p" = int8 ] && m=$tmp/marian.int8.bin
-        /usr/bin/time -f "%e %M" -o "$tmp/time" "$marian/bin/marian-decoder" -m "$m" -v "$tmp/marian.vocab.yml" "$tmp/marian.vocab.yml" \
+        OPENBLAS_NUM_THREADS=1 /usr/bin/time -f "%e %M" -o "$tmp/time" "$marian/bin/marian-decoder" -m "$m" -v "$tmp/marian.vocab.yml" "$tmp/marian.vocab.yml" \
             -b "$beam" -n 0 --cpu-threads "$t" --mini-batch 32 --maxi-batch 100 --maxi-batch-sort src \
             --max-length-factor "${MARIAN_LENGTH_FACTOR:-3}" --max-length "$mlen" --max-length-crop --quiet < "$tmp/src.pieces" > "$raw" 2> "$tmp/marian.log" ||
             { cat "$tmp/marian.log" >&2; exit 1; } ;;
