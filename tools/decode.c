@@ -1277,7 +1277,8 @@ static const struct opt_spec OPTIONS[] = {
     {OPTION(OT_U64, "max-sentences", 0, "N", OFF(max_sentences),
             "sentences per batch at most (default on the cpu: 16, or 128 / beam\n"
             "within 16..64 for a model of over 32 MiB of weights a decoder step; on\n"
-            "an accelerator as many as --max-tokens allows)"),
+            "an accelerator as many as --max-tokens allows); where sentences join\n"
+            "the batch under way, each job's (by default, with several jobs, half)"),
      .imin = 1, .imax = 100000000},
     {OPTION(OT_FLAG, "interactive", 0, NULL, OFF(interactive),
             "translate and write each line as it arrives (default when the input is\nnot a regular file)")},
