@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +37,7 @@ struct opts {
     const char *init_from;  /* --init-from: the checkpoint whose weights a new run starts from */
     struct freeze_parts freeze; /* --freeze: the parts whose weights stay as they are */
     int resume, threads, quiet, no_shuffle, preset_set, reduce_fast, overlap;
+    int ranks;              /* --ranks: a local job of this many processes (0 or 1: one) */
     int save_init;          /* --save-init: write the initialised model and stop */
     int gpu_comm;           /* --gpu-comm: the index in GPU_COMMS, -1 when not given (auto) */
     uint64_t epochs, max_steps, update_freq, seed, max_bad, valid_every, patience, save_every, keep, log_every;
@@ -240,6 +242,11 @@ static const struct opt_spec OPTIONS[] = {
         "stop after N non-finite steps in a row (default 5)"),
  .flags = 0, .imin = 1, .imax = BIG, .def.u = 5},
 {.type = OT_TEXT, .help = "Several ranks (mpirun -np N nmt-train ...; see nmt-scale(7)):"},
+{OPTION(OT_INT, "ranks", 0, "N", OFF(ranks),
+        "train as N processes on this machine, without MPI: each takes\n"
+        "its own micro-batches on --threads (default: the cores / N), as\n"
+        "mpirun -np N would"),
+ .imin = 1, .imax = 256},
 {OPTION(OT_STR, "comm", 0, "NAME", OFF(comm),
         "auto (default: MPI when started by mpirun with N > 1), mpi, none")},
 {OPTION(OT_CHOICE, "reduce", 0, "MODE", OFF(reduce_fast),
@@ -1032,6 +1039,11 @@ static int finish(struct ctx *c, const char *stop)
     const struct train_state *s = &c->t.s;
     if (c->tty)
         fputc('\n', stderr);
+    /* the ranks' peak resident memory, added (a collective: before anything that may fail on one rank) */
+    struct rusage ru;
+    int64_t peak_kb = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
+    if (comm_sum_i64(c->comm, &peak_kb, 1) < 0)
+        return nmt_error("%s", nmt_errmsg()), NMT_EXIT_DATA;
     if (c->root && c->saved_step != s->step && trainer_save(&c->t, &c->rec, c->o->output) < 0)
         return nmt_error("%s", nmt_errmsg()), NMT_EXIT_DATA;
     if (!strcmp(stop, "signal")) {
@@ -1044,7 +1056,7 @@ static int finish(struct ctx *c, const char *stop)
                       sig, (unsigned long long)s->step, c->o->output);
         return NMT_EXIT_DATA;
     }
-    char red[256] = "";
+    char red[512] = "";
     if (c->reduce_time > 0)
         snprintf(red, sizeof red, ", %.1f s of it reducing gradients (%.0f%%, %.1f s after the backward passes)",
                  c->reduce_time, c->train_time > 0 ? 100 * c->reduce_time / c->train_time : 0, c->reduce_wait_time);
@@ -1053,6 +1065,9 @@ static int finish(struct ctx *c, const char *stop)
                  "; %llu gradient buckets sent, %llu of them during the backward pass (%llu done before its end)",
                  (unsigned long long)c->buckets, (unsigned long long)c->buckets_early,
                  (unsigned long long)c->buckets_early_done);
+    if (comm_size(c->comm) > 1)
+        snprintf(red + strlen(red), sizeof red - strlen(red), "; peak resident memory of the %d ranks together %.0f MiB",
+                 comm_size(c->comm), (double)peak_kb / 1024);
     if (!c->o->quiet)
         fprintf(stderr, "%s: %s: %llu steps, epoch %llu, %llu target tokens, %.1f s training (%.0f tokens/s)%s%s\n",
                 nmt_progname(), stop, (unsigned long long)s->step, (unsigned long long)s->epoch + (s->pos > 0),
@@ -1067,6 +1082,11 @@ static int setup(struct ctx *c)
 {
     struct opts *o = c->o;
     if (comm_open(o->comm, &c->comm) < 0)
+        return -1;
+    if (o->ranks > 1 && c->comm)
+        return nmt_seterr("--ranks %d starts its own ranks, but this process is one of %d started by mpirun", o->ranks,
+                          comm_size(c->comm));
+    if (o->ranks > 1 && comm_open_local(o->ranks, &c->comm) < 0)
         return -1;
     c->root = comm_rank(c->comm) == 0;
     if (!o->threads)
@@ -1155,6 +1175,9 @@ static int run(struct opts *o)
     vocab_free(c.voc);
     nmt_buf_free(&c.vocab_text);
     out_unlock(o->output, c.lock);
-    comm_close(c.comm);
+    if (comm_close(c.comm) < 0 && status == NMT_EXIT_OK) {
+        nmt_error("%s", nmt_errmsg());
+        status = NMT_EXIT_DATA;
+    }
     return status;
 }

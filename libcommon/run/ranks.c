@@ -10,12 +10,14 @@
 #include "../../plugins/comm.h"
 #include "base/util.h"
 #include "run/backend_loader.h"
+#include "run/comm_local.h"
 
 struct comm {
     void *dl;
     const struct nmt_comm *k;
     nmt_cctx *ctx;
     int rank, size;
+    int local;                 /* ranks forked by comm_open_local */
 };
 
 /* The number of ranks an MPI launcher announced, or 0 when none did. */
@@ -103,13 +105,40 @@ int comm_open(const char *want, struct comm **out)
     return (*out = load(want)) ? 0 : -1;
 }
 
-void comm_close(struct comm *c)
+int comm_open_local(int n, struct comm **out)
+{
+    *out = NULL;
+    if (n == 1)
+        return 0;
+    struct comm *c = nmt_calloc(1, sizeof *c);
+    if (!c)
+        return -1;
+    const char *err = "unknown error";
+    if (!(c->ctx = comm_local_fork(n, &err))) {
+        free(c);
+        return nmt_seterr("cannot start %d local ranks: %s", n, err);
+    }
+    c->k = comm_local_table();
+    c->local = 1;
+    c->rank = c->k->rank(c->ctx);
+    c->size = c->k->size(c->ctx);
+    *out = c;
+    return 0;
+}
+
+int comm_close(struct comm *c)
 {
     if (!c)
-        return;
-    c->k->close(c->ctx);
+        return 0;
+    int rc = 0;
+    char why[160];
+    if (c->local)
+        rc = comm_local_close(c->ctx, why, sizeof why) < 0 ? nmt_seterr("%s", why) : 0;
+    else
+        c->k->close(c->ctx);
     /* the MPI library stays mapped: Open MPI cannot be unloaded and loaded again */
     free(c);
+    return rc;
 }
 
 int comm_rank(const struct comm *c) { return c ? c->rank : 0; }
@@ -118,6 +147,8 @@ int comm_local_rank(const struct comm *c)
 {
     if (!c)
         return 0;
+    if (c->local)
+        return c->rank;
     const char *v = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     if (!v || !*v)
         v = getenv("MPI_LOCALRANKID");
@@ -129,8 +160,8 @@ int comm_local_threads(const struct comm *c)
 {
     if (comm_size(c) < 2)
         return 0;
-    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (!v || !*v)
+    const char *v = c->local ? NULL : getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!c->local && (!v || !*v))
         v = getenv("MPI_LOCALNRANKS");
     long local = v && *v ? strtol(v, NULL, 10) : comm_size(c), cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (local < 1)

@@ -20,16 +20,22 @@ struct comm;
  * "none" (or NMT_COMM=none) never joins. *OUT is NULL for a single process. 0, or -1 with the error
  * set (module not found or not loadable, MPI failed to start). */
 int comm_open(const char *want, struct comm **out);
-/* Leaves the job and unloads the module; comm_close(NULL) is a no-op. */
-void comm_close(struct comm *c);
+/* Starts a job of N ranks on this machine without MPI (run/comm_local.h): forks N - 1 copies of the
+ * calling process, and returns in each with *OUT its place (rank 0 is the caller); N == 1 gives
+ * NULL (one process). Call it before any thread starts. 0, or -1 with the error set. */
+int comm_open_local(int n, struct comm **out);
+/* Leaves the job and unloads the module; comm_close(NULL) is a no-op. 0, or -1 with the error set
+ * when, in rank 0 of a local job, another rank ended with a failure. */
+int comm_close(struct comm *c);
 /* This rank (0 for NULL) and the number of ranks (1 for NULL). */
 int comm_rank(const struct comm *c);
 int comm_size(const struct comm *c);
 /* This rank's index among the ranks on its machine (OMPI_COMM_WORLD_LOCAL_RANK or MPI_LOCALRANKID;
- * the GPU a cuda rank uses); 0 for NULL or when the launcher does not say. */
+ * the rank of a local job; the GPU a cuda rank uses); 0 for NULL or when the launcher does not say. */
 int comm_local_rank(const struct comm *c);
 /* The threads a rank uses by default: the online cores divided by the ranks on this machine
- * (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS), at least 1; 0 (all cores) for one process. */
+ * (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS; a local job's ranks), at least 1; 0 (all cores)
+ * for one process. */
 int comm_local_threads(const struct comm *c);
 /* The module's one-line description ("" for NULL). */
 const char *comm_description(const struct comm *c);
