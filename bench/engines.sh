@@ -53,7 +53,9 @@
 # (default "1 2"): target tokens/s (median of the logged rates after step LO, default 20), target tokens
 # an update, peak RSS (/usr/bin/time), validation perplexity. TRAIN_PRECISIONS (default float32; also
 # bf16) are nmt-train's --precision runs, each a row before Marian's (Marian trains in float32 on a
-# CPU). Marian on T threads: T workers of one thread each (`marian`: --cpu-threads T,
+# CPU). On T > 1 threads also nmt-train --ranks T: T processes of one thread each, on batches of
+# MAX_TOKENS / T (Marian's workers too split each update's batch), its memory the ranks' peaks added.
+# Marian on T threads: T workers of one thread each (`marian`: --cpu-threads T,
 # OPENBLAS_NUM_THREADS=1), and with T > 1 also one worker whose products use T threads
 # (`marian/blas`: --cpu-threads 1, OPENBLAS_NUM_THREADS=T). Without OPENBLAS_NUM_THREADS Debian's
 # OpenBLAS takes every core, whatever --cpu-threads says.
@@ -84,7 +86,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
         export OPENBLAS_CORETYPE=Haswell
     fi
 fi
-usage() { sed -n 2,54p "$0" >&2; exit 2; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" >&2; exit 2; }
 train_engines() {
     local vocab=$1 tsrc=$2 ttgt=$3 vsrc=$4 vtgt=$5
     local preset=${PRESET:-tiny} steps=${STEPS:-300} warmup=${WARMUP:-4000} lo=${LO:-20} dropout=${DROPOUT:-0.1}
@@ -112,26 +114,41 @@ train_engines() {
         for p in $precisions; do
             train_nmt "$t" "$p" || return 1
         done
+        [ "$t" -eq 1 ] || train_nmt "$t" float32 "$t" || return 1
         train_marian "$t" "$t" 1 || return 1
         [ "$t" -eq 1 ] || train_marian "$t" 1 "$t" || return 1
     done
     [ -n "${WORK:-}" ] || rm -rf "$w"
 }
 
-# train_nmt THREADS PRECISION: one nmt-train run, a table row
+# train_nmt THREADS PRECISION [RANKS]: one nmt-train run, a table row. With RANKS > 1, RANKS ranks
+# (--ranks) of THREADS / RANKS threads each, on batches of MAX_TOKENS / RANKS (a step takes one from
+# each rank: the tokens of an update stay those of the other rows); its memory is the ranks' peaks
+# added, from nmt-train's closing message.
 train_nmt() {
-    local t=$1 p=$2
+    local t=$1 p=$2 r=${3:-1} batches=$w/train.batches log=$w/nmt.$1.$2.csv name kb
+    name="nmt-train$([ "$p" = float32 ] || echo " $p")"
+    local args=(--threads "$t")
+    if [ "$r" -gt 1 ]; then
+        batches=$w/train.r$r.batches log=$w/nmt.$t.$p.r$r.csv name="$name --ranks $r"
+        args=(--ranks "$r" --threads "$((t / r))")
+        [ -e "$batches" ] || "$B/nmt-tokenize" --vocab "$vocab" --src "$tsrc" --tgt "$ttgt" |
+            "$B/nmt-batch" -t "$((mt / r))" -o "$batches" 2> /dev/null || return 1
+    fi
     rm -f "$w/nmt.ckpt"*
-    /usr/bin/time -f "%M" -o "$w/nmt.$t.time" "$B/nmt-train" "${arch[@]}" -i "$w/train.batches" --vocab "$vocab" \
-        -o "$w/nmt.ckpt" --max-steps "$steps" --threads "$t" --valid "$w/valid.batches" --valid-every "$steps" \
-        --precision "$p" --log "$w/nmt.$t.$p.csv" -q || return 1
-    awk -F, -v lo="$lo" -v t="$t" -v kb="$(cat "$w/nmt.$t.time")" -v name="nmt-train$([ "$p" = float32 ] || echo " $p")" '
+    /usr/bin/time -f "%M" -o "$w/nmt.$t.time" "$B/nmt-train" "${arch[@]}" -i "$batches" --vocab "$vocab" \
+        -o "$w/nmt.ckpt" --max-steps "$steps" "${args[@]}" --valid "$w/valid.batches" --valid-every "$steps" \
+        --precision "$p" --log "$log" --progress-every 1000000 2> "$w/nmt.$t.err" || { cat "$w/nmt.$t.err" >&2; return 1; }
+    kb=$(cat "$w/nmt.$t.time")
+    [ "$r" -eq 1 ] || kb=$(sed -n 's/.*peak resident memory of the [0-9]* ranks together \([0-9]*\) MiB.*/\1/p' "$w/nmt.$t.err" |
+        awk '{print $1 * 1024}')
+    awk -F, -v lo="$lo" -v t="$t" -v kb="$kb" -v name="$name" '
         NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
         $c["step"] > lo { r[++n] = $c["tokens_per_s"]; tok += $c["tokens"]; k++ }
         $c["valid_ppl"] != "" { ppl = $c["valid_ppl"] }
         END { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { x = r[i]; r[i] = r[j]; r[j] = x }
               printf "| %s | %d | %.0f | %.0f | %.0f | %.2f |\n", name, t, n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2,
-                     tok / k, kb / 1024, ppl }' "$w/nmt.$t.$p.csv"
+                     tok / k, kb / 1024, ppl }' "$log"
 }
 
 # train_same_batch: both engines take 40 updates on one batch (the first 200 pairs), from the

@@ -7,15 +7,8 @@ load common
 
 setup_file() {
     export D="$BATS_FILE_TMPDIR"
-    local M="$NMT_SRCDIR/data/multi30k"
-    zcat "$M/train.en.gz" | sed -n 1,2000p > "$D/tr.en"
-    zcat "$M/train.de.gz" | sed -n 1,2000p > "$D/tr.de"
-    zcat "$M/train.en.gz" | sed -n 2001,2100p > "$D/va.en"
-    zcat "$M/train.de.gz" | sed -n 2001,2100p > "$D/va.de"
-    zcat "$M/test_2016_flickr.en.gz" > "$D/test.en"
-    nmt-tokenize --src "$D/tr.en" --tgt "$D/tr.de" | nmt-vocab -s 500 -o "$D/v.txt" 2>/dev/null
-    nmt-tokenize --src "$D/tr.en" --tgt "$D/tr.de" --vocab "$D/v.txt" | nmt-batch -t 1500 -o "$D/tr.b" 2>/dev/null
-    nmt-tokenize --src "$D/va.en" --tgt "$D/va.de" --vocab "$D/v.txt" | nmt-batch -t 1500 -o "$D/va.b" 2>/dev/null
+    small_training_set
+    zcat "$NMT_SRCDIR/data/multi30k/test_2016_flickr.en.gz" > "$D/test.en"
     # a small trained model (tests/fixtures/ref) that says something different for each sentence
     export MODEL="$NMT_SRCDIR/tests/fixtures/ref/decode/model.ckpt"
 }
