@@ -60,6 +60,153 @@ static int check_rows(nmt_bctx *ctx, const char *what, const struct nmt_attn_arg
 
 static int check(nmt_bctx *ctx, const char *what, const struct nmt_attn_args *a) { return check_rows(ctx, what, a, 0); }
 
+/* R[c] lane j becomes R[j] lane c, j, c < 16. */
+static inline __attribute__((always_inline)) ISA_AVX512 void transpose16(__m512 *r)
+{
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) { /* block k: r2i[4k], r2i+1[4k], r2i[4k+1], r2i+1[4k+1]; then 4k+2, 4k+3 */
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* r[4i + m], block k: rows 4i .. 4i+3 at column 4k + m */
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    for (int m = 0; m < 4; m++) t[m] = r[m], t[4 + m] = r[4 + m], t[8 + m] = r[8 + m], t[12 + m] = r[12 + m];
+    for (int m = 0; m < 4; m++) { /* column 4k + m: block k of r[m], r[4 + m], r[8 + m], r[12 + m] */
+        __m512 a0 = _mm512_shuffle_f32x4(t[m], t[4 + m], 0x44), a1 = _mm512_shuffle_f32x4(t[m], t[4 + m], 0xEE);
+        __m512 b0 = _mm512_shuffle_f32x4(t[8 + m], t[12 + m], 0x44), b1 = _mm512_shuffle_f32x4(t[8 + m], t[12 + m], 0xEE);
+        r[m] = _mm512_shuffle_f32x4(a0, b0, 0x88);
+        r[4 + m] = _mm512_shuffle_f32x4(a0, b0, 0xDD);
+        r[8 + m] = _mm512_shuffle_f32x4(a1, b1, 0x88);
+        r[12 + m] = _mm512_shuffle_f32x4(a1, b1, 0xDD);
+    }
+}
+
+/* OUT[j] = vdot(X, row j, dh) for the rows j < N of batch item B (key_at from BASE with strides
+ * BS, LD), on AVX-512 with dh a multiple of 16 up to 128: 16 rows at a time, each row's 16 lane
+ * sums (vdot's accumulator, without its leading +0, which changes no sum below), transposed and
+ * added lane after lane from +0 as vdot adds them, so that each result has vdot's bits. */
+ISA_AVX512 static void dots16(float *out, const float *x, const struct attn *t, const float *base, int b, int n,
+                              int64_t bs, int64_t ld)
+{
+    int nv = t->a->dh / 16;
+    __m512 xv[8];
+    for (int c = 0; c < nv; c++)
+        xv[c] = _mm512_loadu_ps(x + 16 * c);
+    for (int j0 = 0; j0 < n; j0 += 16) {
+        __m512 acc[16];
+        for (int j = 0; j < 16; j++) {
+            if (j0 + j >= n) {
+                acc[j] = _mm512_setzero_ps();
+                continue;
+            }
+            const float *row = key_at(t, base, b, j0 + j, bs, ld);
+            __m512 a = _mm512_mul_ps(xv[0], _mm512_loadu_ps(row));
+            for (int c = 1; c < nv; c++)
+                a = _mm512_add_ps(a, _mm512_mul_ps(xv[c], _mm512_loadu_ps(row + 16 * c)));
+            acc[j] = a;
+        }
+        transpose16(acc);
+        __m512 sum = _mm512_add_ps(_mm512_setzero_ps(), acc[0]);
+        for (int l = 1; l < 16; l++)
+            sum = _mm512_add_ps(sum, acc[l]);
+        _mm512_mask_storeu_ps(out + j0, n - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j0)) - 1), sum);
+    }
+}
+
+/* R[c] lane j becomes R[j] lane c, j, c < 8. */
+static inline __attribute__((always_inline)) ISA_AVX2 void transpose8(__m256 *r)
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) { /* per 128-bit half: r2i[0], r2i+1[0], r2i[1], r2i+1[1]; then [2], [3] */
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 2; g++) { /* u[4g + m]: rows 4g .. 4g+3 at column m (low half) and m + 4 (high) */
+        u[4 * g] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int m = 0; m < 4; m++) {
+        r[m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x20);
+        r[4 + m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x31);
+    }
+}
+
+/* dots16 on AVX2, 8 rows at a time: vdot's 16 lane sums of a row are two vectors, each transposed
+ * with the other rows', and added lane after lane from +0 as vdot adds them. */
+ISA_AVX2 static void dots8(float *out, const float *x, const struct attn *t, const float *base, int b, int n,
+                           int64_t bs, int64_t ld)
+{
+    int nv = t->a->dh / 16;
+    for (int j0 = 0; j0 < n; j0 += 8) {
+        __m256 lo[8], hi[8]; /* lanes 0-7 and 8-15 of each row's sums */
+        for (int j = 0; j < 8; j++) {
+            if (j0 + j >= n) {
+                lo[j] = hi[j] = _mm256_setzero_ps();
+                continue;
+            }
+            const float *row = key_at(t, base, b, j0 + j, bs, ld);
+            __m256 l = _mm256_mul_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(row));
+            __m256 h = _mm256_mul_ps(_mm256_loadu_ps(x + 8), _mm256_loadu_ps(row + 8));
+            for (int c = 1; c < nv; c++) {
+                l = _mm256_add_ps(l, _mm256_mul_ps(_mm256_loadu_ps(x + 16 * c), _mm256_loadu_ps(row + 16 * c)));
+                h = _mm256_add_ps(h, _mm256_mul_ps(_mm256_loadu_ps(x + 16 * c + 8), _mm256_loadu_ps(row + 16 * c + 8)));
+            }
+            lo[j] = l;
+            hi[j] = h;
+        }
+        transpose8(lo);
+        transpose8(hi);
+        __m256 sum = _mm256_add_ps(_mm256_setzero_ps(), lo[0]);
+        for (int l = 1; l < 8; l++)
+            sum = _mm256_add_ps(sum, lo[l]);
+        for (int l = 0; l < 8; l++)
+            sum = _mm256_add_ps(sum, hi[l]);
+        if (n - j0 >= 8) {
+            _mm256_storeu_ps(out + j0, sum);
+        } else {
+            float tail[8];
+            _mm256_storeu_ps(tail, sum);
+            memcpy(out + j0, tail, (size_t)(n - j0) * sizeof *tail);
+        }
+    }
+}
+
+/* The path dots takes for heads of width DH: 2 dots16, 1 dots8 (dh a multiple of 16 up to 128,
+ * the ISA allowing), 0 a vdot a row. */
+static int dots_wide(int dh)
+{
+    if (dh % 16 || dh > 128)
+        return 0;
+    int isa = cpu_isa();
+    return isa >= CPU_ISA_AVX512 ? 2 : isa == CPU_ISA_AVX2 ? 1 : 0;
+}
+
+/* OUT[j] = vdot(X, row j, dh) for the rows j < N of batch item B (key_at from BASE with strides BS,
+ * LD): dots16 or dots8 as WIDE says (dots_wide), else one vdot a row; the same bits either way. */
+static inline __attribute__((always_inline)) void dots(float *out, const float *x, const struct attn *t,
+                                                       const float *base, int b, int n, int64_t bs, int64_t ld,
+                                                       int wide)
+{
+    if (wide == 2) {
+        dots16(out, x, t, base, b, n, bs, ld);
+        return;
+    }
+    if (wide == 1) {
+        dots8(out, x, t, base, b, n, bs, ld);
+        return;
+    }
+    for (int j = 0; j < n; j++)
+        out[j] = vdot(x, key_at(t, base, b, j, bs, ld), t->a->dh);
+}
+
 CPU_VEC_BODY(fwd_body)
 {
     struct attn *t = arg;
@@ -68,6 +215,7 @@ CPU_VEC_BODY(fwd_body)
     float *s = cpu_scratch_of(t->ctx, tid); /* (Tk) */
     float keep = 1.0f / (1.0f - a->dropout);
     uint64_t key = rng_key(a->seed);
+    int wide = dots_wide(dh);
     for (int64_t r = lo; r < hi; r++) { /* r = (b*H + h)*Tq + i */
         int i = (int)(r % a->Tq), h = (int)(r / a->Tq % a->H), b = (int)(r / a->Tq / a->H);
         const float *qi = t->q + b * a->q_bs + i * a->q_ld + h * dh;
@@ -84,8 +232,9 @@ CPU_VEC_BODY(fwd_body)
             continue;
         }
         const float *kh = t->k + h * dh, *vh = t->v + h * dh;
+        dots(s, qi, t, kh, b, n, a->k_bs, a->k_ld, wide);
         for (int j = 0; j < n; j++)
-            s[j] = vdot(qi, key_at(t, kh, b, j, a->k_bs, a->k_ld), dh) * a->scale;
+            s[j] *= a->scale;
         float mx = vmax(s, n), sum = 0;
         for (int j = 0; j < n; j++) {
             s[j] = vexp(s[j] - mx);
@@ -344,9 +493,10 @@ CPU_VEC_BODY(bwd_body)
     float *pr = dp + Tk;                     /* (Tk) the recomputed row of P (lse path) */
     float keep = 1.0f / (1.0f - a->dropout);
     uint64_t key = rng_key(a->seed);
+    int wide = dots_wide(dh);
     for (int64_t bh = lo; bh < hi; bh++) {
         int b = (int)(bh / a->H), h = (int)(bh % a->H);
-        const float *kb = t->k + b * a->k_bs + h * dh, *vb = t->v + b * a->v_bs + h * dh;
+        const float *kb = t->k + b * a->k_bs + h * dh;
         float *dkb = t->dk + b * a->k_bs + h * dh, *dvb = t->dv + b * a->v_bs + h * dh;
         for (int j = 0; j < Tk; j++) {
             memset(dkb + j * a->k_ld, 0, (size_t)dh * sizeof(float));
@@ -365,8 +515,9 @@ CPU_VEC_BODY(bwd_body)
                 continue;
             if (!t->Pin) { /* P as fwd_body computed it: the same operations on the same values */
                 float mx = t->lsein[2 * r], inv = 1.0f / t->lsein[2 * r + 1];
+                dots(pr, qi, t, t->k + h * dh, b, n, a->k_bs, a->k_ld, wide);
                 for (int j = 0; j < n; j++)
-                    pr[j] = vdot(qi, kb + j * a->k_ld, dh) * a->scale;
+                    pr[j] *= a->scale;
                 for (int j = 0; j < n; j++)
                     pr[j] = vexp(pr[j] - mx);
                 for (int j = 0; j < n; j++)
@@ -374,12 +525,13 @@ CPU_VEC_BODY(bwd_body)
             }
             uint64_t ctr = a->offset + (uint64_t)r * (uint64_t)Tk;
             float dot = 0;
+            dots(dp, go, t, t->v + h * dh, b, n, a->v_bs, a->v_ld, wide); /* dO_i . V_j */
             for (int j = 0; j < n; j++) {
                 float m = a->dropout > 0 ? (rng_uniform_keyed(key, ctr + (uint64_t)j) >= a->dropout ? keep : 0.0f)
                                          : 1.0f;
                 /* dV_j += P'_ij dO_i ; dP_ij = (dO_i . V_j) * m */
                 vaxpy(dvb + j * a->v_ld, prow[j] * m, go, dh);
-                dp[j] = vdot(go, vb + j * a->v_ld, dh) * m;
+                dp[j] *= m;
                 dot += prow[j] * dp[j];
             }
             for (int j = 0; j < n; j++) {

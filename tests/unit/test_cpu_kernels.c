@@ -607,6 +607,71 @@ static void run_attention(const char *name, int B, int Tq, int Tk, int H, int dh
         free(P1);
 }
 
+/* One batch's attention, forward and backward, both ways (saved probabilities; saved statistics,
+ * the probabilities recomputed), heads of width DH: every output in one buffer (OUT, room for
+ * count floats), on the path NMT_CPU_ISA allows now. */
+static float *attention_bits(int dh, int causal, float drop, size_t *count)
+{
+    enum { B = 2, Tq = 19, Tk = 37, H = 2 };
+    static const int32_t klen[B] = { 37, 21 };
+    int D = H * dh;
+    struct nmt_attn_args a = { .B = B, .Tq = Tq, .Tk = Tk, .H = H, .dh = dh, .causal = causal, .causal_shift = 18,
+                               .scale = (float)(1 / sqrt(dh)), .dropout = drop, .seed = 7, .offset = 11,
+                               .klen = klen };
+    a.q_ld = a.k_ld = a.v_ld = D + 1; /* rows that are not a multiple of 16 floats apart */
+    a.q_bs = (int64_t)Tq * a.q_ld, a.k_bs = a.v_bs = (int64_t)Tk * a.k_ld;
+    a.o_ld = D, a.o_bs = (int64_t)Tq * D;
+    size_t nq = (size_t)B * a.q_bs, nk = (size_t)B * a.k_bs, no = (size_t)B * Tq * D, np = (size_t)B * H * Tq * Tk;
+    rng_state = 5; /* the same inputs on every call */
+    float *q = frand(nq, -2, 2), *k = frand(nk, -2, 2), *v = frand(nk, -2, 2), *dout = frand(no, -1, 1);
+    *count = 2 * (no + np + 2 * no + 2 * nk + 2 * np) + 4 * nk;
+    float *all = calloc(*count, sizeof *all), *o = all, *P = o + no, *lse = P + np;
+    float *o2 = lse + 2 * np, *dq = o2 + no, *dk = dq + nq, *dv = dk + nk, *dq2 = dv + nk, *dk2 = dq2 + nq,
+          *dv2 = dk2 + nk;
+    int rc = OPS.attention_forward(CTX, o, P, q, k, v, &a) | OPS.attention_backward(CTX, dq, dk, dv, dout, q, k, v, P, &a);
+    if (OPS.attention_forward_lse)
+        rc |= OPS.attention_forward_lse(CTX, o2, lse, q, k, v, &a) |
+              OPS.attention_backward_lse(CTX, dq2, dk2, dv2, dout, o2, lse, q, k, v, &a);
+    free(q), free(k), free(v), free(dout);
+    if (rc) {
+        free(all);
+        return NULL;
+    }
+    *count = (size_t)(dv2 + nk - all);
+    return all;
+}
+
+/* The scores of 16 or 8 keys at a time (AVX-512, AVX2) give the bits of the portable path's one
+ * key at a time: key lengths, causal masks, dropout, tails of both widths (37 keys), and widths
+ * that take them (16 .. 128) or not (40). */
+static void test_attention_paths(void)
+{
+    static const char *const isas[] = { "avx512", "avx2" };
+    static const int dhs[] = { 16, 32, 64, 128, 40 };
+    for (size_t p = 0; p < sizeof isas / sizeof isas[0]; p++) {
+        if (!cpu_has(isas[p])) {
+            test_ok(1, "attention, NMT_CPU_ISA=%s # SKIP this CPU lacks the %s path", isas[p], isas[p]);
+            continue;
+        }
+        int same = 1, cases = 0;
+        for (size_t d = 0; d < sizeof dhs / sizeof *dhs; d++)
+            for (int var = 0; var < 3; var++) {
+                size_t n1 = 0, n2 = 0;
+                setenv("NMT_CPU_ISA", "portable", 1);
+                float *ref = attention_bits(dhs[d], var == 1, var == 2 ? 0.25f : 0, &n1);
+                setenv("NMT_CPU_ISA", isas[p], 1);
+                float *got = attention_bits(dhs[d], var == 1, var == 2 ? 0.25f : 0, &n2);
+                same &= ref && got && n1 == n2 && !memcmp(ref, got, n1 * sizeof *ref);
+                cases++;
+                free(ref), free(got);
+            }
+        unsetenv("NMT_CPU_ISA");
+        test_ok(same, "attention forward and backward (with P, and from saved statistics), NMT_CPU_ISA=%s: the bits "
+                      "of the portable path in %d cases (dh 16 .. 128 and 40; key lengths, causal, dropout; 37 keys)",
+                isas[p], cases);
+    }
+}
+
 static void test_attention(void)
 {
     int kl[3] = { 3, 0, 5 }; /* item 1 has no visible key: its output must be zeros */
@@ -1145,6 +1210,7 @@ int main(void)
     test_bias();
     test_embedding();
     test_attention();
+    test_attention_paths();
     test_layernorm(1, 1);
     test_layernorm(7, 37);
     test_layernorm(3, 512);
