@@ -2,19 +2,20 @@
  *
  * A collective moves its bytes in chunks through the shared area: every rank writes its part of a
  * chunk into its cells, all meet at a turn, every rank reads what it needs, and all meet again
- * before the cells are reused. A turn: each rank r > 0 writes a byte to rank 0 and waits for one
- * back; rank 0 reads a byte from each and then answers each. The pipes' system calls order the
- * shared memory accesses between the processes. */
+ * before the cells are reused. A turn: each rank r > 0 sends a byte to rank 0 and waits for one
+ * back; rank 0 receives a byte from each and then answers each, over a socket pair per rank (sent
+ * with MSG_NOSIGNAL: a rank whose peer has ended gets an error, not SIGPIPE). The system calls
+ * order the shared memory accesses between the processes. */
 #include "run/comm_local.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,7 +25,7 @@ enum { LOCAL_MAX_RANKS = 256 };
 struct nmt_cctx {
     int rank, size;
     char *area;          /* AREA_BYTES shared by all ranks */
-    int *rd, *wr;        /* rank 0: from and to rank r (index r > 0); rank r > 0: index 0, to and from rank 0 */
+    int *fd;             /* rank 0: rank r's socket (index r > 0); rank r > 0: rank 0's (index 0) */
     pid_t *pid;          /* rank 0: rank r's process (index r > 0) */
     int *ended;          /* rank 0: rank r's status is already known (reaped) */
     int *status;         /* rank 0: its wait status when ended */
@@ -46,7 +47,7 @@ static void describe_end(char *out, size_t len, int r, int st)
         snprintf(out, len, "rank %d ended with status %d", r, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
-/* Rank 0: rank R broke its pipe; records how it ended. */
+/* Rank 0: rank R closed its socket; records how it ended. */
 static int peer_gone(nmt_cctx *c, int r)
 {
     if (!c->ended[r] && waitpid(c->pid[r], &c->status[r], 0) == c->pid[r])
@@ -58,12 +59,12 @@ static int peer_gone(nmt_cctx *c, int r)
     return -1;
 }
 
-/* Reads or writes the one byte of a turn on FD; 0, or -1 (the other end is gone). */
-static int turn_io(int fd, int writing)
+/* Sends or receives the one byte of a turn on FD; 0, or -1 (the other end is gone). */
+static int turn_io(int fd, int sending)
 {
     char b = 't';
     for (;;) {
-        ssize_t k = writing ? write(fd, &b, 1) : read(fd, &b, 1);
+        ssize_t k = sending ? send(fd, &b, 1, MSG_NOSIGNAL) : recv(fd, &b, 1, 0);
         if (k == 1)
             return 0;
         if (k < 0 && errno == EINTR)
@@ -77,14 +78,14 @@ static int turn(nmt_cctx *c)
 {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (c->rank) {
-        if (turn_io(c->wr[0], 1) < 0 || turn_io(c->rd[0], 0) < 0)
+        if (turn_io(c->fd[0], 1) < 0 || turn_io(c->fd[0], 0) < 0)
             return fail(c, "rank 0 left the job (rank %d waited for it)", c->rank, 0);
     } else {
         for (int r = 1; r < c->size; r++)
-            if (turn_io(c->rd[r], 0) < 0)
+            if (turn_io(c->fd[r], 0) < 0)
                 return peer_gone(c, r);
         for (int r = 1; r < c->size; r++)
-            if (turn_io(c->wr[r], 1) < 0)
+            if (turn_io(c->fd[r], 1) < 0)
                 return peer_gone(c, r);
     }
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -196,16 +197,12 @@ static nmt_cctx *local_open(const char **err)
 
 static void free_ctx(nmt_cctx *c)
 {
-    for (int r = 0; r < c->size; r++) {
-        if (c->rd[r] >= 0)
-            close(c->rd[r]);
-        if (c->wr[r] >= 0)
-            close(c->wr[r]);
-    }
+    for (int r = 0; r < c->size; r++)
+        if (c->fd[r] >= 0)
+            close(c->fd[r]);
     if (c->area)
         munmap(c->area, AREA_BYTES);
-    free(c->rd);
-    free(c->wr);
+    free(c->fd);
     free(c->pid);
     free(c->ended);
     free(c->status);
@@ -269,39 +266,35 @@ static nmt_cctx *new_ctx(int n)
     if (!c)
         return NULL;
     c->size = n;
-    c->rd = malloc((size_t)n * sizeof *c->rd);
-    c->wr = malloc((size_t)n * sizeof *c->wr);
+    c->fd = malloc((size_t)n * sizeof *c->fd);
     c->pid = calloc((size_t)n, sizeof *c->pid);
     c->ended = calloc((size_t)n, sizeof *c->ended);
     c->status = calloc((size_t)n, sizeof *c->status);
-    if (!c->rd || !c->wr || !c->pid || !c->ended || !c->status) {
-        free(c->rd), free(c->wr), free(c->pid), free(c->ended), free(c->status), free(c);
+    if (!c->fd || !c->pid || !c->ended || !c->status) {
+        free(c->fd), free(c->pid), free(c->ended), free(c->status), free(c);
         return NULL;
     }
     for (int r = 0; r < n; r++)
-        c->rd[r] = c->wr[r] = -1;
+        c->fd[r] = -1;
     return c;
 }
 
-/* In the child that is rank R: keeps its two pipe ends (as index 0) and closes every other. */
-static void become_child(nmt_cctx *c, int r, int (*up)[2], int (*down)[2], pid_t parent)
+/* In the child that is rank R: keeps its end of its socket pair (as index 0) and closes every other
+ * (the pairs of SV made so far). */
+static void become_child(nmt_cctx *c, int r, int (*sv)[2], pid_t parent)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) /* rank 0 ended before the signal was asked for */
         _exit(1);
     for (int q = 1; q < c->size; q++) {
-        if (q != r) {
-            close(up[q][1]);
-            close(down[q][0]);
-        }
-        close(up[q][0]);
-        close(down[q][1]);
+        close(sv[q][0]);
+        if (q != r)
+            close(sv[q][1]);
     }
     c->rank = r;
     for (int q = 0; q < c->size; q++)
-        c->rd[q] = c->wr[q] = -1;
-    c->wr[0] = up[r][1];
-    c->rd[0] = down[r][0];
+        c->fd[q] = -1;
+    c->fd[0] = sv[r][1];
 }
 
 nmt_cctx *comm_local_fork(int n, const char **err)
@@ -311,8 +304,8 @@ nmt_cctx *comm_local_fork(int n, const char **err)
         return NULL;
     }
     nmt_cctx *c = new_ctx(n);
-    int(*up)[2] = calloc((size_t)n, sizeof *up), (*down)[2] = calloc((size_t)n, sizeof *down);
-    if (!c || !up || !down) {
+    int(*sv)[2] = calloc((size_t)n, sizeof *sv);
+    if (!c || !sv) {
         *err = "out of memory";
         goto fail;
     }
@@ -323,17 +316,11 @@ nmt_cctx *comm_local_fork(int n, const char **err)
         goto fail;
     }
     int made = 1;
-    for (; made < n; made++) {
-        if (pipe2(up[made], O_CLOEXEC) < 0) {
-            *err = "cannot make the pipes between the ranks";
-            goto close_pipes;
+    for (; made < n; made++)
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[made]) < 0) {
+            *err = "cannot make the sockets between the ranks";
+            goto close_socks;
         }
-        if (pipe2(down[made], O_CLOEXEC) < 0) {
-            close(up[made][0]), close(up[made][1]);
-            *err = "cannot make the pipes between the ranks";
-            goto close_pipes;
-        }
-    }
     pid_t parent = getpid();
     fflush(NULL); /* no buffered output is written twice */
     for (int r = 1; r < n; r++) {
@@ -341,31 +328,26 @@ nmt_cctx *comm_local_fork(int n, const char **err)
         if (p < 0) {
             *err = "cannot fork the ranks";
             end_children(c);
-            goto close_pipes;
+            goto close_socks;
         }
         if (p == 0) {
-            become_child(c, r, up, down, parent);
-            free(up);
-            free(down);
+            become_child(c, r, sv, parent);
+            free(sv);
             return c;
         }
         c->pid[r] = p;
     }
     for (int r = 1; r < n; r++) {
-        close(up[r][1]);
-        close(down[r][0]);
-        c->rd[r] = up[r][0];
-        c->wr[r] = down[r][1];
+        close(sv[r][1]);
+        c->fd[r] = sv[r][0];
     }
-    free(up);
-    free(down);
+    free(sv);
     return c;
-close_pipes:
+close_socks:
     for (int r = 1; r < made; r++)
-        close(up[r][0]), close(up[r][1]), close(down[r][0]), close(down[r][1]);
+        close(sv[r][0]), close(sv[r][1]);
 fail:
-    free(up);
-    free(down);
+    free(sv);
     if (c)
         free_ctx(c);
     return NULL;
@@ -375,9 +357,9 @@ int comm_local_close(nmt_cctx *c, char *why, size_t why_len)
 {
     int rc = 0;
     if (c->rank == 0) {
-        for (int r = 1; r < c->size; r++) { /* a rank still running sees its pipes close and ends */
-            close(c->wr[r]);
-            c->wr[r] = -1;
+        for (int r = 1; r < c->size; r++) { /* a rank still running sees its socket close and ends */
+            close(c->fd[r]);
+            c->fd[r] = -1;
         }
         for (int r = 1; r < c->size; r++) {
             if (!c->ended[r] && waitpid(c->pid[r], &c->status[r], 0) == c->pid[r])

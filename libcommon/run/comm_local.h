@@ -1,7 +1,7 @@
 /* comm_local.h: the ranks of a job on one machine without MPI: processes forked from the caller,
- * whose collectives move bytes through one shared memory area, a pipe pair between rank 0 and each
- * other rank marking the turns (a rank that ends breaks its pipes, so the others fail rather than
- * wait). The table has the slots of plugins/comm.h (ABI 1.0: no non-blocking collectives), is built
+ * whose collectives move bytes through one shared memory area, a socket pair between rank 0 and
+ * each other rank marking the turns (a rank that ends closes its socket, so the others fail rather
+ * than wait). The table has the slots of plugins/comm.h (ABI 1.0: no non-blocking collectives), is built
  * into the programs rather than loaded, and is reached through run/ranks.h (comm_open_local). */
 #ifndef NMT_COMM_LOCAL_H
 #define NMT_COMM_LOCAL_H
