@@ -246,7 +246,7 @@ static const struct opt_spec OPTIONS[] = {
         "train as N processes on this machine, without MPI: each takes\n"
         "its own micro-batches on --threads (default: the cores / N), as\n"
         "mpirun -np N would"),
- .imin = 1, .imax = 256},
+ .flags = OF_ZERO_UNSET, .imin = 1, .imax = 256},
 {OPTION(OT_STR, "comm", 0, "NAME", OFF(comm),
         "auto (default: MPI when started by mpirun with N > 1), mpi, none")},
 {OPTION(OT_CHOICE, "reduce", 0, "MODE", OFF(reduce_fast),
