@@ -68,54 +68,22 @@ static inline __attribute__((always_inline)) ISA_AVX512 void transpose16(__m512 
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
-    for (int i = 0; i < 4; i++) { /* r[4i + m], block k: rows 4i .. 4i+3 at column 4k + m */
+    __m512 u[16]; /* a third array, not a copy back into T: GCC made such a copy a call to memcpy */
+    for (int i = 0; i < 4; i++) { /* u[4i + m], block k: rows 4i .. 4i+3 at column 4k + m */
         __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
         __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
-        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
     }
-    for (int m = 0; m < 4; m++) t[m] = r[m], t[4 + m] = r[4 + m], t[8 + m] = r[8 + m], t[12 + m] = r[12 + m];
-    for (int m = 0; m < 4; m++) { /* column 4k + m: block k of r[m], r[4 + m], r[8 + m], r[12 + m] */
-        __m512 a0 = _mm512_shuffle_f32x4(t[m], t[4 + m], 0x44), a1 = _mm512_shuffle_f32x4(t[m], t[4 + m], 0xEE);
-        __m512 b0 = _mm512_shuffle_f32x4(t[8 + m], t[12 + m], 0x44), b1 = _mm512_shuffle_f32x4(t[8 + m], t[12 + m], 0xEE);
+    for (int m = 0; m < 4; m++) { /* column 4k + m: block k of u[m], u[4 + m], u[8 + m], u[12 + m] */
+        __m512 a0 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x44), a1 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xEE);
+        __m512 b0 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x44), b1 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xEE);
         r[m] = _mm512_shuffle_f32x4(a0, b0, 0x88);
         r[4 + m] = _mm512_shuffle_f32x4(a0, b0, 0xDD);
         r[8 + m] = _mm512_shuffle_f32x4(a1, b1, 0x88);
         r[12 + m] = _mm512_shuffle_f32x4(a1, b1, 0xDD);
-    }
-}
-
-/* OUT[j] = vdot(X, row j, dh) for the rows j < N of batch item B (key_at from BASE with strides
- * BS, LD), on AVX-512 with dh a multiple of 16 up to 128: 16 rows at a time, each row's 16 lane
- * sums (vdot's accumulator, without its leading +0, which changes no sum below), transposed and
- * added lane after lane from +0 as vdot adds them, so that each result has vdot's bits. */
-ISA_AVX512 static void dots16(float *out, const float *x, const struct attn *t, const float *base, int b, int n,
-                              int64_t bs, int64_t ld)
-{
-    int nv = t->a->dh / 16;
-    __m512 xv[8];
-    for (int c = 0; c < nv; c++)
-        xv[c] = _mm512_loadu_ps(x + 16 * c);
-    for (int j0 = 0; j0 < n; j0 += 16) {
-        __m512 acc[16];
-        for (int j = 0; j < 16; j++) {
-            if (j0 + j >= n) {
-                acc[j] = _mm512_setzero_ps();
-                continue;
-            }
-            const float *row = key_at(t, base, b, j0 + j, bs, ld);
-            __m512 a = _mm512_mul_ps(xv[0], _mm512_loadu_ps(row));
-            for (int c = 1; c < nv; c++)
-                a = _mm512_add_ps(a, _mm512_mul_ps(xv[c], _mm512_loadu_ps(row + 16 * c)));
-            acc[j] = a;
-        }
-        transpose16(acc);
-        __m512 sum = _mm512_add_ps(_mm512_setzero_ps(), acc[0]);
-        for (int l = 1; l < 16; l++)
-            sum = _mm512_add_ps(sum, acc[l]);
-        _mm512_mask_storeu_ps(out + j0, n - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j0)) - 1), sum);
     }
 }
 
@@ -139,48 +107,99 @@ static inline __attribute__((always_inline)) ISA_AVX2 void transpose8(__m256 *r)
     }
 }
 
-/* dots16 on AVX2, 8 rows at a time: vdot's 16 lane sums of a row are two vectors, each transposed
- * with the other rows', and added lane after lane from +0 as vdot adds them. */
-ISA_AVX2 static void dots8(float *out, const float *x, const struct attn *t, const float *base, int b, int n,
-                           int64_t bs, int64_t ld)
+/* The keys of one batch item and head, transposed for the dot products of many queries with them:
+ * KT[c * ldt + j] = element c of key j (key_at from BASE with strides BS, LD), j < N, c < dh; the
+ * columns from N to ldt (N rounded up to 16) are zero. 16 x 16 blocks through transpose16. */
+ISA_AVX512 static void keys_t16(float *kt, int ldt, const struct attn *t, const float *base, int b, int n, int64_t bs,
+                                int64_t ld)
 {
-    int nv = t->a->dh / 16;
-    for (int j0 = 0; j0 < n; j0 += 8) {
-        __m256 lo[8], hi[8]; /* lanes 0-7 and 8-15 of each row's sums */
-        for (int j = 0; j < 8; j++) {
-            if (j0 + j >= n) {
-                lo[j] = hi[j] = _mm256_setzero_ps();
-                continue;
-            }
-            const float *row = key_at(t, base, b, j0 + j, bs, ld);
-            __m256 l = _mm256_mul_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(row));
-            __m256 h = _mm256_mul_ps(_mm256_loadu_ps(x + 8), _mm256_loadu_ps(row + 8));
-            for (int c = 1; c < nv; c++) {
-                l = _mm256_add_ps(l, _mm256_mul_ps(_mm256_loadu_ps(x + 16 * c), _mm256_loadu_ps(row + 16 * c)));
-                h = _mm256_add_ps(h, _mm256_mul_ps(_mm256_loadu_ps(x + 16 * c + 8), _mm256_loadu_ps(row + 16 * c + 8)));
-            }
-            lo[j] = l;
-            hi[j] = h;
+    int dh = t->a->dh;
+    for (int j0 = 0; j0 < n; j0 += 16)
+        for (int c0 = 0; c0 < dh; c0 += 16) {
+            __m512 r[16];
+            for (int j = 0; j < 16; j++)
+                r[j] = j0 + j < n ? _mm512_loadu_ps(key_at(t, base, b, j0 + j, bs, ld) + c0) : _mm512_setzero_ps();
+            transpose16(r);
+            for (int c = 0; c < 16; c++)
+                _mm512_storeu_ps(kt + (int64_t)(c0 + c) * ldt + j0, r[c]);
         }
-        transpose8(lo);
-        transpose8(hi);
-        __m256 sum = _mm256_add_ps(_mm256_setzero_ps(), lo[0]);
-        for (int l = 1; l < 8; l++)
-            sum = _mm256_add_ps(sum, lo[l]);
-        for (int l = 0; l < 8; l++)
-            sum = _mm256_add_ps(sum, hi[l]);
+}
+
+/* The same on AVX2: 8 x 8 blocks through transpose8. */
+ISA_AVX2 static void keys_t8(float *kt, int ldt, const struct attn *t, const float *base, int b, int n, int64_t bs,
+                             int64_t ld)
+{
+    int dh = t->a->dh;
+    for (int j0 = 0; j0 < ldt; j0 += 8)
+        for (int c0 = 0; c0 < dh; c0 += 8) {
+            __m256 r[8];
+            for (int j = 0; j < 8; j++)
+                r[j] = j0 + j < n ? _mm256_loadu_ps(key_at(t, base, b, j0 + j, bs, ld) + c0) : _mm256_setzero_ps();
+            transpose8(r);
+            for (int c = 0; c < 8; c++)
+                _mm256_storeu_ps(kt + (int64_t)(c0 + c) * ldt + j0, r[c]);
+        }
+}
+
+/* Lane j of the result: vdot(X, key j0 + j, dh) from the transposed keys at K (KT + j0, row stride
+ * LDT), NV = dh / 16. vdot's lane l holds the products of elements l, 16 + l, ... added in that
+ * order, and its result is +0 plus lane 0, lane 1, ... in turn; here lane l's products of 16 keys
+ * at once are the vector L, added to the sum in the same turn, so each lane has vdot's bits. */
+#define DOTS_T(NAME, TARGET, VEC, PFX)                                                                  \
+    static inline __attribute__((always_inline)) TARGET VEC NAME(const float *x, const float *k, int64_t ldt, int nv) \
+    {                                                                                                   \
+        VEC sum = PFX##_setzero_ps();                                                                   \
+        for (int l = 0; l < 16; l++) {                                                                  \
+            VEC p = PFX##_mul_ps(PFX##_set1_ps(x[l]), PFX##_loadu_ps(k + l * ldt));                     \
+            for (int c = 1; c < nv; c++)                                                                \
+                p = PFX##_add_ps(p, PFX##_mul_ps(PFX##_set1_ps(x[16 * c + l]), PFX##_loadu_ps(k + (16 * c + l) * ldt))); \
+            sum = PFX##_add_ps(sum, p);                                                                 \
+        }                                                                                               \
+        return sum;                                                                                     \
+    }
+DOTS_T(dots_t16_block, ISA_AVX512, __m512, _mm512)
+DOTS_T(dots_t8_block, ISA_AVX2, __m256, _mm256)
+#undef DOTS_T
+
+/* OUT[j] = vdot(X, key j, dh) for j < N from the keys transposed by keys_t16 into KT (stride LDT),
+ * dh a multiple of 16: 16 keys at a time, two blocks side by side where there are. */
+ISA_AVX512 static void dots_t16(float *out, const float *x, const float *kt, int ldt, int dh, int n)
+{
+    int nv = dh / 16, j0 = 0;
+    for (; j0 + 32 <= n; j0 += 32) {
+        __m512 s0 = dots_t16_block(x, kt + j0, ldt, nv), s1 = dots_t16_block(x, kt + j0 + 16, ldt, nv);
+        _mm512_storeu_ps(out + j0, s0);
+        _mm512_storeu_ps(out + j0 + 16, s1);
+    }
+    for (; j0 < n; j0 += 16)
+        _mm512_mask_storeu_ps(out + j0, n - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j0)) - 1),
+                              dots_t16_block(x, kt + j0, ldt, nv));
+}
+
+/* The same from keys_t8's keys on AVX2, 8 keys at a time. */
+ISA_AVX2 static void dots_t8(float *out, const float *x, const float *kt, int ldt, int dh, int n)
+{
+    int nv = dh / 16, j0 = 0;
+    for (; j0 + 16 <= n; j0 += 16) {
+        __m256 s0 = dots_t8_block(x, kt + j0, ldt, nv), s1 = dots_t8_block(x, kt + j0 + 8, ldt, nv);
+        _mm256_storeu_ps(out + j0, s0);
+        _mm256_storeu_ps(out + j0 + 8, s1);
+    }
+    for (; j0 < n; j0 += 8) {
+        __m256 s = dots_t8_block(x, kt + j0, ldt, nv);
         if (n - j0 >= 8) {
-            _mm256_storeu_ps(out + j0, sum);
+            _mm256_storeu_ps(out + j0, s);
         } else {
             float tail[8];
-            _mm256_storeu_ps(tail, sum);
-            memcpy(out + j0, tail, (size_t)(n - j0) * sizeof *tail);
+            _mm256_storeu_ps(tail, s);
+            for (int j = 0; j < n - j0; j++)
+                out[j0 + j] = tail[j];
         }
     }
 }
 
-/* The path dots takes for heads of width DH: 2 dots16, 1 dots8 (dh a multiple of 16 up to 128,
- * the ISA allowing), 0 a vdot a row. */
+/* The path of the training paths' dot products for heads of width DH: 2 the keys transposed on
+ * AVX-512, 1 on AVX2 (dh a multiple of 16 up to 128, the ISA allowing), 0 a vdot a row. */
 static int dots_wide(int dh)
 {
     if (dh % 16 || dh > 128)
@@ -189,22 +208,186 @@ static int dots_wide(int dh)
     return isa >= CPU_ISA_AVX512 ? 2 : isa == CPU_ISA_AVX2 ? 1 : 0;
 }
 
-/* OUT[j] = vdot(X, row j, dh) for the rows j < N of batch item B (key_at from BASE with strides BS,
- * LD): dots16 or dots8 as WIDE says (dots_wide), else one vdot a row; the same bits either way. */
-static inline __attribute__((always_inline)) void dots(float *out, const float *x, const struct attn *t,
-                                                       const float *base, int b, int n, int64_t bs, int64_t ld,
-                                                       int wide)
+/* The floats of one head's keys as keys_t transposes them, for TK keys at most. */
+static size_t keys_t_floats(const struct nmt_attn_args *a) { return (size_t)a->dh * (size_t)((a->Tk + 15) / 16 * 16); }
+
+/* The keys j < N of batch item B (key_at from BASE with strides BS, LD), for dots: transposed into
+ * KT by keys_t16 or keys_t8 as WIDE says (dots_wide); nothing when WIDE is 0. Returns KT's stride. */
+static int keys_t(float *kt, const struct attn *t, const float *base, int b, int n, int64_t bs, int64_t ld, int wide)
+{
+    int ldt = (n + 15) / 16 * 16;
+    if (wide == 2)
+        keys_t16(kt, ldt, t, base, b, n, bs, ld);
+    else if (wide == 1)
+        keys_t8(kt, ldt, t, base, b, n, bs, ld);
+    return ldt;
+}
+
+/* OUT[j] = vdot(X, key j, dh) for the keys j < N of batch item B: from KT (stride LDT, keys_t) when
+ * WIDE, else one vdot a row (key_at from BASE with strides BS, LD); the same bits either way. */
+static inline __attribute__((always_inline)) void dots(float *out, const float *x, const float *kt, int ldt,
+                                                       const struct attn *t, const float *base, int b, int n,
+                                                       int64_t bs, int64_t ld, int wide)
 {
     if (wide == 2) {
-        dots16(out, x, t, base, b, n, bs, ld);
+        dots_t16(out, x, kt, ldt, t->a->dh, n);
         return;
     }
     if (wide == 1) {
-        dots8(out, x, t, base, b, n, bs, ld);
+        dots_t8(out, x, kt, ldt, t->a->dh, n);
         return;
     }
     for (int j = 0; j < n; j++)
         out[j] = vdot(x, key_at(t, base, b, j, bs, ld), t->a->dh);
+}
+
+/* Lanes j of *S0 and *S1: the dot products of X0 and X1 with key j0 + j from the transposed keys
+ * at K, as the block of DOTS_T computes each; the two chains of additions side by side, each key's
+ * elements read once for both. */
+#define DOTS2_T(NAME, TARGET, VEC, PFX)                                                                 \
+    static inline __attribute__((always_inline)) TARGET void NAME(VEC *s0, VEC *s1, const float *x0, const float *x1, \
+                                                                  const float *k, int64_t ldt, int nv)  \
+    {                                                                                                   \
+        VEC a0 = PFX##_setzero_ps(), a1 = PFX##_setzero_ps();                                           \
+        for (int l = 0; l < 16; l++) {                                                                  \
+            VEC kl = PFX##_loadu_ps(k + l * ldt);                                                       \
+            VEC p0 = PFX##_mul_ps(PFX##_set1_ps(x0[l]), kl), p1 = PFX##_mul_ps(PFX##_set1_ps(x1[l]), kl); \
+            for (int c = 1; c < nv; c++) {                                                              \
+                VEC kc = PFX##_loadu_ps(k + (16 * c + l) * ldt);                                        \
+                p0 = PFX##_add_ps(p0, PFX##_mul_ps(PFX##_set1_ps(x0[16 * c + l]), kc));                 \
+                p1 = PFX##_add_ps(p1, PFX##_mul_ps(PFX##_set1_ps(x1[16 * c + l]), kc));                 \
+            }                                                                                           \
+            a0 = PFX##_add_ps(a0, p0);                                                                  \
+            a1 = PFX##_add_ps(a1, p1);                                                                  \
+        }                                                                                               \
+        *s0 = a0;                                                                                       \
+        *s1 = a1;                                                                                       \
+    }
+DOTS2_T(dots2_t16_block, ISA_AVX512, __m512, _mm512)
+DOTS2_T(dots2_t8_block, ISA_AVX2, __m256, _mm256)
+#undef DOTS2_T
+
+/* The lanes below N of V stored at OUT, N <= 16 (none when N <= 0). */
+static inline __attribute__((always_inline)) ISA_AVX512 void store16(float *out, __m512 v, int n)
+{
+    if (n > 0)
+        _mm512_mask_storeu_ps(out, n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1), v);
+}
+
+/* The same for N <= 8. */
+static inline __attribute__((always_inline)) ISA_AVX2 void store8(float *out, __m256 v, int n)
+{
+    if (n >= 8) {
+        _mm256_storeu_ps(out, v);
+    } else if (n > 0) {
+        float tail[8];
+        _mm256_storeu_ps(tail, v);
+        for (int j = 0; j < n; j++)
+            out[j] = tail[j];
+    }
+}
+
+/* dots_t16 for two queries X0, X1 over their N0 and N1 keys at once (OUT0, OUT1). */
+ISA_AVX512 static void dots2_t16(float *out0, float *out1, const float *x0, const float *x1, const float *kt, int ldt,
+                                 int dh, int n0, int n1)
+{
+    int n = n0 > n1 ? n0 : n1;
+    for (int j0 = 0; j0 < n; j0 += 16) {
+        __m512 s0, s1;
+        dots2_t16_block(&s0, &s1, x0, x1, kt + j0, ldt, dh / 16);
+        store16(out0 + j0, s0, n0 - j0);
+        store16(out1 + j0, s1, n1 - j0);
+    }
+}
+
+/* dots_t8 for two queries at once. */
+ISA_AVX2 static void dots2_t8(float *out0, float *out1, const float *x0, const float *x1, const float *kt, int ldt,
+                              int dh, int n0, int n1)
+{
+    int n = n0 > n1 ? n0 : n1;
+    for (int j0 = 0; j0 < n; j0 += 8) {
+        __m256 s0, s1;
+        dots2_t8_block(&s0, &s1, x0, x1, kt + j0, ldt, dh / 16);
+        store8(out0 + j0, s0, n0 - j0);
+        store8(out1 + j0, s1, n1 - j0);
+    }
+}
+
+/* dots for two queries X0, X1 of batch item B over their N0 and N1 keys: OUT0, OUT1. */
+static inline __attribute__((always_inline)) void dots2(float *out0, float *out1, const float *x0, const float *x1,
+                                                        const float *kt, int ldt, const struct attn *t,
+                                                        const float *base, int b, int n0, int n1, int64_t bs,
+                                                        int64_t ld, int wide)
+{
+    if (wide == 2) {
+        dots2_t16(out0, out1, x0, x1, kt, ldt, t->a->dh, n0, n1);
+        return;
+    }
+    if (wide == 1) {
+        dots2_t8(out0, out1, x0, x1, kt, ldt, t->a->dh, n0, n1);
+        return;
+    }
+    dots(out0, x0, kt, ldt, t, base, b, n0, bs, ld, wide);
+    dots(out1, x1, kt, ldt, t, base, b, n1, bs, ld, wide);
+}
+
+/* NAME(O, W, T, BASE, B, N, BS, LD, DH): O (DH floats) = +0 + W[0] row 0 + W[1] row 1 + ... over
+ * the rows j < N of batch item B (key_at from BASE with strides BS, LD), as vaxpy adds them into a
+ * zeroed O, the DH / VW sums of VW floats held in registers (DH a multiple of 16 up to 128). */
+#define WSUM(NAME, TARGET, VEC, VW, PFX)                                                                \
+    static inline __attribute__((always_inline)) TARGET void NAME##_n(float *o, const float *w, const struct attn *t, \
+                                                                      const float *base, int b, int n, int64_t bs, \
+                                                                      int64_t ld, const int nvec)        \
+    {                                                                                                   \
+        VEC acc[16];                                                                                    \
+        for (int c = 0; c < nvec; c++)                                                                  \
+            acc[c] = PFX##_setzero_ps();                                                                \
+        for (int j = 0; j < n; j++) {                                                                   \
+            const float *row = key_at(t, base, b, j, bs, ld);                                           \
+            VEC wj = PFX##_set1_ps(w[j]);                                                               \
+            for (int c = 0; c < nvec; c++)                                                              \
+                acc[c] = PFX##_add_ps(acc[c], PFX##_mul_ps(wj, PFX##_loadu_ps(row + (VW) * c)));        \
+        }                                                                                               \
+        for (int c = 0; c < nvec; c++)                                                                  \
+            PFX##_storeu_ps(o + (VW) * c, acc[c]);                                                      \
+    }                                                                                                   \
+    TARGET static void NAME(float *o, const float *w, const struct attn *t, const float *base, int b, int n, \
+                            int64_t bs, int64_t ld, int dh)                                             \
+    {                                                                                                   \
+        switch (dh / 16) {                                                                              \
+        case 1: NAME##_n(o, w, t, base, b, n, bs, ld, 16 / (VW)); break;                                \
+        case 2: NAME##_n(o, w, t, base, b, n, bs, ld, 32 / (VW)); break;                                \
+        case 3: NAME##_n(o, w, t, base, b, n, bs, ld, 48 / (VW)); break;                                \
+        case 4: NAME##_n(o, w, t, base, b, n, bs, ld, 64 / (VW)); break;                                \
+        case 5: NAME##_n(o, w, t, base, b, n, bs, ld, 80 / (VW)); break;                                \
+        case 6: NAME##_n(o, w, t, base, b, n, bs, ld, 96 / (VW)); break;                                \
+        case 7: NAME##_n(o, w, t, base, b, n, bs, ld, 112 / (VW)); break;                               \
+        default: NAME##_n(o, w, t, base, b, n, bs, ld, 128 / (VW)); break;                              \
+        }                                                                                               \
+    }
+WSUM(wsum16, ISA_AVX512, __m512, 16, _mm512)
+WSUM(wsum8, ISA_AVX2, __m256, 8, _mm256)
+#undef WSUM
+
+/* O (DH floats) = +0 + W[0] row 0 + W[1] row 1 + ... over the rows j < N of batch item B (key_at
+ * from BASE with strides BS, LD): through wsum16 or wsum8 as WIDE says (dots_wide), else vaxpy
+ * into a zeroed O; the same bits either way. */
+static inline __attribute__((always_inline)) void wsum(float *o, const float *w, const struct attn *t,
+                                                       const float *base, int b, int n, int64_t bs, int64_t ld, int dh,
+                                                       int wide)
+{
+    if (wide == 2) {
+        wsum16(o, w, t, base, b, n, bs, ld, dh);
+        return;
+    }
+    if (wide == 1) {
+        wsum8(o, w, t, base, b, n, bs, ld, dh);
+        return;
+    }
+    for (int d = 0; d < dh; d++)
+        o[d] = 0;
+    for (int j = 0; j < n; j++)
+        vaxpy(o, w[j], key_at(t, base, b, j, bs, ld), dh);
 }
 
 CPU_VEC_BODY(fwd_body)
@@ -212,27 +395,42 @@ CPU_VEC_BODY(fwd_body)
     struct attn *t = arg;
     const struct nmt_attn_args *a = t->a;
     int dh = a->dh, Tk = a->Tk;
-    float *s = cpu_scratch_of(t->ctx, tid); /* (Tk) */
+    float *s = cpu_scratch_of(t->ctx, tid); /* (Tk + 16) the row's scores, then weights */
+    float *s_next = s + Tk + 16;            /* (Tk + 16) the next row's scores, computed with the row's */
+    float *kt = s_next + Tk + 16;           /* (keys_t_floats) the keys of (b, h), transposed */
     float keep = 1.0f / (1.0f - a->dropout);
     uint64_t key = rng_key(a->seed);
-    int wide = dots_wide(dh);
+    int wide = dots_wide(dh), ldt = 0;
+    int64_t kt_bh = -1, next = -1; /* the (b, h) whose keys kt holds; the row whose scores s_next holds */
     for (int64_t r = lo; r < hi; r++) { /* r = (b*H + h)*Tq + i */
         int i = (int)(r % a->Tq), h = (int)(r / a->Tq % a->H), b = (int)(r / a->Tq / a->H);
+        if (wide && r / a->Tq != kt_bh) {
+            kt_bh = r / a->Tq;
+            ldt = keys_t(kt, t, t->k + h * dh, b, visible(a, b, a->Tq - 1), a->k_bs, a->k_ld, wide);
+        }
         const float *qi = t->q + b * a->q_bs + i * a->q_ld + h * dh;
         float *o = t->out + b * a->o_bs + i * a->o_ld + h * dh;
         float *prow = t->P ? t->P + r * Tk : NULL;
         int n = visible(a, b, i);
-        for (int d = 0; d < dh; d++)
-            o[d] = 0;
         if (t->lse)
             t->lse[2 * r] = t->lse[2 * r + 1] = 0;
         if (n == 0) {
+            for (int d = 0; d < dh; d++)
+                o[d] = 0;
             if (prow)
                 memset(prow, 0, (size_t)Tk * sizeof *prow);
             continue;
         }
         const float *kh = t->k + h * dh, *vh = t->v + h * dh;
-        dots(s, qi, t, kh, b, n, a->k_bs, a->k_ld, wide);
+        if (r == next) { /* computed with the last row's */
+            float *x = s;
+            s = s_next, s_next = x;
+        } else if (wide && r + 1 < hi && i + 1 < a->Tq) {
+            dots2(s, s_next, qi, qi + a->q_ld, kt, ldt, t, kh, b, n, visible(a, b, i + 1), a->k_bs, a->k_ld, wide);
+            next = r + 1;
+        } else {
+            dots(s, qi, kt, ldt, t, kh, b, n, a->k_bs, a->k_ld, wide);
+        }
         for (int j = 0; j < n; j++)
             s[j] *= a->scale;
         float mx = vmax(s, n), sum = 0;
@@ -250,13 +448,12 @@ CPU_VEC_BODY(fwd_body)
         if (prow)
             for (int j = 0; j < Tk; j++)
                 prow[j] = j < n ? s[j] : 0.0f;
-        uint64_t ctr = a->offset + (uint64_t)r * (uint64_t)Tk;
-        for (int j = 0; j < n; j++) {
-            float p = s[j];
-            if (a->dropout > 0)
-                p = rng_uniform_keyed(key, ctr + (uint64_t)j) >= a->dropout ? p * keep : 0.0f;
-            vaxpy(o, p, key_at(t, vh, b, j, a->v_bs, a->v_ld), dh);
+        if (a->dropout > 0) {
+            uint64_t ctr = a->offset + (uint64_t)r * (uint64_t)Tk;
+            for (int j = 0; j < n; j++)
+                s[j] = rng_uniform_keyed(key, ctr + (uint64_t)j) >= a->dropout ? s[j] * keep : 0.0f;
         }
+        wsum(o, s, t, vh, b, n, a->v_bs, a->v_ld, dh, wide);
     }
 }
 
@@ -450,9 +647,13 @@ INFER_BODY(fwd_infer_body8, ISA_AVX2, __m256, 8, _mm256, scores8)
 static int forward(nmt_bctx *ctx, const char *what, float *out, float *P, const float *q, const float *k,
                    const float *v, const struct nmt_attn_args *a, const int32_t *rows, int64_t rows_ld)
 {
-    /* the inference paths keep the scores of a group of up to INFER_GROUP_VECS heads */
-    if (check_rows(ctx, what, a, rows != NULL) < 0 ||
-        cpu_scratch(ctx, (size_t)INFER_GROUP_VECS * (size_t)(a->Tk + 16) * sizeof(float)) < 0)
+    /* the inference paths keep the scores of a group of up to INFER_GROUP_VECS heads, fwd_body one
+     * head's scores and its keys transposed */
+    size_t infer_floats = (size_t)INFER_GROUP_VECS * (size_t)(a->Tk + 16), body_floats = 2 * ((size_t)a->Tk + 16);
+    if (check_rows(ctx, what, a, rows != NULL) < 0)
+        return -1;
+    body_floats += keys_t_floats(a);
+    if (cpu_scratch(ctx, (infer_floats > body_floats ? infer_floats : body_floats) * sizeof(float)) < 0)
         return -1;
     if (rows && (P || a->dropout != 0 || rows_ld < a->Tk))
         return cpu_err(ctx, "%s: for inference only (no P, no dropout), and rows_ld %lld below Tk %d", what,
@@ -483,39 +684,79 @@ int cpu_attention_forward_rows(nmt_bctx *ctx, float *out, const float *q, const 
     return forward(ctx, "attention_forward_rows", out, NULL, q, k, v, a, rows, rows_ld);
 }
 
+/* The dot products of query row I's (the P row recomputed from the keys (lse path), with
+ * the output's gradient from the values), into the row's scratch PR, DP; with NEXT the next row's
+ * too, into PR1, DP1, the rows side by side. */
+static inline __attribute__((always_inline)) void bwd_dots(const struct attn *t, int b, int h, int i, int next,
+                                                           const float *kt, const float *vt, int ldt, int wide,
+                                                           float *pr, float *dp, float *pr1, float *dp1)
+{
+    const struct nmt_attn_args *a = t->a;
+    int dh = a->dh, n = visible(a, b, i);
+    const float *qi = t->q + b * a->q_bs + i * a->q_ld + h * dh, *go = t->dout + b * a->o_bs + i * a->o_ld + h * dh;
+    const float *kh = t->k + h * dh, *vh = t->v + h * dh;
+    if (next) {
+        int n1 = visible(a, b, i + 1);
+        if (!t->Pin)
+            dots2(pr, pr1, qi, qi + a->q_ld, kt, ldt, t, kh, b, n, n1, a->k_bs, a->k_ld, wide);
+        dots2(dp, dp1, go, go + a->o_ld, vt, ldt, t, vh, b, n, n1, a->v_bs, a->v_ld, wide);
+        return;
+    }
+    if (!t->Pin)
+        dots(pr, qi, kt, ldt, t, kh, b, n, a->k_bs, a->k_ld, wide);
+    dots(dp, go, vt, ldt, t, vh, b, n, a->v_bs, a->v_ld, wide);
+}
+
 /* One (b, h) pair per index: dk and dv of that pair are owned by one chunk, queries in order. */
 CPU_VEC_BODY(bwd_body)
 {
     struct attn t0 = *(struct attn *)arg, *t = &t0;
     const struct nmt_attn_args *a = t->a;
     int dh = a->dh, Tk = a->Tk, Tq = a->Tq;
-    float *dp = cpu_scratch_of(t->ctx, tid); /* (Tk) */
-    float *pr = dp + Tk;                     /* (Tk) the recomputed row of P (lse path) */
+    float *dp = cpu_scratch_of(t->ctx, tid); /* (Tk + 16) dO_i . V_j, then dS_ij */
+    float *pr = dp + Tk + 16;                /* (Tk + 16) the recomputed row of P (lse path) */
+    float *dp1 = pr + Tk + 16, *pr1 = dp1 + Tk + 16; /* the same of the next row */
+    float *kt = pr1 + Tk + 16;               /* (keys_t_floats) the keys of (b, h), transposed */
+    float *vt = kt + keys_t_floats(a);       /* (keys_t_floats) its values, transposed */
     float keep = 1.0f / (1.0f - a->dropout);
     uint64_t key = rng_key(a->seed);
-    int wide = dots_wide(dh);
+    int wide = dots_wide(dh), ldt = 0;
     for (int64_t bh = lo; bh < hi; bh++) {
         int b = (int)(bh / a->H), h = (int)(bh % a->H);
-        const float *kb = t->k + b * a->k_bs + h * dh;
+        if (wide && Tq) {
+            int nmax = visible(a, b, Tq - 1);
+            if (!t->Pin)
+                keys_t(kt, t, t->k + h * dh, b, nmax, a->k_bs, a->k_ld, wide);
+            ldt = keys_t(vt, t, t->v + h * dh, b, nmax, a->v_bs, a->v_ld, wide);
+        }
         float *dkb = t->dk + b * a->k_bs + h * dh, *dvb = t->dv + b * a->v_bs + h * dh;
         for (int j = 0; j < Tk; j++) {
             memset(dkb + j * a->k_ld, 0, (size_t)dh * sizeof(float));
             memset(dvb + j * a->v_ld, 0, (size_t)dh * sizeof(float));
         }
+        int next = -1; /* the row whose dot products dp1, pr1 hold */
         for (int i = 0; i < Tq; i++) {
             int64_t r = bh * Tq + i;
             const float *qi = t->q + b * a->q_bs + i * a->q_ld + h * dh;
             const float *go = t->dout + b * a->o_bs + i * a->o_ld + h * dh;
             float *dqi = t->dq + b * a->q_bs + i * a->q_ld + h * dh;
-            const float *prow = t->Pin ? t->Pin + r * Tk : pr;
             int n = visible(a, b, i);
-            for (int d = 0; d < dh; d++)
-                dqi[d] = 0;
-            if (n == 0)
+            if (n == 0) {
+                for (int d = 0; d < dh; d++)
+                    dqi[d] = 0;
                 continue;
+            }
+            if (i == next) { /* computed with the last row's */
+                float *x = dp;
+                dp = dp1, dp1 = x, x = pr, pr = pr1, pr1 = x;
+            } else {
+                int pair = wide && i + 1 < Tq;
+                bwd_dots(t, b, h, i, pair, kt, vt, ldt, wide, pr, dp, pr1, dp1);
+                next = pair ? i + 1 : -1;
+            }
+            const float *prow = t->Pin ? t->Pin + r * Tk : pr;
             if (!t->Pin) { /* P as fwd_body computed it: the same operations on the same values */
                 float mx = t->lsein[2 * r], inv = 1.0f / t->lsein[2 * r + 1];
-                dots(pr, qi, t, t->k + h * dh, b, n, a->k_bs, a->k_ld, wide);
                 for (int j = 0; j < n; j++)
                     pr[j] *= a->scale;
                 for (int j = 0; j < n; j++)
@@ -525,7 +766,6 @@ CPU_VEC_BODY(bwd_body)
             }
             uint64_t ctr = a->offset + (uint64_t)r * (uint64_t)Tk;
             float dot = 0;
-            dots(dp, go, t, t->v + h * dh, b, n, a->v_bs, a->v_ld, wide); /* dO_i . V_j */
             for (int j = 0; j < n; j++) {
                 float m = a->dropout > 0 ? (rng_uniform_keyed(key, ctr + (uint64_t)j) >= a->dropout ? keep : 0.0f)
                                          : 1.0f;
@@ -534,11 +774,11 @@ CPU_VEC_BODY(bwd_body)
                 dp[j] *= m;
                 dot += prow[j] * dp[j];
             }
-            for (int j = 0; j < n; j++) {
-                float ds = prow[j] * (dp[j] - dot) * a->scale;
-                vaxpy(dqi, ds, kb + j * a->k_ld, dh);
-                vaxpy(dkb + j * a->k_ld, ds, qi, dh);
+            for (int j = 0; j < n; j++) { /* dS_ij; dK_j += dS_ij Q_i */
+                dp[j] = prow[j] * (dp[j] - dot) * a->scale;
+                vaxpy(dkb + j * a->k_ld, dp[j], qi, dh);
             }
+            wsum(dqi, dp, t, t->k + h * dh, b, n, a->k_bs, a->k_ld, dh, wide); /* dQ_i = sum_j dS_ij K_j */
         }
     }
 }
@@ -546,7 +786,8 @@ CPU_VEC_BODY(bwd_body)
 int cpu_attention_backward(nmt_bctx *ctx, float *dq, float *dk, float *dv, const float *dout, const float *q,
                            const float *k, const float *v, const float *P, const struct nmt_attn_args *a)
 {
-    if (check(ctx, "attention_backward", a) < 0 || cpu_scratch(ctx, (size_t)(a->Tk + 1) * sizeof(float)) < 0)
+    if (check(ctx, "attention_backward", a) < 0 ||
+        cpu_scratch(ctx, (4 * ((size_t)a->Tk + 16) + 2 * keys_t_floats(a)) * sizeof(float)) < 0)
         return -1;
     if (!P)
         return cpu_err(ctx, "attention_backward: no saved probabilities");
@@ -561,7 +802,8 @@ int cpu_attention_forward_lse(nmt_bctx *ctx, float *out, float *lse, const float
 {
     if (!lse) /* inference: attention_forward's own paths */
         return cpu_attention_forward(ctx, out, NULL, q, k, v, a);
-    if (check(ctx, "attention_forward_lse", a) < 0 || cpu_scratch(ctx, (size_t)(a->Tk + 16) * sizeof(float)) < 0)
+    if (check(ctx, "attention_forward_lse", a) < 0 ||
+        cpu_scratch(ctx, (2 * ((size_t)a->Tk + 16) + keys_t_floats(a)) * sizeof(float)) < 0)
         return -1;
     struct attn t = { .out = out, .lse = lse, .q = q, .k = k, .v = v, .a = a, .ctx = ctx };
     pool_for(ctx->pool, (int64_t)a->B * a->H * a->Tq, 4, fwd_body, &t);
@@ -572,7 +814,8 @@ int cpu_attention_backward_lse(nmt_bctx *ctx, float *dq, float *dk, float *dv, c
                                const float *lse, const float *q, const float *k, const float *v,
                                const struct nmt_attn_args *a)
 {
-    if (check(ctx, "attention_backward_lse", a) < 0 || cpu_scratch(ctx, (size_t)(2 * a->Tk + 1) * sizeof(float)) < 0)
+    if (check(ctx, "attention_backward_lse", a) < 0 ||
+        cpu_scratch(ctx, (4 * ((size_t)a->Tk + 16) + 2 * keys_t_floats(a)) * sizeof(float)) < 0)
         return -1;
     if (!lse)
         return cpu_err(ctx, "attention_backward_lse: no saved statistics");

@@ -641,9 +641,10 @@ static float *attention_bits(int dh, int causal, float drop, size_t *count)
     return all;
 }
 
-/* The scores of 16 or 8 keys at a time (AVX-512, AVX2) give the bits of the portable path's one
- * key at a time: key lengths, causal masks, dropout, tails of both widths (37 keys), and widths
- * that take them (16 .. 128) or not (40). */
+/* The scores of 16 or 8 keys at a time from the keys transposed, two query rows side by side, and
+ * the weighted sums held in registers (AVX-512, AVX2) give the bits of the portable path's one key
+ * at a time: key lengths, causal masks, dropout, tails of both widths (37 keys), an odd number of
+ * query rows (19), and widths that take them (16 .. 128) or not (40). */
 static void test_attention_paths(void)
 {
     static const char *const isas[] = { "avx512", "avx2" };
