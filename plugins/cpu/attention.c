@@ -521,26 +521,25 @@ static inline __attribute__((always_inline)) ISA_AVX512 __m512 max_live16(__m512
  * their sum (0 without keys). W keys at a time: W vector dot products whose lanes SUM adds
  * together in a fixed order; their largest (MAX_LIVE, HMAX), EXP of each minus it, their sum in
  * key order. */
-#define INFER_SCORES(NAME, TARGET, VEC, W, MAXV, PFX, SUM, MAX_LIVE, HMAX, EXP)                         \
+#define INFER_SCORES(NAME, TARGET, VEC, W, PFX, SUM, MAX_LIVE, HMAX, EXP)                               \
     static inline __attribute__((always_inline)) TARGET float NAME(float *s, const float *qi, const struct attn *t, \
                                                                    const float *kh, int b, int n, int nv, float scale_) \
     {                                                                                                   \
-        VEC qv[MAXV];                                                                                   \
-        for (int c = 0; c < nv; c++)                                                                    \
-            qv[c] = PFX##_loadu_ps(qi + (W) * c);                                                       \
         VEC mxv = PFX##_set1_ps(-INFINITY), scale = PFX##_set1_ps(scale_);                              \
         for (int j0 = 0; j0 < n; j0 += (W)) {                                                           \
-            VEC acc[W];                                                                                 \
-            for (int j = 0; j < (W); j++) {                                                             \
-                if (j0 + j >= n) {                                                                      \
-                    acc[j] = PFX##_setzero_ps();                                                        \
-                    continue;                                                                           \
-                }                                                                                       \
-                const float *kj = key_at(t, kh, b, j0 + j, t->a->k_bs, t->a->k_ld);                     \
-                acc[j] = PFX##_mul_ps(qv[0], PFX##_loadu_ps(kj));                                       \
-                for (int c = 1; c < nv; c++)                                                            \
-                    acc[j] = PFX##_fmadd_ps(qv[c], PFX##_loadu_ps(kj + (W) * c), acc[j]);               \
+            const float *kj[W]; /* past N: key j0 again, its products then zeroed */                   \
+            for (int j = 0; j < (W); j++)                                                               \
+                kj[j] = key_at(t, kh, b, j0 + j < n ? j0 + j : j0, t->a->k_bs, t->a->k_ld);            \
+            VEC acc[W], qc = PFX##_loadu_ps(qi); /* the W keys' chains side by side, a part at a time */ \
+            for (int j = 0; j < (W); j++)                                                               \
+                acc[j] = PFX##_mul_ps(qc, PFX##_loadu_ps(kj[j]));                                       \
+            for (int c = 1; c < nv; c++) {                                                              \
+                qc = PFX##_loadu_ps(qi + (W) * c);                                                      \
+                for (int j = 0; j < (W); j++)                                                           \
+                    acc[j] = PFX##_fmadd_ps(qc, PFX##_loadu_ps(kj[j] + (W) * c), acc[j]);               \
             }                                                                                           \
+            for (int j = n - j0; j < (W); j++)                                                          \
+                acc[j] = PFX##_setzero_ps();                                                            \
             VEC sc = PFX##_mul_ps(SUM(acc), scale);                                                     \
             PFX##_storeu_ps(s + j0, sc);                                                                \
             mxv = MAX_LIVE(mxv, sc, n - j0);                                                            \
@@ -555,13 +554,33 @@ static inline __attribute__((always_inline)) ISA_AVX512 __m512 max_live16(__m512
     }
 
 INFER_EXP(exp16, ISA_AVX512, __m512, __m512i, _mm512, _mm512_castsi512_ps, keep_nan16)
-INFER_SCORES(scores16, ISA_AVX512, __m512, 16, INFER_MAX_VEC, _mm512, sum16x16, max_live16, _mm512_reduce_max_ps, exp16)
+INFER_SCORES(scores16, ISA_AVX512, __m512, 16, _mm512, sum16x16, max_live16, _mm512_reduce_max_ps, exp16)
 
 /* The body of an inference path, NAME: one query row with all its heads per work item; per group
  * of heads, each head's softmax weights over its visible keys (SCORES, unnormalised, and 1 / their
  * sum), then the group's weighted sums over the keys in order, their chains of fused multiply-adds
  * side by side. VEC holds W floats; PFX is the prefix of its intrinsics (_mm512, _mm256). */
 #define INFER_BODY(NAME, TARGET, VEC, W, PFX, SCORES)                                                  \
+    /* O (GN vectors: the group's heads side by side) = the weighted sums over the keys j < N, in      \
+     * order, of the values from VG (key_at); vector k's weights are S's row k / NV (stride STRIDE). */ \
+    static inline __attribute__((always_inline)) TARGET void NAME##_wsum(float *o, const float *s, int stride, int nv, \
+                                                                         const struct attn *t, const float *vg, \
+                                                                         int b, int n, const int gn)    \
+    {                                                                                                   \
+        const float *w[INFER_GROUP_VECS];                                                               \
+        VEC acc[INFER_GROUP_VECS];                                                                      \
+        for (int k = 0; k < gn; k++) {                                                                  \
+            w[k] = s + k / nv * stride;                                                                 \
+            acc[k] = PFX##_setzero_ps();                                                                \
+        }                                                                                               \
+        for (int j = 0; j < n; j++) {                                                                   \
+            const float *vr = key_at(t, vg, b, j, t->a->v_bs, t->a->v_ld);                              \
+            for (int k = 0; k < gn; k++)                                                                \
+                acc[k] = PFX##_fmadd_ps(PFX##_set1_ps(w[k][j]), PFX##_loadu_ps(vr + (W) * k), acc[k]);  \
+        }                                                                                               \
+        for (int k = 0; k < gn; k++)                                                                    \
+            PFX##_storeu_ps(o + (W) * k, acc[k]);                                                       \
+    }                                                                                                   \
     TARGET static void NAME(void *arg, int64_t lo, int64_t hi, int tid)                                 \
     {                                                                                                   \
         struct attn *t = arg;                                                                           \
@@ -572,26 +591,24 @@ INFER_SCORES(scores16, ISA_AVX512, __m512, 16, INFER_MAX_VEC, _mm512, sum16x16, 
             int i = (int)(r % a->Tq), b = (int)(r / a->Tq), n = visible(a, b, i);                       \
             for (int h0 = 0; h0 < a->H; h0 += G) {                                                      \
                 int g = a->H - h0 < G ? a->H - h0 : G;                                                  \
-                float inv[INFER_GROUP_VECS];                                                            \
-                VEC ov[INFER_GROUP_VECS];                                                               \
-                for (int u = 0; u < g; u++)                                                             \
-                    inv[u] = SCORES(s + u * stride, t->q + b * a->q_bs + i * a->q_ld + (h0 + u) * dh, t, \
-                                    t->k + (h0 + u) * dh, b, n, nv, a->scale);                          \
-                for (int c = 0; c < g * nv; c++)                                                        \
-                    ov[c] = PFX##_setzero_ps();                                                         \
-                for (int j = 0; j < n; j++) {                                                           \
-                    const float *vr = key_at(t, t->v + h0 * dh, b, j, a->v_bs, a->v_ld);                \
-                    for (int u = 0; u < g; u++) {                                                       \
-                        const float *vj = vr + u * dh;                                                  \
-                        VEC p = PFX##_set1_ps(s[u * stride + j] * inv[u]);                              \
-                        for (int c = 0; c < nv; c++)                                                    \
-                            ov[u * nv + c] = PFX##_fmadd_ps(p, PFX##_loadu_ps(vj + (W) * c), ov[u * nv + c]); \
-                    }                                                                                   \
+                for (int u = 0; u < g; u++) { /* the weights: each score times 1 / its head's sum */    \
+                    float inv = SCORES(s + u * stride, t->q + b * a->q_bs + i * a->q_ld + (h0 + u) * dh, t, \
+                                       t->k + (h0 + u) * dh, b, n, nv, a->scale);                       \
+                    for (int j = 0; j < n; j++)                                                         \
+                        s[u * stride + j] *= inv;                                                       \
                 }                                                                                       \
                 float *o = t->out + b * a->o_bs + i * a->o_ld + h0 * dh;                                \
-                for (int u = 0; u < g; u++)                                                             \
-                    for (int c = 0; c < nv; c++)                                                        \
-                        PFX##_storeu_ps(o + u * dh + (W) * c, ov[u * nv + c]);                          \
+                const float *vg = t->v + h0 * dh;                                                       \
+                switch (g * nv) { /* the group's accumulators in registers: a constant count */          \
+                case 1: NAME##_wsum(o, s, stride, nv, t, vg, b, n, 1); break;                            \
+                case 2: NAME##_wsum(o, s, stride, nv, t, vg, b, n, 2); break;                            \
+                case 3: NAME##_wsum(o, s, stride, nv, t, vg, b, n, 3); break;                            \
+                case 4: NAME##_wsum(o, s, stride, nv, t, vg, b, n, 4); break;                            \
+                case 5: NAME##_wsum(o, s, stride, nv, t, vg, b, n, 5); break;                            \
+                case 6: NAME##_wsum(o, s, stride, nv, t, vg, b, n, 6); break;                            \
+                case 7: NAME##_wsum(o, s, stride, nv, t, vg, b, n, 7); break;                            \
+                default: NAME##_wsum(o, s, stride, nv, t, vg, b, n, INFER_GROUP_VECS); break;            \
+                }                                                                                       \
             }                                                                                           \
         }                                                                                               \
     }
@@ -636,7 +653,7 @@ static inline __attribute__((always_inline)) ISA_AVX2 __m256 max_live8(__m256 mx
 }
 
 INFER_EXP(exp8, ISA_AVX2, __m256, __m256i, _mm256, _mm256_castsi256_ps, keep_nan8)
-INFER_SCORES(scores8, ISA_AVX2, __m256, 8, INFER_MAX_VEC8, _mm256, sum8x8, max_live8, max8, exp8)
+INFER_SCORES(scores8, ISA_AVX2, __m256, 8, _mm256, sum8x8, max_live8, max8, exp8)
 #undef INFER_EXP
 #undef INFER_SCORES
 
