@@ -107,39 +107,28 @@ static inline __attribute__((always_inline)) ISA_AVX2 void transpose8(__m256 *r)
     }
 }
 
-/* The keys of one batch item and head, transposed for the dot products of many queries with them:
- * KT[c * ldt + j] = element c of key j (key_at from BASE with strides BS, LD), j < N, c < dh; the
- * columns from N to ldt (N rounded up to 16) are zero. 16 x 16 blocks through transpose16. */
-ISA_AVX512 static void keys_t16(float *kt, int ldt, const struct attn *t, const float *base, int b, int n, int64_t bs,
-                                int64_t ld)
-{
-    int dh = t->a->dh;
-    for (int j0 = 0; j0 < n; j0 += 16)
-        for (int c0 = 0; c0 < dh; c0 += 16) {
-            __m512 r[16];
-            for (int j = 0; j < 16; j++)
-                r[j] = j0 + j < n ? _mm512_loadu_ps(key_at(t, base, b, j0 + j, bs, ld) + c0) : _mm512_setzero_ps();
-            transpose16(r);
-            for (int c = 0; c < 16; c++)
-                _mm512_storeu_ps(kt + (int64_t)(c0 + c) * ldt + j0, r[c]);
-        }
-}
-
-/* The same on AVX2: 8 x 8 blocks through transpose8. */
-ISA_AVX2 static void keys_t8(float *kt, int ldt, const struct attn *t, const float *base, int b, int n, int64_t bs,
-                             int64_t ld)
-{
-    int dh = t->a->dh;
-    for (int j0 = 0; j0 < ldt; j0 += 8)
-        for (int c0 = 0; c0 < dh; c0 += 8) {
-            __m256 r[8];
-            for (int j = 0; j < 8; j++)
-                r[j] = j0 + j < n ? _mm256_loadu_ps(key_at(t, base, b, j0 + j, bs, ld) + c0) : _mm256_setzero_ps();
-            transpose8(r);
-            for (int c = 0; c < 8; c++)
-                _mm256_storeu_ps(kt + (int64_t)(c0 + c) * ldt + j0, r[c]);
-        }
-}
+/* NAME(KT, LDT, T, BASE, B, N, BS, LD): the keys of one batch item and head, transposed for the dot
+ * products of many queries with them: KT[c * ldt + j] = element c of key j (key_at from BASE with
+ * strides BS, LD), j < N, c < dh; the columns from N to LDT (N rounded up to 16) are zero. W x W
+ * blocks (VEC holds W floats) through TRANSPOSE. */
+#define KEYS_T(NAME, TARGET, VEC, W, PFX, TRANSPOSE)                                                    \
+    TARGET static void NAME(float *kt, int ldt, const struct attn *t, const float *base, int b, int n, int64_t bs, \
+                            int64_t ld)                                                                 \
+    {                                                                                                   \
+        int dh = t->a->dh;                                                                              \
+        for (int j0 = 0; j0 < ldt; j0 += (W))                                                           \
+            for (int c0 = 0; c0 < dh; c0 += (W)) {                                                      \
+                VEC r[W];                                                                               \
+                for (int j = 0; j < (W); j++)                                                           \
+                    r[j] = j0 + j < n ? PFX##_loadu_ps(key_at(t, base, b, j0 + j, bs, ld) + c0) : PFX##_setzero_ps(); \
+                TRANSPOSE(r);                                                                           \
+                for (int c = 0; c < (W); c++)                                                           \
+                    PFX##_storeu_ps(kt + (int64_t)(c0 + c) * ldt + j0, r[c]);                           \
+            }                                                                                           \
+    }
+KEYS_T(keys_t16, ISA_AVX512, __m512, 16, _mm512, transpose16)
+KEYS_T(keys_t8, ISA_AVX2, __m256, 8, _mm256, transpose8)
+#undef KEYS_T
 
 /* Lane j of the result: vdot(X, key j0 + j, dh) from the transposed keys at K (KT + j0, row stride
  * LDT), NV = dh / 16. vdot's lane l holds the products of elements l, 16 + l, ... added in that
@@ -161,42 +150,44 @@ DOTS_T(dots_t16_block, ISA_AVX512, __m512, _mm512)
 DOTS_T(dots_t8_block, ISA_AVX2, __m256, _mm256)
 #undef DOTS_T
 
-/* OUT[j] = vdot(X, key j, dh) for j < N from the keys transposed by keys_t16 into KT (stride LDT),
- * dh a multiple of 16: 16 keys at a time, two blocks side by side where there are. */
-ISA_AVX512 static void dots_t16(float *out, const float *x, const float *kt, int ldt, int dh, int n)
+/* The lanes below N of V stored at OUT, N <= 16 (none when N <= 0). */
+static inline __attribute__((always_inline)) ISA_AVX512 void store16(float *out, __m512 v, int n)
 {
-    int nv = dh / 16, j0 = 0;
-    for (; j0 + 32 <= n; j0 += 32) {
-        __m512 s0 = dots_t16_block(x, kt + j0, ldt, nv), s1 = dots_t16_block(x, kt + j0 + 16, ldt, nv);
-        _mm512_storeu_ps(out + j0, s0);
-        _mm512_storeu_ps(out + j0 + 16, s1);
-    }
-    for (; j0 < n; j0 += 16)
-        _mm512_mask_storeu_ps(out + j0, n - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j0)) - 1),
-                              dots_t16_block(x, kt + j0, ldt, nv));
+    if (n > 0)
+        _mm512_mask_storeu_ps(out, n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1), v);
 }
 
-/* The same from keys_t8's keys on AVX2, 8 keys at a time. */
-ISA_AVX2 static void dots_t8(float *out, const float *x, const float *kt, int ldt, int dh, int n)
+/* The same for N <= 8. */
+static inline __attribute__((always_inline)) ISA_AVX2 void store8(float *out, __m256 v, int n)
 {
-    int nv = dh / 16, j0 = 0;
-    for (; j0 + 16 <= n; j0 += 16) {
-        __m256 s0 = dots_t8_block(x, kt + j0, ldt, nv), s1 = dots_t8_block(x, kt + j0 + 8, ldt, nv);
-        _mm256_storeu_ps(out + j0, s0);
-        _mm256_storeu_ps(out + j0 + 8, s1);
-    }
-    for (; j0 < n; j0 += 8) {
-        __m256 s = dots_t8_block(x, kt + j0, ldt, nv);
-        if (n - j0 >= 8) {
-            _mm256_storeu_ps(out + j0, s);
-        } else {
-            float tail[8];
-            _mm256_storeu_ps(tail, s);
-            for (int j = 0; j < n - j0; j++)
-                out[j0 + j] = tail[j];
-        }
+    if (n >= 8) {
+        _mm256_storeu_ps(out, v);
+    } else if (n > 0) {
+        float tail[8];
+        _mm256_storeu_ps(tail, v);
+        for (int j = 0; j < n; j++)
+            out[j] = tail[j];
     }
 }
+
+/* NAME(OUT, X, KT, LDT, DH, N): OUT[j] = vdot(X, key j, dh) for j < N from the keys transposed by
+ * keys_t16 or keys_t8 into KT (stride LDT), dh a multiple of 16: W keys at a time (BLOCK), two
+ * blocks side by side where there are. */
+#define DOTS1(NAME, TARGET, VEC, W, PFX, BLOCK, STORE)                                                  \
+    TARGET static void NAME(float *out, const float *x, const float *kt, int ldt, int dh, int n)        \
+    {                                                                                                   \
+        int nv = dh / 16, j0 = 0;                                                                       \
+        for (; j0 + 2 * (W) <= n; j0 += 2 * (W)) {                                                      \
+            VEC s0 = BLOCK(x, kt + j0, ldt, nv), s1 = BLOCK(x, kt + j0 + (W), ldt, nv);                 \
+            PFX##_storeu_ps(out + j0, s0);                                                              \
+            PFX##_storeu_ps(out + j0 + (W), s1);                                                        \
+        }                                                                                               \
+        for (; j0 < n; j0 += (W))                                                                       \
+            STORE(out + j0, BLOCK(x, kt + j0, ldt, nv), n - j0);                                        \
+    }
+DOTS1(dots_t16, ISA_AVX512, __m512, 16, _mm512, dots_t16_block, store16)
+DOTS1(dots_t8, ISA_AVX2, __m256, 8, _mm256, dots_t8_block, store8)
+#undef DOTS1
 
 /* The path of the training paths' dot products for heads of width DH: 2 the keys transposed on
  * AVX-512, 1 on AVX2 (dh a multiple of 16 up to 128, the ISA allowing), 0 a vdot a row. */
@@ -267,51 +258,23 @@ DOTS2_T(dots2_t16_block, ISA_AVX512, __m512, _mm512)
 DOTS2_T(dots2_t8_block, ISA_AVX2, __m256, _mm256)
 #undef DOTS2_T
 
-/* The lanes below N of V stored at OUT, N <= 16 (none when N <= 0). */
-static inline __attribute__((always_inline)) ISA_AVX512 void store16(float *out, __m512 v, int n)
-{
-    if (n > 0)
-        _mm512_mask_storeu_ps(out, n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1), v);
-}
-
-/* The same for N <= 8. */
-static inline __attribute__((always_inline)) ISA_AVX2 void store8(float *out, __m256 v, int n)
-{
-    if (n >= 8) {
-        _mm256_storeu_ps(out, v);
-    } else if (n > 0) {
-        float tail[8];
-        _mm256_storeu_ps(tail, v);
-        for (int j = 0; j < n; j++)
-            out[j] = tail[j];
+/* NAME(OUT0, OUT1, X0, X1, KT, LDT, DH, N0, N1): dots_t16 or dots_t8 for two queries X0, X1 over
+ * their N0 and N1 keys at once, W keys at a time (BLOCK), stored by STORE. */
+#define DOTS2(NAME, TARGET, VEC, W, BLOCK, STORE)                                                       \
+    TARGET static void NAME(float *out0, float *out1, const float *x0, const float *x1, const float *kt, int ldt, \
+                            int dh, int n0, int n1)                                                     \
+    {                                                                                                   \
+        int n = n0 > n1 ? n0 : n1;                                                                      \
+        for (int j0 = 0; j0 < n; j0 += (W)) {                                                           \
+            VEC s0, s1;                                                                                 \
+            BLOCK(&s0, &s1, x0, x1, kt + j0, ldt, dh / 16);                                             \
+            STORE(out0 + j0, s0, n0 - j0);                                                              \
+            STORE(out1 + j0, s1, n1 - j0);                                                              \
+        }                                                                                               \
     }
-}
-
-/* dots_t16 for two queries X0, X1 over their N0 and N1 keys at once (OUT0, OUT1). */
-ISA_AVX512 static void dots2_t16(float *out0, float *out1, const float *x0, const float *x1, const float *kt, int ldt,
-                                 int dh, int n0, int n1)
-{
-    int n = n0 > n1 ? n0 : n1;
-    for (int j0 = 0; j0 < n; j0 += 16) {
-        __m512 s0, s1;
-        dots2_t16_block(&s0, &s1, x0, x1, kt + j0, ldt, dh / 16);
-        store16(out0 + j0, s0, n0 - j0);
-        store16(out1 + j0, s1, n1 - j0);
-    }
-}
-
-/* dots_t8 for two queries at once. */
-ISA_AVX2 static void dots2_t8(float *out0, float *out1, const float *x0, const float *x1, const float *kt, int ldt,
-                              int dh, int n0, int n1)
-{
-    int n = n0 > n1 ? n0 : n1;
-    for (int j0 = 0; j0 < n; j0 += 8) {
-        __m256 s0, s1;
-        dots2_t8_block(&s0, &s1, x0, x1, kt + j0, ldt, dh / 16);
-        store8(out0 + j0, s0, n0 - j0);
-        store8(out1 + j0, s1, n1 - j0);
-    }
-}
+DOTS2(dots2_t16, ISA_AVX512, __m512, 16, dots2_t16_block, store16)
+DOTS2(dots2_t8, ISA_AVX2, __m256, 8, dots2_t8_block, store8)
+#undef DOTS2
 
 /* dots for two queries X0, X1 of batch item B over their N0 and N1 keys: OUT0, OUT1. */
 static inline __attribute__((always_inline)) void dots2(float *out0, float *out1, const float *x0, const float *x1,
