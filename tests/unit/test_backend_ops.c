@@ -380,8 +380,10 @@ static void op_topk_logits(struct backend *b, struct result *r)
 static void attention_rows_case(struct backend *b, int dh, int lens, int flat, float **out, float **gathered_out);
 static void op_attention_rows(struct backend *b, struct result *r)
 {
-    for (int dh = 16, v = 0; v < 3; v++, dh = v == 1 ? 8 : 5) {
+    static const int dhs[] = { 16, 8, 5, 128 };
+    for (int v = 0; v < 4; v++) {
         float *o = NULL;
+        int dh = dhs[v];
         attention_rows_case(b, dh, v != 1, v == 2, &o, NULL);
         fetch(b, r, o, (size_t)5 * 2 * dh, 0);
     }
@@ -527,7 +529,7 @@ static const struct {
     { "embedding_table_forward/backward (position table, zero-start and padding rows)", op_embedding_table, 1e-5, 6 },
     { "swish_forward, swish_backward", op_swish, 1e-5, 7 },
     { "topk_logits (ties)", op_topk_logits, 0, 8 },
-    { "attention_forward_rows (a decoding cache read through rows; dh 16, 8, 5)", op_attention_rows, 1e-4, 9 },
+    { "attention_forward_rows (a decoding cache read through rows; dh 16, 8, 5, 128)", op_attention_rows, 1e-4, 9 },
 };
 
 /* Downloads N floats of DEV into a new host array. */
@@ -806,10 +808,11 @@ static void attention_rows_case(struct backend *b, int dh, int lens, int flat, f
 }
 
 /* attention_forward_rows (ABI 2.8) gives attention_forward's bits on the keys gathered first, on
- * each kernel path (the cpu: NMT_CPU_ISA at avx512, avx2 and portable; dh 16, 8 and 5). */
+ * each kernel path (the cpu: NMT_CPU_ISA at avx512, avx2 and portable; dh 16, 8, 5 and 128). */
 static void check_attention_rows(const char *path, const struct nmt_backend_opts *opts)
 {
     static const char *const isas[] = { NULL, "avx2", "portable" };
+    static const int dhs[] = { 16, 8, 5, 128 }; /* 128: the training paths' body, its keys transposed */
     struct backend *x = backend_open(path, opts);
     if (!x || !x->ops.attention_forward_rows) {
         test_ok(x != NULL, "%s: attention_forward_rows # SKIP optional slot absent", path);
@@ -821,9 +824,10 @@ static void check_attention_rows(const char *path, const struct nmt_backend_opts
         if (isas[i])
             setenv("NMT_CPU_ISA", isas[i], 1);
         int same = 1;
-        for (int dh = 16, v = 0; v < 3; v++, dh = v == 1 ? 8 : 5)
+        for (size_t v = 0; v < sizeof dhs / sizeof *dhs; v++)
             for (int var = 0; var < 4; var++) {
                 float *o, *g;
+                int dh = dhs[v];
                 attention_rows_case(x, dh, var & 1, var >> 1, &o, &g);
                 float *ho = host_of(x, o, (size_t)5 * 2 * dh), *hg = host_of(x, g, (size_t)5 * 2 * dh);
                 same &= !memcmp(ho, hg, (size_t)5 * 2 * dh * sizeof *ho);
@@ -831,7 +835,7 @@ static void check_attention_rows(const char *path, const struct nmt_backend_opts
                 free(hg);
             }
         test_ok(same, "%s%s%s: attention_forward_rows gives the bits of attention_forward on the rows gathered first "
-                      "(dh 16, 8, 5; key lengths or not; rows of each step or of the whole cache)", x->ops.name, isas[i] ? ", NMT_CPU_ISA=" : "",
+                      "(dh 16, 8, 5, 128; key lengths or not; rows of each step or of the whole cache)", x->ops.name, isas[i] ? ", NMT_CPU_ISA=" : "",
                 isas[i] ? isas[i] : "");
         unsetenv("NMT_CPU_ISA");
     }
