@@ -132,8 +132,9 @@ KEYS_T(keys_t8, ISA_AVX2, __m256, 8, _mm256, transpose8)
 
 /* Lane j of the result: vdot(X, key j0 + j, dh) from the transposed keys at K (KT + j0, row stride
  * LDT), NV = dh / 16. vdot's lane l holds the products of elements l, 16 + l, ... added in that
- * order, and its result is +0 plus lane 0, lane 1, ... in turn; here lane l's products of 16 keys
- * at once are the vector L, added to the sum in the same turn, so each lane has vdot's bits. */
+ * order, and its result is +0 plus lane 0, lane 1, ... in turn; here lane l's products of a
+ * vector's keys at once (16 or 8) are the vector P, added to the sum in the same turn, so each
+ * lane has vdot's bits. */
 #define DOTS_T(NAME, TARGET, VEC, PFX)                                                                  \
     static inline __attribute__((always_inline)) TARGET VEC NAME(const float *x, const float *k, int64_t ldt, int nv) \
     {                                                                                                   \
