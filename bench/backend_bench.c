@@ -2,7 +2,8 @@
  * ff=2048, 4096 tokens, vocabulary V) next to OpenBLAS's own cblas_sgemm at 2048^3 in the same
  * process, then the time of one BASE training step's worth of calls of every other kernel, and
  * an estimate of the whole step (every gemm shape timed once and multiplied by its count).
- * Usage: backend_bench [BACKEND [THREADS [V]]]   (defaults: cpu, all cores, 37000) */
+ * PRECISION bf16 runs the plugin's products under set_precision(BF16) (operands rounded to bf16).
+ * Usage: backend_bench [BACKEND [THREADS [V [PRECISION]]]]   (defaults: cpu, all cores, 37000, float32) */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -76,10 +77,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "backend_bench: %s\n", nmt_errmsg());
         return 1;
     }
+    const char *precision = argc > 4 ? argv[4] : "float32";
+    if (strcmp(precision, "float32") && strcmp(precision, "bf16")) {
+        fprintf(stderr, "backend_bench: precision '%s' is not float32 or bf16\n", precision);
+        return 2;
+    }
+    if (!strcmp(precision, "bf16") && (!be->ops.set_precision || be->ops.set_precision(be->ctx, NMT_DTYPE_BF16) < 0)) {
+        fprintf(stderr, "backend_bench: %s: no bf16 products\n", spec);
+        return 1;
+    }
     wait_buf = dev(1);
     struct nmt_backend_props p;
     be->ops.props(be->ctx, &p);
-    printf("backend %s (%s), %s\n\n", be->ops.name, be->path, p.device);
+    printf("backend %s (%s), %s, products in %s\n\n", be->ops.name, be->path, p.device, precision);
 
     /* ---- sgemm ---- */
     int Ntok = 4096, D = 512, F = 2048;

@@ -89,14 +89,6 @@ int cpu_set_precision(nmt_bctx *ctx, uint32_t dtype);
 int cpu_cast(nmt_bctx *ctx, void *dst, uint32_t dst_dtype, const void *src, uint32_t src_dtype, size_t n);
 int cpu_gemm_ex(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, float alpha, const void *A,
                 uint32_t a_dtype, int lda, const void *B, uint32_t b_dtype, int ldb, float beta, float *C, int ldc);
-/* gemm_bf16_amx.c: the bf16 products of gemm_ex on AMX (only where cpu_isa() is CPU_ISA_AMX):
- * the bytes of WORK they need for M, N, K; C = alpha * op(A) op(B) + beta * C with the operands
- * (bf16 where A_BF16, B_BF16, else float32) rounded to bf16, sizes checked by the caller, M, N,
- * K > 0 and alpha != 0. Returns 0. */
-size_t cpu_gemm_bf16_amx_bytes(int M, int N, int K);
-int cpu_gemm_bf16_amx(nmt_bctx *ctx, void *work, int transA, int transB, int M, int N, int K, float alpha,
-                      const void *A, int a_bf16, int lda, const void *B, int b_bf16, int ldb, float beta, float *C,
-                      int ldc);
 /* blas.c: opens OpenBLAS once per process (setting OPENBLAS_THREAD_TIMEOUT first where unset);
  * NULL, or the reason it cannot be used. */
 const char *cpu_blas_open(void);

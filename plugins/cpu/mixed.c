@@ -1,18 +1,19 @@
 /* mixed.c: the cpu backend's reduced-precision matrix products (ABI 2.2: set_precision, cast,
  * gemm_ex) and the bf16 path of gemm. Under set_precision(BF16) each operand is rounded to
- * bfloat16 (round to nearest even). On CPUs with AMX the tiles multiply the rounded operands
- * (gemm_bf16_amx.c). Elsewhere bf16 is emulated exactly: the rounded values go into float32
- * copies, which OpenBLAS sgemm multiplies. The product of two bfloat16 values (8-bit significands)
- * is exact in float32, so both are what a tensor core computes (bf16 inputs, float32
- * accumulation), up to the order of the sums (and, on the tiles, values below float32's normal
- * range read as 0): the numbers of bf16 training on any CPU, at the tiles' speed where there are
- * tiles. */
+ * bfloat16 (round to nearest even). On CPUs that multiply bf16 (AMX tiles, or AVX512-BF16) they
+ * multiply the rounded operands (gemm_bf16.h). Elsewhere bf16 is emulated exactly: the rounded
+ * values go into float32 copies, which OpenBLAS sgemm multiplies. The product of two bfloat16
+ * values (8-bit significands) is exact in float32, so all three are what a tensor core computes
+ * (bf16 inputs, float32 accumulation), up to the order of the sums (and, on the bf16 instructions,
+ * values below float32's normal range read as 0): the numbers of bf16 training on any CPU, at the
+ * instructions' speed where they exist. */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
 #include "bf16.h"
 #include "cpu.h"
+#include "gemm_bf16.h"
 
 /* X rounded to the nearest bfloat16 value, as a float. */
 static inline float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
@@ -98,11 +99,13 @@ int cpu_gemm_ex(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, floa
         return -1;
     if (M == 0 || N == 0 || K == 0 || alpha == 0)
         return cpu_gemm_f32(ctx, transA, transB, M, N, K, alpha, NULL, lda, NULL, ldb, beta, C, ldc);
-    if (round && cpu_isa() == CPU_ISA_AMX && K <= INT_MAX - 32) { /* the tile path (gemm_bf16_amx.c) */
-        if (mbuf_reserve(ctx, (cpu_gemm_bf16_amx_bytes(M, N, K) + sizeof(float) - 1) / sizeof(float)) < 0)
+    int tiles = cpu_isa() == CPU_ISA_AMX;
+    if (round && (tiles || cpu_bf16()) && K <= INT_MAX - BF16_STEP) { /* the bf16 instructions (gemm_bf16.h) */
+        if (mbuf_reserve(ctx, (cpu_gemm_bf16_bytes(M, N, K) + sizeof(float) - 1) / sizeof(float)) < 0)
             return -1;
-        return cpu_gemm_bf16_amx(ctx, ctx->mbuf, transA, transB, M, N, K, alpha, A, a_dtype == NMT_DTYPE_BF16, lda, B,
-                                 b_dtype == NMT_DTYPE_BF16, ldb, beta, C, ldc);
+        return cpu_gemm_bf16(ctx, ctx->mbuf, tiles ? cpu_gemm_bf16_amx_body : cpu_gemm_bf16_dp_body, transA, transB, M,
+                             N, K, alpha, A, a_dtype == NMT_DTYPE_BF16, lda, B, b_dtype == NMT_DTYPE_BF16, ldb, beta, C,
+                             ldc);
     }
     int ar = transA ? K : M, ac = transA ? M : K, br = transB ? N : K, bc = transB ? K : N;
     size_t na = (size_t)ar * (size_t)ac, nb = (size_t)br * (size_t)bc;

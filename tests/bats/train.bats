@@ -434,10 +434,10 @@ losses() { cut -d, -f1,3 "$1"; }
 
 @test "--precision bf16 on an AMX CPU (the tile path, here on the tile emulation): within 1% of the sgemm emulation's losses, the same bits on 1 and 2 threads" {
     # the cpu plugin built with the tile instructions emulated (plugins/cpu/amx.h): its AMX path
-    # here, its exact emulation on sgemm with NMT_CPU_ISA=avx512vnni
+    # here, its exact emulation on sgemm with NMT_CPU_ISA=avx2
     need_amxemu
     E=$AMXEMU
-    NMT_CPU_ISA=avx512vnni "${T[@]}" --backend "$E" -o v.ckpt --max-steps 6 --log v.csv --precision bf16
+    NMT_CPU_ISA=avx2 "${T[@]}" --backend "$E" -o v.ckpt --max-steps 6 --log v.csv --precision bf16
     "${T[@]}" --backend "$E" -o a.ckpt --max-steps 6 --log a.csv --precision bf16
     "${T[@]}" --backend "$E" -o a2.ckpt --max-steps 6 --log a2.csv --precision bf16 --threads 2
     cmp <(losses a.csv) <(losses a2.csv)
@@ -445,6 +445,21 @@ losses() { cut -d, -f1,3 "$1"; }
     run cmp <(losses v.csv) <(losses a.csv)
     [ "$status" -eq 1 ]
     paste -d, <(losses v.csv | tail -n +2) <(losses a.csv | tail -n +2) |
+        awk -F, '{ d = $2 - $4; if (d < 0) d = -d; if (d > 0.01 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } }
+                 END { exit bad }'
+}
+
+@test "--precision bf16 with vdpbf16ps (AVX512-BF16; tiles off): within 1% of the sgemm emulation's losses, the same bits on 1 and 2 threads" {
+    [[ " $(grep -m1 '^flags' /proc/cpuinfo) " == *" avx512_bf16 "* ]] || skip "this CPU lacks AVX512-BF16"
+    # NMT_CPU_ISA=avx512vnni: vdpbf16ps, also on a CPU with tiles; avx2: the exact emulation on sgemm
+    NMT_CPU_ISA=avx2 "${T[@]}" -o v.ckpt --max-steps 6 --log v.csv --precision bf16
+    NMT_CPU_ISA=avx512vnni "${T[@]}" -o d.ckpt --max-steps 6 --log d.csv --precision bf16
+    NMT_CPU_ISA=avx512vnni "${T[@]}" -o d2.ckpt --max-steps 6 --log d2.csv --precision bf16 --threads 2
+    cmp <(losses d.csv) <(losses d2.csv)
+    same_model d.ckpt d2.ckpt
+    run cmp <(losses v.csv) <(losses d.csv)
+    [ "$status" -eq 1 ]
+    paste -d, <(losses v.csv | tail -n +2) <(losses d.csv | tail -n +2) |
         awk -F, '{ d = $2 - $4; if (d < 0) d = -d; if (d > 0.01 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } }
                  END { exit bad }'
 }

@@ -16,12 +16,12 @@
  * sum odd element first, k ascending), against float32 within a bound, row invariance, and the
  * refusal when NMT_CPU_ISA turns AVX-512 off.
  * bf16 products (gemm_ex under set_precision(BF16)) on CPUs with AMX: bit for bit the tiles'
- * arithmetic (tests/unit/amx_bf16_spec.h). */
+ * arithmetic (tests/unit/bf16_spec.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "amx_bf16_spec.h"
+#include "bf16_spec.h"
 #include "run/backend_loader.h"
 #include "test.h"
 #include "cli/cli.h"
@@ -443,19 +443,19 @@ static void test_bf16(void)
     free(A), free(W), free(b), free(C), free(y), free(Wp);
 }
 
-/* The bf16 products of gemm_ex under set_precision(BF16) on real tiles (plugins/cpu/gemm_bf16_amx.c):
- * bit for bit tests/unit/amx_bf16_spec.h (which test_amx_bf16 checks the tile emulation against), on
- * 1 and 2 threads, float32 and bf16 operands, the four transpositions. */
-static void test_amx_bf16(void)
+typedef void (*spec_gemm_fn)(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                             int ldb, float beta, float *C, int ldc);
+
+/* The bf16 products of gemm_ex under set_precision(BF16) with NMT_CPU_ISA=ISA (NAME in messages)
+ * bit for bit SPEC (tests/unit/bf16_spec.h, which test_gemm_bf16 checks the bodies against), on 1
+ * and 2 threads, float32 and bf16 operands, the four transpositions. */
+static void test_bf16_products(const char *isa, const char *name, spec_gemm_fn spec)
 {
-    if (!cpu_has("amx")) {
-        test_ok(1, "bf16 products on AMX tiles # SKIP this CPU lacks the amx path");
-        return;
-    }
     static const int cases[][5] = { { 37, 29, 67, 0, 1 }, { 64, 48, 96, 0, 0 }, { 19, 70, 33, 1, 0 },
                                     { 100, 17, 130, 1, 1 }, { 1, 1, 1, 0, 1 }, { 33, 200, 64, 0, 0 } };
     int exact = 1, n = 0;
     rng_state = 5;
+    setenv("NMT_CPU_ISA", isa, 1);
     for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         int M = cases[c][0], N = cases[c][1], K = cases[c][2], ta = cases[c][3], tb = cases[c][4];
         int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
@@ -473,13 +473,28 @@ static void test_amx_bf16(void)
                          x->ops.gemm_ex(x->ctx, ta, tb, M, N, K, 0.75f, A, NMT_DTYPE_F32, lda, b16 ? (void *)B16 : B,
                                         b16 ? NMT_DTYPE_BF16 : NMT_DTYPE_F32, ldb, beta, C, ldc) < 0 ||
                          x->ops.set_precision(x->ctx, NMT_DTYPE_F32) < 0;
-                spec_amx_bf16_gemm(ta, tb, M, N, K, 0.75f, A, lda, B, ldb, beta, R, ldc);
+                spec(ta, tb, M, N, K, 0.75f, A, lda, B, ldb, beta, R, ldc);
                 exact &= rc == 0 && !memcmp(C, R, nc * 4);
             }
         free(A), free(B), free(C0), free(C), free(R), free(B16);
     }
-    test_ok(exact, "bf16 products on AMX tiles (gemm_ex under set_precision bf16): %d products bit for bit the tile "
-            "spec (four transpositions, awkward shapes, float32 and bf16 operands, 1 and 2 threads)", n);
+    unsetenv("NMT_CPU_ISA");
+    test_ok(exact, "bf16 products %s (gemm_ex under set_precision bf16, NMT_CPU_ISA=%s): %d products bit for bit "
+            "its spec (four transpositions, awkward shapes, float32 and bf16 operands, 1 and 2 threads)", name, isa, n);
+}
+
+/* The bf16 products on real tiles (plugins/cpu/gemm_bf16_amx.c), and with vdpbf16ps
+ * (gemm_bf16_dp.c: on AVX512-BF16 without tiles, or with them turned off by NMT_CPU_ISA). */
+static void test_bf16_gemm(void)
+{
+    if (!cpu_has("amx"))
+        test_ok(1, "bf16 products on AMX tiles # SKIP this CPU lacks the amx path");
+    else
+        test_bf16_products("amx", "on AMX tiles", spec_amx_bf16_gemm);
+    if (!cpu_has("avx512vnni") || !__builtin_cpu_supports("avx512bf16"))
+        test_ok(1, "bf16 products with vdpbf16ps # SKIP this CPU lacks AVX512-BF16");
+    else
+        test_bf16_products("avx512vnni", "with vdpbf16ps", spec_dp_bf16_gemm);
 }
 
 /* The int8 layer in DTYPE (activations on the grid -TOP..TOP; NAME in messages) on every path this
@@ -549,7 +564,7 @@ int main(void)
     /* 7-bit activations: half the 8-bit grid's resolution */
     test_int8(NMT_DTYPE_INT8A7, 63, "int8-a7", 2e-2);
     test_bf16();
-    test_amx_bf16();
+    test_bf16_gemm();
     backend_close(be);
     backend_close(be1);
     return test_done();

@@ -1,20 +1,25 @@
-/* test_amx_bf16: the cpu plugin's bf16 products on AMX (plugins/cpu/gemm_bf16_amx.c) run through
- * the tile emulation of plugins/cpu/amx.h, so that the kernel is checked on CPUs without AMX:
+/* test_gemm_bf16: the cpu plugin's bf16 products (plugins/cpu/gemm_bf16.h): the packing, the AMX
+ * body on the tile emulation of plugins/cpu/amx.h (so that it is checked on CPUs without AMX) and
+ * the vdpbf16ps body where the CPU has AVX512-BF16:
  *   - the emulated tdpbf16ps on hand-worked values: the even and odd products summed apart, then
  *     added to C; inputs and results below float32's normal range read as 0;
+ *   - vdpbf16ps on hand-worked values: the odd product of a pair added before the even one;
  *   - the rounding of float32 operands to bf16 (16 at a time, or fewer: zeros after them) against
  *     f32_to_bf16 on special values and random bit patterns;
- *   - the whole product bit for bit against tests/unit/amx_bf16_spec.h on awkward M, N and K, the
- *     four transpositions, float32 and bf16 operands, alpha and beta (beta 0 never reads C, even
- *     NaN), no element of C past M rows or N columns written, whatever the thread split.
- * The kernel's packing is AVX-512 code: the checks need a CPU with it (and are skipped elsewhere).
- * On CPUs with AMX, test_cpu_reduced runs the real instructions against the same spec. */
+ *   - the whole product, each body, bit for bit against tests/unit/bf16_spec.h on awkward M, N and
+ *     K, the four transpositions, float32 and bf16 operands, alpha and beta (beta 0 never reads C,
+ *     even NaN), no element of C past M rows or N columns written, whatever the thread split.
+ * The packing is AVX-512 code: the checks need a CPU with it (and are skipped elsewhere). On CPUs
+ * with AMX, test_cpu_reduced runs the real tiles against the same spec, and both bodies through
+ * the plugin. */
 #define CPU_AMX_EMULATE 1
+#include "cpu/gemm_bf16.c"
 #include "cpu/gemm_bf16_amx.c"
+#include "cpu/gemm_bf16_dp.c"
 
 #include <stdlib.h>
 
-#include "amx_bf16_spec.h"
+#include "bf16_spec.h"
 #include "test.h"
 
 /* The thread pool of the plugin, replaced: [0, N) in test_chunks pieces, run one after another as
@@ -117,9 +122,9 @@ static void test_rounding(void)
             bad);
 }
 
-/* One product on the emulated tiles against the spec; TEST_CHUNKS splits; returns differing elements
- * (C checked whole: the sentinel columns past N must be unchanged). */
-static int one_case(int ta, int tb, int M, int N, int K, int a16, int b16, float alpha, float beta, int chunks)
+/* One product by body DP (vdpbf16ps) or the emulated tiles against its spec; TEST_CHUNKS splits;
+ * returns differing elements (C checked whole: the sentinel columns past N must be unchanged). */
+static int one_case(int dp, int ta, int tb, int M, int N, int K, int a16, int b16, float alpha, float beta, int chunks)
 {
     int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 5;
     size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
@@ -141,13 +146,13 @@ static int one_case(int ta, int tb, int M, int N, int K, int a16, int b16, float
     }
     for (size_t i = 0; i < nc; i++)
         C[i] = R[i] = (int)(i % (size_t)ldc) >= N ? -777.0f : beta == 0 ? NAN : urand();
-    void *work = aligned_alloc(64, (cpu_gemm_bf16_amx_bytes(M, N, K) + 63) / 64 * 64);
+    void *work = aligned_alloc(64, (cpu_gemm_bf16_bytes(M, N, K) + 63) / 64 * 64);
     nmt_bctx ctx;
     memset(&ctx, 0, sizeof ctx);
     test_chunks = chunks;
-    cpu_gemm_bf16_amx(&ctx, work, ta, tb, M, N, K, alpha, a16 ? (const void *)A16 : A, a16, lda,
-                      b16 ? (const void *)B16 : B, b16, ldb, beta, C, ldc);
-    spec_amx_bf16_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
+    cpu_gemm_bf16(&ctx, work, dp ? cpu_gemm_bf16_dp_body : cpu_gemm_bf16_amx_body, ta, tb, M, N, K, alpha,
+                  a16 ? (const void *)A16 : A, a16, lda, b16 ? (const void *)B16 : B, b16, ldb, beta, C, ldc);
+    (dp ? spec_dp_bf16_gemm : spec_amx_bf16_gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
     int bad = 0;
     for (size_t i = 0; i < nc; i++)
         bad += memcmp(&C[i], &R[i], 4) != 0;
@@ -155,8 +160,39 @@ static int one_case(int ta, int tb, int M, int N, int K, int a16, int b16, float
     return bad;
 }
 
-static void test_products(void)
+/* op(A) (1 x K) times op(B) (K x 1), both bf16 (given as float32 values), by the vdpbf16ps body. */
+static float dp_dot(const float *a, const float *b, int K)
 {
+    uint16_t a16[4], b16[4];
+    for (int k = 0; k < K; k++)
+        a16[k] = bits_bf16(a[k]), b16[k] = bits_bf16(b[k]);
+    void *work = aligned_alloc(64, (cpu_gemm_bf16_bytes(1, 1, K) + 63) / 64 * 64);
+    nmt_bctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    test_chunks = 1;
+    float c = NAN;
+    cpu_gemm_bf16(&ctx, work, cpu_gemm_bf16_dp_body, 0, 0, 1, 1, K, 1.0f, a16, 1, K, b16, 1, 1, 0.0f, &c, 1);
+    free(work);
+    return c;
+}
+
+/* vdpbf16ps on hand-worked values. Products 0 and 2^24 (the first pair), then 1 and -2^24: the odd
+ * product first makes 0 + 1 = 1; the even one first, or one running sum in K's order, would round
+ * 2^24 + 1 to 2^24 and end at 0. Then a denormal input and a result below the normal range are 0. */
+static void test_dp_order(void)
+{
+    const float two24 = 16777216.0f, tiny = 7.34683969e-40f; /* 2^-130: a float32 denormal, exactly a bf16 one */
+    const float ones[4] = { 1, 1, 1, 1 }, b[4] = { 0, two24, 1, -two24 };
+    float c = dp_dot(ones, b, 4);
+    test_ok(c == 1.0f, "vdpbf16ps adds a pair's odd product before its even one: %.9g (want 1)", c);
+    const float da[2] = { tiny, 1 }, db[2] = { 1e30f, 0 }, sa[2] = { 1e-20f, 0 };
+    float d = dp_dot(da, db, 2), u = dp_dot(sa, sa, 2);
+    test_ok(d == 0 && u == 0, "vdpbf16ps: a denormal input reads as 0 (%g), a denormal result is 0 (%g)", d, u);
+}
+
+static void test_products(int dp)
+{
+    const char *name = dp ? "vdpbf16ps" : "emulated tiles";
     static const int shapes[][3] = { { 1, 1, 1 },   { 16, 16, 32 }, { 32, 32, 64 }, { 17, 33, 31 }, { 5, 70, 97 },
                                      { 48, 20, 33 }, { 33, 16, 200 }, { 3, 40, 512 }, { 65, 47, 66 } };
     int ns = (int)(sizeof shapes / sizeof shapes[0]);
@@ -166,15 +202,17 @@ static void test_products(void)
             for (int v = 0; v < 4; v++, cases++) {
                 const int *d = shapes[s];
                 float alpha = v == 2 ? -0.5f : 1.0f, beta = v == 1 ? 0.25f : v == 3 ? -1.0f : 0.0f;
-                bad += one_case(t >> 1, t & 1, d[0], d[1], d[2], v == 2, v == 3, alpha, beta, 1 + (s + v) % 3) != 0;
+                bad += one_case(dp, t >> 1, t & 1, d[0], d[1], d[2], v == 2, v == 3, alpha, beta, 1 + (s + v) % 3) != 0;
             }
-        test_ok(bad == 0, "transA %d transB %d: %d products (float32 and bf16 operands, alpha, beta 0 on NaN C, "
-                "1-3 thread chunks) bit for bit the spec, nothing written past N (%d differ)", t >> 1, t & 1, cases, bad);
+        test_ok(bad == 0, "%s, transA %d transB %d: %d products (float32 and bf16 operands, alpha, beta 0 on NaN C, "
+                "1-3 thread chunks) bit for bit the spec, nothing written past N (%d differ)", name, t >> 1, t & 1, cases,
+                bad);
     }
     int split = 0;
     for (int chunks = 1; chunks <= 4; chunks++)
-        split += one_case(0, 1, 70, 100, 130, 0, 0, 1.0f, 0.0f, chunks) != 0;
-    test_ok(split == 0, "70 x 100 x 130 split into 1, 2, 3, 4 chunks of columns: the spec each time (%d differ)", split);
+        split += one_case(dp, 0, 1, 70, 100, 130, 0, 0, 1.0f, 0.0f, chunks) != 0;
+    test_ok(split == 0, "%s: 70 x 100 x 130 split into 1, 2, 3, 4 chunks of columns: the spec each time (%d differ)", name,
+            split);
 }
 
 int main(void)
@@ -187,6 +225,12 @@ int main(void)
         return test_done();
     }
     test_rounding();
-    test_products();
+    test_products(0);
+    if (!__builtin_cpu_supports("avx512bf16")) {
+        test_ok(1, "the vdpbf16ps body # SKIP this CPU lacks AVX512-BF16");
+        return test_done();
+    }
+    test_dp_order();
+    test_products(1);
     return test_done();
 }
