@@ -53,7 +53,7 @@
 # (default "1 2"): target tokens/s (median of the logged rates after step LO, default 20), target tokens
 # an update, peak RSS (/usr/bin/time), validation perplexity. TRAIN_PRECISIONS (default float32; also
 # bf16) are nmt-train's --precision runs, each a row before Marian's (Marian trains in float32 on a
-# CPU). On T > 1 threads also nmt-train --ranks T: T processes of one thread each, on batches of
+# CPU). On T > 1 threads each also as nmt-train --ranks T: T processes of one thread each, on batches of
 # MAX_TOKENS / T (Marian's workers too split each update's batch), its memory the ranks' peaks added.
 # Marian on T threads: T workers of one thread each (`marian`: --cpu-threads T,
 # OPENBLAS_NUM_THREADS=1), and with T > 1 also one worker whose products use T threads
@@ -113,8 +113,8 @@ train_engines() {
     for t in $threads_list; do
         for p in $precisions; do
             train_nmt "$t" "$p" || return 1
+            [ "$t" -eq 1 ] || train_nmt "$t" "$p" "$t" || return 1
         done
-        [ "$t" -eq 1 ] || train_nmt "$t" float32 "$t" || return 1
         train_marian "$t" "$t" 1 || return 1
         [ "$t" -eq 1 ] || train_marian "$t" 1 "$t" || return 1
     done

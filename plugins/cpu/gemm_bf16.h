@@ -3,8 +3,9 @@
  * (gemm_bf16.c), then multiplied by the AMX tiles (gemm_bf16_amx.c) or by AVX512-BF16's vdpbf16ps
  * (gemm_bf16_dp.c).
  *
- * op(A) (M,K) and op(B) (K,N) are rounded to bfloat16 (f32_to_bf16, bf16.h; bf16 operands as they
- * are) into packed copies:
+ * op(A) (M,K) and op(B) (K,N) are rounded to bfloat16 (float32 values below the normal range, which
+ * the instructions read as 0, as 0; the others as f32_to_bf16 in bf16.h rounds them; bf16 operands
+ * as they are) into packed copies:
  *   - A as Mp / 16 row tiles (M rounded up to 32, zero rows past M), each Kp / 32 A tiles in
  *     turn (K rounded up to 32, zeros past K): 16 rows of 32 values, 1 KB, read as one stream;
  *     packed a row tile at a time where op(A) = A, a step of K at a time from whole rows of A
@@ -42,9 +43,11 @@ struct bf16_gemm {
 size_t cpu_gemm_bf16_bytes(int M, int N, int K);
 /* C = alpha * op(A) op(B) + beta * C with the operands (bf16 where A_BF16, B_BF16, else float32)
  * rounded to bf16 and packed into WORK, then BODY (one of the two below) run by the pool over C's
- * blocks of 32 columns. Sizes checked by the caller, M, N, K > 0 and alpha != 0. Returns 0. */
-int cpu_gemm_bf16(nmt_bctx *ctx, void *work, pool_fn body, int transA, int transB, int M, int N, int K, float alpha,
-                  const void *A, int a_bf16, int lda, const void *B, int b_bf16, int ldb, float beta, float *C,
+ * blocks of 32 columns. NE (only where the CPU has AVX512-BF16) rounds with vcvtne2ps2bf16, else
+ * integer instructions compute the same. Sizes checked by the caller, M, N, K > 0 and alpha != 0.
+ * Returns 0. */
+int cpu_gemm_bf16(nmt_bctx *ctx, void *work, pool_fn body, int ne, int transA, int transB, int M, int N, int K,
+                  float alpha, const void *A, int a_bf16, int lda, const void *B, int b_bf16, int ldb, float beta, float *C,
                   int ldc);
 /* Column blocks [lo, hi) of C (32 columns each) from the packed operands of ARG (a struct
  * bf16_gemm): on the AMX tiles (only where cpu_isa() is CPU_ISA_AMX; gemm_bf16_amx.c states the

@@ -1,8 +1,8 @@
 /* gemm_bf16_dp.c: the bf16 products of gemm_bf16.h with AVX512-BF16's vdpbf16ps (Zen 4, Cooper
  * Lake; mixed.c's path where cpu_bf16() holds and there are no tiles).
  *
- * Each element of C has one float32 sum, from 0. For each pair of K, 2g and 2g + 1 (zeros past K),
- * in increasing g, vdpbf16ps adds the odd product, then the even one, each a fused multiply-add
+ * Each element of C has one float32 sum, from 0. For each pair of K, 2g and 2g + 1 (zeros past K,
+ * up to the packed Kp), in increasing g, vdpbf16ps adds the odd product, then the even one, each a fused multiply-add
  * (exact product, one rounding to nearest even); inputs and results below float32's normal range
  * are 0 (DAZ, FTZ). tests/unit/dp_bf16_spec.h restates it; test_dp_bf16 checks it bit for bit.
  *
@@ -15,7 +15,7 @@
 #include "gemm_bf16.h"
 
 #define ROWS 8                    /* rows of C a block sums at once */
-#define B_SWEPT ((size_t)1 << 20) /* bytes of packed B swept by every row strip in turn: half the L2 */
+#define DP_B_SWEPT ((size_t)1 << 22) /* bytes of packed B swept by every row strip in turn (from the L3) */
 
 /* The pair of packed A at P (two bf16) in every 32-bit lane. */
 static inline __attribute__((always_inline)) ISA_AVX512_BF16 __m512bh pair_of(const uint16_t *p)
@@ -72,12 +72,12 @@ ISA_AVX512_BF16 static void dp_block(const struct bf16_gemm *g, int r0, int j)
         }
 }
 
-/* Groups of column blocks whose packed B fits B_SWEPT, each swept by every strip of 8 rows. */
+/* Groups of column blocks whose packed B fits DP_B_SWEPT, each swept by every strip of 8 rows. */
 ISA_AVX512_BF16 void cpu_gemm_bf16_dp_body(void *arg, int64_t lo, int64_t hi, int tid)
 {
     (void)tid;
     const struct bf16_gemm *g = arg;
-    int64_t per = (int64_t)(B_SWEPT / ((size_t)g->Kp * 64));
+    int64_t per = (int64_t)(DP_B_SWEPT / ((size_t)g->Kp * 64));
     per = per < 1 ? 1 : per;
     for (int64_t jc = lo; jc < hi; jc += per) {
         int64_t je = hi - jc < per ? hi : jc + per;

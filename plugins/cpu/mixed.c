@@ -103,9 +103,9 @@ int cpu_gemm_ex(nmt_bctx *ctx, int transA, int transB, int M, int N, int K, floa
     if (round && (tiles || cpu_bf16()) && K <= INT_MAX - BF16_STEP) { /* the bf16 instructions (gemm_bf16.h) */
         if (mbuf_reserve(ctx, (cpu_gemm_bf16_bytes(M, N, K) + sizeof(float) - 1) / sizeof(float)) < 0)
             return -1;
-        return cpu_gemm_bf16(ctx, ctx->mbuf, tiles ? cpu_gemm_bf16_amx_body : cpu_gemm_bf16_dp_body, transA, transB, M,
-                             N, K, alpha, A, a_dtype == NMT_DTYPE_BF16, lda, B, b_dtype == NMT_DTYPE_BF16, ldb, beta, C,
-                             ldc);
+        return cpu_gemm_bf16(ctx, ctx->mbuf, tiles ? cpu_gemm_bf16_amx_body : cpu_gemm_bf16_dp_body, cpu_bf16(), transA,
+                             transB, M, N, K, alpha, A, a_dtype == NMT_DTYPE_BF16, lda, B, b_dtype == NMT_DTYPE_BF16, ldb,
+                             beta, C, ldc);
     }
     int ar = transA ? K : M, ac = transA ? M : K, br = transB ? N : K, bc = transB ? K : N;
     size_t na = (size_t)ar * (size_t)ac, nb = (size_t)br * (size_t)bc;

@@ -4,10 +4,11 @@
  *   - the emulated tdpbf16ps on hand-worked values: the even and odd products summed apart, then
  *     added to C; inputs and results below float32's normal range read as 0;
  *   - vdpbf16ps on hand-worked values: the odd product of a pair added before the even one;
- *   - the rounding of float32 operands to bf16 (16 at a time, or fewer: zeros after them) against
- *     f32_to_bf16 on special values and random bit patterns;
- *   - the whole product, each body, bit for bit against tests/unit/bf16_spec.h on awkward M, N and
- *     K, the four transpositions, float32 and bf16 operands, alpha and beta (beta 0 never reads C,
+ *   - the rounding of float32 operands to bf16 (32 at a time, or fewer: zeros after them; integer
+ *     instructions, and vcvtne2ps2bf16 where the CPU has it) against f32_to_bf16, 0 below the
+ *     normal range, on special values and random bit patterns;
+ *   - the whole product, each body and each packing, bit for bit against tests/unit/bf16_spec.h on
+ *     awkward M, N and K (the first row of A below float32's normal range), the four transpositions, float32 and bf16 operands, alpha and beta (beta 0 never reads C,
  *     even NaN), no element of C past M rows or N columns written, whatever the thread split.
  * The packing is AVX-512 code: the checks need a CPU with it (and are skipped elsewhere). On CPUs
  * with AMX, test_cpu_reduced runs the real tiles against the same spec, and both bodies through
@@ -90,41 +91,54 @@ static void test_emulation(void)
     test_ok(d == 0 && s == 0, "emulated tdpbf16ps: a denormal input reads as 0 (%g), a denormal result is 0 (%g)", d, s);
 }
 
-/* The packing's conversion of the first M of 16 float32 values at X into GOT[16]. */
-ISA_AMX static void convert16(uint16_t *got, const float *x, int m)
+/* The packing's conversions of the first M of 32 float32 values at X into GOT[32]: cvt32_int, or
+ * cvt32_ne where NE. */
+ISA_AVX512 static void convert32_int(uint16_t *got, const float *x, int m)
 {
-    _mm256_storeu_si256((__m256i *)got, cvt16(x, 0, m));
+    _mm512_storeu_si512(got, cvt32_int(x, 0, m));
+}
+ISA_AVX512_BF16 static void convert32_ne(uint16_t *got, const float *x, int m)
+{
+    _mm512_storeu_si512(got, cvt32_ne(x, 0, m));
 }
 
-static void test_rounding(void)
+/* What the packing makes of X: f32_to_bf16, but 0 of its sign below float32's normal range. */
+static uint16_t packed_bf16(float x)
+{
+    return x != 0 && fabsf(x) < 1.17549435e-38f ? (uint16_t)(signbit(x) ? 0x8000 : 0) : f32_to_bf16(x);
+}
+
+static void test_rounding(int ne)
 {
     enum { N = 4099 };
     static float x[N];
-    uint16_t got[16];
+    uint16_t got[32];
     static const uint32_t special[] = { 0x00000000u, 0x80000000u, 0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu,
                                         0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00001u, 0xffa00000u,
-                                        0x7f800001u, 0x00000001u, 0x807fffffu, 0x00800000u, 0x7f7f8000u };
+                                        0x7f800001u, 0x00000001u, 0x807fffffu, 0x00800000u, 0x7f7f8000u, 0x807f8000u,
+                                        0x007fffffu, 0x007f8000u, 0x007f7fffu, 0x80000001u };
     int ns = (int)(sizeof special / sizeof special[0]);
     for (int i = 0; i < N; i++) {
         uint32_t u = i < ns ? special[i] : rnd() << 1 ^ rnd();
         memcpy(&x[i], &u, 4);
     }
     int bad = 0;
-    for (int i = 0; i < N; i += 16) { /* every count 0..16 of values from each place */
-        int n = N - i < 16 ? N - i : 16;
+    for (int i = 0; i < N; i += 32) { /* every count 0..32 of values from each place */
+        int n = N - i < 32 ? N - i : 32;
         for (int m = 0; m <= n; m++) {
-            convert16(got, x + i, m);
-            for (int q = 0; q < 16; q++)
-                bad += got[q] != (q < m ? f32_to_bf16(x[i + q]) : 0);
+            (ne ? convert32_ne : convert32_int)(got, x + i, m);
+            for (int q = 0; q < 32; q++)
+                bad += got[q] != (q >= m ? 0 : packed_bf16(x[i + q]));
         }
     }
-    test_ok(bad == 0, "float32 to bf16 in the packing: as f32_to_bf16 on %d special and random values (%d differ)", N,
-            bad);
+    test_ok(bad == 0, "float32 to bf16 in the packing (%s): as f32_to_bf16, 0 below the normal range, on %d special and "
+            "random values (%d differ)", ne ? "vcvtne2ps2bf16" : "integer rounding", N, bad);
 }
 
-/* One product by body DP (vdpbf16ps) or the emulated tiles against its spec; TEST_CHUNKS splits;
- * returns differing elements (C checked whole: the sentinel columns past N must be unchanged). */
-static int one_case(int dp, int ta, int tb, int M, int N, int K, int a16, int b16, float alpha, float beta, int chunks)
+/* One product by body DP (vdpbf16ps) or the emulated tiles, packed with vcvtne2ps2bf16 where NE,
+ * against its spec; TEST_CHUNKS splits; returns differing elements (C checked whole: the sentinel
+ * columns past N must be unchanged). */
+static int one_case(int dp, int ne, int ta, int tb, int M, int N, int K, int a16, int b16, float alpha, float beta, int chunks)
 {
     int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 5;
     size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
@@ -132,13 +146,17 @@ static int one_case(int dp, int ta, int tb, int M, int N, int K, int a16, int b1
     uint16_t *A16 = malloc(na * 2), *B16 = malloc(nb * 2);
     for (size_t i = 0; i < na; i++) {
         A[i] = urand() * (rnd() % 9 == 0 ? 300.0f : 1.0f);
+        if ((ta ? i % (size_t)lda : i / (size_t)lda) == 0) { /* row 0 of op(A): float32 values below the normal range */
+            uint32_t u = 0x007f0000u + rnd() % 0x10000u + (rnd() % 2 ? 0x80000000u : 0); /* some round up to 2^-126 */
+            memcpy(&A[i], &u, 4);
+        }
         if (a16) { /* the bf16 operand and its float32 value, so the spec reads the same number */
             A16[i] = f32_to_bf16(A[i]);
             A[i] = bf16_to_f32(A16[i]);
         }
     }
     for (size_t i = 0; i < nb; i++) {
-        B[i] = urand();
+        B[i] = urand() * (rnd() % 7 == 0 ? 1048576.0f : 1.0f); /* 2^20 x 2^-126: products in the normal range */
         if (b16) {
             B16[i] = f32_to_bf16(B[i]);
             B[i] = bf16_to_f32(B16[i]);
@@ -150,7 +168,7 @@ static int one_case(int dp, int ta, int tb, int M, int N, int K, int a16, int b1
     nmt_bctx ctx;
     memset(&ctx, 0, sizeof ctx);
     test_chunks = chunks;
-    cpu_gemm_bf16(&ctx, work, dp ? cpu_gemm_bf16_dp_body : cpu_gemm_bf16_amx_body, ta, tb, M, N, K, alpha,
+    cpu_gemm_bf16(&ctx, work, dp ? cpu_gemm_bf16_dp_body : cpu_gemm_bf16_amx_body, ne, ta, tb, M, N, K, alpha,
                   a16 ? (const void *)A16 : A, a16, lda, b16 ? (const void *)B16 : B, b16, ldb, beta, C, ldc);
     (dp ? spec_dp_bf16_gemm : spec_amx_bf16_gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
     int bad = 0;
@@ -171,7 +189,7 @@ static float dp_dot(const float *a, const float *b, int K)
     memset(&ctx, 0, sizeof ctx);
     test_chunks = 1;
     float c = NAN;
-    cpu_gemm_bf16(&ctx, work, cpu_gemm_bf16_dp_body, 0, 0, 1, 1, K, 1.0f, a16, 1, K, b16, 1, 1, 0.0f, &c, 1);
+    cpu_gemm_bf16(&ctx, work, cpu_gemm_bf16_dp_body, 1, 0, 0, 1, 1, K, 1.0f, a16, 1, K, b16, 1, 1, 0.0f, &c, 1);
     free(work);
     return c;
 }
@@ -190,9 +208,10 @@ static void test_dp_order(void)
     test_ok(d == 0 && u == 0, "vdpbf16ps: a denormal input reads as 0 (%g), a denormal result is 0 (%g)", d, u);
 }
 
-static void test_products(int dp)
+static void test_products(int dp, int ne)
 {
-    const char *name = dp ? "vdpbf16ps" : "emulated tiles";
+    const char *name = dp ? (ne ? "vdpbf16ps, vcvtne2ps2bf16 packing" : "vdpbf16ps, integer packing")
+                          : (ne ? "emulated tiles, vcvtne2ps2bf16 packing" : "emulated tiles, integer packing");
     static const int shapes[][3] = { { 1, 1, 1 },   { 16, 16, 32 }, { 32, 32, 64 }, { 17, 33, 31 }, { 5, 70, 97 },
                                      { 48, 20, 33 }, { 33, 16, 200 }, { 3, 40, 512 }, { 65, 47, 66 } };
     int ns = (int)(sizeof shapes / sizeof shapes[0]);
@@ -202,7 +221,7 @@ static void test_products(int dp)
             for (int v = 0; v < 4; v++, cases++) {
                 const int *d = shapes[s];
                 float alpha = v == 2 ? -0.5f : 1.0f, beta = v == 1 ? 0.25f : v == 3 ? -1.0f : 0.0f;
-                bad += one_case(dp, t >> 1, t & 1, d[0], d[1], d[2], v == 2, v == 3, alpha, beta, 1 + (s + v) % 3) != 0;
+                bad += one_case(dp, ne, t >> 1, t & 1, d[0], d[1], d[2], v == 2, v == 3, alpha, beta, 1 + (s + v) % 3) != 0;
             }
         test_ok(bad == 0, "%s, transA %d transB %d: %d products (float32 and bf16 operands, alpha, beta 0 on NaN C, "
                 "1-3 thread chunks) bit for bit the spec, nothing written past N (%d differ)", name, t >> 1, t & 1, cases,
@@ -210,7 +229,7 @@ static void test_products(int dp)
     }
     int split = 0;
     for (int chunks = 1; chunks <= 4; chunks++)
-        split += one_case(dp, 0, 1, 70, 100, 130, 0, 0, 1.0f, 0.0f, chunks) != 0;
+        split += one_case(dp, ne, 0, 1, 70, 100, 130, 0, 0, 1.0f, 0.0f, chunks) != 0;
     test_ok(split == 0, "%s: 70 x 100 x 130 split into 1, 2, 3, 4 chunks of columns: the spec each time (%d differ)", name,
             split);
 }
@@ -224,13 +243,16 @@ int main(void)
         test_ok(1, "AMX bf16 packing and kernel (emulated) # SKIP they are AVX-512 code, which this CPU lacks");
         return test_done();
     }
-    test_rounding();
-    test_products(0);
+    test_rounding(0);
+    test_products(0, 0);
     if (!__builtin_cpu_supports("avx512bf16")) {
-        test_ok(1, "the vdpbf16ps body # SKIP this CPU lacks AVX512-BF16");
+        test_ok(1, "the vdpbf16ps body and the vcvtne2ps2bf16 packing # SKIP this CPU lacks AVX512-BF16");
         return test_done();
     }
+    test_rounding(1);
+    test_products(0, 1);
     test_dp_order();
-    test_products(1);
+    test_products(1, 0);
+    test_products(1, 1);
     return test_done();
 }
