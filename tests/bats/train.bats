@@ -28,6 +28,12 @@ setup() {
 
 # step and loss columns of a CSV log (the timing columns differ between runs)
 losses() { cut -d, -f1,3 "$1"; }
+# fails, naming the step, unless every step's loss in log $2 is within 1% of log $1's
+losses_within_1pc() {
+    paste -d, <(losses "$1" | tail -n +2) <(losses "$2" | tail -n +2) |
+        awk -F, '{ d = $2 - $4; if (d < 0) d = -d; if (d > 0.01 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } }
+                 END { exit bad }'
+}
 
 @test "--help lists every option and exits 0" {
     run nmt-train --help
@@ -424,10 +430,7 @@ losses() { cut -d, -f1,3 "$1"; }
     cmp <(losses f.csv) <(losses f2.csv)
     run cmp <(losses f.csv) <(losses b.csv)
     [ "$status" -eq 1 ]
-    # every step's loss within 1% of float32's
-    paste -d, <(losses f.csv | tail -n +2) <(losses b.csv | tail -n +2) |
-        awk -F, '{ d = $2 - $4; if (d < 0) d = -d; if (d > 0.01 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } }
-                 END { exit bad }'
+    losses_within_1pc f.csv b.csv
     out=$(nmt-cat b.ckpt); grep -q "precision: bf16" <<< "$out"
     [ "$(nmt-train --precision bf16 --vocab "$D/v.txt" -o x.ckpt --dump-config | grep '^precision:')" = "precision: bf16" ]
 }
@@ -444,9 +447,7 @@ losses() { cut -d, -f1,3 "$1"; }
     same_model a.ckpt a2.ckpt
     run cmp <(losses v.csv) <(losses a.csv)
     [ "$status" -eq 1 ]
-    paste -d, <(losses v.csv | tail -n +2) <(losses a.csv | tail -n +2) |
-        awk -F, '{ d = $2 - $4; if (d < 0) d = -d; if (d > 0.01 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } }
-                 END { exit bad }'
+    losses_within_1pc v.csv a.csv
 }
 
 @test "--precision bf16 with vdpbf16ps (AVX512-BF16; tiles off): within 1% of the sgemm emulation's losses, the same bits on 1 and 2 threads" {
@@ -459,9 +460,7 @@ losses() { cut -d, -f1,3 "$1"; }
     same_model d.ckpt d2.ckpt
     run cmp <(losses v.csv) <(losses d.csv)
     [ "$status" -eq 1 ]
-    paste -d, <(losses v.csv | tail -n +2) <(losses d.csv | tail -n +2) |
-        awk -F, '{ d = $2 - $4; if (d < 0) d = -d; if (d > 0.01 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } }
-                 END { exit bad }'
+    losses_within_1pc v.csv d.csv
 }
 
 @test "--precision bf16 resumes bit for bit like float32; the checkpoint stays float32" {
