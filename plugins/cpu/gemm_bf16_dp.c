@@ -2,9 +2,10 @@
  * Lake; mixed.c's path where cpu_bf16() holds and there are no tiles).
  *
  * Each element of C has one float32 sum, from 0. For each pair of K, 2g and 2g + 1 (zeros past K,
- * up to the packed Kp), in increasing g, vdpbf16ps adds the odd product, then the even one, each a fused multiply-add
- * (exact product, one rounding to nearest even); inputs and results below float32's normal range
- * are 0 (DAZ, FTZ). tests/unit/dp_bf16_spec.h restates it; test_dp_bf16 checks it bit for bit.
+ * up to the packed Kp), in increasing g, vdpbf16ps adds the odd product, then the even one, each
+ * a fused multiply-add (exact product, one rounding to nearest even); inputs and results below
+ * float32's normal range are 0 (DAZ, FTZ). tests/unit/bf16_spec.h restates it; test_gemm_bf16
+ * checks it bit for bit.
  *
  * A block of 8 rows of C by 32 columns (two panels of the packed B) holds its 16 sums in
  * registers: per pair of K, two rows of the packed B and eight broadcast pairs of A. */
@@ -14,7 +15,7 @@
 #include "cpu.h"
 #include "gemm_bf16.h"
 
-#define ROWS 8                    /* rows of C a block sums at once */
+#define ROWS 8                       /* rows of C a block sums at once */
 #define DP_B_SWEPT ((size_t)1 << 22) /* bytes of packed B swept by every row strip in turn (from the L3) */
 
 /* The pair of packed A at P (two bf16) in every 32-bit lane. */

@@ -3,7 +3,7 @@
  * range made 0 (as vcvtne2ps2bf16 does), then rounded to bf16 (to nearest even; NaN quieted);
  * inputs and results below float32's normal range are 0 (DAZ, FTZ); then C = alpha * sum, + beta
  * * C where beta is not 0. The sums:
- *   - on the AMX tiles (gemm_bf16_amx.c; test_amx_bf16 on the tile emulation, test_cpu_reduced on
+ *   - on the AMX tiles (gemm_bf16_amx.c; test_gemm_bf16 on the tile emulation, test_cpu_reduced on
  *     real tiles): for each element of C and each step of 32 values of K (zeros past K), two sums
  *     from 0 of the products of the even and of the odd values of K in increasing order, each a
  *     fused multiply-add; the element's sum += (even + odd);

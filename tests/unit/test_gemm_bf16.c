@@ -8,8 +8,9 @@
  *     instructions, and vcvtne2ps2bf16 where the CPU has it) against f32_to_bf16, 0 below the
  *     normal range, on special values and random bit patterns;
  *   - the whole product, each body and each packing, bit for bit against tests/unit/bf16_spec.h on
- *     awkward M, N and K (the first row of A below float32's normal range), the four transpositions, float32 and bf16 operands, alpha and beta (beta 0 never reads C,
- *     even NaN), no element of C past M rows or N columns written, whatever the thread split.
+ *     awkward M, N and K (the first row of A below float32's normal range), the four
+ *     transpositions, float32 and bf16 operands, alpha and beta (beta 0 never reads C, even NaN),
+ *     no element of C past M rows or N columns written, whatever the thread split.
  * The packing is AVX-512 code: the checks need a CPU with it (and are skipped elsewhere). On CPUs
  * with AMX, test_cpu_reduced runs the real tiles against the same spec, and both bodies through
  * the plugin. */
